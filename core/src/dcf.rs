@@ -1,0 +1,57 @@
+//! Distributed comparison functions: `f_{α,β}(x) = β` if `x < α`, else 0.
+//!
+//! Keys are half-tree DPF keys walked as comparisons (see [`crate::fss`]).
+//! With bit output (XOR shares, β = 1) an evaluation over k-bit inputs costs
+//! `k − 6` AES calls and the key is `16(k − 7) + 32` bytes: 720 bytes and
+//! 44 calls at k = 50. Ring output (additive shares in Z_2^w) adds one value
+//! hash and `⌈w/8⌉` key bytes per level.
+//!
+//! The gates use one bit-output key with threshold `r mod 2^k` (the wire's
+//! mask) and evaluate it at several public points, because for any public β
+//! and `x = x̂ − r mod 2^k`:
+//!
+//! `[x < β] = DCF_r((x̂ − β) mod 2^k) ⊕ DCF_r(x̂) ⊕ [x̂ < β]`.
+
+use crate::error::Error;
+use crate::fss::{self, KeyBatch, Kind, Params, Party};
+use crate::prg::{Block, FixedKeyAes};
+
+/// Generates DCF keys for `β·[x < α]` into `key0` and `key1` (each
+/// `params.key_len()` bytes). See [`crate::fss`] for the secret-handling
+/// contract. Returns the AES calls made.
+#[allow(clippy::too_many_arguments)]
+pub fn generate<R: rand_core::CryptoRng + ?Sized>(
+    aes: &FixedKeyAes,
+    params: &Params,
+    alpha: u64,
+    beta: u64,
+    roots: [Block; 2],
+    rng: &mut R,
+    key0: &mut [u8],
+    key1: &mut [u8],
+) -> Result<u64, Error> {
+    if params.kind() != Kind::Dcf {
+        return Err(Error::KindMismatch);
+    }
+    fss::gen_pair(aes, params, alpha, beta, roots, rng, key0, key1)
+}
+
+/// Evaluates one party's DCF key at one public point (taken mod `2^k`).
+pub fn eval(
+    aes: &FixedKeyAes,
+    params: &Params,
+    party: Party,
+    key: &[u8],
+    x: u64,
+) -> Result<u64, Error> {
+    if params.kind() != Kind::Dcf {
+        return Err(Error::KindMismatch);
+    }
+    let keys = KeyBatch::new(*params, party, key)?;
+    if keys.count() != 1 {
+        return Err(Error::BufferLength);
+    }
+    let mut out = [0u64];
+    fss::eval_queries(aes, &keys, 1, 0, &[x], &mut out, 1)?;
+    Ok(out[0])
+}

@@ -1,0 +1,699 @@
+//! The half-tree key structure shared by [`dcf`](crate::dcf) and
+//! [`dpf`](crate::dpf): parameters, key layout, and the lane-pipelined walk.
+//!
+//! # Construction
+//!
+//! Both primitives are half-tree DPF keys (Guo et al., EUROCRYPT 2023) over
+//! the high `k − ν` bits of the input, with an early-terminated leaf block that
+//! covers the low `ν` bits. A node's two children come from one hash call:
+//! `left = H(s) ⊕ t·CW_i` and `right = left ⊕ s`, where `t = lsb(s)` is the
+//! node's control bit. On the path of the secret point α the two parties'
+//! seeds differ by a global Δ with `lsb(Δ) = 1`; everywhere else they are
+//! equal. The dealer's correction word `CW_i = H(s_0) ⊕ H(s_1) ⊕ (1 − α_i)·Δ`
+//! keeps exactly the child toward α on the path (the corrected form of the
+//! paper's formula, as recorded in myl7/fss's spec corrections).
+//!
+//! * **DPF** (`f(x) = β·[x = α]`): the leaf block `Conv(s) ⊕ t·LCW` holds the
+//!   payload `β·e_{α mod 2^ν}` at the on-path leaf and cancels elsewhere.
+//! * **DCF** (`f(x) = β·[x < α]`): walking toward `x`, whenever `x_i = 0` the
+//!   right sibling is on α's path exactly when α and x first differ at bit
+//!   `i` with `α_i = 1`, i.e. when `x < α` is decided there. So the output is
+//!   the sum over those right siblings of their "on path" share, plus the
+//!   leaf block programmed with `β·[j < α mod 2^ν]`. For bit output the
+//!   sibling's share is its control bit (free: the hash already produced it);
+//!   for ring output each level carries a value correction `VCW_i` and the
+//!   sibling is converted with a second, independent hash.
+//!
+//! # Costs (AES calls per evaluation)
+//!
+//! | output | DPF | DCF |
+//! | --- | --- | --- |
+//! | bit | `k − ν + 1` | `k − ν + 1` |
+//! | Z_2^w | `k − ν + 1` | `2(k − ν) + 1` |
+//!
+//! with `ν = 7` for bit output and `ν = log2(128 / lane)` for ring output,
+//! `lane` the smallest of 8/16/32/64 bits holding `w`.
+
+use crate::error::Error;
+use crate::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher};
+use crate::ring::{Width, cast};
+
+/// Which function family a key encodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Distributed comparison function `f(x) = β·[x < α]`.
+    Dcf,
+    /// Distributed point function `f(x) = β·[x = α]`.
+    Dpf,
+}
+
+/// The output group of a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Output {
+    /// Z_2, XOR-shared; the payload is always 1.
+    Bit,
+    /// Z_2^w, additively shared.
+    Ring(Width),
+}
+
+impl Output {
+    /// The output width: 1 for bits.
+    pub const fn width(self) -> Width {
+        match self {
+            Output::Bit => Width::of(1),
+            Output::Ring(w) => w,
+        }
+    }
+}
+
+/// One of the two evaluating parties.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Party {
+    /// P0.
+    P0,
+    /// P1.
+    P1,
+}
+
+impl Party {
+    /// 0 or 1.
+    pub const fn index(self) -> u64 {
+        match self {
+            Party::P0 => 0,
+            Party::P1 => 1,
+        }
+    }
+
+    /// The party with this index; an error unless 0 or 1.
+    pub const fn from_index(i: u64) -> Result<Party, Error> {
+        match i {
+            0 => Ok(Party::P0),
+            1 => Ok(Party::P1),
+            _ => Err(Error::ValueOutOfRange),
+        }
+    }
+
+    /// The other party.
+    pub const fn other(self) -> Party {
+        match self {
+            Party::P0 => Party::P1,
+            Party::P1 => Party::P0,
+        }
+    }
+}
+
+/// The public shape of a key: kind, input width `k` and output group.
+///
+/// Everything about a key's size and cost is a `const fn` of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Params {
+    kind: Kind,
+    domain: Width,
+    output: Output,
+}
+
+impl Params {
+    /// Parameters for keys over `domain`-bit inputs.
+    pub const fn new(kind: Kind, domain: Width, output: Output) -> Params {
+        Params {
+            kind,
+            domain,
+            output,
+        }
+    }
+
+    /// Bit-output DCF over `k`-bit inputs: the comparison key of the gates.
+    pub const fn dcf_bit(k: Width) -> Params {
+        Params::new(Kind::Dcf, k, Output::Bit)
+    }
+
+    /// The key kind.
+    pub const fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The input width k.
+    pub const fn domain(&self) -> Width {
+        self.domain
+    }
+
+    /// The output group.
+    pub const fn output(&self) -> Output {
+        self.output
+    }
+
+    /// Bits per output lane of the leaf block: 1 for bits, else the smallest
+    /// of 8/16/32/64 that holds the ring width.
+    pub const fn lane_bits(&self) -> u32 {
+        match self.output {
+            Output::Bit => 1,
+            Output::Ring(w) => {
+                let b = w.bits();
+                if b <= 8 {
+                    8
+                } else if b <= 16 {
+                    16
+                } else if b <= 32 {
+                    32
+                } else {
+                    64
+                }
+            }
+        }
+    }
+
+    /// ν: input bits resolved inside the leaf block.
+    pub const fn leaf_bits(&self) -> u32 {
+        let full = (128 / self.lane_bits()).trailing_zeros();
+        let k = self.domain.bits();
+        if k < full { k } else { full }
+    }
+
+    /// Tree levels walked before the leaf: `k − ν`.
+    pub const fn levels(&self) -> u32 {
+        self.domain.bits() - self.leaf_bits()
+    }
+
+    /// Bytes of the value correction per level (ring DCF only).
+    pub const fn value_bytes(&self) -> usize {
+        match (self.kind, self.output) {
+            (Kind::Dcf, Output::Ring(w)) => cast::usize_from_u32(w.bits().div_ceil(8)),
+            _ => 0,
+        }
+    }
+
+    /// Bytes per tree level: the seed correction and any value correction.
+    pub const fn level_bytes(&self) -> usize {
+        16 + self.value_bytes()
+    }
+
+    /// Length of one party's key: root seed, levels, leaf correction.
+    pub const fn key_len(&self) -> usize {
+        16 + cast::usize_from_u32(self.levels()) * self.level_bytes() + 16
+    }
+
+    /// Offset of level `i`'s seed correction word.
+    pub const fn cw_offset(&self, level: u32) -> usize {
+        16 + cast::usize_from_u32(level) * self.level_bytes()
+    }
+
+    /// Offset of the leaf correction block.
+    pub const fn leaf_offset(&self) -> usize {
+        16 + cast::usize_from_u32(self.levels()) * self.level_bytes()
+    }
+
+    /// AES calls per evaluation at one point.
+    pub const fn aes_per_eval(&self) -> u64 {
+        let l = cast::u64_from_u32(self.levels());
+        match (self.kind, self.output) {
+            (Kind::Dcf, Output::Ring(_)) => 2 * l + 1,
+            _ => l + 1,
+        }
+    }
+
+    /// AES calls to generate one key pair.
+    pub const fn aes_per_gen(&self) -> u64 {
+        2 * self.aes_per_eval()
+    }
+
+    /// AES calls for a full-domain evaluation of one key.
+    pub const fn aes_per_full_domain(&self) -> u64 {
+        // 2^L − 1 inner nodes plus 2^L leaves.
+        (1u64 << (self.levels() + 1)) - 1
+    }
+}
+
+/// A borrowed, length-checked batch of one party's keys with common params.
+#[derive(Clone, Copy)]
+pub struct KeyBatch<'a> {
+    params: Params,
+    party: Party,
+    bytes: &'a [u8],
+}
+
+impl core::fmt::Debug for KeyBatch<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("KeyBatch")
+            .field("params", &self.params)
+            .field("party", &self.party)
+            .field("count", &self.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> KeyBatch<'a> {
+    /// A batch over `bytes`, which must hold a whole number of keys.
+    pub fn new(params: Params, party: Party, bytes: &'a [u8]) -> Result<KeyBatch<'a>, Error> {
+        if !bytes.len().is_multiple_of(params.key_len()) {
+            return Err(Error::BufferLength);
+        }
+        Ok(KeyBatch {
+            params,
+            party,
+            bytes,
+        })
+    }
+
+    /// The common parameters.
+    pub fn params(&self) -> Params {
+        self.params
+    }
+
+    /// Whose keys these are.
+    pub fn party(&self) -> Party {
+        self.party
+    }
+
+    /// The number of keys.
+    pub fn count(&self) -> usize {
+        self.bytes.len() / self.params.key_len()
+    }
+
+    /// Key `i`'s bytes; panics if `i ≥ count()`.
+    pub fn key(&self, i: usize) -> &'a [u8] {
+        let l = self.params.key_len();
+        &self.bytes[i * l..(i + 1) * l]
+    }
+
+    /// All key bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// The sub-batch of keys `start..end`.
+    pub fn slice(&self, start: usize, end: usize) -> KeyBatch<'a> {
+        let l = self.params.key_len();
+        KeyBatch {
+            params: self.params,
+            party: self.party,
+            bytes: &self.bytes[start * l..end * l],
+        }
+    }
+
+    /// Points per key for a query buffer of `points` entries.
+    pub fn points_per_key(&self, points: usize) -> Result<usize, Error> {
+        let n = self.count();
+        if n == 0 {
+            return if points == 0 {
+                Ok(0)
+            } else {
+                Err(Error::BufferLength)
+            };
+        }
+        if !points.is_multiple_of(n) {
+            return Err(Error::BufferLength);
+        }
+        Ok(points / n)
+    }
+}
+
+/// Evaluates queries `first .. first + points.len()` of a batch in which
+/// query `q` is key `q / per_key` at `points[q − first]` (taken mod `2^k`),
+/// walking up to `lanes` queries in lockstep so their AES calls pipeline.
+///
+/// `lanes = 1` is the dependent AES chain of a one-at-a-time evaluator.
+/// Returns the number of AES calls made.
+pub fn eval_queries<H: Hasher + ?Sized>(
+    aes: &H,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    points: &[u64],
+    out: &mut [u64],
+    lanes: usize,
+) -> Result<u64, Error> {
+    if points.len() != out.len() {
+        return Err(Error::BufferLength);
+    }
+    if per_key == 0 || (first + points.len()).div_ceil(per_key) > keys.count() {
+        return if points.is_empty() {
+            Ok(0)
+        } else {
+            Err(Error::BufferLength)
+        };
+    }
+    let lanes = lanes.clamp(1, HASH_CHUNK);
+    let mut calls = 0;
+    let mut q = 0;
+    while q < points.len() {
+        let n = lanes.min(points.len() - q);
+        calls += walk_group(
+            aes,
+            keys,
+            per_key,
+            first + q,
+            &points[q..q + n],
+            &mut out[q..q + n],
+        );
+        q += n;
+    }
+    Ok(calls)
+}
+
+/// One lockstep group of at most `HASH_CHUNK` queries.
+fn walk_group<H: Hasher + ?Sized>(
+    aes: &H,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    points: &[u64],
+    out: &mut [u64],
+) -> u64 {
+    let p = keys.params;
+    let n = points.len();
+    let k = p.domain.bits();
+    let ring = match p.output {
+        Output::Bit => None,
+        Output::Ring(w) => Some(w),
+    };
+    let dcf = p.kind == Kind::Dcf;
+    let vbytes = p.value_bytes();
+
+    let mut key_of = [&[][..]; HASH_CHUNK];
+    let mut x = [0u64; HASH_CHUNK];
+    let mut seed = [Block::ZERO; HASH_CHUNK];
+    // DCF accumulator: XOR of control bits (bit output) or a sum (ring output).
+    let mut acc = [0u64; HASH_CHUNK];
+    let mut h = [Block::ZERO; HASH_CHUNK];
+    let mut right = [Block::ZERO; HASH_CHUNK];
+    let mut t_right = [0u64; HASH_CHUNK];
+    let mut keep = [0u64; HASH_CHUNK];
+    for j in 0..n {
+        let key = keys.key((first + j) / per_key);
+        key_of[j] = key;
+        x[j] = points[j] & p.domain.mask();
+        seed[j] = Block::read(key);
+    }
+
+    let mut calls = 0;
+    for level in 0..p.levels() {
+        let shift = k - 1 - level;
+        let off = p.cw_offset(level);
+        h[..n].copy_from_slice(&seed[..n]);
+        calls += aes.hash_many(Domain::Tree, &mut h[..n]);
+        for j in 0..n {
+            let s = seed[j];
+            let cw = Block::read(&key_of[j][off..]);
+            let left = h[j] ^ (cw & Block::mask(s.lsb()));
+            let r = left ^ s;
+            let xb = (x[j] >> shift) & 1;
+            // When x_i = 0 the right sibling is on α's path exactly when this
+            // level decides x < α; its control bit is then a share of that.
+            keep[j] = xb ^ 1;
+            t_right[j] = r.lsb();
+            right[j] = r;
+            seed[j] = left ^ (s & Block::mask(xb));
+        }
+        if dcf {
+            match ring {
+                None => {
+                    for j in 0..n {
+                        acc[j] ^= t_right[j] & keep[j];
+                    }
+                }
+                Some(w) => {
+                    calls += aes.hash_many(Domain::Value, &mut right[..n]);
+                    let voff = off + 16;
+                    for j in 0..n {
+                        let vcw = read_word(&key_of[j][voff..voff + vbytes]);
+                        let share = right[j].low64().wrapping_add(t_right[j].wrapping_mul(vcw));
+                        acc[j] = acc[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
+                        acc[j] &= w.mask();
+                    }
+                }
+            }
+        }
+    }
+
+    h[..n].copy_from_slice(&seed[..n]);
+    calls += aes.hash_many(Domain::Leaf, &mut h[..n]);
+    let leaf_off = p.leaf_offset();
+    let lane_bits = p.lane_bits();
+    let lane_mask = (1u64 << p.leaf_bits()) - 1;
+    let sign = keys.party.index();
+    for j in 0..n {
+        let t = seed[j].lsb();
+        let lcw = Block::read(&key_of[j][leaf_off..]);
+        let lane = cast::u32_from_small_u64(x[j] & lane_mask);
+        out[j] = match ring {
+            None => (acc[j] ^ (h[j] ^ (lcw & Block::mask(t))).bit(lane)) & 1,
+            Some(w) => {
+                let v = h[j]
+                    .lane(lane_bits, lane)
+                    .wrapping_add(t.wrapping_mul(lcw.lane(lane_bits, lane)));
+                let sum = acc[j].wrapping_add(v);
+                // P1 negates so that the two shares add up to the output.
+                let neg = 0u64.wrapping_sub(sign);
+                w.reduce((sum ^ neg).wrapping_add(sign))
+            }
+        };
+    }
+    calls
+}
+
+/// Reads a little-endian word of up to 8 bytes.
+#[inline(always)]
+pub(crate) fn read_word(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(b)
+}
+
+/// Writes the low `bytes.len()` bytes of `v` little-endian.
+#[inline(always)]
+pub(crate) fn write_word(bytes: &mut [u8], v: u64) {
+    let n = bytes.len();
+    bytes.copy_from_slice(&v.to_le_bytes()[..n]);
+}
+
+/// Generates both parties' keys for `f(x) = β·[x < α]` (DCF) or
+/// `β·[x = α]` (DPF), writing full keys into `key0` and `key1`.
+///
+/// `roots` are the parties' root seeds; their low bits are overwritten with
+/// the parties' indices (public root control bits, as in BGI16). α is taken
+/// modulo `2^k` and β modulo `2^w`; bit-output keys ignore β (it is 1). All
+/// inputs except `params` are secret and steer no branch or index. Returns
+/// the number of AES calls made.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gen_pair<R: rand_core::CryptoRng + ?Sized>(
+    aes: &FixedKeyAes,
+    params: &Params,
+    alpha: u64,
+    beta: u64,
+    roots: [Block; 2],
+    rng: &mut R,
+    key0: &mut [u8],
+    key1: &mut [u8],
+) -> Result<u64, Error> {
+    let p = params;
+    if key0.len() != p.key_len() || key1.len() != p.key_len() {
+        return Err(Error::BufferLength);
+    }
+    // α and β are secret: reduce them instead of branching on a range check.
+    debug_assert!(p.domain.contains(alpha), "alpha exceeds the domain");
+    let alpha = p.domain.reduce(alpha);
+    let ring = match p.output {
+        Output::Bit => None,
+        Output::Ring(w) => Some(w),
+    };
+    let beta = match ring {
+        None => 1,
+        Some(w) => w.reduce(beta),
+    };
+    let dcf = p.kind == Kind::Dcf;
+    let nu = p.leaf_bits();
+    let levels = p.levels();
+    let a_hi = alpha >> nu;
+    let a_lo = alpha & ((1u64 << nu) - 1);
+
+    let mut s0 = roots[0].with_lsb(0);
+    let mut s1 = roots[1].with_lsb(1);
+    let delta = s0 ^ s1;
+    s0.write(key0);
+    s1.write(key1);
+
+    let mut calls = 0;
+    for level in 0..levels {
+        let a_i = (a_hi >> (levels - 1 - level)) & 1;
+        let h0 = aes.hash(Domain::Tree, s0);
+        let h1 = aes.hash(Domain::Tree, s1);
+        calls += 2;
+        // Keeps the child toward α on the path (difference Δ) and makes the
+        // other child's seeds equal.
+        let cw = h0 ^ h1 ^ (delta & Block::mask(a_i ^ 1));
+        let off = p.cw_offset(level);
+        cw.write(&mut key0[off..]);
+        let l0 = h0 ^ (cw & Block::mask(s0.lsb()));
+        let l1 = h1 ^ (cw & Block::mask(s1.lsb()));
+        let r0 = l0 ^ s0;
+        let r1 = l1 ^ s1;
+        if let (true, Some(w)) = (dcf, ring) {
+            let v0 = aes.hash(Domain::Value, r0).low64();
+            let v1 = aes.hash(Domain::Value, r1).low64();
+            calls += 2;
+            // On path (α_i = 1): P0's +(v0 + t0·V) and P1's −(v1 + t1·V) must
+            // sum to β, so V = (β − v0 + v1)·(t0 − t1) with t0 − t1 = ±1.
+            let on = w.add(w.sub(beta, v0), v1);
+            let on = cond_neg(w, on, r0.lsb() ^ 1);
+            // Off path the siblings' seeds are equal and V cancels; a random
+            // V makes the two cases look alike.
+            let random = w.reduce(rng.next_u64());
+            let vcw = select_u64(a_i, random, on);
+            let vb = p.value_bytes();
+            write_word(&mut key0[off + 16..off + 16 + vb], vcw);
+        }
+        s0 = l0 ^ (s0 & Block::mask(a_i));
+        s1 = l1 ^ (s1 & Block::mask(a_i));
+    }
+
+    let g0 = aes.hash(Domain::Leaf, s0);
+    let g1 = aes.hash(Domain::Leaf, s1);
+    calls += 2;
+    let lane_bits = p.lane_bits();
+    let payload_bit = |j: u32| -> u64 {
+        let j = u64::from(j);
+        if dcf { ct_lt(j, a_lo) } else { ct_eq(j, a_lo) }
+    };
+    let lcw = match ring {
+        None => g0 ^ g1 ^ Block::from_lanes(1, payload_bit),
+        Some(w) => {
+            let flip = s0.lsb() ^ 1;
+            Block::from_lanes(lane_bits, |j| {
+                let pj = beta & 0u64.wrapping_sub(payload_bit(j));
+                let v = w.add(
+                    w.sub(pj, w.reduce(g0.lane(lane_bits, j))),
+                    w.reduce(g1.lane(lane_bits, j)),
+                );
+                cond_neg(w, v, flip)
+            })
+        }
+    };
+    lcw.write(&mut key0[p.leaf_offset()..]);
+    key1[16..].copy_from_slice(&key0[16..]);
+    Ok(calls)
+}
+
+/// `−v mod 2^w` if `flip` is 1, else `v`, without a branch.
+#[inline(always)]
+fn cond_neg(w: Width, v: u64, flip: u64) -> u64 {
+    let m = 0u64.wrapping_sub(flip & 1);
+    w.reduce((v ^ m).wrapping_add(flip & 1))
+}
+
+/// `b` if `bit` is 1, else `a`, without a branch.
+#[inline(always)]
+fn select_u64(bit: u64, a: u64, b: u64) -> u64 {
+    let m = 0u64.wrapping_sub(bit & 1);
+    (a & !m) | (b & m)
+}
+
+/// `[a < b]` for `a, b < 2^63`, without a branch.
+#[inline(always)]
+fn ct_lt(a: u64, b: u64) -> u64 {
+    a.wrapping_sub(b) >> 63
+}
+
+/// `[a = b]` without a branch.
+#[inline(always)]
+fn ct_eq(a: u64, b: u64) -> u64 {
+    let d = a ^ b;
+    ((d | d.wrapping_neg()) >> 63) ^ 1
+}
+
+/// Evaluates one DPF key at every point of its domain:
+/// `out[x] = Eval(key, x)` for `x < 2^k` (k ≤ 40). Returns the AES calls made.
+///
+/// Expands the tree breadth first inside `out` itself (a level of `2^l`
+/// seeds fits in `2^(l+1) ≤ 2^k` words), so it needs no scratch memory.
+pub fn full_domain<H: Hasher + ?Sized>(
+    aes: &H,
+    params: &Params,
+    party: Party,
+    key: &[u8],
+    out: &mut [u64],
+) -> Result<u64, Error> {
+    let p = params;
+    if p.kind != Kind::Dpf {
+        return Err(Error::KindMismatch);
+    }
+    if key.len() != p.key_len() {
+        return Err(Error::BufferLength);
+    }
+    let k = p.domain.bits();
+    if k > 40 || cast::u64_from_usize(out.len()) != 1u64 << k {
+        return Err(Error::BufferLength);
+    }
+    let store = |out: &mut [u64], i: usize, b: Block| {
+        out[2 * i] = b.low64();
+        out[2 * i + 1] = b.high64();
+    };
+    let load = |out: &[u64], i: usize| -> Block {
+        Block::from_bytes(
+            ((u128::from(out[2 * i + 1]) << 64) | u128::from(out[2 * i])).to_le_bytes(),
+        )
+    };
+    store(out, 0, Block::read(key));
+
+    let mut calls = 0;
+    let mut seeds = [Block::ZERO; HASH_CHUNK];
+    let mut h = [Block::ZERO; HASH_CHUNK];
+    for level in 0..p.levels() {
+        let cw = Block::read(&key[p.cw_offset(level)..]);
+        let nodes = 1usize << level;
+        // Descending chunks: children 2i, 2i+1 overwrite only nodes ≥ i,
+        // which are already read.
+        let mut end = nodes;
+        while end > 0 {
+            let start = end.saturating_sub(HASH_CHUNK);
+            let n = end - start;
+            for (j, s) in seeds[..n].iter_mut().enumerate() {
+                *s = load(out, start + j);
+            }
+            h[..n].copy_from_slice(&seeds[..n]);
+            calls += aes.hash_many(Domain::Tree, &mut h[..n]);
+            for j in (0..n).rev() {
+                let s = seeds[j];
+                let left = h[j] ^ (cw & Block::mask(s.lsb()));
+                let i = start + j;
+                store(out, 2 * i + 1, left ^ s);
+                store(out, 2 * i, left);
+            }
+            end = start;
+        }
+    }
+
+    let leaves = 1usize << p.levels();
+    let per_leaf = 1usize << p.leaf_bits();
+    let lane_bits = p.lane_bits();
+    let lcw = Block::read(&key[p.leaf_offset()..]);
+    let sign = party.index();
+    let mut end = leaves;
+    while end > 0 {
+        let start = end.saturating_sub(HASH_CHUNK);
+        let n = end - start;
+        for (j, s) in seeds[..n].iter_mut().enumerate() {
+            *s = load(out, start + j);
+        }
+        h[..n].copy_from_slice(&seeds[..n]);
+        calls += aes.hash_many(Domain::Leaf, &mut h[..n]);
+        for j in (0..n).rev() {
+            let t = seeds[j].lsb();
+            let base = (start + j) * per_leaf;
+            for lane in (0..per_leaf).rev() {
+                let lane32 = cast::u32_from_small_u64(cast::u64_from_usize(lane));
+                out[base + lane] = match p.output {
+                    Output::Bit => (h[j] ^ (lcw & Block::mask(t))).bit(lane32),
+                    Output::Ring(w) => {
+                        let v = h[j]
+                            .lane(lane_bits, lane32)
+                            .wrapping_add(t.wrapping_mul(lcw.lane(lane_bits, lane32)));
+                        let neg = 0u64.wrapping_sub(sign);
+                        w.reduce((v ^ neg).wrapping_add(sign))
+                    }
+                };
+            }
+        }
+        end = start;
+    }
+    Ok(calls)
+}

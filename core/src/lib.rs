@@ -1,0 +1,35 @@
+//! # suffuse-core
+//!
+//! The allocation-free, constant-time heart of suffuse, two-server secure
+//! transformer inference with function secret sharing.
+//!
+//! * [`ring`]: Z_2^n words for a runtime width, views, fixed-point constants.
+//! * [`prg`]: fixed-key AES as a correlation-robust hash, and a seeded PRG.
+//! * [`fss`], [`dcf`], [`dpf`]: half-tree DCF/DPF keys, generated into and
+//!   evaluated from caller buffers.
+//! * [`batch`]: [`batch::BatchEval`], the accelerator boundary, and
+//!   [`batch::Serial`], its reference implementation.
+//! * [`wire`]: the versioned binary key format, parsed as zero-copy views.
+//! * [`error`]: small `Copy` error enums.
+//!
+//! The crate is `no_std` without `alloc`: every output goes to a caller
+//! buffer whose size is a `const fn` of the public shape. Secrets (seeds,
+//! control bits, correction words, masks) never steer a branch or a memory
+//! index; `SIDE-CHANNELS.md` states exactly what is claimed.
+
+#![no_std]
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+#![deny(clippy::as_conversions)]
+
+pub mod batch;
+pub mod dcf;
+pub mod dpf;
+pub mod error;
+pub mod fss;
+pub mod prg;
+#[allow(clippy::as_conversions)]
+pub mod ring;
+pub mod wire;
+
+pub use error::{Error, SufError, WireError};
