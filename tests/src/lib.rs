@@ -1,1 +1,1 @@
-//! placeholder
+//! Cross-crate test support for suffuse.
