@@ -72,6 +72,26 @@ impl Backend {
     }
 }
 
+impl Backend {
+    /// Evaluates queries like [`fss::eval_queries`], on the fastest walk this
+    /// backend has.
+    pub fn eval_queries(
+        &self,
+        keys: &KeyBatch<'_>,
+        per_key: usize,
+        first: usize,
+        points: &[u64],
+        out: &mut [u64],
+        lanes: usize,
+    ) -> Result<u64, Error> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Backend::Vaes512(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
+            _ => fss::eval_queries(self, keys, per_key, first, points, out, lanes),
+        }
+    }
+}
+
 impl Hasher for Backend {
     #[inline]
     fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
@@ -173,7 +193,7 @@ impl BatchEval for CpuEval {
                 .par_chunks(CHUNK)
                 .zip(out.par_chunks_mut(CHUNK))
                 .enumerate()
-                .map(|(i, (p, o))| fss::eval_queries(aes, keys, per_key, i * CHUNK, p, o, lanes))
+                .map(|(i, (p, o))| aes.eval_queries(keys, per_key, i * CHUNK, p, o, lanes))
                 .try_reduce(|| 0, |a, b| Ok(a + b))
         })?;
         Ok(EvalStats { aes_calls: calls })

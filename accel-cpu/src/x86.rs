@@ -11,7 +11,11 @@
 
 #![allow(unsafe_code)]
 
+mod walk;
+
 use core::arch::x86_64::*;
+use suffuse_core::Error;
+use suffuse_core::fss::{self, KeyBatch};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 
 /// AES-128 round keys of one fixed key.
@@ -148,6 +152,8 @@ impl Hasher for AesNi {
 pub struct Vaes512 {
     narrow: AesNi,
     keys: [[__m512i; 11]; 3],
+    /// AVX-512DQ is present too, so the SIMD walk can run.
+    walks: bool,
 }
 
 impl Vaes512 {
@@ -157,10 +163,51 @@ impl Vaes512 {
         if std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("vaes") {
             // SAFETY: AVX-512F presence checked just above.
             let keys = narrow.keys.map(|rk| rk.0.map(|k| unsafe { broadcast(k) }));
-            Some(Vaes512 { narrow, keys })
+            let walks = std::is_x86_feature_detected!("avx512dq");
+            Some(Vaes512 {
+                narrow,
+                keys,
+                walks,
+            })
         } else {
             None
         }
+    }
+}
+
+impl Vaes512 {
+    /// Evaluates queries like `fss::eval_queries`, using the AVX-512 walk for
+    /// whole groups of bit-output queries and core's walk for the rest.
+    pub fn eval_queries(
+        &self,
+        keys: &KeyBatch<'_>,
+        per_key: usize,
+        first: usize,
+        points: &[u64],
+        out: &mut [u64],
+        lanes: usize,
+    ) -> Result<u64, Error> {
+        if points.len() != out.len() {
+            return Err(Error::BufferLength);
+        }
+        let (done, calls) = if self.walks && walk::supports(keys) && per_key > 0 {
+            if (first + points.len()).div_ceil(per_key) > keys.count() {
+                return Err(Error::BufferLength);
+            }
+            walk::eval_bits(self, keys, per_key, first, points, out)
+        } else {
+            (0, 0)
+        };
+        let rest = fss::eval_queries(
+            self,
+            keys,
+            per_key,
+            first + done,
+            &points[done..],
+            &mut out[done..],
+            lanes,
+        )?;
+        Ok(calls + rest)
     }
 }
 
