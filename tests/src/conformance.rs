@@ -1,0 +1,537 @@
+//! The conformance harness: every [`BatchEval`] must reproduce [`Serial`]
+//! bit for bit, report the AES calls the [`Params`] formulas predict, and
+//! answer malformed buffers with typed errors instead of panics.
+//!
+//! The cases are built once per process (keys, points and `Serial`'s
+//! answers) and shared by every evaluator that is checked, so checking one
+//! more configuration costs only its own evaluations.
+//!
+//! What is swept:
+//!
+//! * shapes: DCF and DPF × k ∈ [`DOMAINS`] × bit and Z_2^w, w ∈ [`RING_WIDTHS`];
+//! * both parties, [`BATCH_SIZES`] keys at each of [`POINTS_PER_KEY`] points
+//!   per key, with points at α, α ± 1, 0, 2^k − 1 and above 2^k (points are
+//!   taken mod 2^k);
+//! * [`LARGE_QUERIES`]-query batches for a few shapes, which cross every
+//!   lane and rayon chunk boundary, including keys whose points straddle two
+//!   chunks;
+//! * full-domain DPF evaluation for k ∈ [`FULL_DOMAINS`];
+//! * buffer-length errors and full-domain requests on DCF keys.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::OnceLock;
+
+use suffuse_core::Error;
+use suffuse_core::batch::{BatchEval, EvalStats, Serial};
+use suffuse_core::fss::{KeyBatch, Kind, Output, Params, Party};
+use suffuse_core::prg::{FixedKeyAes, Prg};
+use suffuse_core::ring::Width;
+
+use crate::keys::{self, DealtBatch, PARTIES};
+
+/// Input widths k of the point-evaluation cases.
+pub const DOMAINS: [u32; 7] = [1, 5, 7, 8, 24, 50, 64];
+/// Ring output widths w; together they cover every leaf lane size.
+pub const RING_WIDTHS: [u32; 6] = [1, 8, 13, 32, 50, 64];
+/// Keys per batch: empty, single, and both sides of the 8- and 64-lane
+/// group sizes.
+pub const BATCH_SIZES: [usize; 8] = [0, 1, 7, 8, 9, 63, 64, 65];
+/// Points per key: one, and a count that does not divide any lane group or
+/// chunk size.
+pub const POINTS_PER_KEY: [usize; 2] = [1, 3];
+/// Queries in a large batch: several rayon chunks of `suffuse-accel-cpu`.
+pub const LARGE_QUERIES: usize = 20_000;
+/// Input widths of the full-domain DPF cases.
+pub const FULL_DOMAINS: [u32; 5] = [1, 5, 7, 8, 12];
+/// Keys per full-domain batch.
+pub const FULL_DOMAIN_KEYS: [usize; 4] = [0, 1, 3, 9];
+
+/// What filling `out` with this before a call catches: an evaluator that
+/// leaves some outputs unwritten. It is no canonical output of any shape
+/// except 64-bit rings, where it is vanishingly unlikely.
+const UNWRITTEN: u64 = 0xA5A5_5A5A_DEAD_BEEF;
+
+/// Failures listed in a panic message; the rest are counted.
+const FAILURES_SHOWN: usize = 25;
+
+/// The outcome of running the harness on one evaluator.
+#[derive(Debug)]
+pub struct Report {
+    /// The evaluator's [`BatchEval::name`].
+    pub evaluator: &'static str,
+    /// Calls made to the evaluator.
+    pub calls: usize,
+    /// Outputs compared with `Serial`.
+    pub outputs: usize,
+    /// One line per disagreement.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    fn fail(&mut self, what: String) {
+        self.failures.push(what);
+    }
+
+    /// Whether every case agreed with `Serial`.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// The failures, one per line, at most [`FAILURES_SHOWN`] of them; empty
+    /// when the evaluator conforms.
+    pub fn failure_summary(&self) -> String {
+        if self.passed() {
+            return String::new();
+        }
+        let mut text = format!(
+            "{} does not conform: {} failure(s) in {} calls",
+            self.evaluator,
+            self.failures.len(),
+            self.calls
+        );
+        for line in self.failures.iter().take(FAILURES_SHOWN) {
+            text.push_str("\n  ");
+            text.push_str(line);
+        }
+        if self.failures.len() > FAILURES_SHOWN {
+            text.push_str("\n  ...");
+        }
+        text
+    }
+}
+
+/// Runs the harness and panics, listing the failures, unless `eval` agrees
+/// with [`Serial`] everywhere. Returns the report for printing.
+pub fn check(eval: &dyn BatchEval) -> Report {
+    let report = run(eval);
+    assert!(report.passed(), "{}", report.failure_summary());
+    report
+}
+
+/// Runs every case against `eval` and collects the disagreements.
+pub fn run(eval: &dyn BatchEval) -> Report {
+    let suite = suite();
+    let mut report = Report {
+        evaluator: eval.name(),
+        calls: 0,
+        outputs: 0,
+        failures: Vec::new(),
+    };
+    for case in &suite.point_cases {
+        check_point_case(eval, case, &mut report);
+    }
+    for case in &suite.large_cases {
+        check_large_case(eval, case, &mut report);
+    }
+    for case in &suite.full_domain_cases {
+        check_full_domain_case(eval, case, &mut report);
+    }
+    check_errors(eval, suite, &mut report);
+    report
+}
+
+/// One shape's keys with points and `Serial`'s answers for every
+/// points-per-key count.
+struct PointCase {
+    keys: DealtBatch,
+    point_sets: Vec<PointSet>,
+}
+
+/// Points for `per_key` points per key over a whole [`DealtBatch`].
+struct PointSet {
+    per_key: usize,
+    points: Vec<u64>,
+    /// `Serial`'s outputs for P0 and P1.
+    expected: [Vec<u64>; 2],
+}
+
+/// A large batch that tiles a pool of keys, evaluated at fresh points.
+struct LargeCase {
+    pool: DealtBatch,
+    party: Party,
+    per_key: usize,
+    points: Vec<u64>,
+    expected: Vec<u64>,
+}
+
+impl LargeCase {
+    fn key_count(&self) -> usize {
+        self.points.len() / self.per_key
+    }
+
+    /// The batch's keys: key `i` is pool key `i mod pool size`. The pool
+    /// size is prime to the lane and chunk sizes, so a key index that is
+    /// off by a lane group or a chunk lands on a different key.
+    fn key_bytes(&self) -> Vec<u8> {
+        let pool = self.pool.bytes(self.party);
+        let len = self.pool.params.key_len();
+        let mut bytes = Vec::with_capacity(self.key_count() * len);
+        for i in 0..self.key_count() {
+            let j = i % self.pool.count();
+            bytes.extend_from_slice(&pool[j * len..(j + 1) * len]);
+        }
+        bytes
+    }
+}
+
+/// DPF keys with `Serial`'s full-domain outputs for P0 and P1.
+struct FullDomainCase {
+    keys: DealtBatch,
+    expected: [Vec<u64>; 2],
+}
+
+struct Suite {
+    point_cases: Vec<PointCase>,
+    large_cases: Vec<LargeCase>,
+    full_domain_cases: Vec<FullDomainCase>,
+    /// Seven bit-DCF keys at k = 8, for the error cases.
+    dcf_keys: DealtBatch,
+    /// One DPF key at k = 8 and one at k = 50, for the error cases.
+    dpf_keys: [DealtBatch; 2],
+}
+
+fn suite() -> &'static Suite {
+    static SUITE: OnceLock<Suite> = OnceLock::new();
+    SUITE.get_or_init(build_suite)
+}
+
+fn party_index(party: Party) -> usize {
+    usize::from(party == Party::P1)
+}
+
+/// Points for a batch: each key's points are drawn from α, α ± 1, 0,
+/// 2^k − 1, α with bits above k set, and uniform words.
+fn points_for(batch: &DealtBatch, per_key: usize, queries: usize, rng: &mut Prg) -> Vec<u64> {
+    let k = batch.params.domain();
+    (0..queries)
+        .map(|q| {
+            let alpha = batch.alphas[(q / per_key) % batch.count()];
+            match rng.next_u64() % 8 {
+                0 | 1 => alpha,
+                2 => alpha.wrapping_sub(1),
+                3 => alpha.wrapping_add(1),
+                4 => 0,
+                5 => k.mask(),
+                6 => alpha | !k.mask(),
+                _ => rng.next_u64(),
+            }
+        })
+        .collect()
+}
+
+fn serial_eval(keys: &KeyBatch<'_>, points: &[u64]) -> Vec<u64> {
+    let mut out = vec![UNWRITTEN; points.len()];
+    Serial::new()
+        .eval(keys, points, &mut out)
+        .unwrap_or_else(|e| panic!("Serial failed on {:?}: {e}", keys.params()));
+    out
+}
+
+fn serial_full_domain(keys: &KeyBatch<'_>) -> Vec<u64> {
+    let mut out = vec![UNWRITTEN; keys.count() << keys.params().domain().bits()];
+    Serial::new()
+        .eval_full_domain(keys, &mut out)
+        .unwrap_or_else(|e| panic!("Serial full domain failed on {:?}: {e}", keys.params()));
+    out
+}
+
+/// The large cases: batching is shape-independent, so a few shapes cover
+/// it, one per output kind and lane size class, and both parties.
+fn large_shapes() -> [(Params, Party, usize); 5] {
+    let shape = |kind, k, output| Params::new(kind, Width::of(k), output);
+    let ring = |w| Output::Ring(Width::of(w));
+    [
+        (shape(Kind::Dcf, 64, Output::Bit), Party::P0, 1),
+        (shape(Kind::Dcf, 64, Output::Bit), Party::P1, 3),
+        (shape(Kind::Dcf, 24, ring(13)), Party::P1, 3),
+        (shape(Kind::Dpf, 50, ring(64)), Party::P0, 1),
+        (shape(Kind::Dpf, 24, Output::Bit), Party::P1, 3),
+    ]
+}
+
+fn build_suite() -> Suite {
+    let aes = FixedKeyAes::new();
+    let mut rng = Prg::new(b"conformance v1\0\0");
+    let max_keys = BATCH_SIZES.iter().copied().max().unwrap_or(0);
+
+    let point_cases = keys::shapes(&DOMAINS, &RING_WIDTHS)
+        .iter()
+        .map(|params| {
+            let keys = DealtBatch::deal(&aes, params, max_keys, &mut rng);
+            let point_sets = POINTS_PER_KEY
+                .iter()
+                .map(|&per_key| {
+                    let points = points_for(&keys, per_key, max_keys * per_key, &mut rng);
+                    let expected = PARTIES.map(|p| serial_eval(&keys.batch(p, max_keys), &points));
+                    PointSet {
+                        per_key,
+                        points,
+                        expected,
+                    }
+                })
+                .collect();
+            PointCase { keys, point_sets }
+        })
+        .collect();
+
+    let mut large_cases = Vec::new();
+    for (params, party, per_key) in large_shapes() {
+        // 65 keys: prime to 8, 64 and 4096.
+        let pool = DealtBatch::deal(&aes, &params, 65, &mut rng);
+        let queries = LARGE_QUERIES.div_ceil(per_key) * per_key;
+        let mut case = LargeCase {
+            points: points_for(&pool, per_key, queries, &mut rng),
+            pool,
+            party,
+            per_key,
+            expected: Vec::new(),
+        };
+        let bytes = case.key_bytes();
+        let keys = KeyBatch::new(params, party, &bytes).unwrap();
+        case.expected = serial_eval(&keys, &case.points);
+        large_cases.push(case);
+    }
+
+    let max_full = FULL_DOMAIN_KEYS.iter().copied().max().unwrap_or(0);
+    let full_domain_cases = keys::shapes(&FULL_DOMAINS, &RING_WIDTHS)
+        .iter()
+        .filter(|p| p.kind() == Kind::Dpf)
+        .map(|params| {
+            let keys = DealtBatch::deal(&aes, params, max_full, &mut rng);
+            let expected = PARTIES.map(|p| serial_full_domain(&keys.batch(p, max_full)));
+            FullDomainCase { keys, expected }
+        })
+        .collect();
+
+    let dcf_keys = DealtBatch::deal(&aes, &Params::dcf_bit(Width::of(8)), 7, &mut rng);
+    let dpf_keys = [8, 50].map(|k| {
+        let params = Params::new(Kind::Dpf, Width::of(k), Output::Bit);
+        DealtBatch::deal(&aes, &params, 1, &mut rng)
+    });
+
+    Suite {
+        point_cases,
+        large_cases,
+        full_domain_cases,
+        dcf_keys,
+        dpf_keys,
+    }
+}
+
+/// Calls `f`, turning a panic into a failure line.
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "non-string panic payload".to_owned())
+    })
+}
+
+fn u64_from(n: usize) -> u64 {
+    u64::try_from(n).unwrap()
+}
+
+/// Evaluates `points` and compares outputs and AES calls with `expected`.
+fn compare_eval(
+    eval: &dyn BatchEval,
+    keys: &KeyBatch<'_>,
+    points: &[u64],
+    expected: &[u64],
+    what: &str,
+    report: &mut Report,
+) {
+    let mut out = vec![UNWRITTEN; points.len()];
+    report.calls += 1;
+    let stats = match guarded(|| eval.eval(keys, points, &mut out)) {
+        Ok(Ok(stats)) => stats,
+        Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
+        Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
+    };
+    report.outputs += points.len();
+    let per_key = points.len().checked_div(keys.count()).unwrap_or(0);
+    if let Some(q) = (0..points.len()).find(|&q| out[q] != expected[q]) {
+        let wrong = (0..points.len()).filter(|&q| out[q] != expected[q]).count();
+        report.fail(format!(
+            "{what}: {wrong} of {} outputs differ; first at query {q} (key {}, point {:#x}): \
+             Serial {:#x}, got {:#x}",
+            points.len(),
+            q / per_key.max(1),
+            points[q],
+            expected[q],
+            out[q]
+        ));
+    }
+    let predicted = keys.params().aes_per_eval() * u64_from(points.len());
+    if stats.aes_calls != predicted {
+        report.fail(format!(
+            "{what}: reported {} AES calls, Params::aes_per_eval predicts {predicted}",
+            stats.aes_calls
+        ));
+    }
+}
+
+fn check_point_case(eval: &dyn BatchEval, case: &PointCase, report: &mut Report) {
+    let params = case.keys.params;
+    for set in &case.point_sets {
+        for party in PARTIES {
+            for count in BATCH_SIZES {
+                let keys = case.keys.batch(party, count);
+                let queries = count * set.per_key;
+                let what = format!(
+                    "eval {params:?} {party:?}, {count} keys × {} points",
+                    set.per_key
+                );
+                compare_eval(
+                    eval,
+                    &keys,
+                    &set.points[..queries],
+                    &set.expected[party_index(party)][..queries],
+                    &what,
+                    report,
+                );
+            }
+        }
+    }
+}
+
+fn check_large_case(eval: &dyn BatchEval, case: &LargeCase, report: &mut Report) {
+    let bytes = case.key_bytes();
+    let keys = KeyBatch::new(case.pool.params, case.party, &bytes).unwrap();
+    let what = format!(
+        "large eval {:?} {:?}, {} keys × {} points",
+        case.pool.params,
+        case.party,
+        case.key_count(),
+        case.per_key
+    );
+    compare_eval(eval, &keys, &case.points, &case.expected, &what, report);
+}
+
+fn check_full_domain_case(eval: &dyn BatchEval, case: &FullDomainCase, report: &mut Report) {
+    let params = case.keys.params;
+    let size = 1usize << params.domain().bits();
+    for party in PARTIES {
+        for count in FULL_DOMAIN_KEYS {
+            let keys = case.keys.batch(party, count);
+            let what = format!("full domain {params:?} {party:?}, {count} keys");
+            let expected = &case.expected[party_index(party)][..count * size];
+            let mut out = vec![UNWRITTEN; count * size];
+            report.calls += 1;
+            let stats = match guarded(|| eval.eval_full_domain(&keys, &mut out)) {
+                Ok(Ok(stats)) => stats,
+                Ok(Err(e)) => {
+                    report.fail(format!("{what}: returned error {e:?}"));
+                    continue;
+                }
+                Err(panic) => {
+                    report.fail(format!("{what}: panicked: {panic}"));
+                    continue;
+                }
+            };
+            report.outputs += out.len();
+            if let Some(i) = (0..out.len()).find(|&i| out[i] != expected[i]) {
+                report.fail(format!(
+                    "{what}: first difference at key {}, x = {:#x}: Serial {:#x}, got {:#x}",
+                    i / size,
+                    i % size,
+                    expected[i],
+                    out[i]
+                ));
+            }
+            let predicted = params.aes_per_full_domain() * u64_from(count);
+            if stats.aes_calls != predicted {
+                report.fail(format!(
+                    "{what}: reported {} AES calls, Params::aes_per_full_domain predicts \
+                     {predicted}",
+                    stats.aes_calls
+                ));
+            }
+        }
+    }
+}
+
+/// Expects `call` to return exactly `Err(want)`.
+fn expect_error(
+    report: &mut Report,
+    what: &str,
+    want: Error,
+    call: impl FnOnce() -> Result<EvalStats, Error>,
+) {
+    report.calls += 1;
+    match guarded(call) {
+        Ok(Err(e)) if e == want => {}
+        Ok(Err(e)) => report.fail(format!("{what}: expected Err({want:?}), got Err({e:?})")),
+        Ok(Ok(stats)) => report.fail(format!("{what}: expected Err({want:?}), got Ok({stats:?})")),
+        Err(panic) => report.fail(format!("{what}: expected Err({want:?}), panicked: {panic}")),
+    }
+}
+
+fn check_errors(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
+    use Error::{BufferLength, KindMismatch};
+
+    let seven = suite.dcf_keys.batch(Party::P0, 7);
+    let none = suite.dcf_keys.batch(Party::P0, 0);
+    let points = [3u64; 15];
+    let mut out = [0u64; 15];
+    expect_error(report, "eval: out longer than points", BufferLength, || {
+        eval.eval(&seven, &points[..7], &mut out[..8])
+    });
+    expect_error(
+        report,
+        "eval: out shorter than points",
+        BufferLength,
+        || eval.eval(&seven, &points[..14], &mut out[..13]),
+    );
+    expect_error(
+        report,
+        "eval: points not a multiple of keys",
+        BufferLength,
+        || eval.eval(&seven, &points[..8], &mut out[..8]),
+    );
+    expect_error(report, "eval: fewer points than keys", BufferLength, || {
+        eval.eval(&seven, &points[..6], &mut out[..6])
+    });
+    expect_error(report, "eval: points but no keys", BufferLength, || {
+        eval.eval(&none, &points[..1], &mut out[..1])
+    });
+
+    let dcf_one = suite.dcf_keys.batch(Party::P1, 1);
+    let mut table = vec![0u64; 1 << 8];
+    expect_error(report, "full domain on DCF keys", KindMismatch, || {
+        eval.eval_full_domain(&dcf_one, &mut table)
+    });
+
+    let [small, wide] = &suite.dpf_keys;
+    let small = small.batch(Party::P0, 1);
+    let mut long = vec![0u64; (1 << 8) + 1];
+    expect_error(
+        report,
+        "full domain: out one too long",
+        BufferLength,
+        || eval.eval_full_domain(&small, &mut long),
+    );
+    expect_error(
+        report,
+        "full domain: out one too short",
+        BufferLength,
+        || eval.eval_full_domain(&small, &mut long[..(1 << 8) - 1]),
+    );
+    expect_error(
+        report,
+        "full domain: empty out for one key",
+        BufferLength,
+        || eval.eval_full_domain(&small, &mut []),
+    );
+    let none = KeyBatch::new(small.params(), Party::P0, &[]).unwrap();
+    expect_error(report, "full domain: out but no keys", BufferLength, || {
+        eval.eval_full_domain(&none, &mut long[..1 << 8])
+    });
+    // 2^50 outputs cannot be asked for; the evaluator must refuse, not
+    // allocate or index past the buffer it was given.
+    let wide = wide.batch(Party::P1, 1);
+    expect_error(report, "full domain at k = 50", BufferLength, || {
+        eval.eval_full_domain(&wide, &mut long)
+    });
+}

@@ -1,0 +1,200 @@
+//! Every `BatchEval` on this machine against the conformance harness.
+
+// Tests: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use suffuse_accel_cpu::{Backend, CpuEval};
+use suffuse_core::batch::{BatchEval, Serial};
+use suffuse_core::fss::{KeyBatch, Output, Params, Party};
+use suffuse_core::prg::FixedKeyAes;
+use suffuse_core::ring::Width;
+use suffuse_tests::conformance;
+
+const LANES: [usize; 3] = [1, 5, 64];
+const THREADS: [usize; 2] = [1, 2];
+
+fn print_report(label: &str, report: &conformance::Report) {
+    println!(
+        "{label}: {} calls, {} outputs compared, {} failure(s)",
+        report.calls,
+        report.outputs,
+        report.failures.len()
+    );
+}
+
+/// Every lanes × threads configuration of `CpuEval` on `backend`; all are
+/// run before any failure is reported.
+fn check_cpu_backend(make_backend: impl Fn() -> Backend) {
+    let mut failures = Vec::new();
+    for threads in THREADS {
+        for lanes in LANES {
+            let eval = CpuEval::with_threads(threads)
+                .unwrap()
+                .with_backend(make_backend())
+                .lanes(lanes);
+            let label = format!(
+                "cpu/{} lanes={lanes} threads={threads}",
+                eval.backend().name()
+            );
+            let report = conformance::run(&eval);
+            print_report(&label, &report);
+            if !report.passed() {
+                failures.push(format!("{label}: {}", report.failure_summary()));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn serial_conforms() {
+    print_report("serial", &conformance::check(&Serial::new()));
+}
+
+#[test]
+fn cpu_default_conforms() {
+    let eval = CpuEval::new();
+    let label = format!("cpu/{} (detected, global pool)", eval.backend().name());
+    print_report(&label, &conformance::check(&eval));
+}
+
+#[test]
+fn cpu_portable_conforms() {
+    check_cpu_backend(|| Backend::Portable(FixedKeyAes::new()));
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn cpu_aesni_conforms() {
+    use suffuse_accel_cpu::x86::AesNi;
+    match AesNi::detect() {
+        Some(h) => check_cpu_backend(|| Backend::AesNi(h)),
+        None => println!("note: no AES-NI on this CPU; the AesNi backend was not checked"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn cpu_vaes512_conforms() {
+    use suffuse_accel_cpu::x86::Vaes512;
+    match Vaes512::detect() {
+        Some(h) => check_cpu_backend(|| Backend::Vaes512(h)),
+        None => println!("note: no VAES-512 on this CPU; the Vaes512 backend was not checked"),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// CudaEval (suffuse-accel-cuda). Runs the harness wherever a CUDA device
+// opens; elsewhere it prints why it was skipped. While the crate ships no
+// kernels its evaluator answers `Unsupported`, which is reported as a skip,
+// not a pass: once kernels exist, any `Unsupported` is a harness failure.
+// ---------------------------------------------------------------------------
+
+/// Whether `eval` evaluates at all: one bit-DCF key at one point.
+fn evaluates_anything(eval: &dyn BatchEval) -> Result<(), suffuse_core::Error> {
+    let params = Params::new(suffuse_core::fss::Kind::Dcf, Width::of(8), Output::Bit);
+    let key = vec![0u8; params.key_len()];
+    let keys = KeyBatch::new(params, Party::P0, &key)?;
+    eval.eval(&keys, &[0], &mut [0]).map(|_| ())
+}
+
+#[test]
+fn cuda_conforms_where_a_device_exists() {
+    let eval = match suffuse_accel_cuda::CudaEval::new() {
+        Ok(eval) => eval,
+        Err(e) => {
+            println!("note: CudaEval not checked: {e}");
+            return;
+        }
+    };
+    if let Err(suffuse_core::Error::Unsupported) = evaluates_anything(&eval) {
+        println!(
+            "note: CudaEval on {} answers Unsupported (no kernels yet); not checked",
+            eval.device_name()
+        );
+        return;
+    }
+    let label = format!("cuda on {}", eval.device_name());
+    print_report(&label, &conformance::check(&eval));
+}
+
+// ---------------------------------------------------------------------------
+// The harness itself: evaluators with planted faults must fail it.
+// ---------------------------------------------------------------------------
+
+/// `Serial` with one planted fault.
+struct Faulty {
+    fault: Fault,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// Flips the low bit of the output of query 4096 (a chunk boundary).
+    FlipsOneOutput,
+    /// Reports one AES call too many per batch.
+    MiscountsAes,
+    /// Leaves the last output unwritten.
+    SkipsLastOutput,
+    /// Panics on an empty full-domain buffer.
+    PanicsOnEmptyOutput,
+    /// Accepts an output buffer longer than the points.
+    AcceptsLongOutput,
+}
+
+impl BatchEval for Faulty {
+    fn name(&self) -> &'static str {
+        "faulty"
+    }
+
+    fn eval(
+        &self,
+        keys: &KeyBatch<'_>,
+        points: &[u64],
+        out: &mut [u64],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        let n = points.len();
+        let (out, _) = match self.fault {
+            Fault::AcceptsLongOutput if out.len() > n => out.split_at_mut(n),
+            _ => (out, &mut [][..]),
+        };
+        let saved = out.last().copied();
+        let mut stats = Serial::new().eval(keys, points, out)?;
+        match self.fault {
+            Fault::FlipsOneOutput if n > 4096 => out[4096] ^= 1,
+            Fault::MiscountsAes if n > 0 => stats.aes_calls += 1,
+            Fault::SkipsLastOutput => {
+                if let (Some(last), Some(saved)) = (out.last_mut(), saved) {
+                    *last = saved;
+                }
+            }
+            _ => {}
+        }
+        Ok(stats)
+    }
+
+    fn eval_full_domain(
+        &self,
+        keys: &KeyBatch<'_>,
+        out: &mut [u64],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        if let Fault::PanicsOnEmptyOutput = self.fault {
+            assert!(!out.is_empty(), "empty output");
+        }
+        Serial::new().eval_full_domain(keys, out)
+    }
+}
+
+#[test]
+fn harness_catches_planted_faults() {
+    for fault in [
+        Fault::FlipsOneOutput,
+        Fault::MiscountsAes,
+        Fault::SkipsLastOutput,
+        Fault::PanicsOnEmptyOutput,
+        Fault::AcceptsLongOutput,
+    ] {
+        let report = conformance::run(&Faulty { fault });
+        assert!(!report.passed(), "the harness missed {fault:?}");
+        println!("{fault:?}: {} failure(s)", report.failures.len());
+    }
+}
