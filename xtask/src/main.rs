@@ -1,1 +1,71 @@
-fn main() {}
+//! `cargo xtask`: suffuse's project tasks, in Rust so they run wherever
+//! cargo does.
+//!
+//! | command | what it does |
+//! | --- | --- |
+//! | `ci` | fmt, clippy, tests, doc tests, the no_std build of core, a fuzz smoke run, `ct` |
+//! | `ct` | the constant-time check under valgrind memcheck |
+//! | `audit` | licences, bans and sources (`cargo deny`), and core's no_std/no-unsafe properties |
+//! | `vectors` | regenerates the versioned test vectors in `tests/vectors/v1` |
+//! | `bench [NAME...]` | builds the benchmarks in release and runs them (all when no name is given) |
+
+mod audit;
+mod bench;
+mod ci;
+mod command;
+mod ct;
+mod vectors;
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+const USAGE: &str = "\
+usage: cargo xtask <command>
+
+commands:
+  ci              fmt, clippy, tests, doc tests, no_std build, fuzz smoke run, ct
+  ct              constant-time check: secrets marked undefined under valgrind memcheck
+  audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
+  vectors         regenerate tests/vectors/v1
+  bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
+                  (names: dcf; all when none is given)";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match dispatch(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("\nxtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dispatch(args: &[String]) -> Result<()> {
+    let Some((command, rest)) = args.split_first() else {
+        println!("{USAGE}");
+        return Ok(());
+    };
+    let no_arguments = |name: &str| -> Result<()> {
+        if rest.is_empty() {
+            Ok(())
+        } else {
+            bail!("`{name}` takes no arguments (got {rest:?})\n\n{USAGE}")
+        }
+    };
+    match command.as_str() {
+        "ci" => no_arguments("ci").and_then(|()| ci::run()),
+        "ct" => no_arguments("ct").and_then(|()| ct::run()),
+        "audit" => no_arguments("audit").and_then(|()| audit::run()),
+        "vectors" => no_arguments("vectors").and_then(|()| vectors::run()),
+        "bench" => bench::run(rest),
+        // What `bench` re-invokes in a release build; not for direct use.
+        "bench-run" => bench::run_in_process(rest),
+        "help" | "-h" | "--help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => bail!("unknown command `{other}`\n\n{USAGE}"),
+    }
+}

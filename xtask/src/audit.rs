@@ -1,0 +1,142 @@
+//! `cargo xtask audit`: supply-chain policy and core's structural promises,
+//! checked mechanically. Writes nothing into the repository (cargo's own
+//! target directory aside).
+//!
+//! * `cargo deny --offline check bans licenses sources` against `deny.toml`.
+//!   Advisories are left out: they need the RustSec database, which needs
+//!   the network.
+//! * core's normal dependency tree for the bare-metal target enables no
+//!   `std` or `alloc` feature anywhere, and core type-checks for that target
+//!   (which has no `std`, so no std-only crate can hide in the tree).
+//! * `core/src/lib.rs` declares `#![no_std]` and `#![forbid(unsafe_code)]`
+//!   and has no `extern crate alloc`.
+
+use anyhow::{Context, Result, bail};
+
+use crate::command::{self, NO_STD_TARGET, cargo};
+
+pub fn run() -> Result<()> {
+    let mut failures = Vec::new();
+
+    eprintln!("==> cargo deny");
+    if let Err(e) = command::run(&mut cargo([
+        "deny",
+        "--offline",
+        "check",
+        "bans",
+        "licenses",
+        "sources",
+    ])) {
+        failures.push(format!("{e:#}"));
+    }
+
+    eprintln!("\n==> core's dependency features for {NO_STD_TARGET}");
+    match core_std_features() {
+        Ok(found) if found.is_empty() => eprintln!("no `std` or `alloc` feature enabled"),
+        Ok(found) => failures.push(format!(
+            "core's dependency tree enables std/alloc features: {}",
+            found.join("; ")
+        )),
+        Err(e) => failures.push(format!("{e:#}")),
+    }
+
+    eprintln!("\n==> core builds without std for {NO_STD_TARGET}");
+    let no_std_build = command::ensure_no_std_target().and_then(|()| {
+        command::run(&mut cargo([
+            "check",
+            "-p",
+            "suffuse-core",
+            "--target",
+            NO_STD_TARGET,
+        ]))
+    });
+    if let Err(e) = no_std_build {
+        failures.push(format!("{e:#}"));
+    }
+
+    eprintln!("\n==> core/src/lib.rs attributes");
+    match crate_root_violations() {
+        Ok(v) if v.is_empty() => {
+            eprintln!("#![no_std], #![forbid(unsafe_code)], no extern crate alloc")
+        }
+        Ok(v) => failures.extend(v),
+        Err(e) => failures.push(format!("{e:#}")),
+    }
+
+    if failures.is_empty() {
+        eprintln!("\naudit: ok");
+        Ok(())
+    } else {
+        bail!(
+            "audit found {} problem(s):\n  {}",
+            failures.len(),
+            failures.join("\n  ")
+        )
+    }
+}
+
+/// Lines of `cargo tree -e normal,features` for core on the bare-metal
+/// target that enable a `std` or `alloc` feature (or one named `*/std`).
+fn core_std_features() -> Result<Vec<String>> {
+    let out = command::capture(&mut cargo([
+        "tree",
+        "-p",
+        "suffuse-core",
+        "--target",
+        NO_STD_TARGET,
+        "-e",
+        "normal,features",
+        "--prefix",
+        "none",
+        "--offline",
+    ]))?;
+    if !out.status.success() {
+        bail!(
+            "`cargo tree` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tree = String::from_utf8_lossy(&out.stdout);
+    let mut found: Vec<String> = tree
+        .lines()
+        .filter(|line| {
+            line.split("feature \"")
+                .skip(1)
+                .filter_map(|rest| rest.split('"').next())
+                .any(|f| {
+                    matches!(f, "std" | "alloc") || f.ends_with("/std") || f.ends_with("/alloc")
+                })
+        })
+        .map(|line| line.trim().to_owned())
+        .collect();
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
+/// What `core/src/lib.rs` gets wrong, if anything.
+fn crate_root_violations() -> Result<Vec<String>> {
+    let path = command::workspace_root().join("core/src/lib.rs");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    // Attributes count only outside comments.
+    let code: Vec<&str> = text
+        .lines()
+        .map(|l| l.split("//").next().unwrap_or("").trim())
+        .collect();
+    let has = |attr: &str| code.iter().any(|l| l.replace(' ', "") == attr);
+    let mut violations = Vec::new();
+    if !has("#![no_std]") {
+        violations.push("core/src/lib.rs lacks #![no_std]".to_owned());
+    }
+    if !has("#![forbid(unsafe_code)]") {
+        violations.push("core/src/lib.rs lacks #![forbid(unsafe_code)]".to_owned());
+    }
+    if code
+        .iter()
+        .any(|l| l.replace(' ', "").starts_with("externcratealloc"))
+    {
+        violations.push("core/src/lib.rs has `extern crate alloc`".to_owned());
+    }
+    Ok(violations)
+}

@@ -1,0 +1,114 @@
+//! `cargo xtask bench [NAME...]`: benchmarks, measured in release builds and
+//! written as JSON to `target/bench/NAME.json`.
+//!
+//! `bench` re-runs this binary as `cargo run --release -p xtask -- bench-run`
+//! when it was itself built without optimisations, so numbers never come
+//! from a debug build. Benchmarks report; they assert nothing about time.
+
+mod dcf;
+mod floors;
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use crate::command::{self, cargo};
+
+/// A benchmark: its name and the function that runs it and returns the JSON
+/// records to write.
+struct Bench {
+    name: &'static str,
+    about: &'static str,
+    run: fn() -> Result<serde_json::Value>,
+}
+
+const BENCHES: &[Bench] = &[Bench {
+    name: "dcf",
+    about: "DCF evaluation against the AES and memory-bandwidth floors",
+    run: dcf::run,
+}];
+
+fn selected(names: &[String]) -> Result<Vec<&'static Bench>> {
+    if names.is_empty() {
+        return Ok(BENCHES.iter().collect());
+    }
+    names
+        .iter()
+        .map(|name| {
+            BENCHES.iter().find(|b| b.name == name).with_context(|| {
+                let known: Vec<String> = BENCHES
+                    .iter()
+                    .map(|b| format!("{} ({})", b.name, b.about))
+                    .collect();
+                format!("unknown benchmark `{name}`; known: {}", known.join(", "))
+            })
+        })
+        .collect()
+}
+
+/// `cargo xtask bench`: makes sure the measurements run optimised.
+pub fn run(names: &[String]) -> Result<()> {
+    selected(names)?;
+    if cfg!(debug_assertions) {
+        command::run(
+            cargo([
+                "run",
+                "--release",
+                "--quiet",
+                "-p",
+                "xtask",
+                "--",
+                "bench-run",
+            ])
+            .args(names),
+        )?;
+        return Ok(());
+    }
+    run_in_process(names)
+}
+
+/// `bench-run`: runs the benchmarks in this process.
+pub fn run_in_process(names: &[String]) -> Result<()> {
+    let benches = selected(names)?;
+    if cfg!(debug_assertions) {
+        eprintln!("warning: this is a debug build; use `cargo xtask bench` for real numbers");
+    }
+    let out_dir = command::target_dir()?.join("bench");
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    for bench in benches {
+        println!("== bench {}: {}", bench.name, bench.about);
+        let start = Instant::now();
+        let records = (bench.run)()?;
+        let path = out_dir.join(format!("{}.json", bench.name));
+        write_json(&path, &records)?;
+        println!(
+            "\nwrote {} ({:.1} s)",
+            path.display(),
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Runs `f` once to warm up, then `reps` times; returns the median seconds.
+fn median_seconds(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    if reps == 0 {
+        bail!("median of zero repetitions");
+    }
+    f()?;
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        f()?;
+        times.push(start.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[reps / 2])
+}

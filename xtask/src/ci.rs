@@ -1,0 +1,150 @@
+//! `cargo xtask ci`: every check, in order, stopping at the first failure.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use crate::command::{self, NO_STD_TARGET, cargo, seconds};
+
+/// Seconds each fuzz target runs in the smoke run.
+const FUZZ_SECONDS_PER_TARGET: u32 = 15;
+
+enum Outcome {
+    Passed(Duration),
+    Skipped(String),
+}
+
+struct Summary(Vec<(&'static str, Outcome)>);
+
+impl Summary {
+    fn print(&self, total: Duration) {
+        eprintln!("\nci summary:");
+        for (name, outcome) in &self.0 {
+            match outcome {
+                Outcome::Passed(d) => eprintln!("  {name:<28} ok        {:>8}", seconds(*d)),
+                Outcome::Skipped(why) => eprintln!("  {name:<28} skipped   ({why})"),
+            }
+        }
+        eprintln!("  {:<28} {:>18}", "total", seconds(total));
+    }
+}
+
+pub fn run() -> Result<()> {
+    let start = Instant::now();
+    let mut summary = Summary(Vec::new());
+    let result = run_steps(&mut summary);
+    if let Err(e) = &result {
+        summary.print(start.elapsed());
+        eprintln!("  FAILED: {e:#}");
+        return result;
+    }
+    summary.print(start.elapsed());
+    eprintln!("\nci: all checks passed");
+    Ok(())
+}
+
+fn run_steps(summary: &mut Summary) -> Result<()> {
+    let mut step = |name: &'static str, f: &mut dyn FnMut() -> Result<Outcome>| -> Result<()> {
+        eprintln!("\n==> {name}");
+        let outcome = f().with_context(|| format!("ci step `{name}` failed"))?;
+        summary.0.push((name, outcome));
+        Ok(())
+    };
+
+    step("rustfmt", &mut || {
+        passed(command::run(&mut cargo(["fmt", "--all", "--", "--check"])))
+    })?;
+    step("clippy -D warnings", &mut || {
+        passed(command::run(&mut cargo([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ])))
+    })?;
+    step("tests", &mut || {
+        let nextest = command::succeeds(&mut cargo(["nextest", "--version"]));
+        let mut cmd = if nextest {
+            cargo(["nextest", "run", "--workspace"])
+        } else {
+            eprintln!("cargo-nextest is not installed; using cargo test");
+            cargo(["test", "--workspace"])
+        };
+        passed(command::run(&mut cmd))
+    })?;
+    step("doc tests", &mut || {
+        passed(command::run(&mut cargo(["test", "--workspace", "--doc"])))
+    })?;
+    step("no_std build of core", &mut || {
+        let start = Instant::now();
+        command::ensure_no_std_target()?;
+        command::run(&mut cargo([
+            "build",
+            "-p",
+            "suffuse-core",
+            "--target",
+            NO_STD_TARGET,
+        ]))?;
+        Ok(Outcome::Passed(start.elapsed()))
+    })?;
+    step("fuzz smoke run", &mut fuzz_smoke)?;
+    step("constant time (xtask ct)", &mut || {
+        let start = Instant::now();
+        crate::ct::run()?;
+        Ok(Outcome::Passed(start.elapsed()))
+    })?;
+    Ok(())
+}
+
+fn passed(result: Result<Duration>) -> Result<Outcome> {
+    result.map(Outcome::Passed)
+}
+
+/// Runs every fuzz target briefly, when cargo-fuzz and the targets exist.
+fn fuzz_smoke() -> Result<Outcome> {
+    if !command::workspace_root().join("fuzz/Cargo.toml").is_file() {
+        return Ok(Outcome::Skipped("no fuzz/Cargo.toml".into()));
+    }
+    if !command::succeeds(&mut cargo(["fuzz", "--version"])) {
+        return Ok(Outcome::Skipped("cargo-fuzz is not installed".into()));
+    }
+    let start = Instant::now();
+    let listed = command::capture(&mut cargo(["fuzz", "list"]))?;
+    if !listed.status.success() {
+        anyhow::bail!(
+            "`cargo fuzz list` failed: {}",
+            String::from_utf8_lossy(&listed.stderr)
+        );
+    }
+    let targets: Vec<String> = String::from_utf8_lossy(&listed.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if targets.is_empty() {
+        return Ok(Outcome::Skipped(
+            "`cargo fuzz list` shows no targets".into(),
+        ));
+    }
+    let max_time = format!("-max_total_time={FUZZ_SECONDS_PER_TARGET}");
+    for target in &targets {
+        command::run(&mut cargo([
+            "fuzz",
+            "run",
+            target,
+            "--sanitizer",
+            "none",
+            "--",
+            &max_time,
+        ]))?;
+    }
+    eprintln!(
+        "fuzzed {} target(s) for {FUZZ_SECONDS_PER_TARGET} s each: {}",
+        targets.len(),
+        targets.join(", ")
+    );
+    Ok(Outcome::Passed(start.elapsed()))
+}
