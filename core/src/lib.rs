@@ -30,6 +30,7 @@ pub mod fss;
 pub mod prg;
 #[allow(clippy::as_conversions)]
 pub mod ring;
+pub mod suf;
 pub mod wire;
 
 pub use error::{Error, SufError, WireError};

@@ -213,6 +213,30 @@ pub(crate) mod cast {
         x as u64
     }
 
+    /// A `u64` as `i128` (lossless).
+    #[inline(always)]
+    pub(crate) const fn i128_from_u64(x: u64) -> i128 {
+        x as i128
+    }
+
+    /// An `i64` as `i128` (lossless).
+    #[inline(always)]
+    pub(crate) const fn i128_from_i64(x: i64) -> i128 {
+        x as i128
+    }
+
+    /// A `u8` index as `usize` (lossless).
+    #[inline(always)]
+    pub(crate) const fn usize_from_u8(x: u8) -> usize {
+        x as usize
+    }
+
+    /// A `bool` as 0 or 1.
+    #[inline(always)]
+    pub(crate) const fn u32_from_bool(b: bool) -> u32 {
+        b as u32
+    }
+
     /// A `u64` width that is known to be at most 64, as `u32`.
     #[inline(always)]
     pub(crate) const fn u32_from_small_u64(x: u64) -> u32 {
