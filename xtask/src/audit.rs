@@ -96,7 +96,12 @@ fn core_std_features() -> Result<Vec<String>> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let tree = String::from_utf8_lossy(&out.stdout);
+    Ok(std_feature_lines(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The lines of a `cargo tree -e features` listing that enable `std` or
+/// `alloc` (directly or as `dep/std`), sorted and deduplicated.
+fn std_feature_lines(tree: &str) -> Vec<String> {
     let mut found: Vec<String> = tree
         .lines()
         .filter(|line| {
@@ -111,7 +116,7 @@ fn core_std_features() -> Result<Vec<String>> {
         .collect();
     found.sort();
     found.dedup();
-    Ok(found)
+    found
 }
 
 /// What `core/src/lib.rs` gets wrong, if anything.
@@ -139,4 +144,28 @@ fn crate_root_violations() -> Result<Vec<String>> {
         violations.push("core/src/lib.rs has `extern crate alloc`".to_owned());
     }
     Ok(violations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::std_feature_lines;
+
+    #[test]
+    fn finds_std_and_alloc_features_only() {
+        let tree = "suffuse-core v0.1.0\n\
+                    subtle feature \"core_hint_black_box\"\n\
+                    zeroize feature \"alloc\"\n\
+                    rand_core feature \"std\"\n\
+                    rand_core feature \"std\"\n\
+                    heapless feature \"serde/std\"\n\
+                    aes feature \"hazmat\"\n";
+        assert_eq!(
+            std_feature_lines(tree),
+            [
+                "heapless feature \"serde/std\"",
+                "rand_core feature \"std\"",
+                "zeroize feature \"alloc\"",
+            ]
+        );
+    }
 }

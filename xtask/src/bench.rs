@@ -8,19 +8,18 @@
 mod dcf;
 mod floors;
 
-use std::path::Path;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 use crate::command::{self, cargo};
 
-/// A benchmark: its name and the function that runs it and returns the JSON
-/// records to write.
+/// A benchmark: its name and the function that runs it and returns its
+/// records as JSON text.
 struct Bench {
     name: &'static str,
     about: &'static str,
-    run: fn() -> Result<serde_json::Value>,
+    run: fn() -> Result<String>,
 }
 
 const BENCHES: &[Bench] = &[Bench {
@@ -79,9 +78,10 @@ pub fn run_in_process(names: &[String]) -> Result<()> {
     for bench in benches {
         println!("== bench {}: {}", bench.name, bench.about);
         let start = Instant::now();
-        let records = (bench.run)()?;
+        let mut json = (bench.run)()?;
+        json.push('\n');
         let path = out_dir.join(format!("{}.json", bench.name));
-        write_json(&path, &records)?;
+        std::fs::write(&path, json).with_context(|| format!("writing {}", path.display()))?;
         println!(
             "\nwrote {} ({:.1} s)",
             path.display(),
@@ -89,12 +89,6 @@ pub fn run_in_process(names: &[String]) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
-    let mut text = serde_json::to_string_pretty(value)?;
-    text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 /// Runs `f` once to warm up, then `reps` times; returns the median seconds.

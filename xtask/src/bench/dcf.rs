@@ -176,7 +176,7 @@ fn measure(evaluator: &dyn BatchEval, keys: &KeyBatch<'_>, points: &[u64]) -> Re
     })
 }
 
-pub fn run() -> Result<serde_json::Value> {
+pub fn run() -> Result<String> {
     println!("measuring AES floors ...");
     let aes = floors::measure_aes()?;
     println!("measuring read bandwidth (1 GiB buffer) ...");
@@ -275,7 +275,7 @@ pub fn run() -> Result<serde_json::Value> {
         }
     }
     print_table(&records);
-    Ok(serde_json::to_value(&records)?)
+    Ok(serde_json::to_string_pretty(&records)?)
 }
 
 fn print_floors(aes: &AesFloor, bandwidth: &ReadBandwidth) {
