@@ -23,6 +23,7 @@
 #![deny(clippy::as_conversions)]
 
 pub mod batch;
+pub mod compile;
 pub mod dcf;
 pub mod dpf;
 pub mod error;

@@ -231,6 +231,25 @@ pub(crate) mod cast {
         x as usize
     }
 
+    /// A table index below 256 as `u8`; capacities guarantee the bound.
+    #[inline(always)]
+    pub(crate) const fn u8_from_index(x: usize) -> u8 {
+        debug_assert!(x < 256);
+        x as u8
+    }
+
+    /// A `u128` below 2^127 as `i128`.
+    #[inline(always)]
+    pub(crate) const fn i128_from_u128(x: u128) -> i128 {
+        x as i128
+    }
+
+    /// A non-negative `i128` below 2^64 as `u64`; callers bound it first.
+    #[inline(always)]
+    pub(crate) const fn u64_from_i128(x: i128) -> u64 {
+        x as u64
+    }
+
     /// A `bool` as 0 or 1.
     #[inline(always)]
     pub(crate) const fn u32_from_bool(b: bool) -> u32 {
