@@ -77,6 +77,9 @@ fn shares(pair: &KeyPair, points: &[u64]) -> [Vec<u64>; 2] {
 }
 
 proptest! {
+    // Each case is a few hundred AES calls; more cases cost little.
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+
     #[test]
     fn keys_reconstruct_to_the_spec(
         params in params(),
