@@ -57,6 +57,7 @@ fn index(d: Domain) -> usize {
         Domain::Tree => 0,
         Domain::Leaf => 1,
         Domain::Value => 2,
+        Domain::Prf => 3,
     }
 }
 
@@ -66,7 +67,7 @@ const WIDE: usize = 32;
 /// The hashes on 128-bit AES-NI, eight blocks in flight.
 #[derive(Clone, Copy)]
 pub struct AesNi {
-    keys: [RoundKeys; 3],
+    keys: [RoundKeys; 4],
 }
 
 impl AesNi {
@@ -79,6 +80,7 @@ impl AesNi {
                     expand(domain_key(Domain::Tree)),
                     expand(domain_key(Domain::Leaf)),
                     expand(domain_key(Domain::Value)),
+                    expand(domain_key(Domain::Prf)),
                 ]
             };
             Some(AesNi { keys })
@@ -151,7 +153,7 @@ impl Hasher for AesNi {
 #[derive(Clone, Copy)]
 pub struct Vaes512 {
     narrow: AesNi,
-    keys: [[__m512i; 11]; 3],
+    keys: [[__m512i; 11]; 4],
     /// AVX-512DQ is present too, so the SIMD walk can run.
     walks: bool,
 }
@@ -300,7 +302,7 @@ mod tests {
     fn check(h: &dyn Hasher) {
         let reference = FixedKeyAes::new();
         for n in [0, 1, 3, 4, 7, 8, 9, 31, 32, 33, 64, 100] {
-            for d in [Domain::Tree, Domain::Leaf, Domain::Value] {
+            for d in [Domain::Tree, Domain::Leaf, Domain::Value, Domain::Prf] {
                 let mut a = sample(n);
                 let mut b = a.clone();
                 assert_eq!(reference.hash_many(d, &mut a), n as u64);

@@ -89,6 +89,9 @@ pub fn full_domain_each<H: Hasher + ?Sized>(
     out: &mut [u64],
 ) -> Result<EvalStats, Error> {
     let p = keys.params();
+    if p.kind() != crate::fss::Kind::Dpf {
+        return Err(Error::KindMismatch);
+    }
     let k = p.domain().bits();
     if k > 40 {
         return Err(Error::BufferLength);

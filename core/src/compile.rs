@@ -198,6 +198,9 @@ const fn max_u8(a: u8, b: u8) -> u8 {
 /// XOR with constant folding (only the constants decided by the
 /// descriptor fold, so the shape stays mask-independent).
 const fn xor(c: &mut Compiled, a: u8, b: u8) -> Result<u8, SufError> {
+    if a == b {
+        return push_node(c, Node::Zero);
+    }
     match (
         c.nodes[cast::usize_from_u8(a)],
         c.nodes[cast::usize_from_u8(b)],
@@ -206,6 +209,8 @@ const fn xor(c: &mut Compiled, a: u8, b: u8) -> Result<u8, SufError> {
         (_, Node::Zero) => Ok(a),
         (Node::One, _) => not(c, b),
         (_, Node::One) => not(c, a),
+        (Node::Not(x), _) if x == b => push_node(c, Node::One),
+        (_, Node::Not(y)) if y == a => push_node(c, Node::One),
         _ => push_node(c, Node::Xor(a, b)),
     }
 }
@@ -325,7 +330,11 @@ impl Compiled {
         // Views whose wrap bits the post-processing reads.
         let mut w = 0;
         while w < wraps.len() {
-            if let Err(e) = c.add_view(wraps[w]) {
+            let v = match c.add_view(wraps[w]) {
+                Ok(v) => v,
+                Err(e) => return Err(e),
+            };
+            if let Err(e) = push_node(&mut c, Node::Wrap(cast::u8_from_index(v))) {
                 return Err(e);
             }
             w += 1;
@@ -437,6 +446,10 @@ impl Compiled {
                     };
                 }
                 i += 1;
+            }
+            if used == m {
+                // Every interval runs p: U_p = 1 and no AND is needed.
+                u = one;
             }
             if used > 0 {
                 let prog = match self.program_node(p, zero, one) {

@@ -200,6 +200,9 @@ pub enum Domain {
     Leaf,
     /// Value conversion: a node seed to a ring element (ring-output DCF).
     Value,
+    /// Seed expansion: `H(seed ⊕ index)` is a PRF of a secret seed, by
+    /// correlation robustness; it derives per-element key material.
+    Prf,
 }
 
 /// Public AES-128 keys of the three domains: ASCII labels, fixed forever,
@@ -207,6 +210,7 @@ pub enum Domain {
 const KEY_TREE: [u8; 16] = *b"suffuse:tree:v1\0";
 const KEY_LEAF: [u8; 16] = *b"suffuse:leaf:v1\0";
 const KEY_VALUE: [u8; 16] = *b"suffuse:value:v1";
+const KEY_PRF: [u8; 16] = *b"suffuse:prf:v1\0\0";
 
 /// How many blocks go through AES in one call: enough to keep VAES-512's
 /// pipelines full, small enough to live on the stack.
@@ -228,18 +232,20 @@ pub const fn domain_key(d: Domain) -> [u8; 16] {
         Domain::Tree => KEY_TREE,
         Domain::Leaf => KEY_LEAF,
         Domain::Value => KEY_VALUE,
+        Domain::Prf => KEY_PRF,
     }
 }
 
-/// The three fixed-key permutations, with their key schedules expanded once.
+/// The fixed-key permutations, with their key schedules expanded once.
 ///
-/// Construct it once per batch and share it; construction costs three AES
+/// Construct it once per batch and share it; construction costs four AES
 /// key expansions.
 #[derive(Clone)]
 pub struct FixedKeyAes {
     tree: Aes128,
     leaf: Aes128,
     value: Aes128,
+    prf: Aes128,
 }
 
 impl fmt::Debug for FixedKeyAes {
@@ -261,6 +267,7 @@ impl FixedKeyAes {
             tree: Aes128::new(&KEY_TREE.into()),
             leaf: Aes128::new(&KEY_LEAF.into()),
             value: Aes128::new(&KEY_VALUE.into()),
+            prf: Aes128::new(&KEY_PRF.into()),
         }
     }
 
@@ -269,6 +276,7 @@ impl FixedKeyAes {
             Domain::Tree => &self.tree,
             Domain::Leaf => &self.leaf,
             Domain::Value => &self.value,
+            Domain::Prf => &self.prf,
         }
     }
 

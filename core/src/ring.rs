@@ -231,11 +231,25 @@ pub(crate) mod cast {
         x as usize
     }
 
+    /// A small count (an AES-call or word count) as `usize`.
+    #[inline(always)]
+    pub(crate) const fn usize_from_small_u64(x: u64) -> usize {
+        debug_assert!(x <= u32::MAX as u64);
+        x as usize
+    }
+
     /// A table index below 256 as `u8`; capacities guarantee the bound.
     #[inline(always)]
     pub(crate) const fn u8_from_index(x: usize) -> u8 {
         debug_assert!(x < 256);
         x as u8
+    }
+
+    /// A table index below 2^16 as `u16`; capacities guarantee the bound.
+    #[inline(always)]
+    pub(crate) const fn u16_from_index(x: usize) -> u16 {
+        debug_assert!(x < 65536);
+        x as u16
     }
 
     /// A `u128` below 2^127 as `i128`.

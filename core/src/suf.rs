@@ -142,7 +142,10 @@ impl Program {
             i += 1;
         }
         // An over-long program keeps a length that `validate` rejects.
-        Program { ops, len: src.len() }
+        Program {
+            ops,
+            len: src.len(),
+        }
     }
 
     /// Checks stack discipline; returns the number of ANDs/ORs (the gates
@@ -233,7 +236,10 @@ pub struct Piece {
 
 impl Piece {
     /// The all-zero piece with every bit output on program 0.
-    pub const ZERO: Piece = Piece { coeffs: [[0; MAX_DEGREE + 1]; MAX_ARITH], bools: [0; MAX_BOOL] };
+    pub const ZERO: Piece = Piece {
+        coeffs: [[0; MAX_DEGREE + 1]; MAX_ARITH],
+        bools: [0; MAX_BOOL],
+    };
 }
 
 /// Fixed-point metadata of the input wire.
@@ -550,7 +556,11 @@ impl Suf {
             bits |= cast::u32_from_bool(prog.run(preds)) << j;
             j += 1;
         }
-        SufValue { arith, bits, interval }
+        SufValue {
+            arith,
+            bits,
+            interval,
+        }
     }
 }
 
@@ -616,15 +626,38 @@ mod tests {
         assert_eq!(s.validate(), Err(SufError::Program));
         let s = RELU.with_pred(Pred::LowLt { bits: 9, gamma: 0 });
         assert_eq!(s.validate(), Err(SufError::Predicate));
-        let s = Suf::piecewise(W, Domain::Unsigned, 0, 1, 1, &[5, 3], &[[[0; 4]; MAX_ARITH]; 3]);
+        let s = Suf::piecewise(
+            W,
+            Domain::Unsigned,
+            0,
+            1,
+            1,
+            &[5, 3],
+            &[[[0; 4]; MAX_ARITH]; 3],
+        );
         assert_eq!(s.validate(), Err(SufError::Boundaries));
-        let s = Suf::piecewise(W, Domain::Unsigned, 0, 1, 1, &[5], &[[[0; 4]; MAX_ARITH]; 3]);
+        let s = Suf::piecewise(
+            W,
+            Domain::Unsigned,
+            0,
+            1,
+            1,
+            &[5],
+            &[[[0; 4]; MAX_ARITH]; 3],
+        );
         assert_eq!(s.validate(), Err(SufError::Capacity));
     }
 
     #[test]
     fn programs_follow_boolean_semantics() {
-        let p = Program::from_ops(&[Op::Pred(0), Op::Pred(1), Op::Or, Op::Pred(2), Op::Not, Op::And]);
+        let p = Program::from_ops(&[
+            Op::Pred(0),
+            Op::Pred(1),
+            Op::Or,
+            Op::Pred(2),
+            Op::Not,
+            Op::And,
+        ]);
         assert_eq!(p.check(3), Ok(2));
         for v in 0..8u32 {
             let (a, b, c) = (v & 1 == 1, v & 2 == 2, v & 4 == 4);

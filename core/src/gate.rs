@@ -1,0 +1,1407 @@
+//! Composite-FSS gates: a compiled SUF plus a post-processing circuit Φ,
+//! with a dealer and a sans-IO two-party evaluator batched over N elements.
+//!
+//! # Rounds
+//!
+//! A gate's rounds are fixed by its SUF and Φ (never by a mask):
+//!
+//! 1. **Open** (when the input arrives as shares): send `x_b + r_b`;
+//!    everyone learns `x̂ = x + r`. Then, locally, every DCF key is
+//!    evaluated at its public points and the Boolean circuit's base nodes
+//!    are formed ([`Compiled::base_nodes`]).
+//! 2. **AND levels**, one round each, when bit outputs need AND gates.
+//! 3. **Bits**: open `b ⊕ ρ` for every bit Φ uses in the ring.
+//! 4. **Beaver**: open `c_i − a_i` for coefficients evaluated Beaver-style.
+//!
+//! The outputs then follow locally from public coefficients and the
+//! dealer's monomial shares ([`crate::phi`]).
+//!
+//! # Key material
+//!
+//! Everything uniformly random is expanded from a per-party 16-byte seed
+//! with the PRF `H_prf(seed ⊕ (element, slot))`: mask shares, DCF root
+//! seeds, the B2A bits' XOR shares, AND-triple inputs, Beaver masks, and
+//! P0's monomial shares. P0's key is therefore its seed plus the DCF
+//! correction words; P1's adds one explicit word per non-seeded monomial
+//! and the AND-triple outputs (DESIGN.md §3, "Seeded party-0 material").
+
+use crate::batch::BatchEval;
+use crate::compile::{Compiled, MAX_KEYS};
+use crate::dcf;
+use crate::error::{Error, SufError};
+use crate::fss::{KeyBatch, Params, Party};
+use crate::mpc;
+use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Mono, Phi, Plan, Publics};
+use crate::prg::{Block, Domain, FixedKeyAes, Hasher, Prg};
+use crate::ring::{Width, cast};
+use crate::suf::Suf;
+
+/// How a gate receives its input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// Additive shares of x: the gate opens `x + r` itself.
+    Shares,
+    /// The masked value `x̂ = x + r` is already public.
+    Masked,
+}
+
+/// One round of a gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Round {
+    /// Open the masked input.
+    Open,
+    /// Evaluate the AND gates of one level.
+    And(u8),
+    /// Convert bits to the ring.
+    Bits,
+    /// Open Beaver differences of polynomial coefficients.
+    Beaver,
+}
+
+/// Most rounds a gate can have.
+pub const MAX_ROUNDS: usize = 8;
+
+/// A gate type: a SUF at an effective width, its post-processing, and the
+/// plan both derive. Everything here is public and mask-independent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gate {
+    /// The compiled SUF.
+    pub compiled: Compiled,
+    /// The post-processing circuit.
+    pub phi: Phi,
+    /// The derived plan.
+    pub plan: Plan,
+    /// How the input arrives.
+    pub input: Input,
+}
+
+/// Per-element costs of a gate, per party.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Cost {
+    /// Rounds of interaction.
+    pub rounds: usize,
+    /// Bits one party sends per element, over all rounds.
+    pub comm_bits: usize,
+    /// Key bytes per element held by P0 (DCF correction words).
+    pub key_bytes_p0: usize,
+    /// Key bytes per element held by P1 (correction words and explicit words).
+    pub key_bytes_p1: usize,
+    /// AES calls per element per party online (DCF evaluations and seed
+    /// expansion).
+    pub aes_online: usize,
+    /// DCF evaluation points per element.
+    pub dcf_points: usize,
+}
+
+/// PRF slots of one element: mask share and ρ bits, AND triple inputs,
+/// P0's AND outputs, then one block per DCF root, then words.
+const SLOT_AND: usize = 1;
+const SLOT_GAMMA: usize = 2;
+const SLOT_ROOTS: usize = 3;
+
+impl Gate {
+    /// Builds a gate from a SUF, an effective width and a post-processing
+    /// circuit.
+    pub const fn new(suf: &Suf, k: Width, phi: Phi, input: Input) -> Result<Gate, SufError> {
+        let (views, count) = phi.wrap_views();
+        let compiled = match Compiled::new(suf, k, views.split_at(count).0) {
+            Ok(c) => c,
+            Err(e) => return Err(e),
+        };
+        let plan = match Plan::new(&compiled, &phi) {
+            Ok(p) => p,
+            Err(e) => return Err(e),
+        };
+        Ok(Gate {
+            compiled,
+            phi,
+            plan,
+            input,
+        })
+    }
+
+    /// The ring of the input and of intermediate arithmetic.
+    pub const fn ring(&self) -> Width {
+        self.compiled.suf.ring
+    }
+
+    /// The rounds, in order.
+    pub const fn schedule(&self) -> ([Round; MAX_ROUNDS], usize) {
+        let mut r = [Round::Open; MAX_ROUNDS];
+        let mut n = 0;
+        if matches!(self.input, Input::Shares) {
+            r[n] = Round::Open;
+            n += 1;
+        }
+        let mut l = 1;
+        while l <= self.compiled.and_depth && n < MAX_ROUNDS {
+            r[n] = Round::And(cast::u8_from_index(l));
+            n += 1;
+            l += 1;
+        }
+        if self.plan.b2a_count > 0 && n < MAX_ROUNDS {
+            r[n] = Round::Bits;
+            n += 1;
+        }
+        if self.plan.beaver_count > 0 && n < MAX_ROUNDS {
+            r[n] = Round::Beaver;
+            n += 1;
+        }
+        (r, n)
+    }
+
+    /// Number of ring outputs.
+    pub const fn outputs(&self) -> usize {
+        self.phi.count
+    }
+
+    /// Number of bit outputs (exported as XOR shares).
+    pub const fn bit_outputs(&self) -> usize {
+        self.compiled.suf.bools
+    }
+
+    /// Explicit words P1 holds per element.
+    pub const fn explicit_words(&self) -> usize {
+        self.plan.explicit_monos() + if self.compiled.and_count > 0 { 1 } else { 0 }
+    }
+
+    /// Seeded words per element (Beaver masks, then P0's monomial shares).
+    const fn seeded_words(&self) -> usize {
+        self.plan.beaver_count + self.plan.explicit_monos()
+    }
+
+    /// PRF blocks per element and party.
+    const fn prf_blocks(&self) -> usize {
+        SLOT_ROOTS + self.compiled.key_count + self.seeded_words().div_ceil(2)
+    }
+
+    /// DCF parameters of key `key`.
+    pub const fn key_params(&self, key: usize) -> Params {
+        Params::dcf_bit(self.compiled.keys[key])
+    }
+
+    /// Bytes a party sends per element in `round`... as bits (rounded up
+    /// per batch when packed).
+    pub const fn round_bits(&self, round: Round) -> usize {
+        match round {
+            Round::Open => cast::usize_from_u32(self.ring().bits()),
+            Round::And(l) => {
+                let mut n = 0;
+                let mut i = 0;
+                while i < self.compiled.and_count {
+                    if self.compiled.level[cast::usize_from_u8(self.compiled.ands[i])] == l {
+                        n += 2;
+                    }
+                    i += 1;
+                }
+                n
+            }
+            Round::Bits => self.plan.b2a_count,
+            Round::Beaver => self.plan.beaver_count * cast::usize_from_u32(self.ring().bits()),
+        }
+    }
+
+    /// Bytes a party sends in `round` for a batch of `n` elements.
+    pub const fn round_bytes(&self, round: Round, n: usize) -> usize {
+        match round {
+            Round::Open => mpc::words_len(self.ring(), n),
+            Round::Beaver => mpc::words_len(self.ring(), n * self.plan.beaver_count),
+            _ => mpc::bits_len(n * self.round_bits(round)),
+        }
+    }
+
+    /// Per-element costs.
+    pub const fn cost(&self) -> Cost {
+        let (sched, rounds) = self.schedule();
+        let mut comm = 0;
+        let mut i = 0;
+        while i < rounds {
+            comm += self.round_bits(sched[i]);
+            i += 1;
+        }
+        let mut cw = 0;
+        let mut aes = self.prf_blocks();
+        let mut points = 0;
+        let mut k = 0;
+        while k < self.compiled.key_count {
+            let p = self.key_params(k);
+            cw += p.key_len() - 16;
+            aes += self.compiled.points_per_key[k] * cast::usize_from_small_u64(p.aes_per_eval());
+            points += self.compiled.points_per_key[k];
+            k += 1;
+        }
+        let explicit = mpc::words_len(self.ring(), self.plan.explicit_monos())
+            + if self.compiled.and_count > 0 {
+                self.compiled.and_count.div_ceil(8)
+            } else {
+                0
+            };
+        Cost {
+            rounds,
+            comm_bits: comm,
+            key_bytes_p0: cw,
+            key_bytes_p1: cw + explicit,
+            aes_online: aes,
+            dcf_points: points,
+        }
+    }
+
+    /// Expands one party's PRF blocks for elements `first..first + count`.
+    fn expand(
+        &self,
+        h: &dyn Hasher,
+        seed: &[u8; 16],
+        first: u64,
+        count: usize,
+        out: &mut [Block],
+    ) -> u64 {
+        let per = self.prf_blocks();
+        let s = Block::from_bytes(*seed);
+        for (e, chunk) in out.chunks_mut(per).take(count).enumerate() {
+            let element = cast::u128_from_u64(first + cast::u64_from_usize(e));
+            for (slot, b) in chunk.iter_mut().enumerate() {
+                let index = element | (cast::u128_from_u64(cast::u64_from_usize(slot)) << 64);
+                *b = s ^ Block::from_bytes(index.to_le_bytes());
+            }
+        }
+        h.hash_many(Domain::Prf, &mut out[..per * count])
+    }
+
+    /// The DCF root seed of `key` in an element's expanded blocks.
+    fn root(&self, blocks: &[Block], key: usize) -> Block {
+        blocks[SLOT_ROOTS + key]
+    }
+
+    /// Seeded word `i` of an element's expanded blocks.
+    fn seeded_word(&self, blocks: &[Block], i: usize) -> u64 {
+        let b = blocks[SLOT_ROOTS + self.compiled.key_count + i / 2];
+        if i.is_multiple_of(2) {
+            b.low64()
+        } else {
+            b.high64()
+        }
+    }
+
+    /// Deals `count` elements starting at element index `first`: writes both
+    /// parties' full DCF keys (roots included) and P1's explicit words.
+    ///
+    /// The input mask shares come from the seeds unless `masks` supplies
+    /// them (then the evaluators must be given the same shares); tests use
+    /// that to pin masks to 0, 2^n − 1 and every wrap point. Returns the AES
+    /// calls made.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deal(
+        &self,
+        h: &dyn Hasher,
+        aes: &FixedKeyAes,
+        seeds: [[u8; 16]; 2],
+        masks: Option<[&[u64]; 2]>,
+        first: u64,
+        count: usize,
+        dcf0: &mut [&mut [u8]; MAX_KEYS],
+        dcf1: &mut [&mut [u8]; MAX_KEYS],
+        explicit: &mut [u64],
+    ) -> Result<u64, Error> {
+        if let Some([m0, m1]) = masks
+            && (m0.len() != count || m1.len() != count)
+        {
+            return Err(Error::BufferLength);
+        }
+        let c = &self.compiled;
+        let w = self.ring();
+        let ew = self.explicit_words();
+        if explicit.len() != count * ew {
+            return Err(Error::BufferLength);
+        }
+        for k in 0..c.key_count {
+            let len = self.key_params(k).key_len();
+            if dcf0[k].len() != count * len || dcf1[k].len() != count * len {
+                return Err(Error::BufferLength);
+            }
+        }
+        const CHUNK: usize = 256;
+        let per = self.prf_blocks();
+        let mut b0 = [Block::ZERO; CHUNK * 16];
+        let mut b1 = [Block::ZERO; CHUNK * 16];
+        if per > 16 {
+            return Err(Error::Suf(SufError::Capacity));
+        }
+        // Bit-output DCF generation draws no randomness; the generator is
+        // only there to satisfy the interface.
+        let mut unused = Prg::new(&seeds[0]);
+        let mut calls = 0;
+        let mut done = 0;
+        while done < count {
+            let n = CHUNK.min(count - done);
+            let at = first + cast::u64_from_usize(done);
+            calls += self.expand(h, &seeds[0], at, n, &mut b0);
+            calls += self.expand(h, &seeds[1], at, n, &mut b1);
+            for e in 0..n {
+                let p0 = &b0[e * per..(e + 1) * per];
+                let p1 = &b1[e * per..(e + 1) * per];
+                let r = match masks {
+                    Some([m0, m1]) => w.add(m0[done + e], m1[done + e]),
+                    None => w.add(p0[0].low64(), p1[0].low64()),
+                };
+                for k in 0..c.key_count {
+                    let params = self.key_params(k);
+                    let len = params.key_len();
+                    let at = (done + e) * len;
+                    calls += dcf::generate(
+                        aes,
+                        &params,
+                        c.key_alpha(k, r),
+                        1,
+                        [self.root(p0, k), self.root(p1, k)],
+                        &mut unused,
+                        &mut dcf0[k][at..at + len],
+                        &mut dcf1[k][at..at + len],
+                    )?;
+                }
+                let rho = p0[0].high64() ^ p1[0].high64();
+                let out = &mut explicit[(done + e) * ew..(done + e + 1) * ew];
+                let mut o = 0;
+                if c.and_count > 0 {
+                    let alpha = p0[SLOT_AND].low64() ^ p1[SLOT_AND].low64();
+                    let beta = p0[SLOT_AND].high64() ^ p1[SLOT_AND].high64();
+                    out[0] = (alpha & beta) ^ p0[SLOT_GAMMA].low64();
+                    o = 1;
+                }
+                let mut a = [0u64; crate::phi::MAX_BEAVER];
+                for (l, al) in a.iter_mut().enumerate().take(self.plan.beaver_count) {
+                    *al = w.add(self.seeded_word(p0, l), self.seeded_word(p1, l));
+                }
+                let mut s = self.plan.beaver_count;
+                for m in &self.plan.monos[..self.plan.mono_count] {
+                    if m.is_seeded() {
+                        continue;
+                    }
+                    let v = self.mono_value(m, r, rho, &a);
+                    out[o] = w.sub(v, self.seeded_word(p0, s));
+                    o += 1;
+                    s += 1;
+                }
+            }
+            done += n;
+        }
+        Ok(calls)
+    }
+
+    /// A monomial's value for mask `r`, B2A bits `rho` and Beaver masks `a`.
+    fn mono_value(&self, m: &Mono, r: u64, rho: u64, a: &[u64]) -> u64 {
+        let w = self.ring();
+        let mut v = 1u64;
+        for _ in 0..m.r {
+            v = w.mul(v, r);
+        }
+        // Secret bits multiply without branching: v·ρ = v & −ρ.
+        let mut mask = m.rho;
+        while mask != 0 {
+            let b = mask.trailing_zeros();
+            v &= 0u64.wrapping_sub((rho >> b) & 1);
+            mask &= mask - 1;
+        }
+        for (l, al) in a.iter().enumerate().take(self.plan.beaver_count) {
+            if m.a >> l & 1 == 1 {
+                v = w.mul(v, *al);
+            }
+        }
+        for q in 0..self.phi.kappa_count {
+            if m.kappa >> q & 1 == 1 {
+                v = w.mul(v, self.phi.kappas[q].of(r));
+            }
+        }
+        v
+    }
+
+    /// Writes each element's DCF root seeds into full keys whose bodies were
+    /// loaded from a key file (which stores correction words only).
+    pub fn fill_roots(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        first: u64,
+        dcf: &mut [&mut [u8]; MAX_KEYS],
+    ) -> Result<u64, Error> {
+        let c = &self.compiled;
+        let len0 = self.key_params(0).key_len();
+        let count = dcf[0].len() / len0;
+        const CHUNK: usize = 256;
+        let per = self.prf_blocks();
+        let mut blocks = [Block::ZERO; CHUNK * 16];
+        let mut calls = 0;
+        let mut done = 0;
+        while done < count {
+            let n = CHUNK.min(count - done);
+            calls += self.expand(h, seed, first + cast::u64_from_usize(done), n, &mut blocks);
+            for e in 0..n {
+                let b = &blocks[e * per..(e + 1) * per];
+                for k in 0..c.key_count {
+                    let len = self.key_params(k).key_len();
+                    let at = (done + e) * len;
+                    self.root(b, k)
+                        .with_lsb(party.index())
+                        .write(&mut dcf[k][at..]);
+                }
+            }
+            done += n;
+        }
+        Ok(calls)
+    }
+
+    /// Scratch words an evaluator needs for `n` elements.
+    pub const fn scratch_words(&self, n: usize) -> usize {
+        let l = self.layout(n);
+        l.end
+    }
+
+    const fn layout(&self, n: usize) -> Layout {
+        let b = self.plan.b2a_count;
+        let u = self.plan.beaver_count;
+        let m = self.plan.mono_count;
+        let x_hat = 0;
+        let mask = x_hat + n;
+        let rho = mask + n;
+        let and = rho + n;
+        let nodes = and + 3 * n;
+        let e = nodes + 2 * n;
+        let a = e + n * b;
+        let uu = a + n * u;
+        let monos = uu + n * u;
+        let fss = monos + n * m;
+        let end = fss + 2 * FSS_CHUNK * self.compiled.total_points();
+        Layout {
+            x_hat,
+            mask,
+            rho,
+            and,
+            nodes,
+            e,
+            a,
+            u: uu,
+            monos,
+            fss,
+            end,
+        }
+    }
+}
+
+/// Elements per DCF batch inside an evaluation.
+const FSS_CHUNK: usize = 4096;
+
+/// Offsets into an evaluator's scratch.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    x_hat: usize,
+    mask: usize,
+    rho: usize,
+    and: usize,
+    nodes: usize,
+    e: usize,
+    a: usize,
+    u: usize,
+    monos: usize,
+    fss: usize,
+    end: usize,
+}
+
+/// One party's evaluation of a gate over a batch, as a state machine over
+/// caller buffers: call [`Eval::prepare`] and [`Eval::finish`] for each
+/// round in order, then [`Eval::outputs`].
+pub struct Eval<'a> {
+    gate: &'a Gate,
+    party: Party,
+    n: usize,
+    dcf: [&'a [u8]; MAX_KEYS],
+    explicit: &'a [u64],
+    s: &'a mut [u64],
+    l: Layout,
+    next: usize,
+}
+
+impl core::fmt::Debug for Eval<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Eval")
+            .field("party", &self.party)
+            .field("n", &self.n)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Eval<'a> {
+    /// Prepares party `party` to evaluate `n` elements (element indices
+    /// `first..first + n` of the key material). `dcf` holds full keys with
+    /// roots ([`Gate::fill_roots`]), `explicit` P1's explicit words (empty
+    /// for P0), `scratch` at least [`Gate::scratch_words`] words. `mask`
+    /// overrides the seed-derived input-mask shares, as in [`Gate::deal`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        gate: &'a Gate,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        mask: Option<&[u64]>,
+        first: u64,
+        n: usize,
+        dcf: [&'a [u8]; MAX_KEYS],
+        explicit: &'a [u64],
+        scratch: &'a mut [u64],
+    ) -> Result<Eval<'a>, Error> {
+        if mask.is_some_and(|m| m.len() != n) {
+            return Err(Error::BufferLength);
+        }
+        let c = &gate.compiled;
+        let l = gate.layout(n);
+        if scratch.len() < l.end {
+            return Err(Error::BufferLength);
+        }
+        for (k, keys) in dcf.iter().enumerate().take(c.key_count) {
+            if keys.len() != n * gate.key_params(k).key_len() {
+                return Err(Error::BufferLength);
+            }
+        }
+        let ew = gate.explicit_words();
+        let want = if party == Party::P1 { n * ew } else { 0 };
+        if explicit.len() != want {
+            return Err(Error::BufferLength);
+        }
+        let mut ev = Eval {
+            gate,
+            party,
+            n,
+            dcf,
+            explicit,
+            s: scratch,
+            l,
+            next: 0,
+        };
+        ev.load_seeded(h, seed, first);
+        if let Some(m) = mask {
+            let w = gate.ring();
+            for (d, v) in ev.s[l.mask..l.mask + n].iter_mut().zip(m) {
+                *d = w.reduce(*v);
+            }
+            // Monomials equal to r read the mask share.
+            let mm = gate.plan.mono_count;
+            for (k, mono) in gate.plan.monos[..mm].iter().enumerate() {
+                if mono.is_seeded() && mono.r == 1 {
+                    for i in 0..n {
+                        ev.s[l.monos + i * mm + k] = ev.s[l.mask + i];
+                    }
+                }
+            }
+        }
+        Ok(ev)
+    }
+
+    /// Unpacks this party's seeded material into scratch.
+    fn load_seeded(&mut self, h: &dyn Hasher, seed: &[u8; 16], first: u64) {
+        let g = self.gate;
+        let w = g.ring();
+        let per = g.prf_blocks();
+        let pb = self.party.index();
+        let l = self.l;
+        const CHUNK: usize = 256;
+        let mut blocks = [Block::ZERO; CHUNK * 16];
+        let m = g.plan.mono_count;
+        let u = g.plan.beaver_count;
+        let mut done = 0;
+        while done < self.n {
+            let n = CHUNK.min(self.n - done);
+            g.expand(h, seed, first + cast::u64_from_usize(done), n, &mut blocks);
+            for e in 0..n {
+                let i = done + e;
+                let b = &blocks[e * per..(e + 1) * per];
+                self.s[l.mask + i] = w.reduce(b[0].low64());
+                self.s[l.rho + i] = b[0].high64();
+                self.s[l.and + 3 * i] = b[SLOT_AND].low64();
+                self.s[l.and + 3 * i + 1] = b[SLOT_AND].high64();
+                self.s[l.and + 3 * i + 2] = if pb == 0 {
+                    b[SLOT_GAMMA].low64()
+                } else {
+                    self.explicit[i * g.explicit_words()]
+                };
+                for j in 0..u {
+                    self.s[l.a + i * u + j] = w.reduce(g.seeded_word(b, j));
+                }
+                // Monomial shares: 1 and r, a_l from the seed; the rest from
+                // the seed (P0) or the explicit words (P1).
+                let mut s = u;
+                let mut x = usize::from(g.compiled.and_count > 0);
+                for (k, mono) in g.plan.monos[..m].iter().enumerate() {
+                    let v = if *mono == Mono::ONE {
+                        1
+                    } else if mono.is_seeded() && mono.r == 1 {
+                        self.s[l.mask + i]
+                    } else if mono.is_seeded() {
+                        self.s[l.a + i * u + cast::usize_from_u32(mono.a.trailing_zeros())]
+                    } else if pb == 0 {
+                        let v = w.reduce(g.seeded_word(b, s));
+                        s += 1;
+                        v
+                    } else {
+                        let v = self.explicit[i * g.explicit_words() + x];
+                        x += 1;
+                        v
+                    };
+                    self.s[l.monos + i * m + k] = v;
+                }
+            }
+            done += n;
+        }
+    }
+
+    /// The rounds of this evaluation.
+    pub fn rounds(&self) -> usize {
+        self.gate.schedule().1
+    }
+
+    /// Bytes this party sends in round `i`.
+    pub fn send_len(&self, i: usize) -> usize {
+        self.gate.round_bytes(self.gate.schedule().0[i], self.n)
+    }
+
+    /// Supplies the public masked input directly (for [`Input::Masked`]
+    /// gates) and runs the FSS evaluation.
+    pub fn set_masked(&mut self, x_hat: &[u64], fss: &dyn BatchEval) -> Result<(), Error> {
+        if x_hat.len() != self.n {
+            return Err(Error::BufferLength);
+        }
+        let w = self.gate.ring();
+        for (d, x) in self.s[self.l.x_hat..self.l.x_hat + self.n]
+            .iter_mut()
+            .zip(x_hat)
+        {
+            *d = w.reduce(*x);
+        }
+        self.evaluate_fss(fss)
+    }
+
+    /// Writes what this party sends in round `i`. Round 0 of an
+    /// [`Input::Shares`] gate takes the input shares in `input`.
+    pub fn prepare(&mut self, i: usize, input: &[u64], send: &mut [u8]) -> Result<(), Error> {
+        let (sched, count) = self.gate.schedule();
+        if i != self.next || i >= count {
+            return Err(Error::Unsupported);
+        }
+        if send.len() != self.send_len(i) {
+            return Err(Error::BufferLength);
+        }
+        let n = self.n;
+        let l = self.l;
+        let w = self.gate.ring();
+        match sched[i] {
+            Round::Open => {
+                if input.len() != n {
+                    return Err(Error::BufferLength);
+                }
+                for j in 0..n {
+                    self.s[l.x_hat + j] = w.add(input[j], self.s[l.mask + j]);
+                }
+                mpc::open_prepare(w, &self.s[l.x_hat..l.x_hat + n], send)
+            }
+            Round::And(level) => {
+                let bits = self.and_messages(level, None);
+                self.pack_message(bits, send)
+            }
+            Round::Bits => {
+                let b = self.gate.plan.b2a_count;
+                for j in 0..n {
+                    let vals = self.nodes(j);
+                    let rho = self.s[l.rho + j];
+                    for k in 0..b {
+                        let node = self.gate.plan.b2a[k];
+                        let bit = crate::compile::node_bit(vals, node) ^ ((rho >> k) & 1);
+                        self.s[l.e + j * b + k] = bit;
+                    }
+                }
+                mpc::pack_bits(&self.s[l.e..l.e + n * b], send)
+            }
+            Round::Beaver => {
+                self.beaver_local();
+                let u = self.gate.plan.beaver_count;
+                mpc::open_prepare(w, &self.s[l.u..l.u + n * u], send)
+            }
+        }
+    }
+
+    /// Consumes the peer's message of round `i`.
+    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        let (sched, count) = self.gate.schedule();
+        if i != self.next || i >= count {
+            return Err(Error::Unsupported);
+        }
+        if recv.len() != self.send_len(i) {
+            return Err(Error::BufferLength);
+        }
+        let n = self.n;
+        let l = self.l;
+        let w = self.gate.ring();
+        match sched[i] {
+            Round::Open => {
+                let (head, _) = self.s.split_at_mut(l.x_hat + n);
+                let mine = &mut head[l.x_hat..];
+                wire_add(w, mine, recv)?;
+                self.evaluate_fss(fss)?;
+            }
+            Round::And(level) => {
+                self.and_messages(level, Some(recv));
+            }
+            Round::Bits => {
+                let b = self.gate.plan.b2a_count;
+                let region = &mut self.s[l.e..l.e + n * b];
+                for (k, v) in region.iter_mut().enumerate() {
+                    *v = (*v ^ u64::from(recv[k / 8] >> (k % 8))) & 1;
+                }
+                check_padding(recv, n * b)?;
+            }
+            Round::Beaver => {
+                let u = self.gate.plan.beaver_count;
+                let region = &mut self.s[l.u..l.u + n * u];
+                wire_add(w, region, recv)?;
+            }
+        }
+        self.next += 1;
+        Ok(())
+    }
+
+    fn nodes(&self, j: usize) -> u128 {
+        let at = self.l.nodes + 2 * j;
+        cast::u128_from_u64(self.s[at]) | (cast::u128_from_u64(self.s[at + 1]) << 64)
+    }
+
+    fn set_nodes(&mut self, j: usize, v: u128) {
+        let at = self.l.nodes + 2 * j;
+        self.s[at] = cast::low_u64(v);
+        self.s[at + 1] = cast::low_u64(v >> 64);
+    }
+
+    /// Evaluates every DCF key at its points and forms the base nodes.
+    fn evaluate_fss(&mut self, fss: &dyn BatchEval) -> Result<(), Error> {
+        let g = self.gate;
+        let c = &g.compiled;
+        let l = self.l;
+        let total = c.total_points();
+        let pb = self.party.index();
+        let mut start = 0;
+        while start < self.n {
+            let count = FSS_CHUNK.min(self.n - start);
+            let (head, area) = self.s.split_at_mut(l.fss);
+            let (points, outs) = area[..2 * FSS_CHUNK * total].split_at_mut(FSS_CHUNK * total);
+            // Key-major regions: key k's points for every element of the chunk.
+            let mut off = 0;
+            for k in 0..c.key_count {
+                let per = c.points_per_key[k];
+                let len = g.key_params(k).key_len();
+                for e in 0..count {
+                    let x_hat = head[l.x_hat + start + e];
+                    c.points(k, x_hat, &mut points[off + e * per..off + (e + 1) * per]);
+                }
+                let keys = KeyBatch::new(
+                    g.key_params(k),
+                    self.party,
+                    &self.dcf[k][start * len..(start + count) * len],
+                )?;
+                fss.eval(
+                    &keys,
+                    &points[off..off + count * per],
+                    &mut outs[off..off + count * per],
+                )?;
+                off += count * per;
+            }
+            for e in 0..count {
+                let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
+                let mut off = 0;
+                for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
+                    let per = c.points_per_key[k];
+                    *r = &outs[off + e * per..off + (e + 1) * per];
+                    off += count * per;
+                }
+                let x_hat = head[l.x_hat + start + e];
+                let v = c.base_nodes(pb, x_hat, &refs);
+                head[l.nodes + 2 * (start + e)] = cast::low_u64(v);
+                head[l.nodes + 2 * (start + e) + 1] = cast::low_u64(v >> 64);
+            }
+            start += count;
+        }
+        Ok(())
+    }
+
+    /// AND round of `level`: without `recv`, writes this party's masked
+    /// inputs into the e-area and returns how many bits; with `recv`,
+    /// finishes the gates.
+    fn and_messages(&mut self, level: u8, recv: Option<&[u8]>) -> usize {
+        let c = &self.gate.compiled;
+        let l = self.l;
+        let pb = self.party.index();
+        let mut gates = [0u8; crate::compile::MAX_ANDS];
+        let mut count = 0;
+        for &a in &c.ands[..c.and_count] {
+            if c.level[usize::from(a)] == level {
+                gates[count] = a;
+                count += 1;
+            }
+        }
+        let mut slot = 0;
+        // AND triple bits are indexed by the gate's position in `ands`.
+        let index_of = |node: u8| {
+            c.ands[..c.and_count]
+                .iter()
+                .position(|&x| x == node)
+                .unwrap_or(0)
+        };
+        for j in 0..self.n {
+            let mut vals = self.nodes(j);
+            let alpha = self.s[l.and + 3 * j];
+            let beta = self.s[l.and + 3 * j + 1];
+            let gamma = self.s[l.and + 3 * j + 2];
+            for &node in &gates[..count] {
+                let crate::compile::Node::And(x, y) = c.nodes[usize::from(node)] else {
+                    continue;
+                };
+                let t = index_of(node);
+                let (al, be, ga) = ((alpha >> t) & 1, (beta >> t) & 1, (gamma >> t) & 1);
+                let d_mine = crate::compile::node_bit(vals, x) ^ al;
+                let e_mine = crate::compile::node_bit(vals, y) ^ be;
+                match recv {
+                    None => {
+                        self.s[l.e + slot] = d_mine;
+                        self.s[l.e + slot + 1] = e_mine;
+                    }
+                    Some(r) => {
+                        let theirs = |k: usize| u64::from(r[k / 8] >> (k % 8)) & 1;
+                        let d = d_mine ^ theirs(slot);
+                        let e = e_mine ^ theirs(slot + 1);
+                        let z = mpc::and_share(pb, d, e, al, be, ga);
+                        vals |= cast::u128_from_u64(z) << node;
+                    }
+                }
+                slot += 2;
+            }
+            if recv.is_some() {
+                vals = c.fill_level(pb, vals, level);
+                self.set_nodes(j, vals);
+            }
+        }
+        slot
+    }
+
+    fn pack_message(&mut self, bits: usize, send: &mut [u8]) -> Result<(), Error> {
+        mpc::pack_bits(&self.s[self.l.e..self.l.e + bits], send)
+    }
+
+    /// This party's shares of the Beaver-opened coefficients, minus its
+    /// mask shares: `c_i − a_i`.
+    fn beaver_local(&mut self) {
+        let g = self.gate;
+        let c = &g.compiled;
+        let w = g.ring();
+        let l = self.l;
+        let pb = self.party.index();
+        let b = g.plan.b2a_count;
+        let u = g.plan.beaver_count;
+        let m = g.plan.mono_count;
+        for j in 0..self.n {
+            for (slot, &(o, i)) in g.plan.beaver[..u].iter().enumerate() {
+                let (o, i) = (usize::from(o), usize::from(i));
+                // c = v_{m−1} + Σ_t Δ_t·C_t with C_t = e_t + (1 − 2e_t)ρ_t.
+                let mut acc = if pb == 0 { c.coefficient_base(o, i) } else { 0 };
+                for t in 1..c.suf.intervals {
+                    let d = c.coefficient_delta(o, i, t);
+                    if d == 0 {
+                        continue;
+                    }
+                    let bi = usize::from(g.plan.boundary_b2a[t]);
+                    let e = self.s[l.e + j * b + bi] & 1;
+                    let rho_mono = Mono {
+                        r: 0,
+                        a: 0,
+                        kappa: 0,
+                        rho: 1 << bi,
+                    };
+                    let mi = g.plan.monos[..m]
+                        .iter()
+                        .position(|x| *x == rho_mono)
+                        .unwrap_or(0);
+                    let rho = self.s[l.monos + j * m + mi];
+                    acc = w.add(acc, w.mul(d, mpc::b2a_share(w, pb, e, rho)));
+                }
+                self.s[l.u + j * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
+            }
+        }
+    }
+
+    /// Writes the ring outputs (`n × outputs`, element-major) and the bit
+    /// outputs as XOR shares (`n × bit_outputs`, one per word).
+    pub fn outputs(&self, arith: &mut [u64], bits: &mut [u64]) -> Result<(), Error> {
+        let g = self.gate;
+        let c = &g.compiled;
+        let (_, count) = g.schedule();
+        if self.next != count {
+            return Err(Error::Unsupported);
+        }
+        let outs = g.phi.count;
+        let nb = c.suf.bools;
+        if arith.len() != self.n * outs || bits.len() != self.n * nb {
+            return Err(Error::BufferLength);
+        }
+        let w = g.ring();
+        let l = self.l;
+        let pb = self.party.index();
+        let b = g.plan.b2a_count;
+        let u = g.plan.beaver_count;
+        let m = g.plan.mono_count;
+        let mut coef = [0u64; MAX_MONOS];
+        let mut entries = [[0u64; MAX_ENTRIES]; MAX_FACTORS];
+        for j in 0..self.n {
+            let vals = self.nodes(j);
+            for (o, out) in bits[j * nb..(j + 1) * nb].iter_mut().enumerate() {
+                *out = crate::compile::node_bit(vals, c.bool_node[o]);
+            }
+            let x_hat = self.s[l.x_hat + j];
+            let publics = Publics {
+                ring: w,
+                x_hat,
+                e: &self.s[l.e + j * b..l.e + (j + 1) * b],
+                u: &self.s[l.u + j * u..l.u + (j + 1) * u],
+            };
+            let shares = &self.s[l.monos + j * m..l.monos + (j + 1) * m];
+            let mut k = 0;
+            for o in 0..outs {
+                let output = &g.phi.outputs[o];
+                coef[..m].fill(0);
+                for t in 0..output.len {
+                    let term = &output.terms[t];
+                    let p = w.mul(term.scale, term.public.at(x_hat));
+                    for f in 0..term.len {
+                        g.plan
+                            .entries(c, term.factors[f], &publics, &mut entries[f]);
+                    }
+                    while k < g.plan.contrib_count
+                        && usize::from(g.plan.contribs[k].output) == o
+                        && usize::from(g.plan.contribs[k].term) == t
+                    {
+                        let ct = &g.plan.contribs[k];
+                        let mut v = p;
+                        for f in 0..term.len {
+                            v = w.mul(v, entries[f][usize::from(ct.entries[f])]);
+                        }
+                        let mi = usize::from(ct.mono);
+                        coef[mi] = w.add(coef[mi], v);
+                        k += 1;
+                    }
+                }
+                let mut acc = if pb == 0 { coef[0] } else { 0 };
+                for i in 1..m {
+                    acc = w.add(acc, w.mul(coef[i], shares[i]));
+                }
+                arith[j * outs + o] = output.ring.reduce(acc);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `mine += unpack(recv)` in place, element-wise.
+fn wire_add(w: Width, mine: &mut [u64], recv: &[u8]) -> Result<(), Error> {
+    // Unpack in blocks to stay allocation-free.
+    const BLOCK: usize = 512;
+    let bits = cast::usize_from_u32(w.bits());
+    let mut tmp = [0u64; BLOCK];
+    let mut done = 0;
+    while done < mine.len() {
+        let n = BLOCK.min(mine.len() - done);
+        // Blocks of 512 words start on byte boundaries for any width.
+        let from = done * bits / 8;
+        let to = if done + n == mine.len() {
+            recv.len()
+        } else {
+            (done + n) * bits / 8
+        };
+        crate::wire::unpack(w, &recv[from..to], &mut tmp[..n])?;
+        for (m, t) in mine[done..done + n].iter_mut().zip(&tmp[..n]) {
+            *m = w.add(*m, *t);
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+/// Padding bits after `count` bits must be zero.
+fn check_padding(recv: &[u8], count: usize) -> Result<(), Error> {
+    let used = count % 8;
+    if used != 0 && recv.last().is_some_and(|b| b >> used != 0) {
+        return Err(Error::Wire(crate::error::WireError::ReservedNonZero));
+    }
+    Ok(())
+}
+
+/// Bytes moved by a two-party run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Rounds.
+    pub rounds: usize,
+    /// Bytes each party sent.
+    pub bytes_per_party: usize,
+}
+
+/// Runs both parties of a gate in memory, exchanging messages through
+/// `buf0`/`buf1` (each at least the largest round's size). For tests and
+/// benchmarks; hosts run each party against a network instead.
+pub fn run_pair(
+    p0: &mut Eval<'_>,
+    p1: &mut Eval<'_>,
+    x0: &[u64],
+    x1: &[u64],
+    fss: &dyn BatchEval,
+    buf0: &mut [u8],
+    buf1: &mut [u8],
+) -> Result<Traffic, Error> {
+    let rounds = p0.rounds();
+    let mut bytes = 0;
+    for i in 0..rounds {
+        let len = p0.send_len(i);
+        p0.prepare(i, x0, &mut buf0[..len])?;
+        p1.prepare(i, x1, &mut buf1[..len])?;
+        p0.finish(i, &buf1[..len], fss)?;
+        p1.finish(i, &buf0[..len], fss)?;
+        bytes += len;
+    }
+    Ok(Traffic {
+        rounds,
+        bytes_per_party: bytes,
+    })
+}
+
+/// Test support: deal and run a gate in memory, reconstructing outputs.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::batch::Serial;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Reconstructed outputs of a two-party run: ring outputs
+    /// (element-major) and bits.
+    pub(crate) struct Run {
+        pub arith: Vec<u64>,
+        pub bits: Vec<u64>,
+        pub traffic: Traffic,
+    }
+
+    /// Deals `xs.len()` elements with the given masks (or seeded ones) and
+    /// runs both parties on shares of `xs`.
+    pub(crate) fn run(gate: &Gate, xs: &[u64], masks: Option<&[u64]>, salt: u8) -> Run {
+        let n = xs.len();
+        let w = gate.ring();
+        let aes = FixedKeyAes::new();
+        let seeds = [[salt; 16], [salt ^ 0x5a; 16]];
+        let mut prg = Prg::new(&[salt ^ 0x33; 16]);
+        let (m0, m1): (Vec<u64>, Vec<u64>) = match masks {
+            Some(m) => {
+                let m0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+                let m1 = m.iter().zip(&m0).map(|(r, a)| w.sub(*r, *a)).collect();
+                (m0, m1)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let c = &gate.compiled;
+        let mut k0: Vec<Vec<u8>> = (0..MAX_KEYS)
+            .map(|k| {
+                vec![
+                    0u8;
+                    if k < c.key_count {
+                        n * gate.key_params(k).key_len()
+                    } else {
+                        0
+                    }
+                ]
+            })
+            .collect();
+        let mut k1 = k0.clone();
+        let mut explicit = vec![0u64; n * gate.explicit_words()];
+        {
+            let [a0, a1, a2] = &mut k0[..] else {
+                unreachable!()
+            };
+            let [b0, b1, b2] = &mut k1[..] else {
+                unreachable!()
+            };
+            let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
+            let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+            let ms = masks.map(|_| [&m0[..], &m1[..]]);
+            gate.deal(&aes, &aes, seeds, ms, 7, n, &mut d0, &mut d1, &mut explicit)
+                .unwrap();
+        }
+        let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+        let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
+        let mut s0 = vec![0u64; gate.scratch_words(n)];
+        let mut s1 = vec![0u64; gate.scratch_words(n)];
+        let r0 = [&k0[0][..], &k0[1][..], &k0[2][..]];
+        let r1 = [&k1[0][..], &k1[1][..], &k1[2][..]];
+        let mask0 = masks.map(|_| &m0[..]);
+        let mask1 = masks.map(|_| &m1[..]);
+        let mut e0 = Eval::new(
+            gate,
+            &aes,
+            Party::P0,
+            &seeds[0],
+            mask0,
+            7,
+            n,
+            r0,
+            &[],
+            &mut s0,
+        )
+        .unwrap();
+        let mut e1 = Eval::new(
+            gate,
+            &aes,
+            Party::P1,
+            &seeds[1],
+            mask1,
+            7,
+            n,
+            r1,
+            &explicit,
+            &mut s1,
+        )
+        .unwrap();
+        let max = (0..e0.rounds()).map(|i| e0.send_len(i)).max().unwrap_or(0);
+        let mut b0 = vec![0u8; max];
+        let mut b1 = vec![0u8; max];
+        let serial = Serial::new();
+        let traffic = run_pair(&mut e0, &mut e1, &x0, &x1, &serial, &mut b0, &mut b1).unwrap();
+        let outs = gate.outputs();
+        let nb = gate.bit_outputs();
+        let mut a0 = vec![0u64; n * outs];
+        let mut a1 = vec![0u64; n * outs];
+        let mut bb0 = vec![0u64; n * nb];
+        let mut bb1 = vec![0u64; n * nb];
+        e0.outputs(&mut a0, &mut bb0).unwrap();
+        e1.outputs(&mut a1, &mut bb1).unwrap();
+        let arith = a0
+            .iter()
+            .zip(&a1)
+            .enumerate()
+            .map(|(i, (a, b))| gate.phi.outputs[i % outs.max(1)].ring.add(*a, *b))
+            .collect();
+        let bits = bb0.iter().zip(&bb1).map(|(a, b)| a ^ b).collect();
+        Run {
+            arith,
+            bits,
+            traffic,
+        }
+    }
+
+    /// Masks that hit every wrap point of every view: 0, 2^n − 1, and for
+    /// each view (w, c) and threshold β (and β = 0) the masks with
+    /// `r + c + β ≡ δ (mod 2^w)`, δ ∈ {−1, 0, 1}, with high bits all-zero,
+    /// all-one and mixed; topped up with pseudorandom masks to `min`.
+    pub(crate) fn wrap_masks(gate: &Gate, min: usize) -> Vec<u64> {
+        let c = &gate.compiled;
+        let w = gate.ring();
+        let mut out = vec![0, w.mask()];
+        for v in 0..c.view_count {
+            let view = c.views[v];
+            let mut thresholds = vec![0u64];
+            thresholds.extend(
+                c.queries[..c.query_count]
+                    .iter()
+                    .filter(|q| usize::from(q.view) == v)
+                    .map(|q| q.threshold),
+            );
+            for beta in thresholds {
+                for delta in [u64::MAX, 0, 1] {
+                    let low = view.width.reduce(
+                        0u64.wrapping_sub(view.add)
+                            .wrapping_sub(beta)
+                            .wrapping_add(delta),
+                    );
+                    for high in [0u64, u64::MAX, 0x5555_5555_5555_5555] {
+                        let r = w.reduce((high & !view.width.mask()) | low);
+                        if !out.contains(&r) {
+                            out.push(r);
+                        }
+                    }
+                }
+            }
+        }
+        let mut prg = Prg::new(&[0xab; 16]);
+        while out.len() < min {
+            out.push(w.reduce(prg.next_u64()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{run, wrap_masks};
+    use super::*;
+    use crate::compile::View;
+    use crate::phi::{Factor, Kappa, PolyMode, Public, Term};
+    use crate::suf::{Domain, Op, Pred, Program};
+    use std::vec::Vec;
+
+    const N: Width = Width::of(8);
+
+    fn relu() -> Suf {
+        Suf::piecewise(
+            N,
+            Domain::Signed,
+            0,
+            1,
+            1,
+            &[0],
+            &[[[0; 4], [0; 4]], [[0, 1, 0, 0], [0; 4]]],
+        )
+        .with_pred(Pred::Msb)
+        .with_program(Program::from_ops(&[Op::Pred(0)]))
+        .with_bools(&[1])
+    }
+
+    fn spline() -> Suf {
+        let c = |a: u64, b: u64, d: u64| [[a, b, d, 0], [0; 4]];
+        Suf::piecewise(
+            N,
+            Domain::Signed,
+            0,
+            1,
+            2,
+            &[-40, -7, 0, 9, 50],
+            &[
+                c(3, 0, 0),
+                c(200, 17, 5),
+                c(1, 1, 250),
+                c(0, 1, 0),
+                c(77, 3, 1),
+                c(0, 1, 0),
+            ],
+        )
+    }
+
+    /// Every input under every wrap mask: outputs equal the SUF at width k.
+    fn exhaustive(gate: &Gate, k: Width) {
+        let xs: Vec<u64> = (0..1u64 << N.bits()).collect();
+        let masks = wrap_masks(gate, 64);
+        assert!(masks.len() >= 64);
+        for (i, r) in masks.iter().enumerate() {
+            let rs = std::vec![*r; xs.len()];
+            let out = run(gate, &xs, Some(&rs), i as u8);
+            let cost = gate.cost();
+            assert_eq!(out.traffic.rounds, cost.rounds);
+            assert_eq!(
+                out.traffic.bytes_per_party,
+                (cost.comm_bits * xs.len()).div_ceil(8)
+            );
+            for x in &xs {
+                let want = gate.compiled.suf.eval_at(*x, k);
+                for o in 0..gate.outputs() {
+                    assert_eq!(
+                        out.arith[*x as usize * gate.outputs() + o],
+                        want.arith[o],
+                        "x={x} r={r} k={}",
+                        k.bits()
+                    );
+                }
+                for j in 0..gate.bit_outputs() {
+                    assert_eq!(
+                        out.bits[*x as usize * gate.bit_outputs() + j],
+                        u64::from((want.bits >> j) & 1),
+                        "bit {j} x={x} r={r}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn relu_all_inputs_all_wrap_masks() {
+        for k in [8, 6] {
+            let k = Width::of(k);
+            let gate =
+                Gate::new(&relu(), k, Phi::poly(N, PolyMode::Monomials), Input::Shares).unwrap();
+            assert_eq!(gate.cost().rounds, 2);
+            exhaustive(&gate, k);
+        }
+    }
+
+    #[test]
+    fn spline_in_both_polynomial_modes() {
+        for mode in [PolyMode::Monomials, PolyMode::Beaver] {
+            let gate = Gate::new(&spline(), N, Phi::poly(N, mode), Input::Shares).unwrap();
+            let rounds = if mode == PolyMode::Beaver { 3 } else { 2 };
+            assert_eq!(gate.cost().rounds, rounds);
+            exhaustive(&gate, N);
+        }
+    }
+
+    #[test]
+    fn boolean_outputs_with_and_gates() {
+        let s = Suf::piecewise(N, Domain::Signed, 0, 0, 0, &[-30, 0, 30], &[[[0; 4]; 2]; 4])
+            .with_pred(Pred::LowLt { bits: 3, gamma: 5 })
+            .with_pred(Pred::MsbPlus(17))
+            .with_pred(Pred::Lt(4))
+            .with_program(Program::from_ops(&[Op::Pred(0), Op::Pred(1), Op::Or]))
+            .with_program(Program::from_ops(&[
+                Op::Pred(2),
+                Op::Not,
+                Op::Pred(0),
+                Op::And,
+            ]))
+            .with_bools(&[1, 2]);
+        let mut s = s;
+        s.pieces[2].bools[0] = 2;
+        let gate = Gate::new(&s, N, Phi::new(PolyMode::Monomials), Input::Shares).unwrap();
+        assert!(gate.compiled.and_depth >= 1);
+        exhaustive(&gate, N);
+    }
+
+    #[test]
+    fn wraps_and_mask_constants_give_exact_truncation() {
+        // floor(x / 2^f) for signed x at width k < n (one bit of slack):
+        // x' = x + 2^(k−1) ≥ 0, x̂' = x̂ + 2^(k−1); with c = [x̂' mod 2^f < r mod 2^f]
+        // and w = MSB(r)·(1 − MSB(x̂')), floor = x̂'_hi − r_hi − c + 2^(n−f)·w − 2^(k−1−f).
+        let (f, k) = (3u32, Width::of(6));
+        let shifted = View::new(N, k.half());
+        let low = View::new(Width::of(f), 0);
+        let phi = Phi::new(PolyMode::Monomials)
+            .with_kappa(Kappa::MaskBits { width: N, shift: f })
+            .with_kappa(Kappa::MaskMsb(N))
+            .with_output(
+                N,
+                &[
+                    Term::new(
+                        1,
+                        Public::ViewShr {
+                            view: shifted,
+                            shift: f,
+                        },
+                        &[],
+                    ),
+                    Term::new(N.neg(1), Public::One, &[Factor::Kappa(0)]),
+                    Term::new(N.neg(1), Public::One, &[Factor::Wrap(low)]),
+                    Term::new(
+                        1 << (N.bits() - f),
+                        Public::NotMsb(shifted),
+                        &[Factor::Kappa(1)],
+                    ),
+                    Term::constant(N.neg(1 << (k.bits() - 1 - f))),
+                ],
+            );
+        let s = Suf::new(N, Domain::Signed, f, 0, 0);
+        let gate = Gate::new(&s, k, phi, Input::Shares).unwrap();
+        let xs: Vec<u64> = (0..1u64 << N.bits())
+            .filter(|x| k.fits_signed(N.to_signed(*x)))
+            .collect();
+        for (i, r) in wrap_masks(&gate, 64).iter().enumerate() {
+            let out = run(&gate, &xs, Some(&std::vec![*r; xs.len()]), i as u8);
+            for (j, x) in xs.iter().enumerate() {
+                let want = N.from_signed(N.to_signed(*x) >> f);
+                assert_eq!(out.arith[j], want, "x={x} r={r}");
+            }
+        }
+    }
+}
