@@ -49,7 +49,7 @@
 //! `lane` the smallest of 8/16/32/64 bits holding `w`.
 
 use crate::error::Error;
-use crate::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher};
+use crate::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher, word_mask};
 use crate::ring::{Width, cast};
 
 /// Which function family a key encodes.
@@ -430,7 +430,7 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
                     let voff = off + 16;
                     for j in 0..n {
                         let vcw = read_word(&key_of[j][voff..voff + vbytes]);
-                        let share = right[j].low64().wrapping_add(t_right[j].wrapping_mul(vcw));
+                        let share = right[j].low64().wrapping_add(vcw & word_mask(t_right[j]));
                         acc[j] = acc[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
                         acc[j] &= w.mask();
                     }
@@ -454,7 +454,7 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
             Some(w) => {
                 let v = h[j]
                     .lane(lane_bits, lane)
-                    .wrapping_add(t.wrapping_mul(lcw.lane(lane_bits, lane)));
+                    .wrapping_add(lcw.lane(lane_bits, lane) & word_mask(t));
                 let sum = acc[j].wrapping_add(v);
                 // P1 negates so that the two shares add up to the output.
                 let neg = 0u64.wrapping_sub(sign);
@@ -589,14 +589,14 @@ pub(crate) fn gen_pair<R: rand_core::CryptoRng + ?Sized>(
 /// `−v mod 2^w` if `flip` is 1, else `v`, without a branch.
 #[inline(always)]
 fn cond_neg(w: Width, v: u64, flip: u64) -> u64 {
-    let m = 0u64.wrapping_sub(flip & 1);
-    w.reduce((v ^ m).wrapping_add(flip & 1))
+    let m = word_mask(flip);
+    w.reduce((v ^ m).wrapping_add(m & 1))
 }
 
 /// `b` if `bit` is 1, else `a`, without a branch.
 #[inline(always)]
 fn select_u64(bit: u64, a: u64, b: u64) -> u64 {
-    let m = 0u64.wrapping_sub(bit & 1);
+    let m = word_mask(bit);
     (a & !m) | (b & m)
 }
 
@@ -699,7 +699,7 @@ pub fn full_domain<H: Hasher + ?Sized>(
                     Output::Ring(w) => {
                         let v = h[j]
                             .lane(lane_bits, lane32)
-                            .wrapping_add(t.wrapping_mul(lcw.lane(lane_bits, lane32)));
+                            .wrapping_add(lcw.lane(lane_bits, lane32) & word_mask(t));
                         let neg = 0u64.wrapping_sub(sign);
                         w.reduce((v ^ neg).wrapping_add(sign))
                     }

@@ -398,7 +398,7 @@ impl Gate {
         let mut mask = m.rho;
         while mask != 0 {
             let b = mask.trailing_zeros();
-            v &= 0u64.wrapping_sub((rho >> b) & 1);
+            v &= crate::prg::word_mask(rho >> b);
             mask &= mask - 1;
         }
         for (l, al) in a.iter().enumerate().take(self.plan.beaver_count) {

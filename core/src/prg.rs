@@ -85,7 +85,8 @@ impl Block {
     /// control bits.
     #[inline(always)]
     pub const fn mask(bit: u64) -> Block {
-        Block(0u128.wrapping_sub(u128_from_u64(bit & 1)))
+        let m = u128_from_u64(word_mask(bit));
+        Block(m | (m << 64))
     }
 
     /// The low 64 bits.
@@ -147,6 +148,14 @@ impl Block {
         let lo = low_u64(self.0);
         Block((u128_from_u64(hi ^ lo) << 64) | u128_from_u64(hi))
     }
+}
+
+/// All ones if `bit` is 1, else 0, hidden from the optimizer: without the
+/// barrier LLVM turns `x ^ (y & mask(t))` back into a branch on `t`
+/// (`cargo xtask ct` caught exactly that).
+#[inline(always)]
+pub const fn word_mask(bit: u64) -> u64 {
+    core::hint::black_box(0u64.wrapping_sub(bit & 1))
 }
 
 impl BitXor for Block {

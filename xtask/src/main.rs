@@ -7,6 +7,7 @@
 //! | `ct` | the constant-time check under valgrind memcheck |
 //! | `audit` | licences, bans and sources (`cargo deny`), and core's no_std/no-unsafe properties |
 //! | `vectors` | regenerates the versioned test vectors in `tests/vectors/v1` |
+//! | `fit` | refits the gates' spline approximations into `core/src/gate/splines.rs` |
 //! | `bench [NAME...]` | builds the benchmarks in release and runs them (all when no name is given) |
 
 mod audit;
@@ -14,6 +15,7 @@ mod bench;
 mod ci;
 mod command;
 mod ct;
+mod fit;
 mod vectors;
 
 use std::process::ExitCode;
@@ -28,6 +30,7 @@ commands:
   ct              constant-time check: secrets marked undefined under valgrind memcheck
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
   vectors         regenerate tests/vectors/v1
+  fit             refit the gates' splines into core/src/gate/splines.rs
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf; all when none is given)";
 
@@ -59,6 +62,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "ct" => no_arguments("ct").and_then(|()| ct::run()),
         "audit" => no_arguments("audit").and_then(|()| audit::run()),
         "vectors" => no_arguments("vectors").and_then(|()| vectors::run()),
+        "fit" => no_arguments("fit").and_then(|()| fit::run()),
         "bench" => bench::run(rest),
         // What `bench` re-invokes in a release build; not for direct use.
         "bench-run" => bench::run_in_process(rest),
