@@ -112,6 +112,9 @@ pub struct Compiled {
     pub view_count: usize,
     /// For each view, the index of its DCF key.
     pub view_key: [u8; MAX_VIEWS],
+    /// Whether a view is evaluated at all (it has queries or its wrap bit
+    /// is read); unused views get no key and no points.
+    pub view_used: [bool; MAX_VIEWS],
     /// Distinct key widths.
     pub keys: [Width; MAX_KEYS],
     /// How many keys each element has.
@@ -259,6 +262,7 @@ impl Compiled {
             views: [main; MAX_VIEWS],
             view_count: 1,
             view_key: [0; MAX_VIEWS],
+            view_used: [false; MAX_VIEWS],
             keys: [k; MAX_KEYS],
             key_count: 1,
             queries: [Query {
@@ -351,6 +355,7 @@ impl Compiled {
             j += 1;
         }
 
+        c.drop_unused_views();
         c.layout_points();
         c.order_ands();
         Ok(c)
@@ -514,6 +519,52 @@ impl Compiled {
         Ok(stack[0])
     }
 
+    /// Keeps keys only for views that are evaluated, in first-use order.
+    const fn drop_unused_views(&mut self) {
+        let mut v = 0;
+        while v < self.view_count {
+            let mut used = false;
+            let mut q = 0;
+            while q < self.query_count {
+                if cast::usize_from_u8(self.queries[q].view) == v {
+                    used = true;
+                }
+                q += 1;
+            }
+            let mut i = 0;
+            while i < self.node_count {
+                if let Node::Wrap(x) = self.nodes[i]
+                    && cast::usize_from_u8(x) == v
+                {
+                    used = true;
+                }
+                i += 1;
+            }
+            self.view_used[v] = used;
+            v += 1;
+        }
+        let mut keys = [self.k; MAX_KEYS];
+        let mut count = 0;
+        let mut v = 0;
+        while v < self.view_count {
+            if self.view_used[v] {
+                let w = self.views[v].width;
+                let mut key = 0;
+                while key < count && keys[key].bits() != w.bits() {
+                    key += 1;
+                }
+                if key == count {
+                    keys[count] = w;
+                    count += 1;
+                }
+                self.view_key[v] = cast::u8_from_index(key);
+            }
+            v += 1;
+        }
+        self.keys = keys;
+        self.key_count = count;
+    }
+
     /// Assigns each view and query its evaluation point within its key.
     const fn layout_points(&mut self) {
         let mut key = 0;
@@ -521,7 +572,7 @@ impl Compiled {
             let mut count = 0;
             let mut v = 0;
             while v < self.view_count {
-                if cast::usize_from_u8(self.view_key[v]) == key {
+                if self.view_used[v] && cast::usize_from_u8(self.view_key[v]) == key {
                     self.view_point[v] = count;
                     count += 1;
                     let mut q = 0;
@@ -592,7 +643,7 @@ impl Compiled {
     /// The public evaluation points of key `key` for masked input `x_hat`.
     pub fn points(&self, key: usize, x_hat: u64, out: &mut [u64]) {
         for v in 0..self.view_count {
-            if usize::from(self.view_key[v]) != key {
+            if !self.view_used[v] || usize::from(self.view_key[v]) != key {
                 continue;
             }
             let view = self.views[v];

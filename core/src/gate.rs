@@ -36,6 +36,10 @@ use crate::prg::{Block, Domain, FixedKeyAes, Hasher, Prg};
 use crate::ring::{Width, cast};
 use crate::suf::Suf;
 
+pub mod relu;
+pub mod spline;
+pub mod splines;
+
 /// How a gate receives its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Input {
@@ -617,7 +621,7 @@ impl<'a> Eval<'a> {
                 self.s[l.rho + i] = b[0].high64();
                 self.s[l.and + 3 * i] = b[SLOT_AND].low64();
                 self.s[l.and + 3 * i + 1] = b[SLOT_AND].high64();
-                self.s[l.and + 3 * i + 2] = if pb == 0 {
+                self.s[l.and + 3 * i + 2] = if pb == 0 || g.compiled.and_count == 0 {
                     b[SLOT_GAMMA].low64()
                 } else {
                     self.explicit[i * g.explicit_words()]
@@ -1192,6 +1196,72 @@ pub(crate) mod testing {
             arith,
             bits,
             traffic,
+        }
+    }
+
+    /// Expected outputs of a gate at one input: ring outputs and bits.
+    pub(crate) type Spec<'a> = &'a dyn Fn(u64) -> ([u64; 2], u32);
+
+    /// Runs `xs` under per-element masks `rs` and compares with `spec`.
+    pub(crate) fn check_pairs(gate: &Gate, xs: &[u64], rs: &[u64], spec: Spec<'_>, salt: u8) {
+        let out = run(gate, xs, Some(rs), salt);
+        let (o, b) = (gate.outputs(), gate.bit_outputs());
+        for (i, (x, r)) in xs.iter().zip(rs).enumerate() {
+            let (want, bits) = spec(*x);
+            for j in 0..o {
+                assert_eq!(
+                    out.arith[i * o + j],
+                    want[j],
+                    "output {j}: x={x:#x} r={r:#x}"
+                );
+            }
+            for j in 0..b {
+                assert_eq!(
+                    out.bits[i * b + j],
+                    u64::from((bits >> j) & 1),
+                    "bit {j}: x={x:#x} r={r:#x}"
+                );
+            }
+        }
+    }
+
+    /// Every input of the ring under at least 64 masks, including 0,
+    /// 2^n − 1 and every wrap mask.
+    pub(crate) fn exhaustive_small(gate: &Gate, spec: Spec<'_>) {
+        let n = gate.ring();
+        assert!(n.bits() <= 12, "exhaustive tests are for small rings");
+        let xs: Vec<u64> = (0..1u64 << n.bits()).collect();
+        let masks = wrap_masks(gate, 64);
+        for (i, r) in masks.iter().enumerate() {
+            check_pairs(gate, &xs, &vec![*r; xs.len()], spec, i as u8);
+        }
+    }
+
+    /// Inputs worth testing at a wide ring: 0, ±1, the ends of the k-bit
+    /// range and every boundary of the SUF ± 1.
+    pub(crate) fn edge_inputs(gate: &Gate) -> Vec<u64> {
+        let n = gate.ring();
+        let k = gate.compiled.k;
+        let mut xs = vec![0, 1, n.mask(), n.from_signed(-2)];
+        for v in [k.half(), k.half() - 1, k.half() + 1] {
+            xs.push(n.reduce(v));
+            xs.push(n.neg(v));
+        }
+        let s = &gate.compiled.suf;
+        for t in 1..s.intervals {
+            for d in [-1i128, 0, 1] {
+                xs.push(n.reduce((s.bounds[t] + d) as u64));
+            }
+        }
+        xs
+    }
+
+    /// Every edge input under every wrap mask (for wide rings, where the
+    /// exhaustive sweep is impossible; property tests add random pairs).
+    pub(crate) fn edges(gate: &Gate, spec: Spec<'_>) {
+        let xs = edge_inputs(gate);
+        for (i, r) in wrap_masks(gate, 16).iter().enumerate() {
+            check_pairs(gate, &xs, &vec![*r; xs.len()], spec, i as u8);
         }
     }
 

@@ -264,6 +264,22 @@ pub(crate) mod cast {
         x as u64
     }
 
+    /// An `f64` that is an integer in `i64` range, exactly; `None` otherwise.
+    pub(crate) fn i64_from_integral_f64(v: f64) -> Option<i64> {
+        if !(-9.223_372_036_854_775e18..9.223_372_036_854_775e18).contains(&v) {
+            return None;
+        }
+        let i = v as i64;
+        if i as f64 == v { Some(i) } else { None }
+    }
+
+    /// A `usize` count below 2^32 as `u32`.
+    #[inline(always)]
+    pub(crate) const fn u32_from_small_usize(x: usize) -> u32 {
+        debug_assert!(x <= u32::MAX as usize);
+        x as u32
+    }
+
     /// A `bool` as 0 or 1.
     #[inline(always)]
     pub(crate) const fn u32_from_bool(b: bool) -> u32 {

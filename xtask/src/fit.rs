@@ -134,27 +134,27 @@ fn targets() -> Vec<Target> {
         },
         Target {
             name: "NEXP",
-            doc: "nExp: e^-z for z ≥ 0, 0 from z = 12 on (e^-12 < 2^-17). Target |error| ≤ 2^-10.",
+            doc: "nExp: e^-z for z ≥ 0, 0 from z = 12 on (e^-12 < 2^-17), saturating at 1 below 0. Target |error| ≤ 2^-10.",
             f: nexp,
             lo: 0.0,
             hi: 12.0,
             degree: 2,
             budget: 0.75 * 2f64.powi(-10),
             error: Error::Absolute,
-            left: "Tail::Zero",
+            left: "Tail::Const(1.0)",
             right: "Tail::Zero",
         },
         Target {
             name: "RECIP",
-            doc: "Reciprocal 1/s on [1, 1024): the softmax denominator. Target relative error ≤ 2^-7.",
+            doc: "Reciprocal 1/s on [1, 1024): the softmax denominator, saturating outside. Target relative error ≤ 2^-7.",
             f: recip,
             lo: 1.0,
             hi: 1024.0,
             degree: 2,
             budget: 0.6 * 2f64.powi(-7),
             error: Error::Relative,
-            left: "Tail::Zero",
-            right: "Tail::Zero",
+            left: "Tail::Const(1.0)",
+            right: "Tail::Const(0.0009765625)",
         },
         Target {
             name: "RSQRT_MANTISSA",
@@ -188,20 +188,19 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
         let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap_or(col);
         a.swap(col, pivot);
         b.swap(col, pivot);
-        for row in col + 1..n {
-            let f = a[row][col] / a[col][col];
-            for k in col..n {
-                a[row][k] -= f * a[col][k];
+        let (top, bottom) = a.split_at_mut(col + 1);
+        let pivot_row = &top[col];
+        for (i, row) in bottom.iter_mut().enumerate() {
+            let f = row[col] / pivot_row[col];
+            for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *x -= f * p;
             }
-            b[row] -= f * b[col];
+            b[col + 1 + i] -= f * b[col];
         }
     }
     let mut x = vec![0.0; n];
     for row in (0..n).rev() {
-        let mut s = b[row];
-        for k in row + 1..n {
-            s -= a[row][k] * x[k];
-        }
+        let s: f64 = b[row] - a[row][row + 1..].iter().zip(&x[row + 1..]).map(|(a, x)| a * x).sum::<f64>();
         x[row] = s / a[row][row];
     }
     x
