@@ -36,9 +36,11 @@ use crate::prg::{Block, Domain, FixedKeyAes, Hasher, Prg};
 use crate::ring::{Width, cast};
 use crate::suf::Suf;
 
+pub mod activation;
 pub mod relu;
 pub mod spline;
 pub mod splines;
+pub mod trunc;
 
 /// How a gate receives its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -1259,7 +1261,12 @@ pub(crate) mod testing {
     /// Every edge input under every wrap mask (for wide rings, where the
     /// exhaustive sweep is impossible; property tests add random pairs).
     pub(crate) fn edges(gate: &Gate, spec: Spec<'_>) {
-        let xs = edge_inputs(gate);
+        edges_where(gate, spec, &|_| true);
+    }
+
+    /// [`edges`] restricted to inputs `keep` accepts.
+    pub(crate) fn edges_where(gate: &Gate, spec: Spec<'_>, keep: &dyn Fn(u64) -> bool) {
+        let xs: Vec<u64> = edge_inputs(gate).into_iter().filter(|x| keep(*x)).collect();
         for (i, r) in wrap_masks(gate, 16).iter().enumerate() {
             check_pairs(gate, &xs, &vec![*r; xs.len()], spec, i as u8);
         }

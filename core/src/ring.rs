@@ -164,6 +164,14 @@ pub fn pow2(e: u32) -> f64 {
     f64::from_bits((1023 + u64::from(e)) << 52)
 }
 
+/// Truncation toward zero (`f64::trunc` is std-only).
+pub fn trunc(x: f64) -> f64 {
+    if f64::from_bits(x.to_bits() & !(1u64 << 63)) >= 4_503_599_627_370_496.0 {
+        return x;
+    }
+    (x as i64) as f64
+}
+
 fn round_half_away(x: f64) -> f64 {
     // `f64::round` lives in std; this is the same rule with core operations.
     // Values with |x| ≥ 2^52 are already integers.

@@ -139,7 +139,7 @@ fn targets() -> Vec<Target> {
             lo: 0.0,
             hi: 12.0,
             degree: 2,
-            budget: 0.75 * 2f64.powi(-10),
+            budget: 0.6 * 2f64.powi(-10),
             error: Error::Absolute,
             left: "Tail::Const(1.0)",
             right: "Tail::Zero",
@@ -211,7 +211,7 @@ fn fit(t: &Target, lo: f64, hi: f64) -> Piece {
     let d = t.degree;
     let center = 0.5 * (lo + hi);
     let half = 0.5 * (hi - lo);
-    let samples = 257;
+    let samples = 1025;
     let xs: Vec<f64> = (0..samples).map(|i| lo + (hi - lo) * i as f64 / (samples - 1) as f64).collect();
     let scale: Vec<f64> = xs
         .iter()

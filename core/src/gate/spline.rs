@@ -83,8 +83,20 @@ impl Spline {
     }
 
     /// The SUF of the spline over `ring` with input fraction bits `frac`,
-    /// output scale `frac·degree + coeff_bits`.
+    /// output scale `frac·degree + coeff_bits`. Every knot must lie on the
+    /// fixed-point grid (the fitted tables use multiples of 2^-6).
     pub fn suf(&self, ring: Width, frac: u32, coeff_bits: u32) -> Result<Suf, SufError> {
+        self.build(ring, frac, coeff_bits, false)
+    }
+
+    /// Like [`Spline::suf`] but rounding knots to the grid and merging
+    /// pieces that collapse: a coarser function with the same structure,
+    /// for exhaustive protocol tests on small rings with few fraction bits.
+    pub fn suf_snapped(&self, ring: Width, frac: u32, coeff_bits: u32) -> Result<Suf, SufError> {
+        self.build(ring, frac, coeff_bits, true)
+    }
+
+    fn build(&self, ring: Width, frac: u32, coeff_bits: u32, snap: bool) -> Result<Suf, SufError> {
         let d = self.degree;
         if d > MAX_DEGREE || self.pieces.len() + 2 > MAX_INTERVALS {
             return Err(SufError::Capacity);
@@ -109,13 +121,29 @@ impl Spline {
         };
         coeffs[m][0] = tail(self.left)?;
         m += 1;
+        let place = |x: f64| {
+            if snap {
+                Ok(snapped(x, frac))
+            } else {
+                knot(x, frac)
+            }
+        };
         for p in self.pieces {
-            cuts[m - 1] = knot(p.lo, frac)?;
+            let at = place(p.lo)?;
+            if m > 1 && at <= cuts[m - 2] {
+                // Collapsed by snapping: the previous piece absorbs it.
+                continue;
+            }
+            cuts[m - 1] = at;
             coeffs[m][0] = self.piece_coeffs(p, ring, frac, out_scale)?;
             m += 1;
         }
         let last = self.pieces.last().ok_or(SufError::Capacity)?;
-        cuts[m - 1] = knot(last.hi, frac)?;
+        let end = place(last.hi)?;
+        if end <= cuts[m - 2] {
+            return Err(SufError::Boundaries);
+        }
+        cuts[m - 1] = end;
         coeffs[m][0] = tail(self.right)?;
         m += 1;
         let suf = Suf::piecewise(
@@ -168,6 +196,18 @@ fn knot(x: f64, frac: u32) -> Result<i128, SufError> {
     cast::i64_from_integral_f64(x * pow2(frac))
         .map(i128::from)
         .ok_or(SufError::FixedPoint)
+}
+
+/// `x` rounded to the nearest point of the fixed-point grid.
+fn snapped(x: f64, frac: u32) -> i128 {
+    let v = x * pow2(frac);
+    let r = if v >= 0.0 { v + 0.5 } else { v - 0.5 };
+    i128::from(cast::i64_from_integral_f64(r - fract(r)).unwrap_or(0))
+}
+
+/// The fractional part, toward zero (`f64::fract` is std-only).
+fn fract(v: f64) -> f64 {
+    v - crate::ring::trunc(v)
 }
 
 fn pow2_signed(e: i64) -> f64 {

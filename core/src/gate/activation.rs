@@ -1,0 +1,177 @@
+//! Smooth scalar functions as spline gates: GeLU (erf and tanh forms),
+//! SiLU and nExp.
+//!
+//! * Spec: the fixed-point spline itself ([`Spline::suf`]): input at `frac`
+//!   fractional bits, output at `out_scale = 2·frac + coeff_bits`. Its
+//!   distance to the real function is the accuracy statement below, and a
+//!   test sweeps every input of the range to enforce it.
+//! * SUF: one polynomial output, degree 2, with the pieces of
+//!   [`super::splines`]; the tails are `x` and `0` (activations) or
+//!   `1` and `0` (nExp). The pieces carry x⁺ folded in (x⁺ + δ(x)).
+//! * Φ: the polynomial, Beaver-style: after the Boolean round the parties
+//!   open `c₁ − a₁` and `c₂ − a₂` and finish locally with dealer monomials
+//!   `a₁r, a₂r, a₂r², r²`.
+//! * Accuracy at frac = 12, coeff_bits = 12: GeLU |err| ≤ 2^-8 on all
+//!   inputs, SiLU |err| ≤ 2^-8, nExp |err| ≤ 2^-10 for z ≥ 0.
+//! * Cost at effective width k: one k-bit key (`16(k − 7) + 16` bytes), one
+//!   point per interior boundary plus one; 3 rounds; communication
+//!   `n + b + 2n` bits (opening, b boundary bits, two Beaver openings).
+//!
+//! The output is left at `out_scale` on purpose: rescaling costs a
+//! truncation (2 rounds), and the linear layer that consumes an activation
+//! is followed by a truncation anyway, which can absorb it when the range
+//! allows (the planner decides).
+
+use crate::error::SufError;
+use crate::gate::spline::Spline;
+use crate::gate::splines;
+use crate::gate::{Gate, Input};
+use crate::phi::{Phi, PolyMode};
+use crate::ring::Width;
+use crate::suf::Suf;
+
+/// Which GeLU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GeluForm {
+    /// `x·Φ(x)` with the Gaussian CDF (BERT).
+    Erf,
+    /// `x·σ(1.5958·(x + 0.044715·x³))` approximation (GPT-2).
+    Tanh,
+}
+
+/// Default coefficient precision: local coefficients rounded at
+/// `2^-coeff_bits` keep the rounding error below 2^-12.
+pub const COEFF_BITS: u32 = 12;
+
+/// The GeLU spline.
+pub const fn gelu_spline(form: GeluForm) -> &'static Spline {
+    match form {
+        GeluForm::Erf => &splines::GELU_ERF,
+        GeluForm::Tanh => &splines::GELU_TANH,
+    }
+}
+
+/// A spline gate at effective width `k`: input at `frac` bits, output at
+/// `2·frac + coeff_bits`.
+pub fn spline_gate(
+    spline: &Spline,
+    ring: Width,
+    k: Width,
+    frac: u32,
+    coeff_bits: u32,
+) -> Result<Gate, SufError> {
+    let suf: Suf = spline.suf(ring, frac, coeff_bits)?;
+    Gate::new(&suf, k, Phi::poly(ring, PolyMode::Beaver), Input::Shares)
+}
+
+/// GeLU.
+pub fn gelu(form: GeluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
+    spline_gate(gelu_spline(form), ring, k, frac, COEFF_BITS)
+}
+
+/// SiLU.
+pub fn silu(ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
+    spline_gate(&splines::SILU, ring, k, frac, COEFF_BITS)
+}
+
+/// nExp(z) = e^-z for z ≥ 0 (1 below 0, 0 from 12 on).
+pub fn nexp(ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
+    spline_gate(&splines::NEXP, ring, k, frac, COEFF_BITS)
+}
+
+/// The output scale of a spline gate.
+pub fn out_scale(spline: &Spline, frac: u32, coeff_bits: u32) -> u32 {
+    frac * u32::try_from(spline.degree).unwrap_or(u32::MAX) + coeff_bits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::testing::{check_pairs, edges, exhaustive_small};
+    use proptest::prelude::*;
+
+    fn gelu_erf(x: f64) -> f64 {
+        0.5 * x * (1.0 + libm::erf(x / core::f64::consts::SQRT_2))
+    }
+
+    fn gelu_tanh(x: f64) -> f64 {
+        let c = libm::sqrt(2.0 / core::f64::consts::PI);
+        0.5 * x * (1.0 + libm::tanh(c * (x + 0.044_715 * x * x * x)))
+    }
+
+    fn silu(x: f64) -> f64 {
+        x / (1.0 + libm::exp(-x))
+    }
+
+    /// Max |fixed-point spline − f| over every input with |x| < 2^(k−1−f) (real).
+    fn max_error(spline: &Spline, f: fn(f64) -> f64, frac: u32, lo: f64, hi: f64) -> f64 {
+        let ring = Width::W64;
+        let suf = spline.suf(ring, frac, COEFF_BITS).unwrap();
+        let s = out_scale(spline, frac, COEFF_BITS);
+        let scale_in = crate::ring::pow2(frac);
+        let scale_out = crate::ring::pow2(s);
+        let mut worst = 0.0f64;
+        let mut x = (lo * scale_in) as i64;
+        while (x as f64) < hi * scale_in {
+            let y = suf.eval(ring.from_signed(x)).arith[0];
+            let got = ring.to_signed(y) as f64 / scale_out;
+            let want = f(x as f64 / scale_in);
+            worst = worst.max((got - want).abs());
+            x += 1;
+        }
+        worst
+    }
+
+    #[test]
+    fn accuracy_at_frac_12() {
+        let e = max_error(&splines::GELU_ERF, gelu_erf, 12, -64.0, 64.0);
+        assert!(e <= 2f64.powi(-8), "GeLU erf error {e}");
+        let e = max_error(&splines::GELU_TANH, gelu_tanh, 12, -64.0, 64.0);
+        assert!(e <= 2f64.powi(-8), "GeLU tanh error {e}");
+        let e = max_error(&splines::SILU, silu, 12, -64.0, 64.0);
+        assert!(e <= 2f64.powi(-8), "SiLU error {e}");
+        let e = max_error(&splines::NEXP, |z| libm::exp(-z), 12, 0.0, 64.0);
+        assert!(e <= 2f64.powi(-10), "nExp error {e}");
+    }
+
+    #[test]
+    fn small_ring_gelu_is_exact_against_its_spec() {
+        // At f = 2 on Z_2^10 (knots snapped to the grid) the spline is a
+        // small SUF we can sweep fully.
+        let (n, k) = (Width::of(10), Width::of(8));
+        let suf = splines::GELU_ERF.suf_snapped(n, 2, 3).unwrap();
+        let gate = Gate::new(&suf, k, Phi::poly(n, PolyMode::Beaver), Input::Shares).unwrap();
+        assert!(suf.intervals >= 5);
+        assert_eq!(gate.cost().rounds, 3);
+        let suf = gate.compiled.suf;
+        exhaustive_small(&gate, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
+    }
+
+    #[test]
+    fn activation_edges_at_64_bits() {
+        let n = Width::W64;
+        for (gate, k) in [
+            (gelu(GeluForm::Erf, n, Width::of(26), 12).unwrap(), 26),
+            (gelu(GeluForm::Tanh, n, Width::of(64), 12).unwrap(), 64),
+            (super::silu(n, Width::of(30), 12).unwrap(), 30),
+            (nexp(n, Width::of(24), 12).unwrap(), 24),
+        ] {
+            let suf = gate.compiled.suf;
+            let k = Width::of(k);
+            edges(&gate, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(12))]
+        #[test]
+        fn gelu_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
+            let (n, k) = (Width::W64, Width::of(26));
+            let gate = gelu(GeluForm::Erf, n, k, 12).unwrap();
+            let suf = gate.compiled.suf;
+            // Half the inputs inside the spline's range, half anywhere.
+            let xs: std::vec::Vec<u64> = xs.iter().enumerate().map(|(i, x)| if i % 2 == 0 { n.from_signed((*x as i64) >> 48) } else { *x }).collect();
+            check_pairs(&gate, &xs, &rs, &|x| ([suf.eval_at(x, k).arith[0], 0], 0), 4);
+        }
+    }
+}
