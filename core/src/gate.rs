@@ -37,10 +37,13 @@ use crate::ring::{Width, cast};
 use crate::suf::Suf;
 
 pub mod activation;
+pub mod chain;
 pub mod relu;
+pub mod reluars;
 pub mod spline;
 pub mod splines;
 pub mod trunc;
+pub mod width;
 
 /// How a gate receives its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -456,6 +459,45 @@ impl Gate {
         Ok(calls)
     }
 
+    /// The gate's cleartext value at `x`: ring outputs into `out`, bit
+    /// outputs returned as a mask. This is the fixed-point reference every
+    /// two-party run must equal: correctness holds for every mask, so it is
+    /// the protocol's algebra evaluated with the mask 0.
+    pub fn reference(&self, x: u64, out: &mut [u64]) -> u32 {
+        let c = &self.compiled;
+        let w = self.ring();
+        let x = w.reduce(x);
+        let nodes = c.clear_nodes(x, 0);
+        let value = c.suf.eval_at(x, c.k);
+        for (o, slot) in out.iter_mut().enumerate().take(self.phi.count) {
+            let output = &self.phi.outputs[o];
+            let mut acc = 0u64;
+            for term in &output.terms[..output.len] {
+                let mut v = w.mul(term.scale, term.public.at(x));
+                for f in &term.factors[..term.len] {
+                    let fv = match *f {
+                        crate::phi::Factor::X(p) => {
+                            let mut p_v = 1u64;
+                            for _ in 0..p {
+                                p_v = w.mul(p_v, x);
+                            }
+                            p_v
+                        }
+                        crate::phi::Factor::Poly(j) => value.arith[usize::from(j)],
+                        crate::phi::Factor::Bool(j) => u64::from((value.bits >> j) & 1),
+                        crate::phi::Factor::Wrap(view) => crate::phi::wrap_node(c, view)
+                            .map_or(0, |node| crate::compile::node_bit(nodes, node)),
+                        crate::phi::Factor::Kappa(q) => self.phi.kappas[usize::from(q)].of(0),
+                    };
+                    v = w.mul(v, fv);
+                }
+                acc = w.add(acc, v);
+            }
+            *slot = output.ring.reduce(acc);
+        }
+        value.bits
+    }
+
     /// Scratch words an evaluator needs for `n` elements.
     pub const fn scratch_words(&self, n: usize) -> usize {
         let l = self.layout(n);
@@ -656,6 +698,40 @@ impl<'a> Eval<'a> {
             }
             done += n;
         }
+    }
+
+    /// Re-attaches to an evaluation whose state lives in `scratch`, at round
+    /// `next` (for drivers that cannot hold the borrow across rounds, such
+    /// as [`chain::ChainEval`]). The arguments must be those the evaluation
+    /// was created with.
+    pub fn resume(
+        gate: &'a Gate,
+        party: Party,
+        n: usize,
+        dcf: [&'a [u8]; MAX_KEYS],
+        explicit: &'a [u64],
+        scratch: &'a mut [u64],
+        next: usize,
+    ) -> Result<Eval<'a>, Error> {
+        let l = gate.layout(n);
+        if scratch.len() < l.end || next > gate.schedule().1 {
+            return Err(Error::BufferLength);
+        }
+        Ok(Eval {
+            gate,
+            party,
+            n,
+            dcf,
+            explicit,
+            s: scratch,
+            l,
+            next,
+        })
+    }
+
+    /// The next round to run (`rounds()` when finished).
+    pub fn next_round(&self) -> usize {
+        self.next
     }
 
     /// The rounds of this evaluation.
@@ -1010,7 +1086,7 @@ impl<'a> Eval<'a> {
 }
 
 /// `mine += unpack(recv)` in place, element-wise.
-fn wire_add(w: Width, mine: &mut [u64], recv: &[u8]) -> Result<(), Error> {
+pub(crate) fn wire_add(w: Width, mine: &mut [u64], recv: &[u8]) -> Result<(), Error> {
     // Unpack in blocks to stay allocation-free.
     const BLOCK: usize = 512;
     let bits = cast::usize_from_u32(w.bits());
@@ -1210,6 +1286,15 @@ pub(crate) mod testing {
         let (o, b) = (gate.outputs(), gate.bit_outputs());
         for (i, (x, r)) in xs.iter().zip(rs).enumerate() {
             let (want, bits) = spec(*x);
+            // The cleartext reference is the spec too.
+            let mut reference = [0u64; 2];
+            let ref_bits = gate.reference(*x, &mut reference);
+            assert_eq!(&reference[..o], &want[..o], "reference: x={x:#x}");
+            assert_eq!(
+                ref_bits & ((1 << b) - 1),
+                bits & ((1 << b) - 1),
+                "reference bits: x={x:#x}"
+            );
             for j in 0..o {
                 assert_eq!(
                     out.arith[i * o + j],

@@ -157,6 +157,18 @@ fn targets() -> Vec<Target> {
             right: "Tail::Const(0.0009765625)",
         },
         Target {
+            name: "RECIP_MANTISSA",
+            doc: "1/m on [1, 2): the mantissa step of the reciprocal after range reduction. Target relative error ≤ 2^-7.",
+            f: recip,
+            lo: 1.0,
+            hi: 2.0,
+            degree: 2,
+            budget: 0.5 * 2f64.powi(-7),
+            error: Error::Relative,
+            left: "Tail::Zero",
+            right: "Tail::Zero",
+        },
+        Target {
             name: "RSQRT_MANTISSA",
             doc: "1/√m on [1, 4): the mantissa step of rsqrt after range reduction. Target relative error ≤ 2^-7.",
             f: rsqrt,

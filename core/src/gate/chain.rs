@@ -1,0 +1,640 @@
+//! Sequential composition: a scalar gate built from SUF gates and Beaver
+//! multiplications, each step's input an affine combination of the chain
+//! input and earlier outputs. Reciprocal and rsqrt are chains: range
+//! reduction (a SUF), a truncation, a mantissa spline, a product, a
+//! truncation.
+//!
+//! A chain is itself a sans-IO state machine over caller buffers: its
+//! rounds are its steps' rounds in order, and its key material is each
+//! step's, with step seeds derived from the party's seed.
+
+use crate::batch::BatchEval;
+use crate::compile::MAX_KEYS;
+use crate::error::{Error, SufError};
+use crate::fss::Party;
+use crate::gate::{Eval, Gate};
+use crate::mpc;
+use crate::prg::{Block, Domain, FixedKeyAes, Hasher};
+use crate::ring::{Width, cast};
+
+/// Most steps in a chain.
+pub const MAX_STEPS: usize = 5;
+/// Most terms in a step's input.
+pub const MAX_LIN: usize = 2;
+
+/// A value a step can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// The chain's input.
+    Input,
+    /// Ring output `index` of step `step`.
+    Output {
+        /// The step.
+        step: u8,
+        /// The output index.
+        index: u8,
+    },
+}
+
+/// `Σ coeff·source + constant`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lin {
+    /// The terms; only the first `len` are used.
+    pub terms: [(Source, u64); MAX_LIN],
+    /// How many terms.
+    pub len: usize,
+    /// A public constant (added by P0).
+    pub constant: u64,
+}
+
+impl Lin {
+    /// One source, unscaled.
+    pub const fn of(s: Source) -> Lin {
+        Lin {
+            terms: [(s, 1), (Source::Input, 0)],
+            len: 1,
+            constant: 0,
+        }
+    }
+}
+
+/// One step of a chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A SUF gate (which opens its input) on an affine input.
+    Gate {
+        /// The gate.
+        gate: Gate,
+        /// Its input.
+        input: Lin,
+    },
+    /// A Beaver product of two affine values (one round).
+    Mul {
+        /// First factor.
+        a: Lin,
+        /// Second factor.
+        b: Lin,
+    },
+}
+
+/// A chain of steps over one ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chain {
+    /// The ring of every value.
+    pub ring: Width,
+    /// The steps; only the first `count` are used.
+    pub steps: [Step; MAX_STEPS],
+    /// How many steps.
+    pub count: usize,
+    /// The chain's output.
+    pub output: Source,
+}
+
+/// One step's key material, as a party holds it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepKeys<'a> {
+    /// Full DCF keys (roots included) per key width of a gate step.
+    pub dcf: [&'a [u8]; MAX_KEYS],
+    /// P1's explicit words (empty for P0).
+    pub explicit: &'a [u64],
+}
+
+impl Chain {
+    /// An empty chain.
+    pub const fn new(ring: Width) -> Chain {
+        Chain {
+            ring,
+            steps: [Step::Mul {
+                a: Lin::of(Source::Input),
+                b: Lin::of(Source::Input),
+            }; MAX_STEPS],
+            count: 0,
+            output: Source::Input,
+        }
+    }
+
+    /// Appends a step; its outputs are `Source::Output { step: count, .. }`.
+    pub const fn then(mut self, step: Step) -> Chain {
+        if self.count < MAX_STEPS {
+            self.steps[self.count] = step;
+        }
+        self.count += 1;
+        self
+    }
+
+    /// Sets the chain's output.
+    pub const fn output(mut self, s: Source) -> Chain {
+        self.output = s;
+        self
+    }
+
+    /// Checks capacities and references.
+    pub const fn validate(&self) -> Result<(), SufError> {
+        if self.count == 0 || self.count > MAX_STEPS {
+            return Err(SufError::Capacity);
+        }
+        if !self.source_ok(self.output, self.count) {
+            return Err(SufError::Program);
+        }
+        let mut s = 0;
+        while s < self.count {
+            let ok = match &self.steps[s] {
+                Step::Gate { gate, input } => {
+                    gate.ring().bits() == self.ring.bits()
+                        && matches!(gate.input, crate::gate::Input::Shares)
+                        && self.lin_ok(input, s)
+                }
+                Step::Mul { a, b } => self.lin_ok(a, s) && self.lin_ok(b, s),
+            };
+            if !ok {
+                return Err(SufError::Program);
+            }
+            s += 1;
+        }
+        Ok(())
+    }
+
+    const fn lin_ok(&self, l: &Lin, before: usize) -> bool {
+        if l.len > MAX_LIN {
+            return false;
+        }
+        let mut i = 0;
+        while i < l.len {
+            if !self.source_ok(l.terms[i].0, before) {
+                return false;
+            }
+            i += 1;
+        }
+        true
+    }
+
+    const fn source_ok(&self, s: Source, before: usize) -> bool {
+        match s {
+            Source::Input => true,
+            Source::Output { step, index } => {
+                let step = step as usize;
+                step < before
+                    && (index as usize)
+                        < match &self.steps[step] {
+                            Step::Gate { gate, .. } => gate.outputs(),
+                            Step::Mul { .. } => 1,
+                        }
+            }
+        }
+    }
+
+    /// Ring outputs of step `s`.
+    const fn outs(&self, s: usize) -> usize {
+        match &self.steps[s] {
+            Step::Gate { gate, .. } => gate.outputs(),
+            Step::Mul { .. } => 1,
+        }
+    }
+
+    /// Rounds of step `s`.
+    pub const fn step_rounds(&self, s: usize) -> usize {
+        match &self.steps[s] {
+            Step::Gate { gate, .. } => gate.schedule().1,
+            Step::Mul { .. } => 1,
+        }
+    }
+
+    /// Total rounds.
+    pub const fn rounds(&self) -> usize {
+        let mut r = 0;
+        let mut s = 0;
+        while s < self.count {
+            r += self.step_rounds(s);
+            s += 1;
+        }
+        r
+    }
+
+    /// Per-element costs summed over the steps.
+    pub const fn cost(&self) -> crate::gate::Cost {
+        let mut c = crate::gate::Cost {
+            rounds: 0,
+            comm_bits: 0,
+            key_bytes_p0: 0,
+            key_bytes_p1: 0,
+            aes_online: 0,
+            dcf_points: 0,
+        };
+        let mut s = 0;
+        while s < self.count {
+            match &self.steps[s] {
+                Step::Gate { gate, .. } => {
+                    let g = gate.cost();
+                    c.rounds += g.rounds;
+                    c.comm_bits += g.comm_bits;
+                    c.key_bytes_p0 += g.key_bytes_p0;
+                    c.key_bytes_p1 += g.key_bytes_p1;
+                    c.aes_online += g.aes_online;
+                    c.dcf_points += g.dcf_points;
+                }
+                Step::Mul { .. } => {
+                    c.rounds += 1;
+                    c.comm_bits += 2 * cast::usize_from_u32(self.ring.bits());
+                    c.key_bytes_p1 += mpc::words_len(self.ring, 1);
+                    c.aes_online += 1;
+                }
+            }
+            s += 1;
+        }
+        c
+    }
+
+    /// Explicit words P1 holds per element for step `s`.
+    pub const fn explicit_words(&self, s: usize) -> usize {
+        match &self.steps[s] {
+            Step::Gate { gate, .. } => gate.explicit_words(),
+            Step::Mul { .. } => 1,
+        }
+    }
+
+    /// Scratch words an evaluator needs for `n` elements.
+    pub const fn scratch_words(&self, n: usize) -> usize {
+        let mut values = 1;
+        let mut step = 0;
+        let mut s = 0;
+        while s < self.count {
+            values += self.outs(s);
+            let w = match &self.steps[s] {
+                Step::Gate { gate, .. } => gate.scratch_words(n),
+                Step::Mul { .. } => 5 * n,
+            };
+            if w > step {
+                step = w;
+            }
+            s += 1;
+        }
+        n * values + n + step
+    }
+
+    /// Bytes sent in chain round `i` for `n` elements.
+    pub const fn round_bytes(&self, i: usize, n: usize) -> usize {
+        let (s, j) = self.locate(i);
+        match &self.steps[s] {
+            Step::Gate { gate, .. } => gate.round_bytes(gate.schedule().0[j], n),
+            Step::Mul { .. } => mpc::words_len(self.ring, 2 * n),
+        }
+    }
+
+    /// The step and the round within it of chain round `i`.
+    pub const fn locate(&self, i: usize) -> (usize, usize) {
+        let mut i = i;
+        let mut s = 0;
+        while s < self.count {
+            let r = self.step_rounds(s);
+            if i < r {
+                return (s, i);
+            }
+            i -= r;
+            s += 1;
+        }
+        (self.count, 0)
+    }
+
+    /// Deals step `s` for `count` elements from element `first`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deal_step(
+        &self,
+        s: usize,
+        h: &dyn Hasher,
+        aes: &FixedKeyAes,
+        seeds: [[u8; 16]; 2],
+        first: u64,
+        count: usize,
+        dcf0: &mut [&mut [u8]; MAX_KEYS],
+        dcf1: &mut [&mut [u8]; MAX_KEYS],
+        explicit: &mut [u64],
+    ) -> Result<u64, Error> {
+        let step_seeds = [step_seed(h, &seeds[0], s), step_seed(h, &seeds[1], s)];
+        match &self.steps[s] {
+            Step::Gate { gate, .. } => {
+                gate.deal(h, aes, step_seeds, None, first, count, dcf0, dcf1, explicit)
+            }
+            Step::Mul { .. } => {
+                if explicit.len() != count {
+                    return Err(Error::BufferLength);
+                }
+                let w = self.ring;
+                let mut calls = 0;
+                let mut t0 = [0u64; 4 * 64];
+                let mut t1 = [0u64; 4 * 64];
+                let mut done = 0;
+                while done < count {
+                    let n = 64.min(count - done);
+                    let at = first + cast::u64_from_usize(done);
+                    calls += triple_words(h, &step_seeds[0], at, n, &mut t0);
+                    calls += triple_words(h, &step_seeds[1], at, n, &mut t1);
+                    for e in 0..n {
+                        let a = w.add(t0[4 * e], t1[4 * e]);
+                        let b = w.add(t0[4 * e + 1], t1[4 * e + 1]);
+                        explicit[done + e] = w.sub(w.mul(a, b), w.reduce(t0[4 * e + 2]));
+                    }
+                    done += n;
+                }
+                Ok(calls)
+            }
+        }
+    }
+}
+
+/// The seed of step `s` derived from a party's chain seed.
+pub fn step_seed(h: &dyn Hasher, seed: &[u8; 16], s: usize) -> [u8; 16] {
+    // A tag no gate's (element, slot) index reaches: all-ones high word.
+    let tag = (u128::from(u64::MAX) << 64) | cast::u128_from_u64(cast::u64_from_usize(s));
+    let mut b = [Block::from_bytes(*seed) ^ Block::from_bytes(tag.to_le_bytes())];
+    h.hash_many(Domain::Prf, &mut b);
+    b[0].to_bytes()
+}
+
+/// Beaver triple words of `n` elements: `a, b, c0, spare` per element.
+fn triple_words(h: &dyn Hasher, seed: &[u8; 16], first: u64, n: usize, out: &mut [u64]) -> u64 {
+    let s = Block::from_bytes(*seed);
+    let mut blocks = [Block::ZERO; 2 * 64];
+    for e in 0..n {
+        for slot in 0..2u64 {
+            let index = cast::u128_from_u64(first + cast::u64_from_usize(e))
+                | (cast::u128_from_u64(slot) << 64);
+            blocks[2 * e + cast::usize_from_small_u64(slot)] =
+                s ^ Block::from_bytes(index.to_le_bytes());
+        }
+    }
+    let calls = h.hash_many(Domain::Prf, &mut blocks[..2 * n]);
+    for e in 0..n {
+        out[4 * e] = blocks[2 * e].low64();
+        out[4 * e + 1] = blocks[2 * e].high64();
+        out[4 * e + 2] = blocks[2 * e + 1].low64();
+        out[4 * e + 3] = blocks[2 * e + 1].high64();
+    }
+    calls
+}
+
+/// One party's evaluation of a chain; the same prepare/finish protocol as
+/// [`Eval`].
+pub struct ChainEval<'a> {
+    chain: &'a Chain,
+    h: &'a dyn Hasher,
+    party: Party,
+    seed: [u8; 16],
+    first: u64,
+    n: usize,
+    keys: [StepKeys<'a>; MAX_STEPS],
+    s: &'a mut [u64],
+    next: usize,
+}
+
+impl core::fmt::Debug for ChainEval<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ChainEval")
+            .field("party", &self.party)
+            .field("n", &self.n)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> ChainEval<'a> {
+    /// Prepares party `party` for `n` elements.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        chain: &'a Chain,
+        h: &'a dyn Hasher,
+        party: Party,
+        seed: [u8; 16],
+        first: u64,
+        n: usize,
+        keys: [StepKeys<'a>; MAX_STEPS],
+        scratch: &'a mut [u64],
+    ) -> Result<ChainEval<'a>, Error> {
+        chain.validate()?;
+        if scratch.len() < chain.scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        for s in 0..chain.count {
+            let want = if party == Party::P1 {
+                n * chain.explicit_words(s)
+            } else {
+                0
+            };
+            if keys[s].explicit.len() != want {
+                return Err(Error::BufferLength);
+            }
+        }
+        Ok(ChainEval {
+            chain,
+            h,
+            party,
+            seed,
+            first,
+            n,
+            keys,
+            s: scratch,
+            next: 0,
+        })
+    }
+
+    /// Total rounds.
+    pub fn rounds(&self) -> usize {
+        self.chain.rounds()
+    }
+
+    /// Bytes this party sends in round `i`.
+    pub fn send_len(&self, i: usize) -> usize {
+        self.chain.round_bytes(i, self.n)
+    }
+
+    fn value_offset(&self, src: Source) -> usize {
+        match src {
+            Source::Input => 0,
+            Source::Output { step, index } => {
+                let mut off = 1;
+                for s in 0..usize::from(step) {
+                    off += self.chain.outs(s);
+                }
+                (off + usize::from(index)) * self.n
+            }
+        }
+    }
+
+    fn regions(&mut self) -> (usize, usize) {
+        let mut values = 1;
+        for s in 0..self.chain.count {
+            values += self.chain.outs(s);
+        }
+        let input = values * self.n;
+        (input, input + self.n)
+    }
+
+    /// Evaluates an affine combination into the step-input region.
+    fn lin(&mut self, l: &Lin, at: usize) {
+        let w = self.chain.ring;
+        let pb = self.party.index();
+        for e in 0..self.n {
+            let mut v = if pb == 0 { l.constant } else { 0 };
+            for t in 0..l.len {
+                let (src, c) = l.terms[t];
+                v = w.add(v, w.mul(c, self.s[self.value_offset(src) + e]));
+            }
+            self.s[at + e] = v;
+        }
+    }
+
+    /// Writes what this party sends in round `i`; round 0 takes the input.
+    pub fn prepare(&mut self, i: usize, input: &[u64], send: &mut [u8]) -> Result<(), Error> {
+        if i != self.next || i >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        let n = self.n;
+        if i == 0 {
+            if input.len() != n {
+                return Err(Error::BufferLength);
+            }
+            self.s[..n].copy_from_slice(input);
+        }
+        let (s, j) = self.chain.locate(i);
+        let (tmp, step_at) = self.regions();
+        let w = self.chain.ring;
+        match self.chain.steps[s] {
+            Step::Gate { ref gate, input } => {
+                if j == 0 {
+                    self.lin(&input, tmp);
+                }
+                let (head, tail) = self.s.split_at_mut(step_at);
+                let step_seed = step_seed(self.h, &self.seed, s);
+                let keys = self.keys[s];
+                let mut ev = if j == 0 {
+                    Eval::new(
+                        gate,
+                        self.h,
+                        self.party,
+                        &step_seed,
+                        None,
+                        self.first,
+                        n,
+                        keys.dcf,
+                        keys.explicit,
+                        tail,
+                    )?
+                } else {
+                    Eval::resume(gate, self.party, n, keys.dcf, keys.explicit, tail, j)?
+                };
+                ev.prepare(j, &head[tmp..tmp + n], send)?;
+            }
+            Step::Mul { a, b } => {
+                self.lin(&a, tmp);
+                // x and y, then d = x − a, e = y − b, in the step region.
+                let (xa, xb) = (step_at, step_at + n);
+                for e in 0..n {
+                    self.s[xa + e] = self.s[tmp + e];
+                }
+                self.lin(&b, tmp);
+                for e in 0..n {
+                    self.s[xb + e] = self.s[tmp + e];
+                }
+                let step_seed = step_seed(self.h, &self.seed, s);
+                let mut trip = [0u64; 4 * 64];
+                let mut done = 0;
+                while done < n {
+                    let c = 64.min(n - done);
+                    triple_words(
+                        self.h,
+                        &step_seed,
+                        self.first + cast::u64_from_usize(done),
+                        c,
+                        &mut trip,
+                    );
+                    for e in 0..c {
+                        let idx = done + e;
+                        let c_share = if self.party == Party::P0 {
+                            w.reduce(trip[4 * e + 2])
+                        } else {
+                            self.keys[s].explicit[idx]
+                        };
+                        // Triple shares, kept for finish: a, b, c.
+                        self.s[step_at + 2 * n + idx] = w.reduce(trip[4 * e]);
+                        self.s[step_at + 3 * n + idx] = w.reduce(trip[4 * e + 1]);
+                        self.s[step_at + 4 * n + idx] = c_share;
+                        self.s[xa + idx] = w.sub(self.s[xa + idx], self.s[step_at + 2 * n + idx]);
+                        self.s[xb + idx] = w.sub(self.s[xb + idx], self.s[step_at + 3 * n + idx]);
+                    }
+                    done += c;
+                }
+                mpc::open_prepare(w, &self.s[step_at..step_at + 2 * n], send)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Consumes the peer's message of round `i`.
+    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        if i != self.next || i >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        let n = self.n;
+        let (s, j) = self.chain.locate(i);
+        let (_, step_at) = self.regions();
+        let w = self.chain.ring;
+        let out_at = self.value_offset(Source::Output {
+            step: cast::u8_from_index(s),
+            index: 0,
+        });
+        match self.chain.steps[s] {
+            Step::Gate { ref gate, .. } => {
+                if gate.bit_outputs() != 0 {
+                    // Chains carry ring values only.
+                    return Err(Error::Unsupported);
+                }
+                let keys = self.keys[s];
+                let outs = gate.outputs();
+                let last = j + 1 == gate.schedule().1;
+                {
+                    let (head, tail) = self.s.split_at_mut(step_at);
+                    let mut ev =
+                        Eval::resume(gate, self.party, n, keys.dcf, keys.explicit, tail, j)?;
+                    ev.finish(j, recv, fss)?;
+                    if last {
+                        ev.outputs(&mut head[out_at..out_at + n * outs], &mut [])?;
+                    }
+                }
+                if last && outs > 1 {
+                    // Element-major to output-major, through the free step region.
+                    let (head, tail) = self.s.split_at_mut(step_at);
+                    for e in 0..n {
+                        for o in 0..outs {
+                            tail[o * n + e] = head[out_at + e * outs + o];
+                        }
+                    }
+                    head[out_at..out_at + n * outs].copy_from_slice(&tail[..n * outs]);
+                }
+            }
+            Step::Mul { .. } => {
+                let pb = self.party.index();
+                let (head, tail) = self.s.split_at_mut(step_at);
+                let (opened, triple) = tail.split_at_mut(2 * n);
+                // Own differences plus the peer's: d = x − a and e = y − b.
+                crate::gate::wire_add(w, opened, recv)?;
+                for e in 0..n {
+                    let (a, b, c) = (triple[e], triple[n + e], triple[2 * n + e]);
+                    head[out_at + e] = mpc::beaver_share(w, pb, opened[e], opened[n + e], a, b, c);
+                }
+            }
+        }
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Writes the chain output (n words).
+    pub fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if self.next != self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        if out.len() != self.n {
+            return Err(Error::BufferLength);
+        }
+        let at = self.value_offset(self.chain.output);
+        out.copy_from_slice(&self.s[at..at + self.n]);
+        Ok(())
+    }
+}
