@@ -60,6 +60,7 @@ impl Lin {
 
 /// One step of a chain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(clippy::large_enum_variant)] // a handful per chain, built once
 pub enum Step {
     /// A SUF gate (which opens its input) on an affine input.
     Gate {
@@ -172,9 +173,9 @@ impl Chain {
         match s {
             Source::Input => true,
             Source::Output { step, index } => {
-                let step = step as usize;
+                let step = cast::usize_from_u8(step);
                 step < before
-                    && (index as usize)
+                    && cast::usize_from_u8(index)
                         < match &self.steps[step] {
                             Step::Gate { gate, .. } => gate.outputs(),
                             Step::Mul { .. } => 1,
