@@ -104,7 +104,7 @@ pub const fn reluars_at(ring: Width, k: Width, f: u32, x: u64) -> u64 {
     if v < 0 {
         0
     } else {
-        ring.reduce((v >> f) as u64)
+        ring.from_signed(v >> f)
     }
 }
 
