@@ -38,6 +38,7 @@ use crate::suf::Suf;
 
 pub mod activation;
 pub mod chain;
+pub mod inverse;
 pub mod relu;
 pub mod reluars;
 pub mod spline;
@@ -328,11 +329,11 @@ impl Gate {
                 return Err(Error::BufferLength);
             }
         }
-        const CHUNK: usize = 256;
         let per = self.prf_blocks();
-        let mut b0 = [Block::ZERO; CHUNK * 16];
-        let mut b1 = [Block::ZERO; CHUNK * 16];
-        if per > 16 {
+        let chunk = PRF_BUFFER / per;
+        let mut b0 = [Block::ZERO; PRF_BUFFER];
+        let mut b1 = [Block::ZERO; PRF_BUFFER];
+        if chunk == 0 {
             return Err(Error::Suf(SufError::Capacity));
         }
         // Bit-output DCF generation draws no randomness; the generator is
@@ -341,7 +342,7 @@ impl Gate {
         let mut calls = 0;
         let mut done = 0;
         while done < count {
-            let n = CHUNK.min(count - done);
+            let n = chunk.min(count - done);
             let at = first + cast::u64_from_usize(done);
             calls += self.expand(h, &seeds[0], at, n, &mut b0);
             calls += self.expand(h, &seeds[1], at, n, &mut b1);
@@ -436,13 +437,13 @@ impl Gate {
         let c = &self.compiled;
         let len0 = self.key_params(0).key_len();
         let count = dcf[0].len() / len0;
-        const CHUNK: usize = 256;
         let per = self.prf_blocks();
-        let mut blocks = [Block::ZERO; CHUNK * 16];
+        let chunk = (PRF_BUFFER / per).max(1);
+        let mut blocks = [Block::ZERO; PRF_BUFFER];
         let mut calls = 0;
         let mut done = 0;
         while done < count {
-            let n = CHUNK.min(count - done);
+            let n = chunk.min(count - done);
             calls += self.expand(h, seed, first + cast::u64_from_usize(done), n, &mut blocks);
             for e in 0..n {
                 let b = &blocks[e * per..(e + 1) * per];
@@ -534,6 +535,9 @@ impl Gate {
         }
     }
 }
+
+/// PRF blocks expanded per batch (64 KiB of stack).
+const PRF_BUFFER: usize = 4096;
 
 /// Elements per DCF batch inside an evaluation.
 const FSS_CHUNK: usize = 4096;
@@ -650,13 +654,13 @@ impl<'a> Eval<'a> {
         let per = g.prf_blocks();
         let pb = self.party.index();
         let l = self.l;
-        const CHUNK: usize = 256;
-        let mut blocks = [Block::ZERO; CHUNK * 16];
+        let chunk = (PRF_BUFFER / per).max(1);
+        let mut blocks = [Block::ZERO; PRF_BUFFER];
         let m = g.plan.mono_count;
         let u = g.plan.beaver_count;
         let mut done = 0;
         while done < self.n {
-            let n = CHUNK.min(self.n - done);
+            let n = chunk.min(self.n - done);
             g.expand(h, seed, first + cast::u64_from_usize(done), n, &mut blocks);
             for e in 0..n {
                 let i = done + e;

@@ -296,6 +296,37 @@ impl Chain {
         (self.count, 0)
     }
 
+    /// The chain's cleartext value at `x`: each step's reference in order.
+    pub fn reference(&self, x: u64) -> u64 {
+        let w = self.ring;
+        let mut values = [[0u64; crate::phi::MAX_OUTPUTS]; MAX_STEPS];
+        let read = |values: &[[u64; crate::phi::MAX_OUTPUTS]; MAX_STEPS], src: Source| match src {
+            Source::Input => w.reduce(x),
+            Source::Output { step, index } => values[usize::from(step)][usize::from(index)],
+        };
+        let lin = |values: &[[u64; crate::phi::MAX_OUTPUTS]; MAX_STEPS], l: &Lin| {
+            let mut v = l.constant;
+            for &(src, c) in &l.terms[..l.len] {
+                v = w.add(v, w.mul(c, read(values, src)));
+            }
+            v
+        };
+        for s in 0..self.count {
+            match &self.steps[s] {
+                Step::Gate { gate, input } => {
+                    let v = lin(&values, input);
+                    let mut out = [0u64; crate::phi::MAX_OUTPUTS];
+                    gate.reference(v, &mut out);
+                    values[s] = out;
+                }
+                Step::Mul { a, b } => {
+                    values[s][0] = w.mul(lin(&values, a), lin(&values, b));
+                }
+            }
+        }
+        read(&values, self.output)
+    }
+
     /// Deals step `s` for `count` elements from element `first`.
     #[allow(clippy::too_many_arguments)]
     pub fn deal_step(
@@ -637,5 +668,91 @@ impl<'a> ChainEval<'a> {
         let at = self.value_offset(self.chain.output);
         out.copy_from_slice(&self.s[at..at + self.n]);
         Ok(())
+    }
+}
+
+/// Test support: deal a chain and run both parties in memory.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::batch::Serial;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Reconstructed chain outputs on shares of `xs`.
+    pub(crate) fn run_chain(chain: &Chain, xs: &[u64], salt: u8) -> Vec<u64> {
+        let n = xs.len();
+        let w = chain.ring;
+        let aes = FixedKeyAes::new();
+        let seeds = [[salt; 16], [salt ^ 0x77; 16]];
+        let mut dcf: Vec<[Vec<Vec<u8>>; 2]> = Vec::new();
+        let mut explicit: Vec<Vec<u64>> = Vec::new();
+        for s in 0..chain.count {
+            let sizes: Vec<usize> = match &chain.steps[s] {
+                Step::Gate { gate, .. } => (0..MAX_KEYS)
+                    .map(|k| {
+                        if k < gate.compiled.key_count {
+                            n * gate.key_params(k).key_len()
+                        } else {
+                            0
+                        }
+                    })
+                    .collect(),
+                Step::Mul { .. } => vec![0; MAX_KEYS],
+            };
+            let mut k0: Vec<Vec<u8>> = sizes.iter().map(|l| vec![0u8; *l]).collect();
+            let mut k1 = k0.clone();
+            let mut ex = vec![0u64; n * chain.explicit_words(s)];
+            {
+                let [a0, a1, a2] = &mut k0[..] else {
+                    unreachable!()
+                };
+                let [b0, b1, b2] = &mut k1[..] else {
+                    unreachable!()
+                };
+                let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
+                let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+                chain
+                    .deal_step(s, &aes, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex)
+                    .unwrap();
+            }
+            dcf.push([k0, k1]);
+            explicit.push(ex);
+        }
+        let mut prg = crate::prg::Prg::new(&[salt ^ 1; 16]);
+        let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+        let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
+        let keys = |party: usize| -> [StepKeys<'_>; MAX_STEPS] {
+            let mut k = [StepKeys::default(); MAX_STEPS];
+            for s in 0..chain.count {
+                let d = &dcf[s][party];
+                k[s] = StepKeys {
+                    dcf: [&d[0][..], &d[1][..], &d[2][..]],
+                    explicit: if party == 1 { &explicit[s][..] } else { &[] },
+                };
+            }
+            k
+        };
+        let mut s0 = vec![0u64; chain.scratch_words(n)];
+        let mut s1 = vec![0u64; chain.scratch_words(n)];
+        let mut e0 =
+            ChainEval::new(chain, &aes, Party::P0, seeds[0], 11, n, keys(0), &mut s0).unwrap();
+        let mut e1 =
+            ChainEval::new(chain, &aes, Party::P1, seeds[1], 11, n, keys(1), &mut s1).unwrap();
+        let serial = Serial::new();
+        for i in 0..e0.rounds() {
+            let len = e0.send_len(i);
+            let mut b0 = vec![0u8; len];
+            let mut b1 = vec![0u8; len];
+            e0.prepare(i, &x0, &mut b0).unwrap();
+            e1.prepare(i, &x1, &mut b1).unwrap();
+            e0.finish(i, &b1, &serial).unwrap();
+            e1.finish(i, &b0, &serial).unwrap();
+        }
+        let mut y0 = vec![0u64; n];
+        let mut y1 = vec![0u64; n];
+        e0.output(&mut y0).unwrap();
+        e1.output(&mut y1).unwrap();
+        y0.iter().zip(&y1).map(|(a, b)| w.add(*a, *b)).collect()
     }
 }

@@ -101,11 +101,7 @@ pub const fn reluars(ring: Width, k: Width, f: u32, range: Range) -> Result<Gate
 /// [`Range::Gap`], inside its range).
 pub const fn reluars_at(ring: Width, k: Width, f: u32, x: u64) -> u64 {
     let v = k.to_signed(k.reduce(x));
-    if v < 0 {
-        0
-    } else {
-        ring.from_signed(v >> f)
-    }
+    if v < 0 { 0 } else { ring.from_signed(v >> f) }
 }
 
 #[cfg(test)]
