@@ -44,6 +44,20 @@ pub const fn relu(ring: Width, k: Width) -> Result<Gate, SufError> {
     )
 }
 
+/// ReLU without the sign bit output (for trees that only need the value).
+pub const fn relu_value(ring: Width, k: Width) -> Result<Gate, SufError> {
+    let suf = Suf::piecewise(
+        ring,
+        Domain::Signed,
+        0,
+        1,
+        1,
+        &[0],
+        &[[[0; 4], [0; 4]], [[0, 1, 0, 0], [0; 4]]],
+    );
+    Gate::new(&suf, k, Phi::poly(ring, PolyMode::Monomials), Input::Shares)
+}
+
 /// DReLU `[x ≥ 0]` at effective width k, as an XOR-shared bit.
 pub const fn drelu(ring: Width, k: Width) -> Result<Gate, SufError> {
     let suf = Suf::new(ring, Domain::Signed, 0, 0, 0)

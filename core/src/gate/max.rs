@@ -1,0 +1,393 @@
+//! The maximum of each row of a matrix, by a comparison tree: a vector
+//! block, not a SUF (seeds/001 Appendix G).
+//!
+//! Each level pairs neighbours and keeps `max(a, b) = b + ReLU(a − b)`, so a
+//! row of L values takes ⌈log2 L⌉ levels of the [`super::relu`] gate, all
+//! rows of a level in one batch; an odd element passes to the next level
+//! unchanged. Exact for differences inside the ReLU's effective width:
+//! |a − b| < 2^(k−1).
+//!
+//! Cost per row: L − 1 ReLU instances; 2 rounds per level.
+
+use crate::batch::BatchEval;
+use crate::compile::MAX_KEYS;
+use crate::error::{Error, SufError};
+use crate::fss::Party;
+use crate::gate::chain::step_seed;
+use crate::gate::relu::relu_value;
+use crate::gate::{Eval, Gate};
+use crate::prg::{FixedKeyAes, Hasher};
+use crate::ring::Width;
+
+/// Row maxima of `rows × len` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MaxTree {
+    /// The ReLU gate every level uses.
+    pub relu: Gate,
+    /// Values per row.
+    pub len: usize,
+}
+
+impl MaxTree {
+    /// Row maxima of rows of `len` values, differences within width `k`.
+    pub const fn new(ring: Width, k: Width, len: usize) -> Result<MaxTree, SufError> {
+        if len == 0 {
+            return Err(SufError::Capacity);
+        }
+        match relu_value(ring, k) {
+            Ok(relu) => Ok(MaxTree { relu, len }),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Levels of the tree.
+    pub const fn levels(&self) -> usize {
+        let mut l = 0;
+        let mut cur = self.len;
+        while cur > 1 {
+            cur = cur / 2 + cur % 2;
+            l += 1;
+        }
+        l
+    }
+
+    /// Values per row entering `level`.
+    pub const fn width_at(&self, level: usize) -> usize {
+        let mut cur = self.len;
+        let mut l = 0;
+        while l < level {
+            cur = cur / 2 + cur % 2;
+            l += 1;
+        }
+        cur
+    }
+
+    /// ReLU instances per row at `level`.
+    pub const fn pairs(&self, level: usize) -> usize {
+        self.width_at(level) / 2
+    }
+
+    /// Rounds in total.
+    pub const fn rounds(&self) -> usize {
+        2 * self.levels()
+    }
+
+    /// Deals `level` for `rows` rows: ReLU keys for `rows · pairs(level)`
+    /// elements, seeded from the level's derived seeds.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deal_level(
+        &self,
+        level: usize,
+        rows: usize,
+        h: &dyn Hasher,
+        aes: &FixedKeyAes,
+        seeds: [[u8; 16]; 2],
+        dcf0: &mut [&mut [u8]; MAX_KEYS],
+        dcf1: &mut [&mut [u8]; MAX_KEYS],
+        explicit: &mut [u64],
+    ) -> Result<u64, Error> {
+        let s = [
+            step_seed(h, &seeds[0], level),
+            step_seed(h, &seeds[1], level),
+        ];
+        self.relu.deal(
+            h,
+            aes,
+            s,
+            None,
+            0,
+            rows * self.pairs(level),
+            dcf0,
+            dcf1,
+            explicit,
+        )
+    }
+
+    /// Scratch words for `rows` rows.
+    pub const fn scratch_words(&self, rows: usize) -> usize {
+        rows * self.len + rows * self.pairs(0) + self.relu.scratch_words(rows * self.pairs(0))
+    }
+}
+
+/// One level's key material as a party holds it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LevelKeys<'a> {
+    /// Full DCF keys of the level's ReLU instances.
+    pub dcf: [&'a [u8]; MAX_KEYS],
+    /// P1's explicit words.
+    pub explicit: &'a [u64],
+}
+
+/// Most levels (rows of up to 2^16 values).
+pub const MAX_LEVELS: usize = 16;
+
+/// One party's evaluation of a [`MaxTree`].
+pub struct MaxEval<'a> {
+    tree: &'a MaxTree,
+    h: &'a dyn Hasher,
+    party: Party,
+    seed: [u8; 16],
+    rows: usize,
+    keys: [LevelKeys<'a>; MAX_LEVELS],
+    s: &'a mut [u64],
+    next: usize,
+}
+
+impl core::fmt::Debug for MaxEval<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("MaxEval")
+            .field("party", &self.party)
+            .field("rows", &self.rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> MaxEval<'a> {
+    /// Starts from this party's shares of the `rows × len` values.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        tree: &'a MaxTree,
+        h: &'a dyn Hasher,
+        party: Party,
+        seed: [u8; 16],
+        rows: usize,
+        values: &[u64],
+        keys: [LevelKeys<'a>; MAX_LEVELS],
+        scratch: &'a mut [u64],
+    ) -> Result<MaxEval<'a>, Error> {
+        if tree.levels() > MAX_LEVELS {
+            return Err(Error::Suf(SufError::Capacity));
+        }
+        if values.len() != rows * tree.len || scratch.len() < tree.scratch_words(rows) {
+            return Err(Error::BufferLength);
+        }
+        scratch[..values.len()].copy_from_slice(values);
+        Ok(MaxEval {
+            tree,
+            h,
+            party,
+            seed,
+            rows,
+            keys,
+            s: scratch,
+            next: 0,
+        })
+    }
+
+    /// Total rounds.
+    pub fn rounds(&self) -> usize {
+        self.tree.rounds()
+    }
+
+    /// Bytes sent in round `i`.
+    pub fn send_len(&self, i: usize) -> usize {
+        let g = &self.tree.relu;
+        let n = self.rows * self.tree.pairs(i / 2);
+        g.round_bytes(g.schedule().0[i % 2], n)
+    }
+
+    /// Writes this party's message of round `i`.
+    pub fn prepare(&mut self, i: usize, send: &mut [u8]) -> Result<(), Error> {
+        if i != self.next || i >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        let (level, j) = (i / 2, i % 2);
+        let t = self.tree;
+        let w = t.relu.ring();
+        let cur = t.width_at(level);
+        let pairs = t.pairs(level);
+        let n = self.rows * pairs;
+        let diff_at = self.rows * t.len;
+        let relu_at = diff_at + self.rows * t.pairs(0);
+        if j == 0 {
+            // Differences a − b of each pair, row by row.
+            for r in 0..self.rows {
+                for p in 0..pairs {
+                    let a = self.s[r * cur + 2 * p];
+                    let b = self.s[r * cur + 2 * p + 1];
+                    self.s[diff_at + r * pairs + p] = w.sub(a, b);
+                }
+            }
+        }
+        let keys = self.keys[level];
+        let (head, tail) = self.s.split_at_mut(relu_at);
+        let diffs = &head[diff_at..diff_at + n];
+        let mut ev = if j == 0 {
+            let seed = step_seed(self.h, &self.seed, level);
+            Eval::new(
+                &t.relu,
+                self.h,
+                self.party,
+                &seed,
+                None,
+                0,
+                n,
+                keys.dcf,
+                keys.explicit,
+                tail,
+            )?
+        } else {
+            Eval::resume(&t.relu, self.party, n, keys.dcf, keys.explicit, tail, j)?
+        };
+        ev.prepare(j, diffs, send)
+    }
+
+    /// Consumes the peer's message of round `i`.
+    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        if i != self.next || i >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        let (level, j) = (i / 2, i % 2);
+        let t = self.tree;
+        let w = t.relu.ring();
+        let cur = t.width_at(level);
+        let pairs = t.pairs(level);
+        let next_w = t.width_at(level + 1);
+        let n = self.rows * pairs;
+        let diff_at = self.rows * t.len;
+        let relu_at = diff_at + self.rows * t.pairs(0);
+        let keys = self.keys[level];
+        {
+            let (head, tail) = self.s.split_at_mut(relu_at);
+            let mut ev = Eval::resume(&t.relu, self.party, n, keys.dcf, keys.explicit, tail, j)?;
+            ev.finish(j, recv, fss)?;
+            if j == 1 {
+                // ReLU(a − b) over the differences, in place.
+                ev.outputs(&mut head[diff_at..diff_at + n], &mut [])?;
+            }
+        }
+        if j == 1 {
+            // max = b + ReLU(a − b); rows compact to the next width.
+            for r in 0..self.rows {
+                for p in 0..pairs {
+                    let b = self.s[r * cur + 2 * p + 1];
+                    let m = w.add(b, self.s[diff_at + r * pairs + p]);
+                    self.s[r * next_w + p] = m;
+                }
+                if cur % 2 == 1 {
+                    self.s[r * next_w + pairs] = self.s[r * cur + cur - 1];
+                }
+            }
+        }
+        self.next += 1;
+        Ok(())
+    }
+
+    /// Writes this party's shares of the row maxima.
+    pub fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if self.next != self.rounds() || out.len() != self.rows {
+            return Err(Error::BufferLength);
+        }
+        out.copy_from_slice(&self.s[..self.rows]);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::Serial;
+    use crate::prg::Prg;
+    use std::vec;
+    use std::vec::Vec;
+
+    fn run_max(tree: &MaxTree, rows: usize, values: &[u64]) -> Vec<u64> {
+        let w = tree.relu.ring();
+        let aes = FixedKeyAes::new();
+        let seeds = [[1u8; 16], [2u8; 16]];
+        let levels = tree.levels();
+        type LevelStore = ([Vec<Vec<u8>>; 2], Vec<u64>);
+        let mut store: Vec<LevelStore> = Vec::new();
+        for l in 0..levels {
+            let n = rows * tree.pairs(l);
+            let mk = || -> Vec<Vec<u8>> {
+                (0..MAX_KEYS)
+                    .map(|k| {
+                        vec![
+                            0u8;
+                            if k < tree.relu.compiled.key_count {
+                                n * tree.relu.key_params(k).key_len()
+                            } else {
+                                0
+                            }
+                        ]
+                    })
+                    .collect()
+            };
+            let (mut k0, mut k1) = (mk(), mk());
+            let mut ex = vec![0u64; n * tree.relu.explicit_words()];
+            {
+                let [a0, a1, a2] = &mut k0[..] else {
+                    unreachable!()
+                };
+                let [b0, b1, b2] = &mut k1[..] else {
+                    unreachable!()
+                };
+                let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
+                let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+                tree.deal_level(l, rows, &aes, &aes, seeds, &mut d0, &mut d1, &mut ex)
+                    .unwrap();
+            }
+            store.push(([k0, k1], ex));
+        }
+        let keys = |party: usize| -> [LevelKeys<'_>; MAX_LEVELS] {
+            let mut k = [LevelKeys::default(); MAX_LEVELS];
+            for (l, (d, ex)) in store.iter().enumerate() {
+                let d = &d[party];
+                k[l] = LevelKeys {
+                    dcf: [&d[0][..], &d[1][..], &d[2][..]],
+                    explicit: if party == 1 { ex } else { &[] },
+                };
+            }
+            k
+        };
+        let mut prg = Prg::new(&[8; 16]);
+        let v0: Vec<u64> = values.iter().map(|_| w.reduce(prg.next_u64())).collect();
+        let v1: Vec<u64> = values.iter().zip(&v0).map(|(v, a)| w.sub(*v, *a)).collect();
+        let mut s0 = vec![0u64; tree.scratch_words(rows)];
+        let mut s1 = vec![0u64; tree.scratch_words(rows)];
+        let mut e0 =
+            MaxEval::new(tree, &aes, Party::P0, seeds[0], rows, &v0, keys(0), &mut s0).unwrap();
+        let mut e1 =
+            MaxEval::new(tree, &aes, Party::P1, seeds[1], rows, &v1, keys(1), &mut s1).unwrap();
+        let serial = Serial::new();
+        for i in 0..e0.rounds() {
+            let len = e0.send_len(i);
+            let (mut b0, mut b1) = (vec![0u8; len], vec![0u8; len]);
+            e0.prepare(i, &mut b0).unwrap();
+            e1.prepare(i, &mut b1).unwrap();
+            e0.finish(i, &b1, &serial).unwrap();
+            e1.finish(i, &b0, &serial).unwrap();
+        }
+        let (mut o0, mut o1) = (vec![0u64; rows], vec![0u64; rows]);
+        e0.output(&mut o0).unwrap();
+        e1.output(&mut o1).unwrap();
+        o0.iter().zip(&o1).map(|(a, b)| w.add(*a, *b)).collect()
+    }
+
+    #[test]
+    fn row_maxima_for_every_length_up_to_33() {
+        let (n, k) = (Width::W64, Width::of(30));
+        let mut prg = Prg::new(&[3; 16]);
+        for len in 1..=33 {
+            let tree = MaxTree::new(n, k, len).unwrap();
+            let rows = 5;
+            let values: Vec<u64> = (0..rows * len)
+                .map(|_| n.from_signed((prg.next_u64() as i64) >> 36))
+                .collect();
+            let got = run_max(&tree, rows, &values);
+            for r in 0..rows {
+                let want = values[r * len..(r + 1) * len]
+                    .iter()
+                    .map(|v| n.to_signed(*v))
+                    .max()
+                    .unwrap();
+                assert_eq!(n.to_signed(got[r]), want, "len {len} row {r}");
+            }
+            assert_eq!(
+                tree.rounds(),
+                2 * (usize::BITS - (len - 1).leading_zeros()) as usize
+            );
+        }
+    }
+}
