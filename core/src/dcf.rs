@@ -14,14 +14,14 @@
 
 use crate::error::Error;
 use crate::fss::{self, KeyBatch, Kind, Params, Party};
-use crate::prg::{Block, FixedKeyAes};
+use crate::prg::{Block, FixedKeyAes, Hasher};
 
 /// Generates DCF keys for `β·[x < α]` into `key0` and `key1` (each
 /// `params.key_len()` bytes). See [`crate::fss`] for the secret-handling
 /// contract. Returns the AES calls made.
 #[allow(clippy::too_many_arguments)]
-pub fn generate<R: rand_core::CryptoRng + ?Sized>(
-    aes: &FixedKeyAes,
+pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
+    aes: &H,
     params: &Params,
     alpha: u64,
     beta: u64,

@@ -6,13 +6,13 @@
 
 use crate::error::Error;
 use crate::fss::{self, KeyBatch, Kind, Params, Party};
-use crate::prg::{Block, FixedKeyAes};
+use crate::prg::{Block, FixedKeyAes, Hasher};
 
 /// Generates DPF keys for `β·[x = α]` into `key0` and `key1` (each
 /// `params.key_len()` bytes). Returns the AES calls made.
 #[allow(clippy::too_many_arguments)]
-pub fn generate<R: rand_core::CryptoRng + ?Sized>(
-    aes: &FixedKeyAes,
+pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
+    aes: &H,
     params: &Params,
     alpha: u64,
     beta: u64,

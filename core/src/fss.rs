@@ -49,7 +49,7 @@
 //! `lane` the smallest of 8/16/32/64 bits holding `w`.
 
 use crate::error::Error;
-use crate::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher, word_mask};
+use crate::prg::{Block, Domain, HASH_CHUNK, Hasher, word_mask};
 use crate::ring::{Width, cast};
 
 /// Which function family a key encodes.
@@ -489,8 +489,8 @@ pub(crate) fn write_word(bytes: &mut [u8], v: u64) {
 /// inputs except `params` are secret and steer no branch or index. Returns
 /// the number of AES calls made.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gen_pair<R: rand_core::CryptoRng + ?Sized>(
-    aes: &FixedKeyAes,
+pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
+    aes: &H,
     params: &Params,
     alpha: u64,
     beta: u64,
@@ -528,9 +528,10 @@ pub(crate) fn gen_pair<R: rand_core::CryptoRng + ?Sized>(
     let mut calls = 0;
     for level in 0..levels {
         let a_i = (a_hi >> (levels - 1 - level)) & 1;
-        let h0 = aes.hash(Domain::Tree, s0);
-        let h1 = aes.hash(Domain::Tree, s1);
-        calls += 2;
+        // Both parties' nodes in one call: two AES blocks in flight.
+        let mut h = [s0, s1];
+        calls += aes.hash_many(Domain::Tree, &mut h);
+        let [h0, h1] = h;
         // Keeps the child toward α on the path (difference Δ) and makes the
         // other child's seeds equal.
         let cw = h0 ^ h1 ^ (delta & Block::mask(a_i ^ 1));
@@ -541,9 +542,9 @@ pub(crate) fn gen_pair<R: rand_core::CryptoRng + ?Sized>(
         let r0 = l0 ^ s0;
         let r1 = l1 ^ s1;
         if let (true, Some(w)) = (dcf, ring) {
-            let v0 = aes.hash(Domain::Value, r0).low64();
-            let v1 = aes.hash(Domain::Value, r1).low64();
-            calls += 2;
+            let mut v = [r0, r1];
+            calls += aes.hash_many(Domain::Value, &mut v);
+            let (v0, v1) = (v[0].low64(), v[1].low64());
             // On path (α_i = 1): P0's +(v0 + t0·V) and P1's −(v1 + t1·V) must
             // sum to β, so V = (β − v0 + v1)·(t0 − t1) with t0 − t1 = ±1.
             let on = w.add(w.sub(beta, v0), v1);
@@ -559,9 +560,9 @@ pub(crate) fn gen_pair<R: rand_core::CryptoRng + ?Sized>(
         s1 = l1 ^ (s1 & Block::mask(a_i));
     }
 
-    let g0 = aes.hash(Domain::Leaf, s0);
-    let g1 = aes.hash(Domain::Leaf, s1);
-    calls += 2;
+    let mut g = [s0, s1];
+    calls += aes.hash_many(Domain::Leaf, &mut g);
+    let [g0, g1] = g;
     let lane_bits = p.lane_bits();
     let payload_bit = |j: u32| -> u64 {
         let j = u64::from(j);

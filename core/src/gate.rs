@@ -32,7 +32,7 @@ use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Params, Party};
 use crate::mpc;
 use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Mono, Phi, Plan, Publics};
-use crate::prg::{Block, Domain, FixedKeyAes, Hasher, Prg};
+use crate::prg::{Block, Domain, Hasher, Prg};
 use crate::ring::{Width, cast};
 use crate::suf::Suf;
 
@@ -305,7 +305,6 @@ impl Gate {
     pub fn deal(
         &self,
         h: &dyn Hasher,
-        aes: &FixedKeyAes,
         seeds: [[u8; 16]; 2],
         masks: Option<[&[u64]; 2]>,
         first: u64,
@@ -360,7 +359,7 @@ impl Gate {
                     let len = params.key_len();
                     let at = (done + e) * len;
                     calls += dcf::generate(
-                        aes,
+                        h,
                         &params,
                         c.key_alpha(k, r),
                         1,
@@ -681,23 +680,19 @@ impl<'a> Eval<'a> {
                 }
                 // Monomial shares: 1 and r, a_l from the seed; the rest from
                 // the seed (P0) or the explicit words (P1).
-                let mut s = u;
-                let mut x = usize::from(g.compiled.and_count > 0);
-                for (k, mono) in g.plan.monos[..m].iter().enumerate() {
-                    let v = if *mono == Mono::ONE {
-                        1
-                    } else if mono.is_seeded() && mono.r == 1 {
-                        self.s[l.mask + i]
-                    } else if mono.is_seeded() {
-                        self.s[l.a + i * u + cast::usize_from_u32(mono.a.trailing_zeros())]
-                    } else if pb == 0 {
-                        let v = w.reduce(g.seeded_word(b, s));
-                        s += 1;
-                        v
-                    } else {
-                        let v = self.explicit[i * g.explicit_words() + x];
-                        x += 1;
-                        v
+                let base = usize::from(g.compiled.and_count > 0);
+                for (k, src) in g.plan.mono_source[..m].iter().enumerate() {
+                    let v = match *src {
+                        crate::phi::MonoSource::One => 1,
+                        crate::phi::MonoSource::Mask => self.s[l.mask + i],
+                        crate::phi::MonoSource::Beaver(a) => self.s[l.a + i * u + usize::from(a)],
+                        crate::phi::MonoSource::Dealt(d) => {
+                            if pb == 0 {
+                                w.reduce(g.seeded_word(b, u + usize::from(d)))
+                            } else {
+                                self.explicit[i * g.explicit_words() + base + usize::from(d)]
+                            }
+                        }
                     };
                     self.s[l.monos + i * m + k] = v;
                 }
@@ -995,23 +990,11 @@ impl<'a> Eval<'a> {
                 let (o, i) = (usize::from(o), usize::from(i));
                 // c = v_{m−1} + Σ_t Δ_t·C_t with C_t = e_t + (1 − 2e_t)ρ_t.
                 let mut acc = if pb == 0 { c.coefficient_base(o, i) } else { 0 };
-                for t in 1..c.suf.intervals {
-                    let d = c.coefficient_delta(o, i, t);
-                    if d == 0 {
-                        continue;
-                    }
-                    let bi = usize::from(g.plan.boundary_b2a[t]);
+                let row = o * (crate::suf::MAX_DEGREE + 1) + i;
+                for &(bi, d) in &g.plan.coef_terms[row][..usize::from(g.plan.coef_len[row])] {
+                    let bi = usize::from(bi);
                     let e = self.s[l.e + j * b + bi] & 1;
-                    let rho_mono = Mono {
-                        r: 0,
-                        a: 0,
-                        kappa: 0,
-                        rho: 1 << bi,
-                    };
-                    let mi = g.plan.monos[..m]
-                        .iter()
-                        .position(|x| *x == rho_mono)
-                        .unwrap_or(0);
+                    let mi = usize::from(g.plan.rho_mono[bi]);
                     let rho = self.s[l.monos + j * m + mi];
                     acc = w.add(acc, w.mul(d, mpc::b2a_share(w, pb, e, rho)));
                 }
@@ -1167,6 +1150,7 @@ pub fn run_pair(
 pub(crate) mod testing {
     use super::*;
     use crate::batch::Serial;
+    use crate::prg::FixedKeyAes;
     use std::vec;
     use std::vec::Vec;
 
@@ -1219,7 +1203,7 @@ pub(crate) mod testing {
             let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
             let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
             let ms = masks.map(|_| [&m0[..], &m1[..]]);
-            gate.deal(&aes, &aes, seeds, ms, 7, n, &mut d0, &mut d1, &mut explicit)
+            gate.deal(&aes, seeds, ms, 7, n, &mut d0, &mut d1, &mut explicit)
                 .unwrap();
         }
         let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();

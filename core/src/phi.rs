@@ -351,6 +351,29 @@ pub struct Plan {
     pub contribs: [Contrib; MAX_CONTRIB],
     /// How many contributions.
     pub contrib_count: usize,
+    /// Per coefficient `(j, i)` (index `j·(MAX_DEGREE+1) + i`): the
+    /// converted boundary bits that move it and by how much, so evaluation
+    /// does not rescan the intervals.
+    pub coef_terms: [[(u8, u64); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)],
+    /// How many entries each `coef_terms` row has.
+    pub coef_len: [u8; MAX_ARITH * (MAX_DEGREE + 1)],
+    /// Where each monomial's share comes from.
+    pub mono_source: [MonoSource; MAX_MONOS],
+    /// Index of the monomial `ρ_b` for each converted bit (`u8::MAX` if unused).
+    pub rho_mono: [u8; MAX_B2A],
+}
+
+/// Where a party's share of a monomial comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MonoSource {
+    /// The public constant 1 (P0 holds it).
+    One,
+    /// The input mask share.
+    Mask,
+    /// A Beaver mask share, seeded.
+    Beaver(u8),
+    /// The i-th dealt monomial: P0's seeded word, P1's explicit word.
+    Dealt(u8),
 }
 
 /// An error for a Φ that exceeds a capacity or is inconsistent.
@@ -376,6 +399,10 @@ impl Plan {
                 mono: 0,
             }; MAX_CONTRIB],
             contrib_count: 0,
+            coef_terms: [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)],
+            coef_len: [0; MAX_ARITH * (MAX_DEGREE + 1)],
+            mono_source: [MonoSource::One; MAX_MONOS],
+            rho_mono: [u8::MAX; MAX_B2A],
         };
         if phi.count > MAX_OUTPUTS || phi.kappa_count > MAX_KAPPAS {
             return cap();
@@ -472,7 +499,51 @@ impl Plan {
             }
             l += 1;
         }
+        plan.index_tables(c);
         Ok(plan)
+    }
+
+    /// Fills the lookup tables evaluation uses.
+    const fn index_tables(&mut self, c: &Compiled) {
+        let mut j = 0;
+        while j < c.suf.arith {
+            let mut i = 0;
+            while i <= c.suf.degree {
+                let row = j * (MAX_DEGREE + 1) + i;
+                let mut n = 0;
+                let mut t = 1;
+                while t < c.suf.intervals {
+                    let d = c.coefficient_delta(j, i, t);
+                    if d != 0 && self.boundary_b2a[t] != u8::MAX {
+                        self.coef_terms[row][n] = (self.boundary_b2a[t], d);
+                        n += 1;
+                    }
+                    t += 1;
+                }
+                self.coef_len[row] = cast::u8_from_index(n);
+                i += 1;
+            }
+            j += 1;
+        }
+        let mut dealt = 0;
+        let mut m = 0;
+        while m < self.mono_count {
+            let mono = self.monos[m];
+            self.mono_source[m] = if mono.eq(Mono::ONE) {
+                MonoSource::One
+            } else if mono.is_seeded() && mono.r == 1 {
+                MonoSource::Mask
+            } else if mono.is_seeded() {
+                MonoSource::Beaver(cast::u8_from_index(mono.a.trailing_zeros() as usize))
+            } else {
+                dealt += 1;
+                MonoSource::Dealt(cast::u8_from_index(dealt - 1))
+            };
+            if mono.r == 0 && mono.a == 0 && mono.kappa == 0 && mono.rho.count_ones() == 1 {
+                self.rho_mono[mono.rho.trailing_zeros() as usize] = cast::u8_from_index(m);
+            }
+            m += 1;
+        }
     }
 
     const fn add_b2a(&mut self, node: u8) -> Result<u8, SufError> {
@@ -894,19 +965,16 @@ impl Plan {
             out[1] = 1;
             return 2;
         }
+        let row = j * (MAX_DEGREE + 1) + i;
         let mut base = c.coefficient_base(j, i);
-        let mut n = 1;
-        for t in 1..c.suf.intervals {
-            let d = c.coefficient_delta(j, i, t);
-            if d != 0 {
-                let e = p.e[usize::from(self.boundary_b2a[t])] & 1;
-                base = w.add(base, w.mul(d, e));
-                out[n] = w.mul(d, w.sub(1, w.mul(2, e)));
-                n += 1;
-            }
+        let terms = &self.coef_terms[row][..usize::from(self.coef_len[row])];
+        for (slot, &(b, d)) in out[1..].iter_mut().zip(terms) {
+            let e = p.e[usize::from(b)] & 1;
+            base = w.add(base, w.mul(d, e));
+            *slot = w.mul(d, w.sub(1, w.mul(2, e)));
         }
         out[0] = base;
-        n
+        1 + terms.len()
     }
 }
 

@@ -79,8 +79,8 @@ pub fn deal_with_roots(
     let mut key0 = vec![0u8; params.key_len()];
     let mut key1 = vec![0u8; params.key_len()];
     let generate = match params.kind() {
-        Kind::Dcf => dcf::generate::<Prg>,
-        Kind::Dpf => dpf::generate::<Prg>,
+        Kind::Dcf => dcf::generate::<FixedKeyAes, Prg>,
+        Kind::Dpf => dpf::generate::<FixedKeyAes, Prg>,
     };
     let gen_aes_calls = generate(aes, params, alpha, beta, roots, rng, &mut key0, &mut key1)
         .unwrap_or_else(|e| panic!("generating {params:?} failed: {e}"));

@@ -202,8 +202,8 @@ fn generation_reduces_alpha_and_beta() {
             let mut k0 = vec![0; params.key_len()];
             let mut k1 = vec![0; params.key_len()];
             let generate = match kind {
-                Kind::Dcf => dcf::generate::<Prg>,
-                Kind::Dpf => dpf::generate::<Prg>,
+                Kind::Dcf => dcf::generate::<FixedKeyAes, Prg>,
+                Kind::Dpf => dpf::generate::<FixedKeyAes, Prg>,
             };
             generate(
                 &aes, &params, above, beta, roots, &mut rng, &mut k0, &mut k1,

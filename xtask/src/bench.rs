@@ -7,6 +7,7 @@
 
 mod dcf;
 mod floors;
+mod gates;
 
 use std::time::Instant;
 
@@ -22,11 +23,18 @@ struct Bench {
     run: fn() -> Result<String>,
 }
 
-const BENCHES: &[Bench] = &[Bench {
-    name: "dcf",
-    about: "DCF evaluation against the AES and memory-bandwidth floors",
-    run: dcf::run,
-}];
+const BENCHES: &[Bench] = &[
+    Bench {
+        name: "dcf",
+        about: "DCF evaluation against the AES and memory-bandwidth floors",
+        run: dcf::run,
+    },
+    Bench {
+        name: "gates",
+        about: "every gate dealt and run by two parties, 128×3072 elements",
+        run: gates::run,
+    },
+];
 
 fn selected(names: &[String]) -> Result<Vec<&'static Bench>> {
     if names.is_empty() {

@@ -197,7 +197,9 @@ struct Piece {
 fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
     let n = b.len();
     for col in 0..n {
-        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs())).unwrap_or(col);
+        let pivot = (col..n)
+            .max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))
+            .unwrap_or(col);
         a.swap(col, pivot);
         b.swap(col, pivot);
         let (top, bottom) = a.split_at_mut(col + 1);
@@ -212,7 +214,12 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Vec<f64> {
     }
     let mut x = vec![0.0; n];
     for row in (0..n).rev() {
-        let s: f64 = b[row] - a[row][row + 1..].iter().zip(&x[row + 1..]).map(|(a, x)| a * x).sum::<f64>();
+        let s: f64 = b[row]
+            - a[row][row + 1..]
+                .iter()
+                .zip(&x[row + 1..])
+                .map(|(a, x)| a * x)
+                .sum::<f64>();
         x[row] = s / a[row][row];
     }
     x
@@ -224,7 +231,9 @@ fn fit(t: &Target, lo: f64, hi: f64) -> Piece {
     let center = 0.5 * (lo + hi);
     let half = 0.5 * (hi - lo);
     let samples = 1025;
-    let xs: Vec<f64> = (0..samples).map(|i| lo + (hi - lo) * i as f64 / (samples - 1) as f64).collect();
+    let xs: Vec<f64> = (0..samples)
+        .map(|i| lo + (hi - lo) * i as f64 / (samples - 1) as f64)
+        .collect();
     let scale: Vec<f64> = xs
         .iter()
         .map(|&x| match t.error {
@@ -263,13 +272,23 @@ fn fit(t: &Target, lo: f64, hi: f64) -> Piece {
         }
     }
     // Back to the x − center basis.
-    let coeffs: Vec<f64> = coeffs.iter().enumerate().map(|(i, c)| c / half.powi(i as i32)).collect();
+    let coeffs: Vec<f64> = coeffs
+        .iter()
+        .enumerate()
+        .map(|(i, c)| c / half.powi(i as i32))
+        .collect();
     let error = xs
         .iter()
         .enumerate()
         .map(|(i, &x)| (eval_local(&coeffs, x - center) - (t.f)(x)).abs() * scale[i])
         .fold(0.0, f64::max);
-    Piece { lo, hi, center, coeffs, error }
+    Piece {
+        lo,
+        hi,
+        center,
+        coeffs,
+        error,
+    }
 }
 
 fn eval_local(c: &[f64], u: f64) -> f64 {

@@ -14,7 +14,7 @@ use crate::error::{Error, SufError};
 use crate::fss::Party;
 use crate::gate::{Eval, Gate};
 use crate::mpc;
-use crate::prg::{Block, Domain, FixedKeyAes, Hasher};
+use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};
 
 /// Most steps in a chain.
@@ -333,7 +333,6 @@ impl Chain {
         &self,
         s: usize,
         h: &dyn Hasher,
-        aes: &FixedKeyAes,
         seeds: [[u8; 16]; 2],
         first: u64,
         count: usize,
@@ -344,7 +343,7 @@ impl Chain {
         let step_seeds = [step_seed(h, &seeds[0], s), step_seed(h, &seeds[1], s)];
         match &self.steps[s] {
             Step::Gate { gate, .. } => {
-                gate.deal(h, aes, step_seeds, None, first, count, dcf0, dcf1, explicit)
+                gate.deal(h, step_seeds, None, first, count, dcf0, dcf1, explicit)
             }
             Step::Mul { .. } => {
                 if explicit.len() != count {
@@ -676,6 +675,7 @@ impl<'a> ChainEval<'a> {
 pub(crate) mod testing {
     use super::*;
     use crate::batch::Serial;
+    use crate::prg::FixedKeyAes;
     use std::vec;
     use std::vec::Vec;
 
@@ -713,7 +713,7 @@ pub(crate) mod testing {
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
                 chain
-                    .deal_step(s, &aes, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex)
+                    .deal_step(s, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex)
                     .unwrap();
             }
             dcf.push([k0, k1]);

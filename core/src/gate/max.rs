@@ -16,7 +16,7 @@ use crate::fss::Party;
 use crate::gate::chain::step_seed;
 use crate::gate::relu::relu_value;
 use crate::gate::{Eval, Gate};
-use crate::prg::{FixedKeyAes, Hasher};
+use crate::prg::Hasher;
 use crate::ring::Width;
 
 /// Row maxima of `rows × len` values.
@@ -80,7 +80,6 @@ impl MaxTree {
         level: usize,
         rows: usize,
         h: &dyn Hasher,
-        aes: &FixedKeyAes,
         seeds: [[u8; 16]; 2],
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
@@ -92,7 +91,6 @@ impl MaxTree {
         ];
         self.relu.deal(
             h,
-            aes,
             s,
             None,
             0,
@@ -287,6 +285,7 @@ impl<'a> MaxEval<'a> {
 mod tests {
     use super::*;
     use crate::batch::Serial;
+    use crate::prg::FixedKeyAes;
     use crate::prg::Prg;
     use std::vec;
     use std::vec::Vec;
@@ -325,7 +324,7 @@ mod tests {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
-                tree.deal_level(l, rows, &aes, &aes, seeds, &mut d0, &mut d1, &mut ex)
+                tree.deal_level(l, rows, &aes, seeds, &mut d0, &mut d1, &mut ex)
                     .unwrap();
             }
             store.push(([k0, k1], ex));

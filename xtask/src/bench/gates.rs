@@ -1,0 +1,883 @@
+//! `cargo xtask bench gates`: every gate dealt and run by two parties on
+//! this machine, 128×3072 elements each (the BERT-base FFN activation
+//! shape) unless noted, the parties on two threads exchanging messages
+//! through in-memory channels, each evaluating its DCF keys with a
+//! one-thread `CpuEval`.
+//!
+//! Per gate it reports online elements/s (both parties' work, wall clock,
+//! key loading excluded and reported separately), key bytes per element
+//! (per party, P1 — the larger), AES calls per element (one party, online),
+//! rounds, communication bits per element (one party), dealer key
+//! generation elements/s (two threads), and the spec's accuracy.
+
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::Serialize;
+use suffuse_accel_cpu::{Backend, CpuEval};
+use suffuse_core::batch::BatchEval;
+use suffuse_core::compile::MAX_KEYS;
+use suffuse_core::fss::Party;
+use suffuse_core::gate::activation::{self, GeluForm};
+use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, StepKeys};
+use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
+use suffuse_core::gate::max::{LevelKeys, MAX_LEVELS, MaxEval, MaxTree};
+use suffuse_core::gate::relu::{drelu, relu};
+use suffuse_core::gate::reluars::reluars;
+use suffuse_core::gate::spline::Spline;
+use suffuse_core::gate::splines;
+use suffuse_core::gate::trunc::{Range, Shift, trunc};
+use suffuse_core::gate::width::extend;
+use suffuse_core::gate::{Eval, Gate};
+use suffuse_core::prg::{Hasher, Prg};
+use suffuse_core::ring::{Width, pow2};
+
+/// The activation shape: 128 tokens × 3072 (BERT-base intermediate size).
+const ELEMENTS: usize = 128 * 3072;
+/// Fraction bits everywhere.
+const FRAC: u32 = 12;
+
+/// One JSON record; the field names are read by other tools.
+#[derive(Serialize)]
+struct Record {
+    gate: String,
+    n: u32,
+    f: u32,
+    k: u32,
+    elements: usize,
+    online_elems_per_s: f64,
+    key_bytes_per_elem: f64,
+    key_bytes_per_elem_p0: f64,
+    aes_per_elem: f64,
+    rounds: usize,
+    comm_bits_per_elem: f64,
+    keygen_elems_per_s: f64,
+    load_s: f64,
+    max_abs_err: f64,
+    max_rel_err: Option<f64>,
+    out_scale: u32,
+    note: String,
+}
+
+/// Both parties' DCF keys and P1's explicit words for one gate.
+struct Dealt {
+    dcf: [Vec<Vec<u8>>; 2],
+    explicit: Vec<u64>,
+}
+
+fn key_buffers(gate: &Gate, n: usize) -> Vec<Vec<u8>> {
+    (0..MAX_KEYS)
+        .map(|k| {
+            let len = if k < gate.compiled.key_count {
+                gate.key_params(k).key_len()
+            } else {
+                0
+            };
+            vec![0u8; n * len]
+        })
+        .collect()
+}
+
+/// Deals `n` elements on two threads (each half with its element offset).
+fn deal(gate: &Gate, h: &Backend, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dealt, f64)> {
+    let mut dcf0 = key_buffers(gate, n);
+    let mut dcf1 = key_buffers(gate, n);
+    let ew = gate.explicit_words();
+    let mut explicit = vec![0u64; n * ew];
+    let half = n / 2;
+    let start = Instant::now();
+    std::thread::scope(|s| -> Result<()> {
+        let mut parts = Vec::new();
+        let mut rest0: Vec<&mut [u8]> = dcf0.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut rest1: Vec<&mut [u8]> = dcf1.iter_mut().map(|v| v.as_mut_slice()).collect();
+        let mut rest_e: &mut [u64] = &mut explicit;
+        for (first, count) in [(0usize, half), (half, n - half)] {
+            let mut a: Vec<&mut [u8]> = Vec::new();
+            let mut b: Vec<&mut [u8]> = Vec::new();
+            for k in 0..MAX_KEYS {
+                let len = if k < gate.compiled.key_count {
+                    gate.key_params(k).key_len()
+                } else {
+                    0
+                };
+                let (x, y) = std::mem::take(&mut rest0[k]).split_at_mut(count * len);
+                rest0[k] = y;
+                a.push(x);
+                let (x, y) = std::mem::take(&mut rest1[k]).split_at_mut(count * len);
+                rest1[k] = y;
+                b.push(x);
+            }
+            let (e, r) = std::mem::take(&mut rest_e).split_at_mut(count * ew);
+            rest_e = r;
+            parts.push(s.spawn(move || -> Result<()> {
+                let mut a: [&mut [u8]; MAX_KEYS] = a.try_into().map_err(|_| anyhow!("keys"))?;
+                let mut b: [&mut [u8]; MAX_KEYS] = b.try_into().map_err(|_| anyhow!("keys"))?;
+                gate.deal(h, seeds, None, first as u64, count, &mut a, &mut b, e)
+                    .map_err(|e| anyhow!("deal: {e}"))?;
+                Ok(())
+            }));
+        }
+        for p in parts {
+            p.join().map_err(|_| anyhow!("dealer thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    Ok((
+        Dealt {
+            dcf: [dcf0, dcf1],
+            explicit,
+        },
+        secs,
+    ))
+}
+
+/// A two-party run's figures.
+struct Online {
+    outputs: Vec<u64>,
+    online_s: f64,
+    load_s: f64,
+    aes_per_elem: f64,
+    bytes_per_party: usize,
+}
+
+/// Both parties of one gate on two threads.
+fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Result<Online> {
+    let n = xs.len();
+    let w = gate.ring();
+    let mut prg = Prg::new(&[7; 16]);
+    let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+    let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
+    let (to1, from0) = mpsc::channel::<Vec<u8>>();
+    let (to0, from1) = mpsc::channel::<Vec<u8>>();
+    let outs = gate.outputs();
+    let party = |p: usize,
+                 x: Vec<u64>,
+                 tx: mpsc::Sender<Vec<u8>>,
+                 rx: mpsc::Receiver<Vec<u8>>|
+     -> Result<(Vec<u64>, f64, f64, u64, usize)> {
+        let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
+        let h = cpu.backend().clone();
+        let dcf = &dealt.dcf[p];
+        let keys = [&dcf[0][..], &dcf[1][..], &dcf[2][..]];
+        let explicit: &[u64] = if p == 1 { &dealt.explicit } else { &[] };
+        let mut scratch = vec![0u64; gate.scratch_words(n)];
+        let role = if p == 0 { Party::P0 } else { Party::P1 };
+        let load = Instant::now();
+        let mut ev = Eval::new(
+            gate,
+            &h,
+            role,
+            &seeds[p],
+            None,
+            0,
+            n,
+            keys,
+            explicit,
+            &mut scratch,
+        )
+        .map_err(|e| anyhow!("eval: {e}"))?;
+        let load_s = load.elapsed().as_secs_f64();
+        let counting = Counting::new(&cpu);
+        let start = Instant::now();
+        let mut sent = 0;
+        for i in 0..ev.rounds() {
+            let mut buf = vec![0u8; ev.send_len(i)];
+            ev.prepare(i, &x, &mut buf)
+                .map_err(|e| anyhow!("prepare: {e}"))?;
+            sent += buf.len();
+            tx.send(buf).context("peer gone")?;
+            let recv = rx.recv().context("peer gone")?;
+            ev.finish(i, &recv, &counting)
+                .map_err(|e| anyhow!("finish: {e}"))?;
+        }
+        let mut arith = vec![0u64; n * outs];
+        let mut bits = vec![0u64; n * gate.bit_outputs()];
+        ev.outputs(&mut arith, &mut bits)
+            .map_err(|e| anyhow!("outputs: {e}"))?;
+        let online = start.elapsed().as_secs_f64();
+        Ok((arith, online, load_s, counting.calls(), sent))
+    };
+    let (r0, r1) = std::thread::scope(|s| {
+        let a = s.spawn(|| party(0, x0, to1, from1));
+        let b = s.spawn(|| party(1, x1, to0, from0));
+        (a.join(), b.join())
+    });
+    let (a0, t0, l0, aes0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
+    let (a1, t1, l1, _, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    let outputs = a0
+        .iter()
+        .zip(&a1)
+        .enumerate()
+        .map(|(i, (a, b))| gate.phi.outputs[i % outs.max(1)].ring.add(*a, *b))
+        .collect();
+    Ok(Online {
+        outputs,
+        online_s: t0.max(t1),
+        load_s: l0.max(l1),
+        aes_per_elem: aes0 as f64 / n as f64,
+        bytes_per_party: sent,
+    })
+}
+
+/// A BatchEval that counts the AES calls the evaluator reports.
+struct Counting<'a> {
+    inner: &'a CpuEval,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl<'a> Counting<'a> {
+    fn new(inner: &'a CpuEval) -> Counting<'a> {
+        Counting {
+            inner,
+            calls: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl BatchEval for Counting<'_> {
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+
+    fn eval(
+        &self,
+        keys: &suffuse_core::fss::KeyBatch<'_>,
+        points: &[u64],
+        out: &mut [u64],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        let s = self.inner.eval(keys, points, out)?;
+        self.calls
+            .fetch_add(s.aes_calls, std::sync::atomic::Ordering::Relaxed);
+        Ok(s)
+    }
+
+    fn eval_full_domain(
+        &self,
+        keys: &suffuse_core::fss::KeyBatch<'_>,
+        out: &mut [u64],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        self.inner.eval_full_domain(keys, out)
+    }
+}
+
+/// Inputs: signed values spread over the k-bit range, biased toward the
+/// function's interesting region (|x| < 8 real) half the time.
+fn inputs(w: Width, k: u32, n: usize, seed: u8) -> Vec<u64> {
+    let mut prg = Prg::new(&[seed; 16]);
+    (0..n)
+        .map(|i| {
+            let r = prg.next_u64() as i64;
+            let v = if i % 2 == 0 {
+                r >> (64 - (FRAC + 4))
+            } else {
+                r >> (64 - (k - 1))
+            };
+            w.from_signed(v)
+        })
+        .collect()
+}
+
+/// Max |spline − f| (real units) over the inputs, at the gate's scales.
+fn spline_error(gate: &Gate, f: fn(f64) -> f64, out_scale: u32, lo: f64, hi: f64) -> f64 {
+    let w = gate.ring();
+    let mut worst = 0.0f64;
+    let step = 1.0 / pow2(FRAC);
+    let mut x = lo;
+    let mut out = [0u64; 2];
+    while x < hi {
+        let xi = w.from_signed((x * pow2(FRAC)) as i64);
+        gate.reference(xi, &mut out);
+        let got = w.to_signed(out[0]) as f64 / pow2(out_scale);
+        worst = worst.max((got - f(x)).abs());
+        x += step;
+    }
+    worst
+}
+
+fn gelu_erf(x: f64) -> f64 {
+    0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+}
+
+fn gelu_tanh(x: f64) -> f64 {
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    0.5 * x * (1.0 + (c * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+fn silu(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+
+/// Whether `name` is selected by `SUFFUSE_BENCH_GATES` (a comma-separated
+/// list; all gates when unset).
+fn wanted(name: &str) -> bool {
+    match std::env::var("SUFFUSE_BENCH_GATES") {
+        Ok(list) => list.split(',').any(|g| g.trim() == name),
+        Err(_) => true,
+    }
+}
+
+/// Deals, runs and checks one gate against its cleartext reference.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    name: &str,
+    gate: &Gate,
+    k: u32,
+    n: usize,
+    xs: &[u64],
+    out_scale: u32,
+    max_abs_err: f64,
+    note: &str,
+) -> Result<Option<Record>> {
+    if !wanted(name) {
+        return Ok(None);
+    }
+    let backend = Backend::detect();
+    let seeds = [[0x11; 16], [0x22; 16]];
+    let (dealt, gen_s) = deal(gate, &backend, seeds, n)?;
+    let on = run_gate(gate, &dealt, seeds, xs)?;
+    // Bit-exact against the cleartext reference, on a sample.
+    let outs = gate.outputs();
+    let mut want = [0u64; 2];
+    for (i, x) in xs.iter().enumerate().step_by(97).filter(|_| outs > 0) {
+        gate.reference(*x, &mut want);
+        if on.outputs[i * outs] != want[0] {
+            bail!("{name}: two-party output differs from the reference at x = {x:#x}");
+        }
+    }
+    let cost = gate.cost();
+    let rec = Record {
+        gate: name.to_string(),
+        n: gate.ring().bits(),
+        f: FRAC,
+        k,
+        elements: n,
+        online_elems_per_s: n as f64 / on.online_s,
+        key_bytes_per_elem: cost.key_bytes_p1 as f64,
+        key_bytes_per_elem_p0: cost.key_bytes_p0 as f64,
+        aes_per_elem: on.aes_per_elem,
+        rounds: cost.rounds,
+        comm_bits_per_elem: on.bytes_per_party as f64 * 8.0 / n as f64,
+        keygen_elems_per_s: n as f64 / gen_s,
+        load_s: on.load_s,
+        max_abs_err,
+        max_rel_err: None,
+        out_scale,
+        note: note.to_string(),
+    };
+    print_record(&rec);
+    Ok(Some(rec))
+}
+
+fn print_header() {
+    println!(
+        "{:<22} {:>3} {:>3} {:>8} {:>12} {:>9} {:>9} {:>8} {:>6} {:>10} {:>12} {:>10}",
+        "gate",
+        "n",
+        "k",
+        "elems",
+        "online el/s",
+        "keyB P1",
+        "keyB P0",
+        "AES/el",
+        "rounds",
+        "comm b/el",
+        "keygen el/s",
+        "max err"
+    );
+}
+
+fn print_record(r: &Record) {
+    println!(
+        "{:<22} {:>3} {:>3} {:>8} {:>12.0} {:>9.1} {:>9.1} {:>8.1} {:>6} {:>10.1} {:>12.0} {:>10.2e}",
+        r.gate,
+        r.n,
+        r.k,
+        r.elements,
+        r.online_elems_per_s,
+        r.key_bytes_per_elem,
+        r.key_bytes_per_elem_p0,
+        r.aes_per_elem,
+        r.rounds,
+        r.comm_bits_per_elem,
+        r.keygen_elems_per_s,
+        r.max_abs_err.max(r.max_rel_err.unwrap_or(0.0))
+    );
+}
+
+fn spline_record(
+    name: &str,
+    gate: Gate,
+    k: u32,
+    spline: &Spline,
+    f: fn(f64) -> f64,
+    note: &str,
+) -> Result<Option<Record>> {
+    if !wanted(name) {
+        return Ok(None);
+    }
+    let out_scale = activation::out_scale(spline, FRAC, activation::COEFF_BITS);
+    let err = spline_error(&gate, f, out_scale, -16.0, 16.0);
+    let xs = inputs(gate.ring(), k, ELEMENTS, 3);
+    measure(name, &gate, k, ELEMENTS, &xs, out_scale, err, note)
+}
+
+/// Runs every gate bench; returns the JSON array.
+pub fn run() -> Result<String> {
+    let n = Width::W64;
+    let err = |e: suffuse_core::SufError| anyhow!("{e}");
+    let mut records = Vec::new();
+    print_header();
+    // BERT-class effective widths (f = 12): GeLU/SiLU inputs k = 26, matmul
+    // outputs before truncation k = 40, softmax exponent inputs k = 24.
+    for (k, note) in [(26u32, "BERT-class width"), (64, "full width")] {
+        let w = Width::of(k);
+        records.extend(spline_record(
+            "gelu",
+            activation::gelu(GeluForm::Erf, n, w, FRAC).map_err(err)?,
+            k,
+            &splines::GELU_ERF,
+            gelu_erf,
+            note,
+        )?);
+        records.extend(spline_record(
+            "gelu_tanh",
+            activation::gelu(GeluForm::Tanh, n, w, FRAC).map_err(err)?,
+            k,
+            &splines::GELU_TANH,
+            gelu_tanh,
+            note,
+        )?);
+        records.extend(spline_record(
+            "silu",
+            activation::silu(n, w, FRAC).map_err(err)?,
+            k,
+            &splines::SILU,
+            silu,
+            note,
+        )?);
+        let xs = inputs(n, k, ELEMENTS, 4);
+        records.extend(measure(
+            "relu",
+            &relu(n, w).map_err(err)?,
+            k,
+            ELEMENTS,
+            &xs,
+            FRAC,
+            0.0,
+            note,
+        )?);
+        records.extend(measure(
+            "drelu",
+            &drelu(n, w).map_err(err)?,
+            k,
+            ELEMENTS,
+            &xs,
+            0,
+            0.0,
+            note,
+        )?);
+    }
+    for (k, note) in [(40u32, "BERT-class width"), (64, "full width")] {
+        let w = Width::of(k);
+        let xs = inputs(n, k, ELEMENTS, 5);
+        records.extend(measure(
+            "trunc",
+            &trunc(n, w, FRAC, Shift::Arithmetic, Range::Exact).map_err(err)?,
+            k,
+            ELEMENTS,
+            &xs,
+            FRAC,
+            0.0,
+            &format!("exact ARS, {note}"),
+        )?);
+        records.extend(measure(
+            "trunc_reduce",
+            &trunc(n, w, FRAC, Shift::Reduce, Range::Exact).map_err(err)?,
+            k,
+            ELEMENTS,
+            &xs,
+            FRAC,
+            0.0,
+            &format!("TR into Z_2^52, {note}"),
+        )?);
+        if k < 64 {
+            records.extend(measure(
+                "trunc_gap",
+                &trunc(n, w, FRAC, Shift::Arithmetic, Range::Gap).map_err(err)?,
+                k,
+                ELEMENTS,
+                &xs,
+                FRAC,
+                0.0,
+                &format!("ARS with one bit of slack, {note}"),
+            )?);
+            records.extend(measure(
+                "reluars",
+                &reluars(n, w, FRAC, Range::Gap).map_err(err)?,
+                k,
+                ELEMENTS,
+                &xs,
+                0,
+                0.0,
+                &format!("gap, {note}"),
+            )?);
+        } else {
+            records.extend(measure(
+                "reluars",
+                &reluars(n, w, FRAC, Range::Exact).map_err(err)?,
+                k,
+                ELEMENTS,
+                &xs,
+                0,
+                0.0,
+                &format!("exact, {note}"),
+            )?);
+        }
+    }
+    for (k, note) in [(24u32, "softmax range"), (64, "full width")] {
+        let gate = activation::nexp(n, Width::of(k), FRAC).map_err(err)?;
+        let out_scale = activation::out_scale(&splines::NEXP, FRAC, activation::COEFF_BITS);
+        let e = spline_error(&gate, |z| (-z).exp(), out_scale, 0.0, 32.0);
+        let mut prg = Prg::new(&[9; 16]);
+        let xs: Vec<u64> = (0..ELEMENTS)
+            .map(|_| (prg.next_u64() >> (64 - 18)).min((1 << (k - 1)) - 1))
+            .collect();
+        records.extend(measure(
+            "nexp", &gate, k, ELEMENTS, &xs, out_scale, e, note,
+        )?);
+    }
+    let xs = inputs(n, 20, ELEMENTS, 6);
+    records.extend(measure(
+        "extend",
+        &extend(n, Width::of(20), true).map_err(err)?,
+        20,
+        ELEMENTS,
+        &xs,
+        FRAC,
+        0.0,
+        "20 → 64 bits",
+    )?);
+    records.extend(chain_records()?);
+    records.extend(max_record()?);
+    serde_json::to_string_pretty(&records).context("serializing records")
+}
+
+/// Reciprocal and rsqrt: chains, at the sizes a BERT layer needs them.
+fn chain_records() -> Result<Vec<Record>> {
+    let n = Width::W64;
+    let err = |e: suffuse_core::SufError| anyhow!("{e}");
+    let mut out = Vec::new();
+    let count = 128 * 12 * 8;
+    for (name, kind, sc, lo, hi, note) in [
+        (
+            "recip",
+            Inverse::Recip,
+            InverseScales {
+                frac_in: FRAC,
+                k_in: 23,
+                lo_bits: FRAC,
+                frac_m: 12,
+                coeff_bits: 12,
+                frac_out: 24,
+            },
+            1u64 << FRAC,
+            1u64 << 22,
+            "softmax denominator in [1, 1024), f = 12",
+        ),
+        (
+            "rsqrt",
+            Inverse::Rsqrt,
+            InverseScales {
+                frac_in: 24,
+                k_in: 44,
+                lo_bits: 0,
+                frac_m: 12,
+                coeff_bits: 12,
+                frac_out: 24,
+            },
+            1u64 << 12,
+            1u64 << 44,
+            "variance at f = 24 in [2^-12, 2^20)",
+        ),
+    ] {
+        let chain = inverse(kind, n, sc).map_err(err)?;
+        if !wanted(name) {
+            continue;
+        }
+        // Relative error over the range (strided sweep of the reference).
+        let mut rel = 0.0f64;
+        let stride = (hi - lo) / 400_000 + 1;
+        let mut v = lo;
+        while v < hi {
+            let y = chain.reference(v) as i64 as f64 / pow2(sc.frac_out);
+            let want = kind.real(v as f64 / pow2(sc.frac_in));
+            rel = rel.max((y - want).abs() / want);
+            v += stride;
+        }
+        let mut prg = Prg::new(&[10; 16]);
+        let xs: Vec<u64> = (0..count)
+            .map(|_| lo + prg.next_u64() % (hi - lo))
+            .collect();
+        if let Some(rec) = run_chain_bench(name, &chain, sc.k_in, &xs, sc.frac_out, rel, note)? {
+            out.push(rec);
+        }
+    }
+    Ok(out)
+}
+
+fn run_chain_bench(
+    name: &str,
+    chain: &Chain,
+    k: u32,
+    xs: &[u64],
+    out_scale: u32,
+    rel: f64,
+    note: &str,
+) -> Result<Option<Record>> {
+    if !wanted(name) {
+        return Ok(None);
+    }
+    let n = xs.len();
+    let w = chain.ring;
+    let backend = Backend::detect();
+    let seeds = [[0x31; 16], [0x32; 16]];
+    let start = Instant::now();
+    let mut dealt: Vec<Dealt> = Vec::new();
+    for s in 0..chain.count {
+        let (mut d0, mut d1) = match &chain.steps[s] {
+            Step::Gate { gate, .. } => (key_buffers(gate, n), key_buffers(gate, n)),
+            Step::Mul { .. } => (vec![Vec::new(); MAX_KEYS], vec![Vec::new(); MAX_KEYS]),
+        };
+        let mut ex = vec![0u64; n * chain.explicit_words(s)];
+        {
+            let mut a: [&mut [u8]; MAX_KEYS] = d0
+                .iter_mut()
+                .map(|v| v.as_mut_slice())
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| anyhow!("keys"))?;
+            let mut b: [&mut [u8]; MAX_KEYS] = d1
+                .iter_mut()
+                .map(|v| v.as_mut_slice())
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| anyhow!("keys"))?;
+            chain
+                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex)
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        dealt.push(Dealt {
+            dcf: [d0, d1],
+            explicit: ex,
+        });
+    }
+    let gen_s = start.elapsed().as_secs_f64();
+    let mut prg = Prg::new(&[12; 16]);
+    let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+    let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
+    let (to1, from0) = mpsc::channel::<Vec<u8>>();
+    let (to0, from1) = mpsc::channel::<Vec<u8>>();
+    let dealt = &dealt;
+    let party = |p: usize,
+                 x: Vec<u64>,
+                 tx: mpsc::Sender<Vec<u8>>,
+                 rx: mpsc::Receiver<Vec<u8>>|
+     -> Result<(Vec<u64>, f64, usize)> {
+        let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
+        let h: &dyn Hasher = cpu.backend();
+        let mut keys = [StepKeys::default(); MAX_STEPS];
+        for (s, d) in dealt.iter().enumerate() {
+            let dcf = &d.dcf[p];
+            keys[s] = StepKeys {
+                dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
+                explicit: if p == 1 { &d.explicit } else { &[] },
+            };
+        }
+        let mut scratch = vec![0u64; chain.scratch_words(n)];
+        let role = if p == 0 { Party::P0 } else { Party::P1 };
+        let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &mut scratch)
+            .map_err(|e| anyhow!("{e}"))?;
+        let start = Instant::now();
+        let mut sent = 0;
+        for i in 0..ev.rounds() {
+            let mut buf = vec![0u8; ev.send_len(i)];
+            ev.prepare(i, &x, &mut buf).map_err(|e| anyhow!("{e}"))?;
+            sent += buf.len();
+            tx.send(buf).context("peer gone")?;
+            let recv = rx.recv().context("peer gone")?;
+            ev.finish(i, &recv, &cpu).map_err(|e| anyhow!("{e}"))?;
+        }
+        let mut y = vec![0u64; n];
+        ev.output(&mut y).map_err(|e| anyhow!("{e}"))?;
+        Ok((y, start.elapsed().as_secs_f64(), sent))
+    };
+    let (r0, r1) = std::thread::scope(|s| {
+        let a = s.spawn(|| party(0, x0, to1, from1));
+        let b = s.spawn(|| party(1, x1, to0, from0));
+        (a.join(), b.join())
+    });
+    let (y0, t0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
+    let (y1, t1, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    for (i, x) in xs.iter().enumerate().step_by(31) {
+        if w.add(y0[i], y1[i]) != chain.reference(*x) {
+            bail!("{name}: two-party output differs from the reference at x = {x:#x}");
+        }
+    }
+    let cost = chain.cost();
+    let rec = Record {
+        gate: name.to_string(),
+        n: w.bits(),
+        f: FRAC,
+        k,
+        elements: n,
+        online_elems_per_s: n as f64 / t0.max(t1),
+        key_bytes_per_elem: cost.key_bytes_p1 as f64,
+        key_bytes_per_elem_p0: cost.key_bytes_p0 as f64,
+        aes_per_elem: cost.aes_online as f64,
+        rounds: cost.rounds,
+        comm_bits_per_elem: sent as f64 * 8.0 / n as f64,
+        keygen_elems_per_s: n as f64 / gen_s,
+        load_s: 0.0,
+        max_abs_err: 0.0,
+        max_rel_err: Some(rel),
+        out_scale,
+        note: note.to_string(),
+    };
+    print_record(&rec);
+    Ok(Some(rec))
+}
+
+/// Row maxima of 128×12×8 rows of 128 scores (the softmax max).
+fn max_record() -> Result<Option<Record>> {
+    if !wanted("max") {
+        return Ok(None);
+    }
+    let n = Width::W64;
+    let k = 32;
+    let len = 128;
+    let rows = 12 * 128;
+    let tree = MaxTree::new(n, Width::of(k), len).map_err(|e| anyhow!("{e}"))?;
+    let backend = Backend::detect();
+    let seeds = [[0x41; 16], [0x42; 16]];
+    let start = Instant::now();
+    let mut dealt = Vec::new();
+    for l in 0..tree.levels() {
+        let count = rows * tree.pairs(l);
+        let (mut d0, mut d1) = (
+            key_buffers(&tree.relu, count),
+            key_buffers(&tree.relu, count),
+        );
+        let mut ex = vec![0u64; count * tree.relu.explicit_words()];
+        {
+            let mut a: [&mut [u8]; MAX_KEYS] = d0
+                .iter_mut()
+                .map(|v| v.as_mut_slice())
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| anyhow!("keys"))?;
+            let mut b: [&mut [u8]; MAX_KEYS] = d1
+                .iter_mut()
+                .map(|v| v.as_mut_slice())
+                .collect::<Vec<_>>()
+                .try_into()
+                .map_err(|_| anyhow!("keys"))?;
+            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex)
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        dealt.push(Dealt {
+            dcf: [d0, d1],
+            explicit: ex,
+        });
+    }
+    let gen_s = start.elapsed().as_secs_f64();
+    let mut prg = Prg::new(&[13; 16]);
+    let values: Vec<u64> = (0..rows * len)
+        .map(|_| n.from_signed((prg.next_u64() as i64) >> 40))
+        .collect();
+    let v0: Vec<u64> = (0..rows * len).map(|_| prg.next_u64()).collect();
+    let v1: Vec<u64> = values.iter().zip(&v0).map(|(v, a)| n.sub(*v, *a)).collect();
+    let (to1, from0) = mpsc::channel::<Vec<u8>>();
+    let (to0, from1) = mpsc::channel::<Vec<u8>>();
+    let dealt = &dealt;
+    let tree = &tree;
+    let party = |p: usize,
+                 v: Vec<u64>,
+                 tx: mpsc::Sender<Vec<u8>>,
+                 rx: mpsc::Receiver<Vec<u8>>|
+     -> Result<(Vec<u64>, f64, usize)> {
+        let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
+        let h: &dyn Hasher = cpu.backend();
+        let mut keys = [LevelKeys::default(); MAX_LEVELS];
+        for (l, d) in dealt.iter().enumerate() {
+            let dcf = &d.dcf[p];
+            keys[l] = LevelKeys {
+                dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
+                explicit: if p == 1 { &d.explicit } else { &[] },
+            };
+        }
+        let mut scratch = vec![0u64; tree.scratch_words(rows)];
+        let role = if p == 0 { Party::P0 } else { Party::P1 };
+        let mut ev = MaxEval::new(tree, h, role, seeds[p], rows, &v, keys, &mut scratch)
+            .map_err(|e| anyhow!("{e}"))?;
+        let start = Instant::now();
+        let mut sent = 0;
+        for i in 0..ev.rounds() {
+            let mut buf = vec![0u8; ev.send_len(i)];
+            ev.prepare(i, &mut buf).map_err(|e| anyhow!("{e}"))?;
+            sent += buf.len();
+            tx.send(buf).context("peer gone")?;
+            let recv = rx.recv().context("peer gone")?;
+            ev.finish(i, &recv, &cpu).map_err(|e| anyhow!("{e}"))?;
+        }
+        let mut y = vec![0u64; rows];
+        ev.output(&mut y).map_err(|e| anyhow!("{e}"))?;
+        Ok((y, start.elapsed().as_secs_f64(), sent))
+    };
+    let (r0, r1) = std::thread::scope(|s| {
+        let a = s.spawn(|| party(0, v0, to1, from1));
+        let b = s.spawn(|| party(1, v1, to0, from0));
+        (a.join(), b.join())
+    });
+    let (y0, t0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
+    let (y1, t1, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    for r in 0..rows {
+        let want = values[r * len..(r + 1) * len]
+            .iter()
+            .map(|v| n.to_signed(*v))
+            .max()
+            .unwrap_or(0);
+        if n.to_signed(n.add(y0[r], y1[r])) != want {
+            bail!("max: row {r} differs from the cleartext maximum");
+        }
+    }
+    let elements = rows * len;
+    let relu_cost = tree.relu.cost();
+    let rec = Record {
+        gate: "max".to_string(),
+        n: 64,
+        f: FRAC,
+        k,
+        elements,
+        online_elems_per_s: elements as f64 / t0.max(t1),
+        // Per input element: (len − 1) ReLUs per row of len.
+        key_bytes_per_elem: relu_cost.key_bytes_p1 as f64 * (len - 1) as f64 / len as f64,
+        key_bytes_per_elem_p0: relu_cost.key_bytes_p0 as f64 * (len - 1) as f64 / len as f64,
+        aes_per_elem: relu_cost.aes_online as f64 * (len - 1) as f64 / len as f64,
+        rounds: tree.rounds(),
+        comm_bits_per_elem: sent as f64 * 8.0 / elements as f64,
+        keygen_elems_per_s: elements as f64 / gen_s,
+        load_s: 0.0,
+        max_abs_err: 0.0,
+        max_rel_err: None,
+        out_scale: FRAC,
+        note: format!("{rows} rows of {len} (BERT-base attention: 12 heads × 128 rows)"),
+    };
+    print_record(&rec);
+    Ok(Some(rec))
+}
