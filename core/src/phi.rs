@@ -534,13 +534,13 @@ impl Plan {
             } else if mono.is_seeded() && mono.r == 1 {
                 MonoSource::Mask
             } else if mono.is_seeded() {
-                MonoSource::Beaver(cast::u8_from_index(mono.a.trailing_zeros() as usize))
+                MonoSource::Beaver(cast::u8_from_index(cast::usize_from_u32(mono.a.trailing_zeros())))
             } else {
                 dealt += 1;
                 MonoSource::Dealt(cast::u8_from_index(dealt - 1))
             };
             if mono.r == 0 && mono.a == 0 && mono.kappa == 0 && mono.rho.count_ones() == 1 {
-                self.rho_mono[mono.rho.trailing_zeros() as usize] = cast::u8_from_index(m);
+                self.rho_mono[cast::usize_from_u32(mono.rho.trailing_zeros())] = cast::u8_from_index(m);
             }
             m += 1;
         }
