@@ -658,6 +658,7 @@ impl<'a> Eval<'a> {
         let chunk = (PRF_BUFFER / per).max(1);
         let mut blocks = [Block::ZERO; PRF_BUFFER];
         let m = g.plan.mono_count;
+        let ew = g.explicit_words();
         let u = g.plan.beaver_count;
         let mut done = 0;
         while done < self.n {
@@ -673,7 +674,7 @@ impl<'a> Eval<'a> {
                 self.s[l.and + 3 * i + 2] = if pb == 0 || g.compiled.and_count == 0 {
                     b[SLOT_GAMMA].low64()
                 } else {
-                    self.explicit[i * g.explicit_words()]
+                    self.explicit[i * ew]
                 };
                 for j in 0..u {
                     self.s[l.a + i * u + j] = w.reduce(g.seeded_word(b, j));
@@ -690,7 +691,7 @@ impl<'a> Eval<'a> {
                             if pb == 0 {
                                 w.reduce(g.seeded_word(b, u + usize::from(d)))
                             } else {
-                                self.explicit[i * g.explicit_words() + base + usize::from(d)]
+                                self.explicit[i * ew + base + usize::from(d)]
                             }
                         }
                     };
@@ -1031,12 +1032,12 @@ impl<'a> Eval<'a> {
                 *out = crate::compile::node_bit(vals, c.bool_node[o]);
             }
             let x_hat = self.s[l.x_hat + j];
-            let publics = Publics {
-                ring: w,
+            let publics = Publics::new(
+                w,
                 x_hat,
-                e: &self.s[l.e + j * b..l.e + (j + 1) * b],
-                u: &self.s[l.u + j * u..l.u + (j + 1) * u],
-            };
+                &self.s[l.e + j * b..l.e + (j + 1) * b],
+                &self.s[l.u + j * u..l.u + (j + 1) * u],
+            );
             let shares = &self.s[l.monos + j * m..l.monos + (j + 1) * m];
             let mut k = 0;
             for o in 0..outs {

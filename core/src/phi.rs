@@ -357,6 +357,10 @@ pub struct Plan {
     pub coef_terms: [[(u8, u64); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)],
     /// How many entries each `coef_terms` row has.
     pub coef_len: [u8; MAX_ARITH * (MAX_DEGREE + 1)],
+    /// Whether coefficient `(j, i)` is the same on every interval.
+    pub coef_public: [bool; MAX_ARITH * (MAX_DEGREE + 1)],
+    /// The last interval's coefficient `(j, i)`.
+    pub coef_base: [u64; MAX_ARITH * (MAX_DEGREE + 1)],
     /// Where each monomial's share comes from.
     pub mono_source: [MonoSource; MAX_MONOS],
     /// Index of the monomial `ρ_b` for each converted bit (`u8::MAX` if unused).
@@ -401,6 +405,8 @@ impl Plan {
             contrib_count: 0,
             coef_terms: [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)],
             coef_len: [0; MAX_ARITH * (MAX_DEGREE + 1)],
+            coef_public: [true; MAX_ARITH * (MAX_DEGREE + 1)],
+            coef_base: [0; MAX_ARITH * (MAX_DEGREE + 1)],
             mono_source: [MonoSource::One; MAX_MONOS],
             rho_mono: [u8::MAX; MAX_B2A],
         };
@@ -521,6 +527,8 @@ impl Plan {
                     t += 1;
                 }
                 self.coef_len[row] = cast::u8_from_index(n);
+                self.coef_public[row] = c.coefficient_is_public(j, i);
+                self.coef_base[row] = c.coefficient_base(j, i);
                 i += 1;
             }
             j += 1;
@@ -534,13 +542,16 @@ impl Plan {
             } else if mono.is_seeded() && mono.r == 1 {
                 MonoSource::Mask
             } else if mono.is_seeded() {
-                MonoSource::Beaver(cast::u8_from_index(cast::usize_from_u32(mono.a.trailing_zeros())))
+                MonoSource::Beaver(cast::u8_from_index(cast::usize_from_u32(
+                    mono.a.trailing_zeros(),
+                )))
             } else {
                 dealt += 1;
                 MonoSource::Dealt(cast::u8_from_index(dealt - 1))
             };
             if mono.r == 0 && mono.a == 0 && mono.kappa == 0 && mono.rho.count_ones() == 1 {
-                self.rho_mono[cast::usize_from_u32(mono.rho.trailing_zeros())] = cast::u8_from_index(m);
+                self.rho_mono[cast::usize_from_u32(mono.rho.trailing_zeros())] =
+                    cast::u8_from_index(m);
             }
             m += 1;
         }
@@ -884,6 +895,25 @@ pub struct Publics<'a> {
     pub e: &'a [u64],
     /// Opened Beaver values `u_l`.
     pub u: &'a [u64],
+    /// `x̂^i` for `0 ≤ i ≤ MAX_DEGREE`.
+    pub x_pow: [u64; MAX_DEGREE + 1],
+}
+
+impl<'a> Publics<'a> {
+    /// The public inputs of one element.
+    pub fn new(ring: Width, x_hat: u64, e: &'a [u64], u: &'a [u64]) -> Publics<'a> {
+        let mut x_pow = [1u64; MAX_DEGREE + 1];
+        for i in 1..=MAX_DEGREE {
+            x_pow[i] = ring.mul(x_pow[i - 1], x_hat);
+        }
+        Publics {
+            ring,
+            x_hat,
+            e,
+            u,
+            x_pow,
+        }
+    }
 }
 
 impl Plan {
@@ -895,10 +925,7 @@ impl Plan {
                 let pow = usize::from(pow);
                 for (j, o) in out.iter_mut().enumerate().take(pow + 1) {
                     // C(p, j) x̂^{p−j} (−1)^j
-                    let mut v = binomial(pow, j);
-                    for _ in 0..pow - j {
-                        v = w.mul(v, p.x_hat);
-                    }
+                    let v = w.mul(binomial(pow, j), p.x_pow[pow - j]);
                     *o = if j % 2 == 1 { w.neg(v) } else { v };
                 }
                 pow + 1
@@ -914,24 +941,23 @@ impl Plan {
             }
             Factor::Poly(j) => {
                 let j = usize::from(j);
-                let mut xpow = [0u64; MAX_DEGREE + 1];
                 let mut n = 0;
                 for i in 0..=c.suf.degree {
-                    // Coefficient entries, then times x^i's entries.
-                    let mut coef = [0u64; MAX_ENTRIES];
-                    let ce = self.coefficient_public(c, j, i, p, &mut coef);
-                    let xe = if i == 0 {
-                        xpow[0] = 1;
-                        1
-                    } else {
-                        self.entries(c, Factor::X(cast::u8_from_index(i)), p, &mut xpow)
-                    };
-                    for cv in coef.iter().take(ce) {
-                        for xv in xpow.iter().take(xe) {
-                            out[n] = w.mul(*cv, *xv);
-                            n += 1;
+                    // Coefficient entries, then each times x^i's entries,
+                    // expanded in place from the back so nothing unread is
+                    // overwritten.
+                    let ce = self.coefficient_public(c, j, i, p, &mut out[n..]);
+                    let mut xe = [1u64; MAX_DEGREE + 1];
+                    if i > 0 {
+                        self.entries(c, Factor::X(cast::u8_from_index(i)), p, &mut xe);
+                    }
+                    for cidx in (0..ce).rev() {
+                        let v = out[n + cidx];
+                        for jx in (0..=i).rev() {
+                            out[n + cidx * (i + 1) + jx] = w.mul(v, xe[jx]);
                         }
                     }
+                    n += ce * (i + 1);
                 }
                 n
             }
@@ -955,8 +981,9 @@ impl Plan {
         out: &mut [u64],
     ) -> usize {
         let w = p.ring;
-        if c.coefficient_is_public(j, i) {
-            out[0] = c.coefficient_base(j, i);
+        let row = j * (MAX_DEGREE + 1) + i;
+        if self.coef_public[row] {
+            out[0] = self.coef_base[row];
             return 1;
         }
         let l = self.beaver_index(j, i);
@@ -965,8 +992,7 @@ impl Plan {
             out[1] = 1;
             return 2;
         }
-        let row = j * (MAX_DEGREE + 1) + i;
-        let mut base = c.coefficient_base(j, i);
+        let mut base = self.coef_base[row];
         let terms = &self.coef_terms[row][..usize::from(self.coef_len[row])];
         for (slot, &(b, d)) in out[1..].iter_mut().zip(terms) {
             let e = p.e[usize::from(b)] & 1;

@@ -109,6 +109,14 @@ pub fn pack(width: Width, words: &[u64], out: &mut [u8]) -> Result<(), WireError
         return Err(WireError::Truncated);
     }
     let w = width.bits();
+    if w % 8 == 0 {
+        // Whole bytes: each word is its low w/8 little-endian bytes.
+        let bytes = cast::usize_from_u32(w / 8);
+        for (chunk, &word) in out.chunks_exact_mut(bytes).zip(words) {
+            chunk.copy_from_slice(&word.to_le_bytes()[..bytes]);
+        }
+        return Ok(());
+    }
     let mut acc: u128 = 0;
     let mut bits = 0u32;
     let mut pos = 0;
@@ -135,6 +143,16 @@ pub fn unpack(width: Width, bytes: &[u8], out: &mut [u64]) -> Result<(), WireErr
         return Err(WireError::Truncated);
     }
     let w = width.bits();
+    if w % 8 == 0 {
+        // Whole bytes: nothing can be padding.
+        let per = cast::usize_from_u32(w / 8);
+        for (slot, chunk) in out.iter_mut().zip(bytes.chunks_exact(per)) {
+            let mut b = [0u8; 8];
+            b[..per].copy_from_slice(chunk);
+            *slot = u64::from_le_bytes(b);
+        }
+        return Ok(());
+    }
     let mut acc: u128 = 0;
     let mut bits = 0u32;
     let mut pos = 0;

@@ -117,7 +117,8 @@ unsafe fn walk_group(
             x[b] as i64,
         );
     }
-    let mut acc = [0u8; QUADS];
+    // DCF accumulator per lane, in the low bit of each lane's low half.
+    let mut acc = [_mm512_setzero_si512(); QUADS];
 
     for level in 0..levels {
         let off = p.cw_offset(level);
@@ -161,9 +162,10 @@ unsafe fn walk_group(
             let right = _mm512_xor_si512(left, s[q]);
             let xb = _mm512_test_epi64_mask(_mm512_srl_epi64(xv[q], shift), ones);
             if dcf {
-                // x_i = 0: the right sibling's control bit shares [x < α] here.
-                let tr = _mm512_test_epi64_mask(right, lsb_lo);
-                acc[q] ^= tr & !xb;
+                // x_i = 0: the right sibling's control bit shares [x < α]
+                // here; kept in vector registers, applied under the mask.
+                acc[q] =
+                    _mm512_mask_xor_epi64(acc[q], !xb, acc[q], _mm512_and_si512(right, lsb_lo));
             }
             s[q] = _mm512_mask_blend_epi64(xb, left, right);
         }
@@ -187,6 +189,7 @@ unsafe fn walk_group(
     }
     let lane_mask = (1u64 << p.leaf_bits()) - 1;
     let mut leaf = [0u64; 2 * GROUP];
+    let mut accs = [0u64; 2 * GROUP];
     for q in 0..QUADS {
         let hq = _mm512_xor_si512(_mm512_aesenclast_epi128(b[q], rk_leaf[10]), y[q]);
         let base = 4 * q;
@@ -200,14 +203,17 @@ unsafe fn walk_group(
         let t = _mm512_test_epi64_mask(s[q], lsb_lo);
         let t = t | (t << 1);
         let v = _mm512_mask_xor_epi64(hq, t, hq, lcw);
-        // SAFETY: `leaf` has room for eight words at 8q.
-        unsafe { _mm512_storeu_si512(leaf.as_mut_ptr().add(8 * q).cast(), v) };
+        // SAFETY: `leaf` and `accs` have room for eight words at 8q.
+        unsafe {
+            _mm512_storeu_si512(leaf.as_mut_ptr().add(8 * q).cast(), v);
+            _mm512_storeu_si512(accs.as_mut_ptr().add(8 * q).cast(), acc[q]);
+        }
     }
     for j in 0..GROUP {
         let lane = x[j] & lane_mask;
         let word = leaf[2 * j + usize::from(lane >= 64)];
         let bit = (word >> (lane & 63)) & 1;
-        let acc_bit = u64::from((acc[j / 4] >> (2 * (j % 4))) & 1);
+        let acc_bit = accs[2 * j] & 1;
         out[j] = bit ^ acc_bit;
     }
     GROUP as u64 * u64::from(levels + 1)

@@ -152,6 +152,8 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
     let (to1, from0) = mpsc::channel::<Vec<u8>>();
     let (to0, from1) = mpsc::channel::<Vec<u8>>();
     let outs = gate.outputs();
+    // Both parties load their keys, then start the online phase together.
+    let ready = std::sync::Barrier::new(2);
     let party = |p: usize,
                  x: Vec<u64>,
                  tx: mpsc::Sender<Vec<u8>>,
@@ -180,23 +182,42 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
         .map_err(|e| anyhow!("eval: {e}"))?;
         let load_s = load.elapsed().as_secs_f64();
         let counting = Counting::new(&cpu);
+        ready.wait();
         let start = Instant::now();
         let mut sent = 0;
+        let trace = std::env::var_os("SUFFUSE_BENCH_TRACE").is_some();
         for i in 0..ev.rounds() {
+            let t = Instant::now();
             let mut buf = vec![0u8; ev.send_len(i)];
             ev.prepare(i, &x, &mut buf)
                 .map_err(|e| anyhow!("prepare: {e}"))?;
+            let prepared = t.elapsed().as_secs_f64();
             sent += buf.len();
             tx.send(buf).context("peer gone")?;
             let recv = rx.recv().context("peer gone")?;
+            let received = t.elapsed().as_secs_f64();
             ev.finish(i, &recv, &counting)
                 .map_err(|e| anyhow!("finish: {e}"))?;
+            if trace {
+                eprintln!(
+                    "  P{p} round {i}: prepare {prepared:.3} s, wait {:.3} s, finish {:.3} s",
+                    received - prepared,
+                    t.elapsed().as_secs_f64() - received
+                );
+            }
         }
+        let t = Instant::now();
         let mut arith = vec![0u64; n * outs];
         let mut bits = vec![0u64; n * gate.bit_outputs()];
         ev.outputs(&mut arith, &mut bits)
             .map_err(|e| anyhow!("outputs: {e}"))?;
         let online = start.elapsed().as_secs_f64();
+        if trace {
+            eprintln!(
+                "  P{p} outputs {:.3} s, key loading {load_s:.3} s",
+                t.elapsed().as_secs_f64()
+            );
+        }
         Ok((arith, online, load_s, counting.calls(), sent))
     };
     let (r0, r1) = std::thread::scope(|s| {
@@ -340,7 +361,14 @@ fn measure(
     let backend = Backend::detect();
     let seeds = [[0x11; 16], [0x22; 16]];
     let (dealt, gen_s) = deal(gate, &backend, seeds, n)?;
-    let on = run_gate(gate, &dealt, seeds, xs)?;
+    // The machine is shared and noisy: the median of three online runs
+    // (the same keys, which only a benchmark may reuse).
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(run_gate(gate, &dealt, seeds, xs)?);
+    }
+    runs.sort_by(|a, b| a.online_s.total_cmp(&b.online_s));
+    let on = runs.swap_remove(1);
     // Bit-exact against the cleartext reference, on a sample.
     let outs = gate.outputs();
     let mut want = [0u64; 2];
