@@ -946,7 +946,7 @@ impl Plan {
                     // Coefficient entries, then each times x^i's entries,
                     // expanded in place from the back so nothing unread is
                     // overwritten.
-                    let ce = self.coefficient_public(c, j, i, p, &mut out[n..]);
+                    let ce = self.coefficient_public(j, i, p, &mut out[n..]);
                     let mut xe = [1u64; MAX_DEGREE + 1];
                     if i > 0 {
                         self.entries(c, Factor::X(cast::u8_from_index(i)), p, &mut xe);
@@ -974,7 +974,6 @@ impl Plan {
     /// Public coefficients of coefficient `(j, i)`'s entries.
     fn coefficient_public(
         &self,
-        c: &Compiled,
         j: usize,
         i: usize,
         p: &Publics<'_>,

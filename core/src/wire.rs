@@ -109,7 +109,7 @@ pub fn pack(width: Width, words: &[u64], out: &mut [u8]) -> Result<(), WireError
         return Err(WireError::Truncated);
     }
     let w = width.bits();
-    if w % 8 == 0 {
+    if w.is_multiple_of(8) {
         // Whole bytes: each word is its low w/8 little-endian bytes.
         let bytes = cast::usize_from_u32(w / 8);
         for (chunk, &word) in out.chunks_exact_mut(bytes).zip(words) {
@@ -143,7 +143,7 @@ pub fn unpack(width: Width, bytes: &[u8], out: &mut [u64]) -> Result<(), WireErr
         return Err(WireError::Truncated);
     }
     let w = width.bits();
-    if w % 8 == 0 {
+    if w.is_multiple_of(8) {
         // Whole bytes: nothing can be padding.
         let per = cast::usize_from_u32(w / 8);
         for (slot, chunk) in out.iter_mut().zip(bytes.chunks_exact(per)) {
