@@ -972,13 +972,7 @@ impl Plan {
     }
 
     /// Public coefficients of coefficient `(j, i)`'s entries.
-    fn coefficient_public(
-        &self,
-        j: usize,
-        i: usize,
-        p: &Publics<'_>,
-        out: &mut [u64],
-    ) -> usize {
+    fn coefficient_public(&self, j: usize, i: usize, p: &Publics<'_>, out: &mut [u64]) -> usize {
         let w = p.ring;
         let row = j * (MAX_DEGREE + 1) + i;
         if self.coef_public[row] {
