@@ -407,7 +407,7 @@ fn triple_words(h: &dyn Hasher, seed: &[u8; 16], first: u64, n: usize, out: &mut
 /// [`Eval`].
 pub struct ChainEval<'a> {
     chain: &'a Chain,
-    h: &'a dyn Hasher,
+    h: &'a (dyn Hasher + Sync),
     party: Party,
     seed: [u8; 16],
     first: u64,
@@ -431,7 +431,7 @@ impl<'a> ChainEval<'a> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         chain: &'a Chain,
-        h: &'a dyn Hasher,
+        h: &'a (dyn Hasher + Sync),
         party: Party,
         seed: [u8; 16],
         first: u64,

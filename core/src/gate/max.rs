@@ -122,7 +122,7 @@ pub const MAX_LEVELS: usize = 16;
 /// One party's evaluation of a [`MaxTree`].
 pub struct MaxEval<'a> {
     tree: &'a MaxTree,
-    h: &'a dyn Hasher,
+    h: &'a (dyn Hasher + Sync),
     party: Party,
     seed: [u8; 16],
     rows: usize,
@@ -145,7 +145,7 @@ impl<'a> MaxEval<'a> {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         tree: &'a MaxTree,
-        h: &'a dyn Hasher,
+        h: &'a (dyn Hasher + Sync),
         party: Party,
         seed: [u8; 16],
         rows: usize,

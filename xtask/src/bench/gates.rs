@@ -718,7 +718,7 @@ fn run_chain_bench(
                  rx: mpsc::Receiver<Vec<u8>>|
      -> Result<(Vec<u64>, f64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
-        let h: &dyn Hasher = cpu.backend();
+        let h: &(dyn Hasher + Sync) = cpu.backend();
         let mut keys = [StepKeys::default(); MAX_STEPS];
         for (s, d) in dealt.iter().enumerate() {
             let dcf = &d.dcf[p];
@@ -840,7 +840,7 @@ fn max_record() -> Result<Option<Record>> {
                  rx: mpsc::Receiver<Vec<u8>>|
      -> Result<(Vec<u64>, f64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
-        let h: &dyn Hasher = cpu.backend();
+        let h: &(dyn Hasher + Sync) = cpu.backend();
         let mut keys = [LevelKeys::default(); MAX_LEVELS];
         for (l, d) in dealt.iter().enumerate() {
             let dcf = &d.dcf[p];
