@@ -16,6 +16,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod linalg;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 

@@ -8,6 +8,7 @@
 mod dcf;
 mod floors;
 mod gates;
+mod linalg;
 
 use std::time::Instant;
 
@@ -33,6 +34,11 @@ const BENCHES: &[Bench] = &[
         name: "gates",
         about: "every gate dealt and run by two parties, 128×3072 elements",
         run: gates::run,
+    },
+    Bench {
+        name: "linalg",
+        about: "matrix products mod 2^64 in transformer shapes, 1 and 2 threads",
+        run: linalg::run,
     },
 ];
 

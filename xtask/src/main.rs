@@ -32,7 +32,7 @@ commands:
   vectors         regenerate tests/vectors/v1
   fit             refit the gates' splines into core/src/gate/splines.rs
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
-                  (names: dcf, gates; all when none is given)";
+                  (names: dcf, gates, linalg; all when none is given)";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
