@@ -15,6 +15,7 @@ mod bench;
 mod ci;
 mod command;
 mod ct;
+mod fetch_model;
 mod fit;
 mod vectors;
 
@@ -31,6 +32,7 @@ commands:
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
   vectors         regenerate tests/vectors/v1
   fit             refit the gates' splines into core/src/gate/splines.rs
+  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
 
@@ -63,6 +65,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "audit" => no_arguments("audit").and_then(|()| audit::run()),
         "vectors" => no_arguments("vectors").and_then(|()| vectors::run()),
         "fit" => no_arguments("fit").and_then(|()| fit::run()),
+        "fetch-model" => fetch_model::run(rest),
         "bench" => bench::run(rest),
         // What `bench` re-invokes in a release build; not for direct use.
         "bench-run" => bench::run_in_process(rest),
