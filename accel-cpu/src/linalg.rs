@@ -26,11 +26,12 @@
 //!
 //! - a register tile of `MR × NR` entries of `C` stays in registers for a
 //!   whole `KC`-deep slice of the inner dimension;
-//! - for each slice, `B` is packed `KC × NR` at a time into a contiguous
-//!   panel that stays in L1 while every `MR`-row sliver of `A` (packed once
-//!   per slice, in L2) streams past it; packing is also what lets both
-//!   layouts of `B` (`b` or `bᵀ`) feed the same kernel;
-//! - blocks of `C` are rayon tasks in whatever pool the caller runs in,
+//! - for each slice, a tile's columns of `B` are packed into `NR`-wide
+//!   panels (`KC × NC`, in L2) and its rows of `A` into `MR`-row slivers
+//!   (`MC × KC`, in L2); each panel then stays in L1 while the slivers
+//!   stream past it. Packing is also what lets both layouts of `B` (`b` or
+//!   `bᵀ`) feed the same kernel;
+//! - tiles of `C` are rayon tasks in whatever pool the caller runs in,
 //!   shaped so that the packing they repeat is smallest (`plan`).
 //!
 //! [`Path`] chooses the kernel once per process from the CPU's features.
@@ -52,6 +53,15 @@ const PAR_MIN_MACS: usize = 1 << 18;
 
 /// Tasks per thread: enough to balance uneven tiles and busy pools.
 const TASKS_PER_THREAD: usize = 4;
+
+/// Rows of `A` packed at a time: `MC × KC` words (256 KiB) stay in L2
+/// while the panels of `B` pass over them.
+const MC: usize = 128;
+
+/// Most columns of `C` in one tile: its packed `KC × NC` block of `B`
+/// (512 KiB) stays in L2 with the packed rows of `A` (current server cores
+/// have 1–2 MiB of L2).
+const NC: usize = 256;
 
 /// A matrix operand, for errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -287,9 +297,15 @@ impl Path {
                 tiles[r / block_rows * col_blocks + cb].rows.push(segment);
             }
         }
-        tiles
-            .into_par_iter()
-            .for_each(|mut tile| self.run(&job, &mut tile));
+        if threads <= 1 {
+            for mut tile in tiles {
+                self.run(&job, &mut tile);
+            }
+        } else {
+            tiles
+                .into_par_iter()
+                .for_each(|mut tile| self.run(&job, &mut tile));
+        }
         Ok(())
     }
 
@@ -419,14 +435,23 @@ fn check(operand: Operand, s: &[u64], rows: usize, cols: usize) -> Result<(), Li
 }
 
 /// Chooses the tile of `C` one task computes: `(rows, cols)`, multiples of
-/// the register tile.
+/// the register tile. The thread split comes from [`split`]; its columns are
+/// then capped at [`NC`] (rounded down to whole panels), which also cuts a
+/// one-thread product into cache-sized tiles.
+fn plan(m: usize, k: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, usize) {
+    let (rows, cols) = split(m, k, n, mr, nr, threads);
+    (rows, cols.min(NC.max(nr) / nr * nr))
+}
+
+/// Splits `C` into about [`TASKS_PER_THREAD`] blocks per thread, or not at
+/// all for one thread or a small product.
 ///
 /// Each task packs the rows of `A` and the columns of `B` it needs, so a
 /// grid of `r × c` tasks packs `A` `c` times and `B` `r` times: `k·(c·m +
-/// r·n)` words. Among grids with about the number of tasks wanted, the one
-/// that copies least wins; for the usual `m = 128` against wide weights that
-/// means column blocks only.
-fn plan(m: usize, k: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, usize) {
+/// r·n)` words. Among grids with the number of tasks wanted (or as close as
+/// the shape allows), the one that copies least wins; for the usual
+/// `m = 128` against wide weights that means column blocks only.
+fn split(m: usize, k: usize, n: usize, mr: usize, nr: usize, threads: usize) -> (usize, usize) {
     let macs = m.saturating_mul(k).saturating_mul(n);
     if threads <= 1 || macs < PAR_MIN_MACS {
         return (m, n);
@@ -479,11 +504,13 @@ fn tile_portable(job: &Job<'_>, tile: &mut Tile<'_>) {
     tile_generic::<PORTABLE_MR, PORTABLE_NR>(job, tile, kernel);
 }
 
-/// Computes one tile: for each `KC` slice of the inner dimension, packs the
-/// tile's rows of `A` into `MR`-row slivers, then for each `NR`-column panel
-/// packs the panel of `B` and runs every sliver against it. Inlined into
-/// each `#[target_feature]` wrapper so that LLVM vectorises it for that
-/// wrapper's instructions.
+/// Computes one tile, in the classic order: for each `KC` slice of the
+/// inner dimension, pack the tile's columns of `B` (`KC × cols`, in L2);
+/// for each `MC` rows, pack those rows of `A` (`MC × KC`, in L2); then run
+/// every `MR`-row sliver of `A` against each `NR`-column panel of `B`, which
+/// stays in L1 across the slivers. Inlined into each `#[target_feature]`
+/// wrapper so that the packing and write-back are compiled for its
+/// instructions.
 #[inline(always)]
 fn tile_generic<const MR: usize, const NR: usize>(
     job: &Job<'_>,
@@ -493,37 +520,35 @@ fn tile_generic<const MR: usize, const NR: usize>(
     let k = job.k;
     let rows = tile.rows.len();
     let cols = tile.rows.first().map_or(0, |r| r.len());
-    let slivers = rows.div_ceil(MR);
-    let mut a_pack = vec![[0u64; MR]; slivers * KC.min(k)];
-    let mut b_pack = vec![[0u64; NR]; KC.min(k)];
+    let depth = KC.min(k);
+    let panels = cols.div_ceil(NR);
+    let mut b_pack = vec![[0u64; NR]; panels * depth];
+    let mut a_pack = vec![[0u64; MR]; MC.min(rows).div_ceil(MR) * depth];
     for p0 in (0..k).step_by(KC) {
         let kc = KC.min(k - p0);
-        let first = p0 == 0;
-        let a_pack = &mut a_pack[..slivers * kc];
-        for (s, sliver) in a_pack.chunks_exact_mut(kc).enumerate() {
-            pack_a(
-                job.a,
-                k,
-                tile.row0 + s * MR,
-                MR.min(rows - s * MR),
-                p0,
-                sliver,
-            );
-        }
-        let b_pack = &mut b_pack[..kc];
-        for j0 in (0..cols).step_by(NR) {
-            let nr = NR.min(cols - j0);
-            pack_b(job, p0, tile.col0 + j0, nr, b_pack);
-            for (s, sliver) in a_pack.chunks_exact(kc).enumerate() {
-                let i0 = s * MR;
-                let acc = kernel(sliver, b_pack);
-                for (row, acc) in tile.rows[i0..].iter_mut().zip(&acc) {
-                    let out = &mut row[j0..j0 + nr];
-                    if first && !job.accumulate {
-                        out.copy_from_slice(&acc[..nr]);
-                    } else {
-                        for (c, x) in out.iter_mut().zip(&acc[..nr]) {
-                            *c = c.wrapping_add(*x);
+        let overwrite = p0 == 0 && !job.accumulate;
+        let b_pack = &mut b_pack[..panels * kc];
+        pack_b(job, p0, tile.col0, cols, kc, b_pack);
+        for i0 in (0..rows).step_by(MC) {
+            let mc = MC.min(rows - i0);
+            let a_pack = &mut a_pack[..mc.div_ceil(MR) * kc];
+            for (s, sliver) in a_pack.chunks_exact_mut(kc).enumerate() {
+                let r0 = tile.row0 + i0 + s * MR;
+                pack_a(job.a, k, r0, MR.min(mc - s * MR), p0, sliver);
+            }
+            for (j, panel) in b_pack.chunks_exact(kc).enumerate() {
+                let (j0, nr) = (j * NR, NR.min(cols - j * NR));
+                for (s, sliver) in a_pack.chunks_exact(kc).enumerate() {
+                    let acc = kernel(sliver, panel);
+                    let c_rows = &mut tile.rows[i0 + s * MR..i0 + mc];
+                    for (row, acc) in c_rows.iter_mut().zip(&acc) {
+                        let out = &mut row[j0..j0 + nr];
+                        if overwrite {
+                            out.copy_from_slice(&acc[..nr]);
+                        } else {
+                            for (c, x) in out.iter_mut().zip(&acc[..nr]) {
+                                *c = c.wrapping_add(*x);
+                            }
                         }
                     }
                 }
@@ -559,37 +584,51 @@ fn pack_a<const MR: usize>(
     }
 }
 
-/// Copies `B[p0..p0 + kc][j0..j0 + nr]` into `panel` as `kc` rows of `NR`,
-/// zero beyond column `nr`, whichever layout `B` has.
+/// Copies `B[p0..p0 + kc][j0..j0 + cols]` into `out` as consecutive
+/// panels of `kc` rows of `NR`, zero beyond column `cols`, whichever layout
+/// `B` has. Rows of `b` (or of `bt`) are read in order, so the copy streams.
 #[inline(always)]
 fn pack_b<const NR: usize>(
     job: &Job<'_>,
     p0: usize,
     j0: usize,
-    nr: usize,
-    panel: &mut [[u64; NR]],
+    cols: usize,
+    kc: usize,
+    out: &mut [[u64; NR]],
 ) {
-    let kc = panel.len();
     match job.layout {
         Layout::B => {
             let n = job.n;
-            for (p, row) in panel.iter_mut().enumerate() {
-                let src = &job.b[(p0 + p) * n + j0..][..nr];
-                row[..nr].copy_from_slice(src);
-                row[nr..].fill(0);
+            for p in 0..kc {
+                let src = &job.b[(p0 + p) * n + j0..][..cols];
+                // Whole panels as fixed-size copies, which LLVM inlines as
+                // vector moves; a slice copy of variable length would call
+                // memmove for every 128 bytes.
+                let (whole, rest) = src.as_chunks::<NR>();
+                for (j, chunk) in whole.iter().enumerate() {
+                    out[j * kc + p] = *chunk;
+                }
+                if !rest.is_empty() {
+                    let row = &mut out[whole.len() * kc + p];
+                    row[..rest.len()].copy_from_slice(rest);
+                    row[rest.len()..].fill(0);
+                }
             }
         }
         Layout::Bt => {
             let k = job.k;
-            for j in 0..NR {
-                if j < nr {
-                    let src = &job.b[(j0 + j) * k + p0..][..kc];
-                    for (row, &x) in panel.iter_mut().zip(src) {
-                        row[j] = x;
-                    }
-                } else {
-                    for row in panel.iter_mut() {
-                        row[j] = 0;
+            for (j, panel) in out.chunks_exact_mut(kc).enumerate() {
+                for lane in 0..NR {
+                    let col = j * NR + lane;
+                    if col < cols {
+                        let src = &job.b[(j0 + col) * k + p0..][..kc];
+                        for (row, &x) in panel.iter_mut().zip(src) {
+                            row[lane] = x;
+                        }
+                    } else {
+                        for row in panel.iter_mut() {
+                            row[lane] = 0;
+                        }
                     }
                 }
             }
@@ -617,16 +656,17 @@ fn kernel<const MR: usize, const NR: usize>(a: &[[u64; MR]], b: &[[u64; NR]]) ->
 
 /// The AVX-512 register tile, in assembly.
 ///
-/// `vpmullq` has a false dependency on its destination register on Intel
-/// cores (LLVM's `false-deps-mullq` tuning flag, applied only when compiling
-/// for such a CPU): a multiply waits for whatever last wrote the register it
-/// overwrites. Compiled for generic x86-64, LLVM reuses one or two scratch
-/// registers for every product, chaining all the multiplies of a step
-/// through their 15-cycle latency; the same kernel written with intrinsics
-/// ran at 2.9 GMAC/s, or 9 GMAC/s when an unrelated edit changed the
-/// register allocation. Here every product goes to a register that a zero
-/// idiom (`vpxord r, r, r`, resolved at rename, no execution port) has just
-/// cleared, so no multiply waits on another: 9.6 GMAC/s on the same core.
+/// `vpmullq` has a false dependency on its destination register on recent
+/// Intel cores (LLVM models it as `false-deps-mullq`, but works around it
+/// only when tuning for those CPUs): a multiply waits for whatever last
+/// wrote the register it overwrites. Compiled for generic x86-64, LLVM
+/// reuses one or two scratch registers for every product, which chains the
+/// multiplies of a step through their 15-cycle latency. Written with
+/// intrinsics, this kernel ran at 2.9 GMAC/s on the development machine (a
+/// Sapphire Rapids VM), or at 9 GMAC/s when an unrelated change moved the
+/// register allocation. Here every product goes to a register just cleared
+/// by a zero idiom (`vpxord r, r, r`), which the core knows does not depend
+/// on the old value, so no multiply waits on another: 9.6 GMAC/s.
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod avx512 {
@@ -635,52 +675,17 @@ mod avx512 {
     /// One row of the tile: broadcast `a[p][i]` into `x`, multiply it by the
     /// two vectors of `b[p]` (zmm16, zmm17) into freshly zeroed `t` and `u`,
     /// and add those to the row's accumulators `c0` and `c1`.
+    #[rustfmt::skip]
     macro_rules! row {
         ($off:literal, $x:literal, $t:literal, $u:literal, $c0:literal, $c1:literal) => {
             concat!(
-                "vpbroadcastq zmm",
-                $x,
-                ", qword ptr [{a} + ",
-                $off,
-                "]\n",
-                "vpxord zmm",
-                $t,
-                ", zmm",
-                $t,
-                ", zmm",
-                $t,
-                "\n",
-                "vpmullq zmm",
-                $t,
-                ", zmm16, zmm",
-                $x,
-                "\n",
-                "vpaddq zmm",
-                $c0,
-                ", zmm",
-                $c0,
-                ", zmm",
-                $t,
-                "\n",
-                "vpxord zmm",
-                $u,
-                ", zmm",
-                $u,
-                ", zmm",
-                $u,
-                "\n",
-                "vpmullq zmm",
-                $u,
-                ", zmm17, zmm",
-                $x,
-                "\n",
-                "vpaddq zmm",
-                $c1,
-                ", zmm",
-                $c1,
-                ", zmm",
-                $u,
-                "\n",
+                "vpbroadcastq zmm", $x, ", qword ptr [{a} + ", $off, "]\n",
+                "vpxord zmm", $t, ", zmm", $t, ", zmm", $t, "\n",
+                "vpmullq zmm", $t, ", zmm16, zmm", $x, "\n",
+                "vpaddq zmm", $c0, ", zmm", $c0, ", zmm", $t, "\n",
+                "vpxord zmm", $u, ", zmm", $u, ", zmm", $u, "\n",
+                "vpmullq zmm", $u, ", zmm17, zmm", $x, "\n",
+                "vpaddq zmm", $c1, ", zmm", $c1, ", zmm", $u, "\n",
             )
         };
     }
@@ -695,10 +700,12 @@ mod avx512 {
             "the assembly is written for an 8×16 tile"
         );
         let steps = a.len().min(b.len());
-        let mut out = [[0u64; NR]; MR];
         if steps == 0 {
-            return out;
+            return [[0; NR]; MR];
         }
+        // Uninitialised: zeroing it first costs as much as the writes that
+        // follow.
+        let mut out = core::mem::MaybeUninit::<[[u64; NR]; MR]>::uninit();
         // SAFETY: the loop runs `steps` ≥ 1 times and step p reads the 64
         // bytes of `a[p]` and the 128 bytes of `b[p]`, both in bounds since
         // p < steps ≤ len; the stores write the 16 × 64 bytes of `out`.
@@ -770,6 +777,7 @@ mod avx512 {
                 options(nostack),
             );
         }
-        out
+        // SAFETY: the sixteen stores above wrote all 8 × 16 words.
+        unsafe { out.assume_init() }
     }
 }

@@ -147,9 +147,10 @@ fn ring_extremes() {
 #[test]
 fn transformer_shapes() {
     let mut rng = Rng(4);
-    // A projection, and an inner dimension that spans several 256-deep
-    // panels with a remainder.
-    for (m, k, n) in [(128, 384, 1152), (130, 700, 70)] {
+    // A projection; an inner dimension that spans several 256-deep panels
+    // with a remainder; more columns than one 256-wide tile, ending in a
+    // partial panel.
+    for (m, k, n) in [(128, 384, 1152), (130, 700, 70), (20, 40, 300)] {
         let a = rng.words(m * k);
         let b = rng.weights(k * n);
         check_all(&a, &b, m, k, n, &mut rng);
