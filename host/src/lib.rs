@@ -3,9 +3,31 @@
 //! Everything around the sans-IO core that touches the world: Hugging Face
 //! checkpoints, the plan, the dealer's key files, the party runtime, the
 //! client, TCP networking, reports and the `suffuse` CLI.
+//!
+//! | module | what it does |
+//! | --- | --- |
+//! | [`model`], [`float`] | checkpoints, tokenizer, the f32 model |
+//! | [`fixed`], [`plan`] | fixed-point conventions; the plan with proven widths |
+//! | [`exec`], [`reference`] | local operations; the cleartext fixed-point reference |
+//! | [`proto`] | every interactive step: key layout, dealer side, party side |
+//! | [`keyfile`], [`dealer`] | key files and the dealer that streams them |
+//! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
+//! | [`session`], [`report`] | a whole run in one process; the report |
 
 #![forbid(unsafe_code)]
 
+pub mod client;
+pub mod dealer;
+pub mod exec;
+pub mod fixed;
 pub mod float;
+pub mod keyfile;
 pub mod model;
 pub mod net;
+pub mod party;
+pub mod plan;
+pub mod proto;
+pub mod reference;
+pub mod report;
+pub mod server;
+pub mod session;

@@ -1,1 +1,506 @@
-fn main() {}
+//! `suffuse`: private transformer inference on two non-colluding servers.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use suffuse_core::fss::Party;
+use suffuse_host::client;
+use suffuse_host::dealer;
+use suffuse_host::keyfile::KeyReader;
+use suffuse_host::model::Model;
+use suffuse_host::net::{Listener, Timeouts};
+use suffuse_host::plan::{bert, hex};
+use suffuse_host::report::{Report, bytes, cosine};
+use suffuse_host::server;
+use suffuse_host::session::{self, Options};
+
+const ABOUT: &str = "\
+Private transformer inference with function secret sharing.
+
+A client secret-shares its input between two servers that do not collude.
+They run a public model on the shares and return shares of the output, which
+only the client can put together. Neither server sees the text, the
+activations or the embedding. A dealer prepares one-time keys beforehand.
+
+Start with `suffuse demo`: it runs everything on this machine with a small
+built-in model. `suffuse embed` does the same with a real Hugging Face
+checkpoint. `suffuse dealer`, `suffuse serve` and `suffuse query` are the
+same computation as separate processes (see the README's walkthrough).";
+
+#[derive(Parser, Debug)]
+#[command(name = "suffuse", version, about = ABOUT, long_about = ABOUT)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Runs dealer, both servers and the client on this machine (loopback
+    /// TCP) with the built-in model; checks the secure output against the
+    /// fixed-point reference bit for bit and against the float model.
+    Demo {
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Private sentence embeddings with a real checkpoint, all on this
+    /// machine: prints one JSON line per text and the report on stderr.
+    Embed {
+        /// A Hugging Face model folder (config.json, model.safetensors,
+        /// tokenizer.json), or `demo` for the built-in model.
+        #[arg(long)]
+        model: String,
+        /// Truncate each text to this many tokens ([CLS] and [SEP]
+        /// included), like sentence-transformers' max_seq_length. Default:
+        /// the model's limit.
+        #[arg(long)]
+        max_tokens: Option<usize>,
+        /// Also print each embedding's cosine to the float model.
+        #[arg(long, value_enum)]
+        compare: Option<Compare>,
+        /// Keep the key files in this folder (default: a temporary folder,
+        /// removed afterwards).
+        #[arg(long)]
+        keys_dir: Option<PathBuf>,
+        #[command(flatten)]
+        out: Output,
+        /// The texts.
+        #[arg(required = true)]
+        texts: Vec<String>,
+    },
+    /// Deals the one-time keys of both servers for sentences of up to
+    /// `--seq` tokens: writes OUT/p0.keys and OUT/p1.keys.
+    Dealer {
+        /// Model folder, or `demo`.
+        #[arg(long)]
+        model: String,
+        /// Tokens per sentence ([CLS] and [SEP] included); shorter
+        /// sentences are padded (the servers do not learn by how much).
+        #[arg(long)]
+        seq: usize,
+        /// Sentences per query.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Output folder.
+        #[arg(long)]
+        out: PathBuf,
+        /// Write the dealer's figures as JSON to this file.
+        #[arg(long)]
+        report_json: Option<PathBuf>,
+    },
+    /// Runs one server for one query, then exits (keys are one-time).
+    Serve {
+        /// 0 or 1.
+        #[arg(long)]
+        party: u8,
+        /// Model folder, or `demo`.
+        #[arg(long)]
+        model: String,
+        /// This server's key file from `suffuse dealer`.
+        #[arg(long)]
+        keys: PathBuf,
+        /// Address to listen on, e.g. 127.0.0.1:7000.
+        #[arg(long)]
+        listen: String,
+        /// Party 0's listening address (party 1 connects to it; party 0
+        /// ignores it).
+        #[arg(long)]
+        peer: String,
+        /// Seconds to wait for a peer, a client or a message before giving
+        /// up.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        /// Write this server's figures as JSON to this file.
+        #[arg(long)]
+        report_json: Option<PathBuf>,
+    },
+    /// Sends texts to two running servers and prints their embeddings.
+    Query {
+        /// Model folder, or `demo` (the client embeds and tokenizes locally).
+        #[arg(long)]
+        model: String,
+        /// The two servers, ADDR0,ADDR1.
+        #[arg(long, value_delimiter = ',', num_args = 2)]
+        servers: Vec<String>,
+        /// Also print each embedding's cosine to the float model.
+        #[arg(long, value_enum)]
+        compare: Option<Compare>,
+        /// Seconds to wait for the servers.
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        #[command(flatten)]
+        out: Output,
+        /// The texts.
+        #[arg(required = true)]
+        texts: Vec<String>,
+    },
+    /// Prints a key file's header, plan hash and section sizes.
+    Inspect {
+        /// The key file.
+        keyfile: PathBuf,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Compare {
+    /// The f32 model.
+    Float,
+}
+
+#[derive(clap::Args, Debug)]
+struct Output {
+    /// Print the report as JSON on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("suffuse: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load_model(spec: &str) -> Result<Model> {
+    if spec == "demo" {
+        return Ok(Model::demo());
+    }
+    Model::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
+}
+
+fn timeouts(secs: u64) -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(secs),
+        io: Duration::from_secs(secs),
+    }
+}
+
+fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<()> {
+    if let Some(p) = path {
+        let s = serde_json::to_string_pretty(value)?;
+        std::fs::write(p, s).with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Demo { out } => demo(&out),
+        Command::Embed {
+            model,
+            max_tokens,
+            compare,
+            keys_dir,
+            out,
+            texts,
+        } => embed(&model, max_tokens, compare, keys_dir, &out, &texts),
+        Command::Dealer {
+            model,
+            seq,
+            batch,
+            out,
+            report_json,
+        } => {
+            let model = load_model(&model)?;
+            let plan = bert::build(&model, batch, seq)?;
+            let r = dealer::deal(&plan, &out, true)?;
+            eprintln!(
+                "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
+                plan.hash_hex(),
+                batch,
+                seq,
+                r.keygen_s
+            );
+            for (p, f) in r.files.iter().enumerate() {
+                eprintln!("  P{p}: {} ({})", f.display(), bytes(r.file_bytes[p]));
+            }
+            let json = serde_json::json!({
+                "model": plan.model,
+                "tokens": seq,
+                "batch": batch,
+                "keygen_s": r.keygen_s,
+                "key_bytes_per_party": r.file_bytes,
+                "plan_hash": plan.hash_hex(),
+                "key_set": hex(&r.key_set),
+                "breakdown": r.by_category.iter().map(|(c, b)| (c.name().to_string(), serde_json::json!({"key_bytes_per_party": b}))).collect::<serde_json::Map<_, _>>(),
+            });
+            write_json(&report_json, &json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve {
+            party,
+            model,
+            keys,
+            listen,
+            peer,
+            timeout,
+            report_json,
+        } => {
+            let party = match party {
+                0 => Party::P0,
+                1 => Party::P1,
+                p => bail!("--party must be 0 or 1, not {p}"),
+            };
+            let model = load_model(&model)?;
+            let listener = Listener::bind(listen.as_str())
+                .with_context(|| format!("listening on {listen}"))?;
+            eprintln!(
+                "P{}: listening on {}",
+                u8::from(party == Party::P1),
+                listener.local_addr()?
+            );
+            let r = server::serve(&model, party, &keys, &listener, &peer, timeouts(timeout))?;
+            eprintln!(
+                "P{}: done in {:.3} s, sent {}, {} rounds",
+                r.party,
+                r.online_s,
+                bytes(r.comm_bytes),
+                r.rounds
+            );
+            write_json(&report_json, &r)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Query {
+            model,
+            servers,
+            compare,
+            timeout,
+            out,
+            texts,
+        } => {
+            let model = load_model(&model)?;
+            let [a, b] = <[String; 2]>::try_from(servers)
+                .map_err(|_| anyhow::anyhow!("--servers takes two addresses, ADDR0,ADDR1"))?;
+            // The servers' keys fix the length; texts are cut to the model's
+            // limit here and rejected by the client if still too long.
+            let batch = tokenize(&model, &texts, None)?;
+            let q = client::query(&model, [&a, &b], &batch, timeouts(timeout))?;
+            let mut report = Report {
+                model: model.name.clone(),
+                tokens: batch.iter().map(Vec::len).max().unwrap_or(0),
+                batch: batch.len(),
+                real_tokens: batch.iter().map(Vec::len).collect(),
+                online_s: q.online_s,
+                plan_hash: q.plan_hash.clone(),
+                ..Report::default()
+            }
+            .with_parties(&q.reports, None);
+            let cos = compare_float(&model, &batch, &q.embeddings, compare, &mut report)?;
+            print_embeddings(&texts, &batch, &q.embeddings, cos.as_deref());
+            finish_report(&report, &out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect { keyfile } => inspect(&keyfile),
+    }
+}
+
+fn tokenize(model: &Model, texts: &[String], max_tokens: Option<usize>) -> Result<Vec<Vec<u32>>> {
+    let limit = max_tokens.unwrap_or(model.config.max_tokens);
+    if limit < 2 {
+        bail!("--max-tokens must leave room for [CLS] and [SEP] (at least 2)");
+    }
+    texts
+        .iter()
+        .map(|t| {
+            model
+                .tokenizer
+                .encode(t, limit)
+                .with_context(|| format!("tokenizing {t:?}"))
+        })
+        .collect()
+}
+
+fn compare_float(
+    model: &Model,
+    batch: &[Vec<u32>],
+    secure: &[Vec<f32>],
+    compare: Option<Compare>,
+    report: &mut Report,
+) -> Result<Option<Vec<f64>>> {
+    let Some(Compare::Float) = compare else {
+        return Ok(None);
+    };
+    let f = suffuse_host::float::embed(model, batch)?;
+    let each: Vec<f64> = f.iter().zip(secure).map(|(a, b)| cosine(a, b)).collect();
+    report.cosine_to_float = each.iter().copied().reduce(f64::min);
+    report.cosine_to_float_each = each.clone();
+    Ok(Some(each))
+}
+
+fn print_embeddings(texts: &[String], batch: &[Vec<u32>], emb: &[Vec<f32>], cos: Option<&[f64]>) {
+    for (i, (t, e)) in texts.iter().zip(emb).enumerate() {
+        let mut line = serde_json::json!({
+            "text": t,
+            "tokens": batch[i].len(),
+            "embedding": e,
+        });
+        if let Some(c) = cos {
+            line["cosine_to_float"] = serde_json::json!(c[i]);
+        }
+        println!("{line}");
+    }
+}
+
+fn finish_report(report: &Report, out: &Output) -> Result<()> {
+    write_json(&out.report_json, report)?;
+    if out.json {
+        eprintln!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        eprint!("{}", report.table());
+    }
+    Ok(())
+}
+
+fn demo(out: &Output) -> Result<ExitCode> {
+    let model = Model::demo();
+    let texts: Vec<String> = [
+        "Two servers compute on secret shares.",
+        "Neither of them learns the sentence.",
+        "Short one.",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let batch = tokenize(&model, &texts, None)?;
+    eprintln!(
+        "demo: built-in model ({} layers, hidden {}, {} heads), {} sentences of {:?} tokens",
+        model.config.layers,
+        model.config.hidden,
+        model.config.heads,
+        batch.len(),
+        batch.iter().map(Vec::len).collect::<Vec<_>>()
+    );
+    let outcome = session::run(
+        &model,
+        &batch,
+        &Options {
+            progress: true,
+            ..Options::default()
+        },
+    )?;
+    let report = &outcome.report;
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        print!("{}", report.table());
+        print_widths(&model, &batch)?;
+    }
+    write_json(&out.report_json, report)?;
+    if report.bit_exact == Some(true) {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("demo: the secure output does NOT equal the fixed-point reference");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+fn print_widths(model: &Model, batch: &[Vec<u32>]) -> Result<()> {
+    let seq = batch.iter().map(Vec::len).max().unwrap_or(0);
+    let plan = bert::build(model, batch.len(), seq)?;
+    let widths = plan.widths();
+    let mut per: std::collections::BTreeMap<&str, (u32, u32)> = std::collections::BTreeMap::new();
+    for (name, k) in &widths {
+        let kind = name.rsplit('(').next().unwrap_or("").trim_end_matches(')');
+        let e = per.entry(kind).or_insert((u32::MAX, 0));
+        e.0 = e.0.min(*k);
+        e.1 = e.1.max(*k);
+    }
+    let list: Vec<String> = per
+        .iter()
+        .map(|(k, (lo, hi))| format!("{k} {lo}–{hi}"))
+        .collect();
+    println!(
+        "effective widths (bits, proven by range analysis): {}",
+        list.join(", ")
+    );
+    Ok(())
+}
+
+fn embed(
+    model: &str,
+    max_tokens: Option<usize>,
+    compare: Option<Compare>,
+    keys_dir: Option<PathBuf>,
+    out: &Output,
+    texts: &[String],
+) -> Result<ExitCode> {
+    let model = load_model(model)?;
+    let batch = tokenize(&model, texts, max_tokens)?;
+    let outcome = session::run(
+        &model,
+        &batch,
+        &Options {
+            keys_dir,
+            compare_float: compare.is_some(),
+            progress: true,
+            ..Options::default()
+        },
+    )?;
+    let cos = if compare.is_some() {
+        Some(outcome.report.cosine_to_float_each.clone())
+    } else {
+        None
+    };
+    print_embeddings(texts, &batch, &outcome.embeddings, cos.as_deref());
+    finish_report(&outcome.report, out)?;
+    if outcome.report.bit_exact == Some(false) {
+        eprintln!("embed: the secure output does NOT equal the fixed-point reference");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inspect(path: &Path) -> Result<ExitCode> {
+    let mut r = KeyReader::open(path)?;
+    let h = r.header.clone();
+    println!("file       {}", path.display());
+    println!("party      {}", h.party);
+    println!("plan       {}", hex(&h.plan_hash));
+    println!("key set    {}", hex(&h.key_set));
+    println!(
+        "model      {} ({})",
+        h.summary.model, h.summary.model_digest
+    );
+    println!(
+        "shape      {} sentence(s) × {} tokens",
+        h.summary.batch, h.summary.seq
+    );
+    println!("steps      {}", h.steps);
+    let mut total = 0u64;
+    let mut largest = (0u32, 0u64);
+    for _ in 0..h.steps {
+        let (step, len) = r.section_header()?;
+        r.skip(len)?;
+        total += len;
+        if len > largest.1 {
+            largest = (step, len);
+        }
+    }
+    r.finish()?;
+    println!(
+        "key bytes  {} ({} in sections)",
+        bytes(std::fs::metadata(path)?.len()),
+        bytes(total)
+    );
+    println!("largest    step {} ({})", largest.0, bytes(largest.1));
+    let used = suffuse_host::keyfile::used_marker(path);
+    println!(
+        "used       {}",
+        if used.exists() {
+            "yes (consumed; a server will refuse it)"
+        } else {
+            "no"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,376 @@
+//! The client: tokens in, private embeddings out.
+//!
+//! Embedding lookups use public weights on the client's own input, so the
+//! client does them in the clear (with the embedding LayerNorm), encodes
+//! the result in fixed point and secret-shares it. With it go the attention
+//! bias and the pooling mask, also secret-shared, so the servers learn the
+//! padded shape and nothing about the real lengths. The servers return
+//! shares of the pooled output; the client adds them, divides by the token
+//! count and normalizes as the model says.
+
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dealer::random;
+use crate::fixed::{FRAC, decode, encode};
+use crate::model::{Model, ModelError};
+use crate::net::{FrameKind as Frame, Link, NetError, Timeouts};
+use crate::party::{InputShares, PartyReport};
+use crate::plan::{Finish, Plan, PlanError, bert, hex};
+use crate::reference::ClearInputs;
+
+/// Why the client failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The plan.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// A server.
+    #[error("server {server}: {source}")]
+    Net {
+        /// Which.
+        server: usize,
+        /// The error.
+        source: NetError,
+    },
+    /// The servers disagree with each other or with this client.
+    #[error("{0}")]
+    Mismatch(String),
+    /// A sentence longer than the dealt sequence length.
+    #[error("sentence {index} has {tokens} tokens; the servers' keys are for {seq}")]
+    TooLong {
+        /// Which sentence.
+        index: usize,
+        /// Its tokens.
+        tokens: usize,
+        /// The dealt length.
+        seq: usize,
+    },
+    /// More sentences than the keys were dealt for.
+    #[error("{given} sentences given; the servers' keys are for batches of {batch}")]
+    Batch {
+        /// Given.
+        given: usize,
+        /// Dealt.
+        batch: usize,
+    },
+    /// No randomness.
+    #[error(transparent)]
+    Random(#[from] crate::dealer::DealerError),
+    /// A malformed reply.
+    #[error("server {server}: malformed reply: {what}")]
+    Reply {
+        /// Which.
+        server: usize,
+        /// What.
+        what: String,
+    },
+}
+
+/// The cleartext inputs for sentences padded to the plan's shape.
+pub fn clear_inputs(
+    model: &Model,
+    plan: &Plan,
+    batch: &[Vec<u32>],
+) -> Result<ClearInputs, ClientError> {
+    let (b, l, d) = (plan.batch, plan.seq, plan.hidden);
+    if batch.len() > b || batch.is_empty() {
+        return Err(ClientError::Batch {
+            given: batch.len(),
+            batch: b,
+        });
+    }
+    let mut x = vec![0u64; b * l * d];
+    let mut bias = vec![plan.pad_bias; b * l];
+    let mut mask = vec![0u64; b * l];
+    for (i, tokens) in batch.iter().enumerate() {
+        if tokens.len() > l || tokens.is_empty() {
+            return Err(ClientError::TooLong {
+                index: i,
+                tokens: tokens.len(),
+                seq: l,
+            });
+        }
+        let e = model.embed_tokens(tokens)?;
+        for (j, v) in e.iter().enumerate() {
+            x[i * l * d + j] = encode(f64::from(*v), FRAC);
+        }
+        for p in 0..tokens.len() {
+            bias[i * l + p] = 0;
+            mask[i * l + p] = 1;
+        }
+    }
+    // Unused batch slots repeat sentence 0: every row needs a real key.
+    for i in batch.len()..b {
+        let (src, dst) = x.split_at_mut(i * l * d);
+        dst[..l * d].copy_from_slice(&src[..l * d]);
+        let (src, dst) = bias.split_at_mut(i * l);
+        dst[..l].copy_from_slice(&src[..l]);
+        let (src, dst) = mask.split_at_mut(i * l);
+        dst[..l].copy_from_slice(&src[..l]);
+    }
+    Ok(ClearInputs {
+        x,
+        bias,
+        mask: plan.inputs.mask.map(|_| mask),
+    })
+}
+
+/// Splits cleartext inputs into two additive sharings.
+pub fn share(inputs: &ClearInputs) -> Result<[InputShares; 2], ClientError> {
+    let seed = random::<16>()?;
+    let mut prg = suffuse_core::prg::Prg::new(&seed);
+    let mut split = |v: &[u64]| -> (Vec<u64>, Vec<u64>) {
+        let r: Vec<u64> = v.iter().map(|_| prg.next_u64()).collect();
+        let s: Vec<u64> = v.iter().zip(&r).map(|(a, b)| a.wrapping_sub(*b)).collect();
+        (r, s)
+    };
+    let (x0, x1) = split(&inputs.x);
+    let (b0, b1) = split(&inputs.bias);
+    let (m0, m1) = match &inputs.mask {
+        Some(m) => {
+            let (a, b) = split(m);
+            (Some(a), Some(b))
+        }
+        None => (None, None),
+    };
+    Ok([
+        InputShares {
+            x: x0,
+            bias: b0,
+            mask: m0,
+        },
+        InputShares {
+            x: x1,
+            bias: b1,
+            mask: m1,
+        },
+    ])
+}
+
+/// Turns the reconstructed output tensor into embeddings, one per given
+/// sentence.
+pub fn finish(plan: &Plan, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    let d = plan.hidden;
+    batch
+        .iter()
+        .enumerate()
+        .map(|(i, tokens)| {
+            let count = match plan.finish {
+                Finish::MeanOverTokens => tokens.len().max(1) as f64,
+                Finish::AsIs => 1.0,
+            };
+            let mut v: Vec<f64> = output[i * d..(i + 1) * d]
+                .iter()
+                .map(|x| decode(*x, FRAC) / count)
+                .collect();
+            if plan.normalize {
+                let norm = v.iter().map(|a| a * a).sum::<f64>().sqrt();
+                if norm > 0.0 {
+                    for a in &mut v {
+                        *a /= norm;
+                    }
+                }
+            }
+            v.into_iter().map(|a| a as f32).collect()
+        })
+        .collect()
+}
+
+/// A client's hello and a server's answer.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Hello {
+    /// A client asking for service.
+    Client,
+    /// A server describing itself.
+    Server {
+        /// 0 or 1.
+        party: u8,
+        /// Its plan (hex).
+        plan_hash: String,
+        /// Its key set (hex); the two servers must agree.
+        key_set: String,
+        /// Sentences per run.
+        batch: usize,
+        /// Tokens per sentence.
+        seq: usize,
+        /// The model.
+        model: String,
+    },
+}
+
+/// Hello frames use step index `u32::MAX` (outside every plan).
+pub const HELLO_STEP: u32 = u32::MAX;
+
+/// Sends a hello.
+pub fn send_hello(link: &mut Link, hello: &Hello) -> Result<(), NetError> {
+    let bytes = serde_json::to_vec(hello).unwrap_or_default();
+    link.send(Frame::Hello, HELLO_STEP, &bytes)
+}
+
+/// Receives a hello.
+pub fn recv_hello(link: &mut Link) -> Result<Result<Hello, String>, NetError> {
+    let bytes = link.recv(Frame::Hello, HELLO_STEP, None)?;
+    Ok(serde_json::from_slice(&bytes).map_err(|e| format!("malformed hello: {e}")))
+}
+
+/// Words as little-endian bytes.
+pub fn to_bytes(parts: &[&[u64]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() * 8).sum());
+    for p in parts {
+        for w in *p {
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// Little-endian bytes as words (the length is checked by the caller).
+pub fn from_bytes(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            u64::from_le_bytes(a)
+        })
+        .collect()
+}
+
+/// What a query returned.
+#[derive(Clone, Debug)]
+pub struct QueryOutcome {
+    /// One embedding per sentence.
+    pub embeddings: Vec<Vec<f32>>,
+    /// The reconstructed output tensor (fixed point).
+    pub output: Vec<u64>,
+    /// The servers' figures.
+    pub reports: [PartyReport; 2],
+    /// Wall time from sending the inputs to holding the output.
+    pub online_s: f64,
+    /// The plan both servers ran.
+    pub plan_hash: String,
+}
+
+/// Asks two servers for the embeddings of `batch` (token ids).
+pub fn query(
+    model: &Model,
+    servers: [&str; 2],
+    batch: &[Vec<u32>],
+    timeouts: Timeouts,
+) -> Result<QueryOutcome, ClientError> {
+    let net = |server: usize| move |source: NetError| ClientError::Net { server, source };
+    let mut links = [
+        Link::connect(servers[0], timeouts).map_err(net(0))?,
+        Link::connect(servers[1], timeouts).map_err(net(1))?,
+    ];
+    let mut shapes = Vec::new();
+    for (i, link) in links.iter_mut().enumerate() {
+        send_hello(link, &Hello::Client).map_err(net(i))?;
+        match recv_hello(link).map_err(net(i))? {
+            Ok(Hello::Server {
+                party,
+                plan_hash,
+                key_set,
+                batch,
+                seq,
+                ..
+            }) if usize::from(party) == i => shapes.push((plan_hash, key_set, batch, seq)),
+            Ok(other) => {
+                return Err(ClientError::Mismatch(format!(
+                    "server {i} ({}) introduced itself as {other:?}",
+                    servers[i]
+                )));
+            }
+            Err(what) => return Err(ClientError::Reply { server: i, what }),
+        }
+    }
+    if shapes[0] != shapes[1] {
+        return Err(ClientError::Mismatch(format!(
+            "the servers hold different key sets or plans: {:?} vs {:?}",
+            shapes[0], shapes[1]
+        )));
+    }
+    let (hash, _, b, seq) = shapes.swap_remove(0);
+    let plan = bert::build(model, b, seq)?;
+    if plan.hash_hex() != hash {
+        return Err(ClientError::Mismatch(format!(
+            "the servers run plan {hash}, but this model and shape give {}: a different model?",
+            plan.hash_hex()
+        )));
+    }
+    let inputs = clear_inputs(model, &plan, batch)?;
+    let shares = share(&inputs)?;
+    let start = Instant::now();
+    for (i, (link, s)) in links.iter_mut().zip(&shares).enumerate() {
+        let mut parts: Vec<&[u64]> = vec![&s.x, &s.bias];
+        if let Some(m) = &s.mask {
+            parts.push(m);
+        }
+        link.send(Frame::Input, 0, &to_bytes(&parts))
+            .map_err(net(i))?;
+    }
+    let out_len = plan.tensors[plan.output].len();
+    let mut outputs = Vec::new();
+    let mut reports = Vec::new();
+    for (i, link) in links.iter_mut().enumerate() {
+        let bytes = link.recv(Frame::Output, 0, None).map_err(net(i))?;
+        let (words, report) =
+            split_output(&bytes, out_len).map_err(|what| ClientError::Reply { server: i, what })?;
+        outputs.push(words);
+        reports.push(report);
+    }
+    let online_s = start.elapsed().as_secs_f64();
+    let output: Vec<u64> = outputs[0]
+        .iter()
+        .zip(&outputs[1])
+        .map(|(a, b)| a.wrapping_add(*b))
+        .collect();
+    let embeddings = finish(&plan, &output, batch);
+    let [r0, r1]: [PartyReport; 2] = reports
+        .try_into()
+        .map_err(|_| ClientError::Mismatch("missing report".into()))?;
+    Ok(QueryOutcome {
+        embeddings,
+        output,
+        reports: [r0, r1],
+        online_s,
+        plan_hash: hex(&plan.hash),
+    })
+}
+
+/// An output frame: report length (u32), the report (JSON), the share.
+pub fn output_frame(share: &[u64], report: &PartyReport) -> Vec<u8> {
+    let json = serde_json::to_vec(report).unwrap_or_default();
+    let mut out = Vec::with_capacity(4 + json.len() + share.len() * 8);
+    out.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    out.extend_from_slice(&json);
+    out.extend_from_slice(&to_bytes(&[share]));
+    out
+}
+
+fn split_output(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), String> {
+    if bytes.len() < 4 {
+        return Err("output frame too short".into());
+    }
+    let mut n = [0u8; 4];
+    n.copy_from_slice(&bytes[..4]);
+    let n = u32::from_le_bytes(n) as usize;
+    let rest = &bytes[4..];
+    if rest.len() != n + words * 8 {
+        return Err(format!(
+            "output frame of {} bytes, expected {} ({} words)",
+            bytes.len(),
+            4 + n + words * 8,
+            words
+        ));
+    }
+    let report = serde_json::from_slice(&rest[..n]).map_err(|e| format!("report: {e}"))?;
+    Ok((from_bytes(&rest[n..]), report))
+}

@@ -1,0 +1,305 @@
+//! Local operations of a plan, shared by the cleartext reference and the
+//! parties: every one is linear over Z_2^64, so the same code runs on
+//! cleartext values and on additive shares. Public constants (biases,
+//! offsets) are added once: by the reference, and by P0 only.
+
+use rayon::prelude::*;
+use suffuse_accel_cpu::linalg;
+
+use crate::plan::{Kind, Plan};
+
+/// Tensor values by slot; a slot is empty before it is written and after
+/// its last use.
+#[derive(Debug, Default)]
+pub struct Store {
+    slots: Vec<Option<Vec<u64>>>,
+}
+
+/// A slot that should hold a value does not (a plan/interpreter bug or a
+/// malformed plan), or a product had inconsistent shapes.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExecError {
+    /// A tensor read before it was written or after it was freed.
+    #[error("tensor {tensor} ({name}) is not available")]
+    Missing {
+        /// Slot.
+        tensor: usize,
+        /// Its name.
+        name: String,
+    },
+    /// A tensor with the wrong number of elements.
+    #[error("tensor {tensor} ({name}) has {got} elements, the plan says {want}")]
+    Length {
+        /// Slot.
+        tensor: usize,
+        /// Its name.
+        name: String,
+        /// Expected.
+        want: usize,
+        /// Found.
+        got: usize,
+    },
+    /// A matrix product was given inconsistent shapes.
+    #[error("matrix product: {0}")]
+    Linalg(#[from] linalg::LinalgError),
+}
+
+impl Store {
+    /// A store for a plan's tensors.
+    pub fn new(plan: &Plan) -> Store {
+        Store {
+            slots: vec![None; plan.tensors.len()],
+        }
+    }
+
+    /// Sets a tensor, checking its length against the plan.
+    pub fn set(&mut self, plan: &Plan, t: usize, v: Vec<u64>) -> Result<(), ExecError> {
+        let info = &plan.tensors[t];
+        if v.len() != info.len() {
+            return Err(ExecError::Length {
+                tensor: t,
+                name: info.name.clone(),
+                want: info.len(),
+                got: v.len(),
+            });
+        }
+        self.slots[t] = Some(v);
+        Ok(())
+    }
+
+    /// A tensor's values.
+    pub fn get<'a>(&'a self, plan: &Plan, t: usize) -> Result<&'a [u64], ExecError> {
+        self.slots[t].as_deref().ok_or_else(|| ExecError::Missing {
+            tensor: t,
+            name: plan.tensors[t].name.clone(),
+        })
+    }
+
+    /// Takes a tensor out of the store.
+    pub fn take(&mut self, plan: &Plan, t: usize) -> Result<Vec<u64>, ExecError> {
+        self.slots[t].take().ok_or_else(|| ExecError::Missing {
+            tensor: t,
+            name: plan.tensors[t].name.clone(),
+        })
+    }
+
+    /// Frees the inputs of operation `i` that no later operation reads.
+    pub fn release_after(&mut self, plan: &Plan, i: usize) {
+        for t in plan.ops[i].kind.inputs() {
+            if plan.last_use[t] == i {
+                self.slots[t] = None;
+            }
+        }
+    }
+}
+
+/// Runs local operation `i`. `constants` adds public constants (the
+/// reference, and P0).
+pub fn run_local(
+    plan: &Plan,
+    i: usize,
+    store: &mut Store,
+    constants: bool,
+) -> Result<(), ExecError> {
+    let t = &plan.tensors;
+    let out = match &plan.ops[i].kind {
+        Kind::Linear { x, linear, .. } => {
+            let l = &plan.linears[*linear];
+            let rows = t[*x].rows;
+            let mut y = vec![0u64; rows * l.outputs];
+            linalg::matmul(
+                store.get(plan, *x)?,
+                &l.w,
+                &mut y,
+                rows,
+                l.inputs,
+                l.outputs,
+            )?;
+            if constants {
+                y.par_chunks_mut(l.outputs.max(1)).for_each(|row| {
+                    for (v, b) in row.iter_mut().zip(&l.b) {
+                        *v = v.wrapping_add(*b);
+                    }
+                });
+            }
+            y
+        }
+        Kind::Add { a, b, .. } => {
+            let (a, b) = (store.get(plan, *a)?, store.get(plan, *b)?);
+            a.iter().zip(b).map(|(x, y)| x.wrapping_add(*y)).collect()
+        }
+        Kind::Affine {
+            x, gain, offset, ..
+        } => {
+            let cols = t[*x].cols;
+            let xs = store.get(plan, *x)?;
+            let mut y = Vec::with_capacity(xs.len());
+            for row in xs.chunks(cols.max(1)) {
+                for (c, v) in row.iter().enumerate() {
+                    let g = gain[c.min(gain.len() - 1)];
+                    let o = if constants {
+                        offset[c.min(offset.len() - 1)]
+                    } else {
+                        0
+                    };
+                    y.push(v.wrapping_mul(g).wrapping_add(o));
+                }
+            }
+            y
+        }
+        Kind::SplitHeads {
+            x,
+            part,
+            heads,
+            out,
+        } => {
+            let (rows_out, dh) = (t[*out].rows, t[*out].cols);
+            let d = dh * heads;
+            let seq = plan.seq;
+            let src = store.get(plan, *x)?;
+            let width = t[*x].cols;
+            let mut y = vec![0u64; rows_out * dh];
+            // Output row (b·H + h)·L + i holds columns part·d + h·dh.. of
+            // input row b·L + i.
+            y.par_chunks_mut(dh * seq)
+                .enumerate()
+                .for_each(|(bh, block)| {
+                    let (b, h) = (bh / heads, bh % heads);
+                    for i in 0..seq {
+                        let from = (b * seq + i) * width + part * d + h * dh;
+                        block[i * dh..(i + 1) * dh].copy_from_slice(&src[from..from + dh]);
+                    }
+                });
+            y
+        }
+        Kind::MergeHeads { x, heads, out } => {
+            let (rows, d) = (t[*out].rows, t[*out].cols);
+            let dh = t[*x].cols;
+            let seq = plan.seq;
+            let src = store.get(plan, *x)?;
+            let mut y = vec![0u64; rows * d];
+            y.par_chunks_mut(d * seq)
+                .enumerate()
+                .for_each(|(b, block)| {
+                    for h in 0..*heads {
+                        for i in 0..seq {
+                            let from = ((b * heads + h) * seq + i) * dh;
+                            block[i * d + h * dh..i * d + (h + 1) * dh]
+                                .copy_from_slice(&src[from..from + dh]);
+                        }
+                    }
+                });
+            y
+        }
+        Kind::AddBias {
+            x, bias, rows_per, ..
+        } => {
+            let cols = t[*x].cols;
+            let bias = store.get(plan, *bias)?;
+            let xs = store.get(plan, *x)?;
+            let mut y = xs.to_vec();
+            y.par_chunks_mut(cols.max(1))
+                .enumerate()
+                .for_each(|(r, row)| {
+                    let b = &bias[(r / rows_per) * cols..(r / rows_per + 1) * cols];
+                    for (v, add) in row.iter_mut().zip(b) {
+                        *v = v.wrapping_add(*add);
+                    }
+                });
+            y
+        }
+        Kind::RowMinus { v, x, .. } => {
+            let cols = t[*x].cols;
+            let vs = store.get(plan, *v)?;
+            let xs = store.get(plan, *x)?;
+            xs.chunks(cols.max(1))
+                .zip(vs)
+                .flat_map(|(row, m)| row.iter().map(move |s| m.wrapping_sub(*s)))
+                .collect()
+        }
+        Kind::MinusRow { x, v, .. } => {
+            let cols = t[*x].cols;
+            let vs = store.get(plan, *v)?;
+            let xs = store.get(plan, *x)?;
+            xs.chunks(cols.max(1))
+                .zip(vs)
+                .flat_map(|(row, m)| row.iter().map(move |s| s.wrapping_sub(*m)))
+                .collect()
+        }
+        Kind::RowSum { x, .. } => {
+            let cols = t[*x].cols;
+            store
+                .get(plan, *x)?
+                .chunks(cols.max(1))
+                .map(|row| row.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+                .collect()
+        }
+        Kind::TakeRows { x, stride, .. } => {
+            let cols = t[*x].cols;
+            store
+                .get(plan, *x)?
+                .chunks(cols.max(1))
+                .step_by((*stride).max(1))
+                .flat_map(|row| row.iter().copied())
+                .collect()
+        }
+        // Steps are not local.
+        _ => return Ok(()),
+    };
+    let o = plan.ops[i].kind.output();
+    store.set(plan, o, out)
+}
+
+/// `out = a·b` for the shapes of a [`Kind::MatMul`], batch by batch, in
+/// parallel over batches.
+#[allow(clippy::too_many_arguments)]
+pub fn batched_matmul(
+    a: &[u64],
+    b: &[u64],
+    transpose_b: bool,
+    batches: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    out: &mut [u64],
+    accumulate: bool,
+) -> Result<(), ExecError> {
+    let check = |what: usize, want: usize| -> Result<(), ExecError> {
+        if what == want {
+            Ok(())
+        } else {
+            Err(ExecError::Length {
+                tensor: usize::MAX,
+                name: "matrix operand".into(),
+                want,
+                got: what,
+            })
+        }
+    };
+    check(a.len(), batches * m * k)?;
+    check(b.len(), batches * k * n)?;
+    check(out.len(), batches * m * n)?;
+    if m * n == 0 {
+        return Ok(());
+    }
+    out.par_chunks_mut(m * n)
+        .enumerate()
+        .try_for_each(|(t, o)| -> Result<(), ExecError> {
+            let at = &a[t * m * k..(t + 1) * m * k];
+            let bt = &b[t * k * n..(t + 1) * k * n];
+            match (transpose_b, accumulate) {
+                (false, false) => linalg::matmul(at, bt, o, m, k, n)?,
+                (false, true) => linalg::matmul_acc(at, bt, o, m, k, n)?,
+                (true, false) => linalg::matmul_bt(at, bt, o, m, k, n)?,
+                (true, true) => {
+                    let mut tmp = vec![0u64; m * n];
+                    linalg::matmul_bt(at, bt, &mut tmp, m, k, n)?;
+                    for (x, y) in o.iter_mut().zip(tmp) {
+                        *x = x.wrapping_add(y);
+                    }
+                }
+            }
+            Ok(())
+        })
+}

@@ -1,0 +1,170 @@
+//! The online executor of one server: the plan run on shares, steps fed
+//! from the key file as a stream and exchanged with the peer.
+//!
+//! A background thread reads key sections ahead (two at a time), so disk
+//! reads overlap computation; memory holds at most the step being run and
+//! the next ones in flight, never the whole key file.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use suffuse_accel_cpu::CpuEval;
+use suffuse_core::fss::Party;
+
+use crate::exec::{self, ExecError, Store};
+use crate::keyfile::{KeyFileError, KeyReader};
+use crate::net::Link;
+use crate::plan::{Category, Plan};
+use crate::proto::{self, Online, ProtoError};
+
+/// Figures of one category on one party.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct CategoryFigures {
+    /// Wall time of the category's operations.
+    pub online_s: f64,
+    /// Bytes this party sent.
+    pub comm_bytes: u64,
+    /// Rounds.
+    pub rounds: u64,
+    /// This party's key bytes.
+    pub key_bytes: u64,
+}
+
+/// What one party measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct PartyReport {
+    /// 0 or 1.
+    pub party: u8,
+    /// Wall time from the inputs to the output share.
+    pub online_s: f64,
+    /// Bytes sent to the peer (frame headers included).
+    pub comm_bytes: u64,
+    /// Bytes received from the peer.
+    pub recv_bytes: u64,
+    /// Rounds with the peer.
+    pub rounds: u64,
+    /// Key bytes consumed.
+    pub key_bytes: u64,
+    /// Per category.
+    pub breakdown: BTreeMap<Category, CategoryFigures>,
+}
+
+/// Why a party failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PartyError {
+    /// The key file.
+    #[error(transparent)]
+    KeyFile(#[from] KeyFileError),
+    /// A step.
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    /// The interpreter.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// The key reader thread stopped early.
+    #[error("the key reader stopped before step {step}")]
+    Reader {
+        /// The step.
+        step: u32,
+    },
+}
+
+/// This party's shares of the plan's inputs.
+#[derive(Clone, Debug)]
+pub struct InputShares {
+    /// Embeddings.
+    pub x: Vec<u64>,
+    /// Attention bias.
+    pub bias: Vec<u64>,
+    /// Pooling mask (mean pooling).
+    pub mask: Option<Vec<u64>>,
+}
+
+/// Runs the plan as `party`; returns the output share and the figures.
+/// `keys` must be positioned after the header (already checked).
+pub fn run(
+    plan: &Plan,
+    party: Party,
+    keys: KeyReader,
+    link: &mut Link,
+    fss: &CpuEval,
+    inputs: InputShares,
+) -> Result<(Vec<u64>, PartyReport), PartyError> {
+    let start = Instant::now();
+    let mut store = Store::new(plan);
+    store.set(plan, plan.inputs.x, inputs.x)?;
+    store.set(plan, plan.inputs.bias, inputs.bias)?;
+    if let (Some(t), Some(m)) = (plan.inputs.mask, inputs.mask) {
+        store.set(plan, t, m)?;
+    }
+    let mut report = PartyReport {
+        party: u8::from(party == Party::P1),
+        ..PartyReport::default()
+    };
+    let lens: Vec<(u32, u64)> = plan
+        .step_of
+        .iter()
+        .enumerate()
+        .filter_map(|(op, s)| s.map(|s| (s, proto::section_len(plan, op, party))))
+        .collect();
+    let (tx, rx) = mpsc::sync_channel::<Result<Vec<u8>, KeyFileError>>(2);
+    let result = std::thread::scope(|scope| {
+        scope.spawn(move || {
+            let mut keys = keys;
+            for (step, len) in lens {
+                let section = keys.section(step, len);
+                let failed = section.is_err();
+                if tx.send(section).is_err() || failed {
+                    return;
+                }
+            }
+            let _ = tx.send(keys.finish().map(|()| Vec::new()));
+        });
+        let mut on = Online { party, link, fss };
+        let mut times: BTreeMap<Category, f64> = BTreeMap::new();
+        for i in 0..plan.ops.len() {
+            let t = Instant::now();
+            match plan.step_of[i] {
+                Some(step) => {
+                    let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
+                    report.key_bytes += section.len() as u64;
+                    report
+                        .breakdown
+                        .entry(plan.ops[i].category)
+                        .or_default()
+                        .key_bytes += section.len() as u64;
+                    proto::run(plan, i, &mut on, &section, &mut store)?;
+                }
+                None => exec::run_local(plan, i, &mut store, party == Party::P0)?,
+            }
+            store.release_after(plan, i);
+            *times.entry(plan.ops[i].category).or_default() += t.elapsed().as_secs_f64();
+        }
+        // The end marker: a file with extra sections or bytes is refused.
+        let steps = plan.steps() as u32;
+        rx.recv()
+            .map_err(|_| PartyError::Reader { step: steps })??;
+        for (c, s) in times {
+            report.breakdown.entry(c).or_default().online_s = s;
+        }
+        Ok::<_, PartyError>(())
+    });
+    result?;
+    let output = store.take(plan, plan.output)?;
+    for (step, traffic) in link.traffic_by_step() {
+        if let Some(op) = plan.op_of_step(*step) {
+            let f = report.breakdown.entry(plan.ops[op].category).or_default();
+            f.comm_bytes += traffic.sent;
+            f.rounds += traffic.rounds;
+        }
+    }
+    let total = link.traffic();
+    report.comm_bytes = total.sent;
+    report.recv_bytes = total.received;
+    report.rounds = total.rounds;
+    report.online_s = start.elapsed().as_secs_f64();
+    Ok((output, report))
+}

@@ -1,0 +1,847 @@
+//! The plan: a model and a batch shape turned into a deterministic list of
+//! operations over fixed-point tensors, with every gate's effective width
+//! proven by range analysis over the public weights ([`bound`]).
+//!
+//! One plan drives four interpreters that must agree step for step: the
+//! cleartext fixed-point reference ([`crate::reference`]), the dealer
+//! ([`crate::dealer`]), and the two parties ([`crate::party`]). Operations
+//! are either *local* (linear algebra with public weights, reshapes, sums:
+//! no keys, no messages) or *steps* (interactive protocols with key
+//! material and rounds). Steps are numbered in order; key-file sections and
+//! network frames carry that number.
+//!
+//! The plan's hash covers the format version, the model's digest, the
+//! shape, every tensor and every operation with its parameters, so a dealer
+//! and a party that disagree on anything are stopped before any work.
+
+pub mod bert;
+pub mod bound;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use suffuse_core::gate::Gate;
+use suffuse_core::gate::activation::{self, GeluForm};
+use suffuse_core::gate::chain::Chain;
+use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
+use suffuse_core::gate::max::MaxTree;
+use suffuse_core::gate::trunc::{Range, Shift, trunc};
+use suffuse_core::ring::Width;
+
+use crate::fixed::{self, RING};
+use bound::Bound;
+
+/// Version of the plan format; part of the hash.
+pub const PLAN_VERSION: u32 = 1;
+
+/// What a piece of work is, for the report (the columns of seeds/001
+/// Tables 1, 5 and 6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Local products with public weights.
+    Linear,
+    /// Secret × secret products in attention (QKᵀ, PV).
+    AttentionMatmul,
+    /// Row max, exponent, reciprocal and normalization.
+    Softmax,
+    /// The FFN activation.
+    Gelu,
+    /// LayerNorm, residual additions included.
+    LayerNorm,
+    /// Rescaling after products.
+    Truncation,
+    /// Pooling of the final hidden states.
+    Pooling,
+}
+
+impl Category {
+    /// Every category, in report order.
+    pub const ALL: [Category; 7] = [
+        Category::Linear,
+        Category::AttentionMatmul,
+        Category::Softmax,
+        Category::Gelu,
+        Category::LayerNorm,
+        Category::Truncation,
+        Category::Pooling,
+    ];
+
+    /// The report's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Category::Linear => "linear",
+            Category::AttentionMatmul => "attention_matmul",
+            Category::Softmax => "softmax",
+            Category::Gelu => "gelu",
+            Category::LayerNorm => "layernorm",
+            Category::Truncation => "truncation",
+            Category::Pooling => "pooling",
+        }
+    }
+}
+
+/// A tensor slot: shape, scale and proven bound.
+#[derive(Clone, Debug, Serialize)]
+pub struct TensorInfo {
+    /// What it is ("layer 2 attention scores").
+    pub name: String,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// Fraction bits.
+    pub scale: u32,
+    /// The proven bound, in real units.
+    #[serde(skip)]
+    pub bound: Bound,
+    /// Largest magnitude any element may take, as an integer: the bound
+    /// with the margin. The reference checks every value against it.
+    pub limit: u64,
+}
+
+impl TensorInfo {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Whether the tensor is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A scalar gate applied to every element.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "gate", rename_all = "snake_case")]
+pub enum GateSpec {
+    /// Arithmetic right shift by `shift` (gap truncation: the input is
+    /// proven below 2^(k−1) in magnitude).
+    Trunc {
+        /// Effective input width.
+        k: u32,
+        /// Bits dropped.
+        shift: u32,
+    },
+    /// GeLU at input scale [`fixed::FRAC`]; output at 2·FRAC + 12.
+    Gelu {
+        /// Effective input width.
+        k: u32,
+        /// The tanh form (GPT-2) instead of erf (BERT).
+        tanh: bool,
+    },
+    /// e^(−z) for z ≥ 0 at input scale FRAC; output at 2·FRAC + 12.
+    Nexp {
+        /// Effective input width.
+        k: u32,
+    },
+}
+
+impl GateSpec {
+    /// The core gate.
+    pub fn build(&self) -> Result<Gate, suffuse_core::SufError> {
+        let w = |k: u32| Width::new(k).map_err(|_| suffuse_core::SufError::FixedPoint);
+        let g = match *self {
+            GateSpec::Trunc { k, shift } => {
+                trunc(RING, w(k)?, shift, Shift::Arithmetic, Range::Gap)?
+            }
+            GateSpec::Gelu { k, tanh } => {
+                let form = if tanh { GeluForm::Tanh } else { GeluForm::Erf };
+                activation::gelu(form, RING, w(k)?, fixed::FRAC)?
+            }
+            GateSpec::Nexp { k } => activation::nexp(RING, w(k)?, fixed::FRAC)?,
+        };
+        Ok(g)
+    }
+
+    /// The input width.
+    pub fn k(&self) -> u32 {
+        match *self {
+            GateSpec::Trunc { k, .. } | GateSpec::Gelu { k, .. } | GateSpec::Nexp { k } => k,
+        }
+    }
+}
+
+/// Scales of a reciprocal or rsqrt (mirrors core's [`InverseScales`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct InverseSpec {
+    /// `1/√v` instead of `1/v`.
+    pub rsqrt: bool,
+    /// Fraction bits of the input.
+    pub frac_in: u32,
+    /// The input is below 2^k_in.
+    pub k_in: u32,
+    /// Inputs below 2^lo_bits saturate.
+    pub lo_bits: u32,
+    /// Fraction bits of the output.
+    pub frac_out: u32,
+}
+
+impl InverseSpec {
+    /// The core chain.
+    pub fn build(&self) -> Result<Chain, suffuse_core::SufError> {
+        let kind = if self.rsqrt {
+            Inverse::Rsqrt
+        } else {
+            Inverse::Recip
+        };
+        inverse(
+            kind,
+            RING,
+            InverseScales {
+                frac_in: self.frac_in,
+                k_in: self.k_in,
+                lo_bits: self.lo_bits,
+                frac_m: 12,
+                coeff_bits: 12,
+                frac_out: self.frac_out,
+            },
+        )
+    }
+}
+
+/// One operation.
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Kind {
+    /// `out = x·W + b` with linear layer `linear` of the plan (local).
+    Linear {
+        /// Input `[rows × inputs]`.
+        x: usize,
+        /// Index into [`Plan::linears`].
+        linear: usize,
+        /// Output `[rows × outputs]`.
+        out: usize,
+    },
+    /// `out = a + b` (local).
+    Add {
+        /// First summand.
+        a: usize,
+        /// Second summand.
+        b: usize,
+        /// Sum.
+        out: usize,
+    },
+    /// `out[r, c] = x[r, c]·gain[c] + offset[c]` with public per-column
+    /// constants (local).
+    Affine {
+        /// Input.
+        x: usize,
+        /// Per-column gains (ring elements).
+        gain: Vec<u64>,
+        /// Per-column offsets (ring elements).
+        offset: Vec<u64>,
+        /// Output.
+        out: usize,
+    },
+    /// Columns `part·d..(part+1)·d` of a `[B·L × 3d]` tensor rearranged to
+    /// `[B·H·L × d/H]`, one block of L rows per (sentence, head) (local).
+    SplitHeads {
+        /// Input.
+        x: usize,
+        /// Which third (query, key, value).
+        part: usize,
+        /// Heads.
+        heads: usize,
+        /// Output.
+        out: usize,
+    },
+    /// The inverse of [`Kind::SplitHeads`] for one `[B·H·L × d/H]` tensor
+    /// (local).
+    MergeHeads {
+        /// Input.
+        x: usize,
+        /// Heads.
+        heads: usize,
+        /// Output `[B·L × d]`.
+        out: usize,
+    },
+    /// `out[r, c] = x[r, c] + bias[r / rows_per, c]` (local).
+    AddBias {
+        /// Input.
+        x: usize,
+        /// Bias rows.
+        bias: usize,
+        /// Rows of x per bias row.
+        rows_per: usize,
+        /// Output.
+        out: usize,
+    },
+    /// `out[r, c] = v[r] − x[r, c]` (local).
+    RowMinus {
+        /// One value per row.
+        v: usize,
+        /// Input.
+        x: usize,
+        /// Output.
+        out: usize,
+    },
+    /// `out[r, c] = x[r, c] − v[r]` (local).
+    MinusRow {
+        /// Input.
+        x: usize,
+        /// One value per row.
+        v: usize,
+        /// Output.
+        out: usize,
+    },
+    /// `out[r] = Σ_c x[r, c]` (local).
+    RowSum {
+        /// Input.
+        x: usize,
+        /// Output `[rows × 1]`.
+        out: usize,
+    },
+    /// Rows `0, stride, 2·stride, …` (local).
+    TakeRows {
+        /// Input.
+        x: usize,
+        /// Row step.
+        stride: usize,
+        /// Output.
+        out: usize,
+    },
+    /// A scalar gate on every element (step).
+    Gate {
+        /// Input.
+        x: usize,
+        /// The gate.
+        gate: GateSpec,
+        /// Output.
+        out: usize,
+    },
+    /// Reciprocal or rsqrt on every element (step).
+    Inverse {
+        /// Input.
+        x: usize,
+        /// Scales.
+        spec: InverseSpec,
+        /// Output.
+        out: usize,
+    },
+    /// Row maxima by a comparison tree (step).
+    Max {
+        /// Input `[rows × len]`.
+        x: usize,
+        /// Width of pairwise differences.
+        k: u32,
+        /// Output `[rows × 1]`.
+        out: usize,
+    },
+    /// `batches` secret × secret products `[m×k]·[k×n]` with Beaver matrix
+    /// triples (step).
+    MatMul {
+        /// `[batches·m × k]`.
+        a: usize,
+        /// `[batches·k × n]`, or `[batches·n × k]` when transposed.
+        b: usize,
+        /// Whether b is given transposed.
+        transpose_b: bool,
+        /// Independent products.
+        batches: usize,
+        /// Rows of each product.
+        m: usize,
+        /// Inner dimension.
+        k: usize,
+        /// Columns of each product.
+        n: usize,
+        /// `[batches·m × n]`.
+        out: usize,
+    },
+    /// `out[r, c] = x[r, c]·v[r]`, both secret, Beaver (step).
+    MulRows {
+        /// Input.
+        x: usize,
+        /// One factor per row.
+        v: usize,
+        /// Output.
+        out: usize,
+    },
+    /// `out = x²` elementwise, Beaver squares (step).
+    Square {
+        /// Input.
+        x: usize,
+        /// Output.
+        out: usize,
+    },
+}
+
+impl Kind {
+    /// Whether this is an interactive step (key material, rounds).
+    pub fn is_step(&self) -> bool {
+        matches!(
+            self,
+            Kind::Gate { .. }
+                | Kind::Inverse { .. }
+                | Kind::Max { .. }
+                | Kind::MatMul { .. }
+                | Kind::MulRows { .. }
+                | Kind::Square { .. }
+        )
+    }
+
+    /// Tensors read.
+    pub fn inputs(&self) -> Vec<usize> {
+        match *self {
+            Kind::Linear { x, .. }
+            | Kind::Affine { x, .. }
+            | Kind::SplitHeads { x, .. }
+            | Kind::MergeHeads { x, .. }
+            | Kind::RowSum { x, .. }
+            | Kind::TakeRows { x, .. }
+            | Kind::Gate { x, .. }
+            | Kind::Inverse { x, .. }
+            | Kind::Max { x, .. }
+            | Kind::Square { x, .. } => vec![x],
+            Kind::Add { a, b, .. } | Kind::MatMul { a, b, .. } => vec![a, b],
+            Kind::AddBias { x, bias, .. } => vec![x, bias],
+            Kind::RowMinus { v, x, .. }
+            | Kind::MinusRow { x, v, .. }
+            | Kind::MulRows { x, v, .. } => {
+                vec![x, v]
+            }
+        }
+    }
+
+    /// The tensor written.
+    pub fn output(&self) -> usize {
+        match *self {
+            Kind::Linear { out, .. }
+            | Kind::Add { out, .. }
+            | Kind::Affine { out, .. }
+            | Kind::SplitHeads { out, .. }
+            | Kind::MergeHeads { out, .. }
+            | Kind::AddBias { out, .. }
+            | Kind::RowMinus { out, .. }
+            | Kind::MinusRow { out, .. }
+            | Kind::RowSum { out, .. }
+            | Kind::TakeRows { out, .. }
+            | Kind::Gate { out, .. }
+            | Kind::Inverse { out, .. }
+            | Kind::Max { out, .. }
+            | Kind::MatMul { out, .. }
+            | Kind::MulRows { out, .. }
+            | Kind::Square { out, .. } => out,
+        }
+    }
+}
+
+/// An operation with its place in the model.
+#[derive(Clone, Debug, Serialize)]
+pub struct Op {
+    /// For the report.
+    pub category: Category,
+    /// Encoder layer, when inside one.
+    pub layer: Option<usize>,
+    /// What it does.
+    #[serde(flatten)]
+    pub kind: Kind,
+}
+
+/// The core objects a step runs, built once from its spec.
+#[derive(Clone, Debug)]
+#[allow(clippy::large_enum_variant)] // one per step, built once
+pub enum Built {
+    /// A scalar gate.
+    Gate(Gate),
+    /// A chain (reciprocal, rsqrt).
+    Chain(Chain),
+    /// A comparison tree.
+    Max(MaxTree),
+    /// A Beaver protocol: nothing to build.
+    Beaver,
+}
+
+/// A linear layer in fixed point.
+#[derive(Clone, Debug, Serialize)]
+pub struct EncodedLinear {
+    /// Which layer ("layer 0 query/key/value").
+    pub name: String,
+    /// Inputs.
+    pub inputs: usize,
+    /// Outputs.
+    pub outputs: usize,
+    /// `[inputs × outputs]` at [`fixed::WEIGHT_FRAC`].
+    #[serde(skip)]
+    pub w: Vec<u64>,
+    /// Bias at the product's scale.
+    #[serde(skip)]
+    pub b: Vec<u64>,
+    /// The bias scale.
+    pub bias_scale: u32,
+}
+
+/// How the client's pooled output is finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Finish {
+    /// The output is a sum over real tokens: divide by their count.
+    MeanOverTokens,
+    /// The output is the first token's state.
+    AsIs,
+}
+
+/// Where the client's inputs go.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Inputs {
+    /// Embeddings `[B·L × d]` at FRAC.
+    pub x: usize,
+    /// Attention bias `[B × L]` at FRAC: 0 for tokens, `pad_bias` for
+    /// padding.
+    pub bias: usize,
+    /// Pooling mask `[B × L]` at scale 0 (mean pooling only).
+    pub mask: Option<usize>,
+}
+
+/// A complete plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The model's name.
+    pub model: String,
+    /// The model's digest.
+    pub model_digest: [u8; 32],
+    /// Sentences per run.
+    pub batch: usize,
+    /// Tokens per sentence (padded).
+    pub seq: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Every tensor.
+    pub tensors: Vec<TensorInfo>,
+    /// Every operation, in order.
+    pub ops: Vec<Op>,
+    /// Per operation: its step number, if it is a step.
+    pub step_of: Vec<Option<u32>>,
+    /// Per operation: the built core object of a step.
+    pub built: Vec<Option<Built>>,
+    /// Linear layers.
+    pub linears: Vec<EncodedLinear>,
+    /// The client's inputs.
+    pub inputs: Inputs,
+    /// The output tensor `[B × d]`.
+    pub output: usize,
+    /// The attention bias of a padding position (a ring element).
+    pub pad_bias: u64,
+    /// How the client finishes the output.
+    pub finish: Finish,
+    /// Whether the client L2-normalizes the embedding.
+    pub normalize: bool,
+    /// Per tensor: the last operation that reads it (tensors are freed
+    /// after it), or `usize::MAX` for the output.
+    pub last_use: Vec<usize>,
+    /// The plan's hash.
+    pub hash: [u8; 32],
+}
+
+impl Plan {
+    /// Number of steps.
+    pub fn steps(&self) -> usize {
+        self.step_of.iter().flatten().count()
+    }
+
+    /// The operation index of step `s`.
+    pub fn op_of_step(&self, s: u32) -> Option<usize> {
+        self.step_of.iter().position(|x| *x == Some(s))
+    }
+
+    /// The hash as hex.
+    pub fn hash_hex(&self) -> String {
+        hex(&self.hash)
+    }
+
+    /// The smallest and largest effective width of each gate kind, for the
+    /// report: `(name, k)` per step.
+    pub fn widths(&self) -> Vec<(String, u32)> {
+        self.ops
+            .iter()
+            .filter_map(|op| match &op.kind {
+                Kind::Gate { x, gate, .. } => Some((
+                    format!("{} ({})", self.tensors[*x].name, gate_name(gate)),
+                    gate.k(),
+                )),
+                Kind::Inverse { x, spec, .. } => Some((
+                    format!(
+                        "{} ({})",
+                        self.tensors[*x].name,
+                        if spec.rsqrt { "rsqrt" } else { "recip" }
+                    ),
+                    spec.k_in,
+                )),
+                Kind::Max { x, k, .. } => Some((format!("{} (max)", self.tensors[*x].name), *k)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn gate_name(g: &GateSpec) -> &'static str {
+    match g {
+        GateSpec::Trunc { .. } => "trunc",
+        GateSpec::Gelu { .. } => "gelu",
+        GateSpec::Nexp { .. } => "nexp",
+    }
+}
+
+/// Lower-case hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Why a plan cannot be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// Zero sentences or zero tokens.
+    #[error(
+        "a plan needs at least one sentence of at least one token (got batch {batch}, sequence {seq})"
+    )]
+    EmptyShape {
+        /// Sentences.
+        batch: usize,
+        /// Tokens.
+        seq: usize,
+    },
+    /// More tokens than the model has positions.
+    #[error("sequence length {seq} exceeds the model's {max} positions")]
+    SequenceTooLong {
+        /// Requested.
+        seq: usize,
+        /// Allowed.
+        max: usize,
+    },
+    /// The heads do not divide the hidden size.
+    #[error("hidden size {hidden} is not a multiple of the {heads} attention heads")]
+    Heads {
+        /// Hidden size.
+        hidden: usize,
+        /// Heads.
+        heads: usize,
+    },
+    /// A proven bound does not fit the 64-bit ring.
+    #[error(
+        "{tensor}: its proven bound ({bound:.3e} at 2^-{scale}) needs {bits} bits, more than the \
+         ring allows; the model's weights are too large for this fixed-point format"
+    )]
+    RangeExceedsRing {
+        /// The tensor.
+        tensor: String,
+        /// The bound in real units.
+        bound: f64,
+        /// Its scale.
+        scale: u32,
+        /// Bits needed.
+        bits: u32,
+    },
+    /// A width no gate supports.
+    #[error("no gate supports an effective width of {k} bits")]
+    Width {
+        /// The width.
+        k: u32,
+    },
+    /// A gate could not be built.
+    #[error("building the gate for {tensor} ({spec}): {source}")]
+    Gate {
+        /// The gate's input.
+        tensor: String,
+        /// The gate's parameters.
+        spec: String,
+        /// The core's reason.
+        source: suffuse_core::SufError,
+    },
+}
+
+/// Serializable view of a plan for hashing and inspection.
+#[derive(Serialize)]
+struct Canonical<'a> {
+    version: u32,
+    model: &'a str,
+    model_digest: String,
+    batch: usize,
+    seq: usize,
+    tensors: &'a [TensorInfo],
+    ops: &'a [Op],
+    linears: &'a [EncodedLinear],
+    inputs: Inputs,
+    output: usize,
+    pad_bias: u64,
+    finish: Finish,
+    normalize: bool,
+}
+
+/// Accumulates tensors and operations; [`bert::build`] drives it.
+#[derive(Debug, Default)]
+pub struct Builder {
+    tensors: Vec<TensorInfo>,
+    ops: Vec<Op>,
+    linears: Vec<EncodedLinear>,
+    category: Option<Category>,
+    layer: Option<usize>,
+}
+
+impl Builder {
+    /// Sets the category and layer of the operations that follow.
+    pub fn at(&mut self, category: Category, layer: Option<usize>) {
+        self.category = Some(category);
+        self.layer = layer;
+    }
+
+    /// Adds a tensor, checking that its bound fits the ring.
+    pub fn tensor(
+        &mut self,
+        name: impl Into<String>,
+        rows: usize,
+        cols: usize,
+        scale: u32,
+        bound: Bound,
+    ) -> Result<usize, PlanError> {
+        let name = name.into();
+        let max = bound.max_abs();
+        let bits = bound::width(max, scale);
+        // 62 bits leaves room for the one-bit slack of gap truncation and
+        // for sums of two bounded tensors.
+        if bits > 62 || !max.is_finite() {
+            return Err(PlanError::RangeExceedsRing {
+                tensor: name,
+                bound: max,
+                scale,
+                bits,
+            });
+        }
+        let limit = (max * bound::MARGIN * fixed::pow2(scale)).ceil() + 2.0;
+        self.tensors.push(TensorInfo {
+            name,
+            rows,
+            cols,
+            scale,
+            bound,
+            // Below 2^62 by the width check.
+            limit: limit as u64,
+        });
+        Ok(self.tensors.len() - 1)
+    }
+
+    /// A tensor's metadata.
+    pub fn info(&self, t: usize) -> &TensorInfo {
+        &self.tensors[t]
+    }
+
+    /// Adds a linear layer; returns its index.
+    pub fn linear_layer(&mut self, l: EncodedLinear) -> usize {
+        self.linears.push(l);
+        self.linears.len() - 1
+    }
+
+    /// A linear layer.
+    pub fn linear_ref(&self, i: usize) -> &EncodedLinear {
+        &self.linears[i]
+    }
+
+    /// Appends an operation under the current category.
+    pub fn push(&mut self, kind: Kind) {
+        self.ops.push(Op {
+            category: self.category.unwrap_or(Category::Linear),
+            layer: self.layer,
+            kind,
+        });
+    }
+
+    /// Finishes the plan: builds the steps' core objects, liveness and the
+    /// hash.
+    #[allow(clippy::too_many_arguments)]
+    pub fn finish(
+        self,
+        model: &str,
+        model_digest: [u8; 32],
+        batch: usize,
+        seq: usize,
+        hidden: usize,
+        inputs: Inputs,
+        output: usize,
+        pad_bias: u64,
+        finish: Finish,
+        normalize: bool,
+    ) -> Result<Plan, PlanError> {
+        let mut step_of = Vec::with_capacity(self.ops.len());
+        let mut built = Vec::with_capacity(self.ops.len());
+        let mut s = 0u32;
+        for op in &self.ops {
+            if op.kind.is_step() {
+                step_of.push(Some(s));
+                s += 1;
+                let x = op.kind.inputs()[0];
+                let fail = |spec: String| {
+                    let tensor = self.tensors[x].name.clone();
+                    move |source| PlanError::Gate {
+                        tensor,
+                        spec,
+                        source,
+                    }
+                };
+                built.push(Some(match &op.kind {
+                    Kind::Gate { gate, .. } => {
+                        Built::Gate(gate.build().map_err(fail(format!("{gate:?}")))?)
+                    }
+                    Kind::Inverse { spec, .. } => {
+                        Built::Chain(spec.build().map_err(fail(format!("{spec:?}")))?)
+                    }
+                    Kind::Max { x, k, .. } => {
+                        let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
+                        Built::Max(
+                            MaxTree::new(RING, w, self.tensors[*x].cols)
+                                .map_err(fail(format!("max over width {k}")))?,
+                        )
+                    }
+                    _ => Built::Beaver,
+                }));
+            } else {
+                step_of.push(None);
+                built.push(None);
+            }
+        }
+        let mut last_use = vec![0usize; self.tensors.len()];
+        for (i, op) in self.ops.iter().enumerate() {
+            for t in op.kind.inputs() {
+                last_use[t] = i;
+            }
+        }
+        last_use[output] = usize::MAX;
+        let canonical = Canonical {
+            version: PLAN_VERSION,
+            model,
+            model_digest: hex(&model_digest),
+            batch,
+            seq,
+            tensors: &self.tensors,
+            ops: &self.ops,
+            linears: &self.linears,
+            inputs,
+            output,
+            pad_bias,
+            finish,
+            normalize,
+        };
+        // Serializing plain data to a Vec cannot fail; an empty hash input
+        // would still be caught by the header check against the dealer's.
+        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+        let hash: [u8; 32] = Sha256::digest(&bytes).into();
+        Ok(Plan {
+            model: model.to_string(),
+            model_digest,
+            batch,
+            seq,
+            hidden,
+            tensors: self.tensors,
+            ops: self.ops,
+            step_of,
+            built,
+            linears: self.linears,
+            inputs,
+            output,
+            pad_bias,
+            finish,
+            normalize,
+            last_use,
+            hash,
+        })
+    }
+}

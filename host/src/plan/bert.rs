@@ -1,0 +1,742 @@
+//! The plan of a post-LN BERT encoder with pooling.
+//!
+//! Per layer (B sentences of L tokens, hidden d, H heads of d_h):
+//!
+//! ```text
+//! qkv  = trunc(x·[Wq/√d_h | Wk | Wv] + b)            one fused product, one truncation
+//! s    = trunc(Q_h·K_hᵀ) + bias                       Beaver matrix triples per (sentence, head)
+//! p    = trunc(nExp(max(s) − s) · recip(Σ nExp))     max tree, spline, reciprocal chain, Beaver
+//! a    = trunc(merge(P_h·V_h)·Wo + bo)                the probability scale folds into this truncation
+//! x    = LN(x + a)
+//! x    = LN(x + trunc(GeLU(trunc(x·W1 + b1))·W2 + b2))  GeLU's output scale folds into the last truncation
+//! ```
+//!
+//! LayerNorm is `y = r − trunc(Σr·⌊2^16/d⌉)`, `ρ = rsqrt(Σy² + d·ε)`,
+//! `out = trunc(y·ρ·(γ√d) + β)`: one rsqrt per row and no division.
+//!
+//! Padding: the client sends an additive attention bias per key position
+//! (0, or a large negative constant for padding) and, for mean pooling, a
+//! 0/1 mask, both secret-shared, so the servers never learn how many tokens
+//! are real. The constant is chosen from the proven score bound so that a
+//! padded key's exponent lands in nExp's zero tail: its probability is
+//! exactly 0, and nothing overflows.
+
+use super::bound::{self, Bound};
+use super::{
+    Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, InverseSpec, Kind, Plan, PlanError,
+};
+use crate::fixed::{
+    self, FRAC, MEAN_FRAC, PROB_FRAC, RECIP_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2,
+};
+use crate::model::{self, Model, Pooling};
+use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale};
+use suffuse_core::gate::splines;
+
+/// The narrowest width a spline gate compiles at: its knots must be
+/// representable on the k-bit view.
+fn spline_width(spline: &suffuse_core::gate::spline::Spline) -> u32 {
+    let reach = spline
+        .pieces
+        .iter()
+        .fold(0.0f64, |m, p| m.max(p.lo.abs()).max(p.hi.abs()));
+    bound::width(reach, FRAC)
+}
+
+/// Output scale of the spline gates (GeLU, nExp) at input scale FRAC.
+fn spline_scale() -> u32 {
+    out_scale(&splines::NEXP, FRAC, COEFF_BITS)
+}
+
+/// Worst absolute error of the GeLU and nExp splines (enforced by core's
+/// accuracy tests: 2^-8 and 2^-10), rounded up.
+const GELU_ERR: f64 = 1.0 / 256.0;
+const NEXP_ERR: f64 = 1.0 / 512.0;
+/// Worst relative error of the reciprocal and rsqrt chains (core's tests
+/// enforce 2^-7), rounded up.
+const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
+/// Lowest octave of LayerNorm's rsqrt input (at scale 2·FRAC): Σy² below
+/// 2^-16 saturates, i.e. rows whose values all agree to about 2^-8·√(1/d).
+const RSQRT_LO_BITS: u32 = 8;
+
+/// Builds the plan for `batch` sentences padded to `seq` tokens.
+pub fn build(model: &Model, batch: usize, seq: usize) -> Result<Plan, PlanError> {
+    let cfg = &model.config;
+    if batch == 0 || seq == 0 {
+        return Err(PlanError::EmptyShape { batch, seq });
+    }
+    if seq > cfg.max_positions {
+        return Err(PlanError::SequenceTooLong {
+            seq,
+            max: cfg.max_positions,
+        });
+    }
+    if cfg.heads == 0 || !cfg.hidden.is_multiple_of(cfg.heads) {
+        return Err(PlanError::Heads {
+            hidden: cfg.hidden,
+            heads: cfg.heads,
+        });
+    }
+    // Score bounds do not depend on the padding bias, and the bias must
+    // exceed them: plan once to learn them, then plan with the right bias.
+    let (_, scores) = plan_with(model, batch, seq, 0.0)?;
+    // A padded key's score sits C below every real score: its exponent
+    // exceeds nExp's cut-off and its probability is exactly 0.
+    let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
+    let c = (2.0 * scores + cutoff + 1.0).log2().ceil().exp2();
+    let (plan, again) = plan_with(model, batch, seq, c)?;
+    debug_assert_eq!(scores, again);
+    Ok(plan)
+}
+
+/// The plan with padding bias `-c`; also returns the largest score bound.
+fn plan_with(model: &Model, batch: usize, seq: usize, c: f64) -> Result<(Plan, f64), PlanError> {
+    let cfg = &model.config;
+    let d = cfg.hidden;
+    let n = batch * seq;
+    let mut b = Builder::default();
+    b.at(Category::Linear, None);
+
+    // The client's LayerNorm output: Σnᵢ² ≤ d, so |nᵢ| ≤ √(d−1). The client
+    // computes it in f32, hence the small relative allowance.
+    let x_bound = norm_output(&model.embeddings.norm, 1.0 + 1e-3).floor_to(ulp(FRAC));
+    let x = b.tensor("input embeddings", n, d, FRAC, x_bound)?;
+    let pad_bias = encode(-c, FRAC);
+    let bias = b.tensor("attention bias", batch, seq, FRAC, Bound::uniform(seq, c))?;
+    let mask = match cfg.pooling {
+        Pooling::Mean => Some(b.tensor("pooling mask", batch, seq, 0, Bound::uniform(seq, 1.0))?),
+        Pooling::Cls => None,
+    };
+
+    let mut h = x;
+    let mut scores = 0.0f64;
+    for (l, layer) in model.layers.iter().enumerate() {
+        let (out, s) = encoder_layer(&mut b, model, l, layer, h, bias, c, seq, batch)?;
+        h = out;
+        scores = scores.max(s);
+    }
+
+    b.at(Category::Pooling, None);
+    let (output, finish) = match mask {
+        Some(mask) => {
+            let info = b.info(h).clone();
+            let bound = info.bound.scale(seq as f64, 0.0);
+            let out = b.tensor("pooled sum", batch, d, FRAC, bound)?;
+            b.push(Kind::MatMul {
+                a: mask,
+                b: h,
+                transpose_b: false,
+                batches: batch,
+                m: 1,
+                k: seq,
+                n: d,
+                out,
+            });
+            (out, Finish::MeanOverTokens)
+        }
+        None => {
+            let info = b.info(h).clone();
+            let out = b.tensor("first token", batch, d, FRAC, info.bound)?;
+            b.push(Kind::TakeRows {
+                x: h,
+                stride: seq,
+                out,
+            });
+            (out, Finish::AsIs)
+        }
+    };
+    let inputs = Inputs { x, bias, mask };
+    let plan = b.finish(
+        &model.name,
+        model.digest(),
+        batch,
+        seq,
+        d,
+        inputs,
+        output,
+        pad_bias,
+        finish,
+        cfg.normalize,
+    )?;
+    Ok((plan, scores))
+}
+
+/// One unit in the last place at `scale`.
+fn ulp(scale: u32) -> f64 {
+    1.0 / pow2(scale)
+}
+
+/// Bound of a LayerNorm output `γ·n + β` with `Σnᵢ² ≤ d`, `slack` a
+/// relative allowance on n.
+fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
+    let d = norm.gamma.len();
+    let root = ((d.max(1) - 1) as f64).sqrt() * slack;
+    let abs: Vec<f64> = norm
+        .gamma
+        .iter()
+        .zip(&norm.beta)
+        .map(|(g, be)| f64::from(g.abs()) * root + f64::from(be.abs()))
+        .collect();
+    let gmax = norm
+        .gamma
+        .iter()
+        .fold(0.0f64, |m, g| m.max(f64::from(g.abs())));
+    let beta = norm
+        .beta
+        .iter()
+        .map(|v| f64::from(*v) * f64::from(*v))
+        .sum::<f64>()
+        .sqrt();
+    let mut out = Bound::from_abs(abs, d.max(1));
+    out.l2[0] = out.l2[0].min(gmax * (d as f64).sqrt() * slack + beta);
+    out
+}
+
+/// Encodes a linear layer for an input at `in_scale`; `prescale` multiplies
+/// the weights and bias of the first `prescale.1` outputs by `prescale.0`.
+fn encode_linear(
+    name: String,
+    parts: &[&model::Linear],
+    in_scale: u32,
+    query_scale: f64,
+) -> EncodedLinear {
+    let inputs = parts.first().map_or(0, |p| p.inputs);
+    let outputs: usize = parts.iter().map(|p| p.outputs).sum();
+    let bias_scale = in_scale + WEIGHT_FRAC;
+    let mut w = vec![0u64; inputs * outputs];
+    let mut bias = Vec::with_capacity(outputs);
+    let mut col = 0;
+    for (pi, p) in parts.iter().enumerate() {
+        // Attention's 1/√d_h is folded into the query weights (part 0 of a
+        // fused QKV layer).
+        let s = if pi == 0 { query_scale } else { 1.0 };
+        for i in 0..inputs {
+            for j in 0..p.outputs {
+                w[i * outputs + col + j] =
+                    encode(f64::from(p.w[i * p.outputs + j]) * s, WEIGHT_FRAC);
+            }
+        }
+        bias.extend(p.b.iter().map(|v| encode(f64::from(*v) * s, bias_scale)));
+        col += p.outputs;
+    }
+    EncodedLinear {
+        name,
+        inputs,
+        outputs,
+        w,
+        b: bias,
+        bias_scale,
+    }
+}
+
+/// The real values of an encoded layer, for bounds.
+fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
+    (
+        l.w.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)).collect(),
+        l.b.iter()
+            .map(|v| fixed::decode(*v, l.bias_scale))
+            .collect(),
+    )
+}
+
+/// `x·W + b` followed by the truncation back to FRAC. An input above FRAC
+/// (a spline output, attention outputs) is multiplied as it is when the
+/// product still fits, so one truncation rescales both; otherwise it is
+/// truncated first.
+fn linear_to_frac(
+    b: &mut Builder,
+    x: usize,
+    name: String,
+    parts: &[&model::Linear],
+    query_scale: f64,
+    group: usize,
+    layer: usize,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let try_scale = xi.scale + WEIGHT_FRAC;
+    let enc = encode_linear(name.clone(), parts, xi.scale, query_scale);
+    let (w, bias) = real_weights(&enc);
+    let out = bound::linear(&xi.bound, &w, &bias, enc.outputs, group);
+    let fits = bound::width(out.max_abs(), try_scale) <= 62;
+    let (x, enc, out) = if fits || xi.scale == FRAC {
+        (x, enc, out)
+    } else {
+        b.at(Category::Truncation, Some(layer));
+        let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
+        let xi = b.info(x).clone();
+        let enc = encode_linear(name.clone(), parts, xi.scale, query_scale);
+        let (w, bias) = real_weights(&enc);
+        let out = bound::linear(&xi.bound, &w, &bias, enc.outputs, group);
+        (x, enc, out)
+    };
+    let rows = b.info(x).rows;
+    let scale = b.info(x).scale + WEIGHT_FRAC;
+    b.at(Category::Linear, Some(layer));
+    let outputs = enc.outputs;
+    let linear = b.linear_layer(enc);
+    let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
+    b.push(Kind::Linear { x, linear, out: y });
+    b.at(Category::Truncation, Some(layer));
+    truncate(b, y, FRAC, name)
+}
+
+/// Arithmetic truncation of `x` down to `to` fraction bits.
+fn truncate(b: &mut Builder, x: usize, to: u32, name: String) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let shift = xi.scale - to;
+    let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
+    let out = b.tensor(name, xi.rows, xi.cols, to, xi.bound.floor_to(ulp(to)))?;
+    b.push(Kind::Gate {
+        x,
+        gate: GateSpec::Trunc { k, shift },
+        out,
+    });
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn encoder_layer(
+    b: &mut Builder,
+    model: &Model,
+    l: usize,
+    layer: &model::Layer,
+    x: usize,
+    bias: usize,
+    c: f64,
+    seq: usize,
+    batch: usize,
+) -> Result<(usize, f64), PlanError> {
+    let cfg = &model.config;
+    let (d, heads) = (cfg.hidden, cfg.heads);
+    let dh = d / heads;
+    let n = batch * seq;
+    let bh = batch * heads;
+
+    // Attention projections: one fused product.
+    let qkv = linear_to_frac(
+        b,
+        x,
+        format!("layer {l} query/key/value"),
+        &[&layer.query, &layer.key, &layer.value],
+        1.0 / (dh as f64).sqrt(),
+        dh,
+        l,
+    )?;
+    b.at(Category::Linear, Some(l));
+    let qkv_bound = b.info(qkv).bound.clone();
+    let mut split = [0usize; 3];
+    for (part, name) in ["queries", "keys", "values"].iter().enumerate() {
+        let cols = &qkv_bound.abs[part * d..(part + 1) * d];
+        let abs: Vec<f64> = (0..dh)
+            .map(|c| (0..heads).map(|h| cols[h * dh + c]).fold(0.0, f64::max))
+            .collect();
+        let l2 = (0..heads)
+            .map(|h| qkv_bound.group_l2(part * heads + h))
+            .fold(0.0, f64::max);
+        let mut hb = Bound::from_abs(abs, dh);
+        hb.l2[0] = hb.l2[0].min(l2);
+        let t = b.tensor(format!("layer {l} {name}"), bh * seq, dh, FRAC, hb)?;
+        b.push(Kind::SplitHeads {
+            x: qkv,
+            part,
+            heads,
+            out: t,
+        });
+        split[part] = t;
+    }
+    let [q, k, v] = split;
+
+    // Scores: |q·k| ≤ ‖q‖·‖k‖.
+    b.at(Category::AttentionMatmul, Some(l));
+    let qn = b.info(q).bound.row_l2();
+    let kn = b.info(k).bound.row_l2();
+    let s2 = b.tensor(
+        format!("layer {l} scores product"),
+        bh * seq,
+        seq,
+        2 * FRAC,
+        Bound::uniform(seq, qn * kn),
+    )?;
+    b.push(Kind::MatMul {
+        a: q,
+        b: k,
+        transpose_b: true,
+        batches: bh,
+        m: seq,
+        k: dh,
+        n: seq,
+        out: s2,
+    });
+    b.at(Category::Truncation, Some(l));
+    let s = truncate(b, s2, FRAC, format!("layer {l} scores"))?;
+    let score_abs = b.info(s).bound.max_abs();
+
+    // Softmax with the padding bias.
+    b.at(Category::Softmax, Some(l));
+    let sb = b.tensor(
+        format!("layer {l} biased scores"),
+        bh * seq,
+        seq,
+        FRAC,
+        Bound::uniform(seq, score_abs + c),
+    )?;
+    b.push(Kind::AddBias {
+        x: s,
+        bias,
+        rows_per: heads * seq,
+        out: sb,
+    });
+    let kmax = bound::width(2.0 * (score_abs + c), FRAC);
+    // Every row has a real key (the first token), so its max is a real
+    // score.
+    let m = b.tensor(
+        format!("layer {l} row max"),
+        bh * seq,
+        1,
+        FRAC,
+        Bound::uniform(1, score_abs),
+    )?;
+    b.push(Kind::Max {
+        x: sb,
+        k: kmax,
+        out: m,
+    });
+    let z_abs = 2.0 * score_abs + c;
+    let z = b.tensor(
+        format!("layer {l} max − score"),
+        bh * seq,
+        seq,
+        FRAC,
+        Bound::uniform(seq, z_abs),
+    )?;
+    b.push(Kind::RowMinus {
+        v: m,
+        x: sb,
+        out: z,
+    });
+    let e_scale = spline_scale();
+    let e_max = 1.0 + NEXP_ERR;
+    let e = b.tensor(
+        format!("layer {l} exponents"),
+        bh * seq,
+        seq,
+        e_scale,
+        Bound::uniform(seq, e_max),
+    )?;
+    b.push(Kind::Gate {
+        x: z,
+        gate: GateSpec::Nexp {
+            k: bound::width(z_abs, FRAC).max(spline_width(&splines::NEXP)),
+        },
+        out: e,
+    });
+    let sum_max = seq as f64 * e_max;
+    let sum = b.tensor(
+        format!("layer {l} exponent sums"),
+        bh * seq,
+        1,
+        e_scale,
+        Bound::uniform(1, sum_max),
+    )?;
+    b.push(Kind::RowSum { x: e, out: sum });
+    // The row sum is at least nExp(0) ≥ 1 − 2^-9 > 1/2: the lowest octave
+    // starts at 1/2.
+    let inv_max = (1.0 + INVERSE_REL_ERR) / (1.0 - NEXP_ERR) + ulp(RECIP_FRAC);
+    let inv = b.tensor(
+        format!("layer {l} 1/sum"),
+        bh * seq,
+        1,
+        RECIP_FRAC,
+        Bound::uniform(1, inv_max),
+    )?;
+    b.push(Kind::Inverse {
+        x: sum,
+        spec: InverseSpec {
+            rsqrt: false,
+            frac_in: e_scale,
+            k_in: bound::width(sum_max, e_scale),
+            lo_bits: e_scale - 1,
+            frac_out: RECIP_FRAC,
+        },
+        out: inv,
+    });
+    let pe = b.tensor(
+        format!("layer {l} probabilities product"),
+        bh * seq,
+        seq,
+        e_scale + RECIP_FRAC,
+        Bound::uniform(seq, e_max * inv_max),
+    )?;
+    b.push(Kind::MulRows {
+        x: e,
+        v: inv,
+        out: pe,
+    });
+    let p = truncate(b, pe, PROB_FRAC, format!("layer {l} probabilities"))?;
+    // A row of probabilities sums to inv·Σe ≤ 1 + the reciprocal's error.
+    let row_sum = (1.0 + INVERSE_REL_ERR) * (1.0 + 1e-6) + seq as f64 * ulp(RECIP_FRAC);
+
+    // Outputs: convex combinations of value rows.
+    b.at(Category::AttentionMatmul, Some(l));
+    let vb = b.info(v).bound.scale(row_sum, 0.0);
+    let o = b.tensor(
+        format!("layer {l} attention heads"),
+        bh * seq,
+        dh,
+        PROB_FRAC + FRAC,
+        vb,
+    )?;
+    b.push(Kind::MatMul {
+        a: p,
+        b: v,
+        transpose_b: false,
+        batches: bh,
+        m: seq,
+        k: seq,
+        n: dh,
+        out: o,
+    });
+    b.at(Category::Linear, Some(l));
+    let ob = b.info(o).bound.clone();
+    let mut merged = Bound::from_abs((0..d).map(|j| ob.abs[j % dh]).collect(), dh);
+    for g in &mut merged.l2 {
+        *g = g.min(ob.row_l2());
+    }
+    let om = b.tensor(
+        format!("layer {l} attention"),
+        n,
+        d,
+        PROB_FRAC + FRAC,
+        merged,
+    )?;
+    b.push(Kind::MergeHeads {
+        x: o,
+        heads,
+        out: om,
+    });
+    let a = linear_to_frac(
+        b,
+        om,
+        format!("layer {l} attention output"),
+        &[&layer.attn_out],
+        1.0,
+        d,
+        l,
+    )?;
+    let x1 = residual_norm(b, x, a, &layer.attn_norm, format!("layer {l} attention"), l)?;
+
+    // Feed-forward.
+    let h = linear_to_frac(
+        b,
+        x1,
+        format!("layer {l} intermediate"),
+        &[&layer.ffn_in],
+        1.0,
+        cfg.intermediate,
+        l,
+    )?;
+    b.at(Category::Gelu, Some(l));
+    let hi = b.info(h).clone();
+    let g_bound = hi.bound.scale(1.0, GELU_ERR);
+    let tanh = matches!(cfg.activation, model::Activation::GeluTanh);
+    let spline = gelu_spline(if tanh {
+        suffuse_core::gate::activation::GeluForm::Tanh
+    } else {
+        suffuse_core::gate::activation::GeluForm::Erf
+    });
+    let g_scale = out_scale(spline, FRAC, COEFF_BITS);
+    let g = b.tensor(
+        format!("layer {l} GeLU"),
+        hi.rows,
+        hi.cols,
+        g_scale,
+        g_bound,
+    )?;
+    b.push(Kind::Gate {
+        x: h,
+        gate: GateSpec::Gelu {
+            k: bound::width(hi.bound.max_abs(), FRAC).max(spline_width(spline)),
+            tanh,
+        },
+        out: g,
+    });
+    let f = linear_to_frac(
+        b,
+        g,
+        format!("layer {l} output"),
+        &[&layer.ffn_out],
+        1.0,
+        d,
+        l,
+    )?;
+    let out = residual_norm(b, x1, f, &layer.ffn_norm, format!("layer {l} output"), l)?;
+    Ok((out, score_abs))
+}
+
+/// `LN(x + a)`.
+fn residual_norm(
+    b: &mut Builder,
+    x: usize,
+    a: usize,
+    norm: &model::Norm,
+    name: String,
+    l: usize,
+) -> Result<usize, PlanError> {
+    b.at(Category::LayerNorm, Some(l));
+    let xi = b.info(x).clone();
+    let (rows, d) = (xi.rows, xi.cols);
+    let r_bound = xi.bound.regroup(d).add(&b.info(a).bound.regroup(d));
+    let r = b.tensor(format!("{name} residual"), rows, d, FRAC, r_bound.clone())?;
+    b.push(Kind::Add { a: x, b: a, out: r });
+
+    // Mean: Σr·⌊2^16/d⌉ truncated; |Σr| ≤ √d·‖r‖.
+    let r_l2 = r_bound.row_l2();
+    let sum_abs = (d as f64).sqrt() * r_l2;
+    let s = b.tensor(
+        format!("{name} row sums"),
+        rows,
+        1,
+        FRAC,
+        Bound::uniform(1, sum_abs),
+    )?;
+    b.push(Kind::RowSum { x: r, out: s });
+    let gain = encode(1.0 / d as f64, MEAN_FRAC);
+    let gain_real = fixed::decode(gain, MEAN_FRAC);
+    let sm = b.tensor(
+        format!("{name} mean product"),
+        rows,
+        1,
+        FRAC + MEAN_FRAC,
+        Bound::uniform(1, sum_abs * gain_real),
+    )?;
+    b.push(Kind::Affine {
+        x: s,
+        gain: vec![gain],
+        offset: vec![0],
+        out: sm,
+    });
+    let mu = truncate(b, sm, FRAC, format!("{name} mean"))?;
+    b.at(Category::LayerNorm, Some(l));
+    let mu_abs = b.info(mu).bound.max_abs();
+    // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.
+    let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(FRAC);
+    let y_l2 = r_l2 + (d as f64).sqrt() * delta;
+    let mut yb = Bound::from_abs(r_bound.abs.iter().map(|a| a + mu_abs).collect(), d);
+    yb.l2[0] = yb.l2[0].min(y_l2);
+    let y = b.tensor(format!("{name} centred"), rows, d, FRAC, yb.clone())?;
+    b.push(Kind::MinusRow {
+        x: r,
+        v: mu,
+        out: y,
+    });
+    let sq = b.tensor(
+        format!("{name} squares"),
+        rows,
+        d,
+        2 * FRAC,
+        Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
+    )?;
+    b.push(Kind::Square { x: y, out: sq });
+    let v_max = y_l2 * y_l2 + d as f64 * f64::from(norm.eps);
+    let v = b.tensor(
+        format!("{name} sum of squares"),
+        rows,
+        1,
+        2 * FRAC,
+        Bound::uniform(1, v_max),
+    )?;
+    b.push(Kind::RowSum { x: sq, out: v });
+    // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
+    let eps = encode(d as f64 * f64::from(norm.eps), 2 * FRAC);
+    let v = if eps != 0 {
+        let ve = b.tensor(
+            format!("{name} sum of squares + dε"),
+            rows,
+            1,
+            2 * FRAC,
+            Bound::uniform(1, v_max),
+        )?;
+        b.push(Kind::Affine {
+            x: v,
+            gain: vec![1],
+            offset: vec![eps],
+            out: ve,
+        });
+        ve
+    } else {
+        v
+    };
+    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((2 * FRAC - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
+    let rho = b.tensor(
+        format!("{name} 1/√Σy²"),
+        rows,
+        1,
+        RSQRT_FRAC,
+        Bound::uniform(1, rho_max),
+    )?;
+    b.push(Kind::Inverse {
+        x: v,
+        spec: InverseSpec {
+            rsqrt: true,
+            frac_in: 2 * FRAC,
+            k_in: bound::width(v_max, 2 * FRAC),
+            lo_bits: RSQRT_LO_BITS,
+            frac_out: RSQRT_FRAC,
+        },
+        out: rho,
+    });
+    // |yᵢ|·ρ ≤ (1 + err)·|yᵢ|/‖y‖ ≤ 1 + err, plus ρ's rounding.
+    let z_abs: Vec<f64> = yb
+        .abs
+        .iter()
+        .map(|a| 1.0 + INVERSE_REL_ERR + a * ulp(RSQRT_FRAC))
+        .collect();
+    let z_l2 = 1.0 + INVERSE_REL_ERR + (d as f64).sqrt() * yb.max_abs() * ulp(RSQRT_FRAC);
+    let mut zb = Bound::from_abs(z_abs, d);
+    zb.l2[0] = zb.l2[0].min(z_l2);
+    let z = b.tensor(
+        format!("{name} normalized"),
+        rows,
+        d,
+        FRAC + RSQRT_FRAC,
+        zb.clone(),
+    )?;
+    b.push(Kind::MulRows {
+        x: y,
+        v: rho,
+        out: z,
+    });
+    // out = z·(γ√d) + β, then one truncation.
+    let root = (d as f64).sqrt();
+    let gains: Vec<u64> = norm
+        .gamma
+        .iter()
+        .map(|g| encode(f64::from(*g) * root, WEIGHT_FRAC))
+        .collect();
+    let out_scale = FRAC + RSQRT_FRAC + WEIGHT_FRAC;
+    let offsets: Vec<u64> = norm
+        .beta
+        .iter()
+        .map(|v| encode(f64::from(*v), out_scale))
+        .collect();
+    let g_real: Vec<f64> = gains
+        .iter()
+        .map(|g| fixed::decode(*g, WEIGHT_FRAC).abs())
+        .collect();
+    let o_real: Vec<f64> = offsets
+        .iter()
+        .map(|o| fixed::decode(*o, out_scale).abs())
+        .collect();
+    let abs: Vec<f64> = (0..d).map(|c| g_real[c] * zb.abs[c] + o_real[c]).collect();
+    let gmax = g_real.iter().fold(0.0f64, |m, g| m.max(*g));
+    let obeta = o_real.iter().map(|o| o * o).sum::<f64>().sqrt();
+    let mut ab = Bound::from_abs(abs, d);
+    ab.l2[0] = ab.l2[0].min(gmax * z_l2 + obeta);
+    let a = b.tensor(format!("{name} scaled"), rows, d, out_scale, ab)?;
+    b.push(Kind::Affine {
+        x: z,
+        gain: gains,
+        offset: offsets,
+        out: a,
+    });
+    truncate(b, a, FRAC, format!("{name} LayerNorm"))
+}

@@ -1,0 +1,175 @@
+//! The cleartext fixed-point reference: the plan executed on cleartext
+//! values with the same approximations as the protocol. The secure output
+//! must equal it bit for bit.
+//!
+//! Steps use each protocol's own cleartext algebra (`Gate::reference`,
+//! `Chain::reference`, exact ring products), and every tensor is checked
+//! against the bound the plan proved for it: a value outside its bound is
+//! an error naming the tensor, so a flaw in the range analysis cannot go
+//! unnoticed (a gate outside its effective width would silently compute
+//! something else).
+
+use rayon::prelude::*;
+
+use crate::exec::{self, ExecError, Store};
+use crate::plan::{Built, Kind, Plan};
+
+/// Why the reference could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReferenceError {
+    /// A value left its proven bound.
+    #[error(
+        "{tensor}: value {value} (element {index}) exceeds its proven bound ±{limit}; the range \
+         analysis is wrong for this input"
+    )]
+    OutOfRange {
+        /// The tensor.
+        tensor: String,
+        /// Element index.
+        index: usize,
+        /// The value (signed).
+        value: i64,
+        /// The bound.
+        limit: u64,
+    },
+    /// The interpreter failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+}
+
+/// The cleartext inputs of a run.
+#[derive(Clone, Debug)]
+pub struct ClearInputs {
+    /// Embeddings `[B·L × d]`.
+    pub x: Vec<u64>,
+    /// Attention bias `[B × L]`.
+    pub bias: Vec<u64>,
+    /// Pooling mask `[B × L]`, for mean pooling.
+    pub mask: Option<Vec<u64>>,
+}
+
+/// Runs the plan in the clear; returns the output tensor.
+pub fn run(plan: &Plan, inputs: &ClearInputs) -> Result<Vec<u64>, ReferenceError> {
+    let mut store = Store::new(plan);
+    store.set(plan, plan.inputs.x, inputs.x.clone())?;
+    store.set(plan, plan.inputs.bias, inputs.bias.clone())?;
+    if let (Some(t), Some(m)) = (plan.inputs.mask, &inputs.mask) {
+        store.set(plan, t, m.clone())?;
+    }
+    for t in [
+        Some(plan.inputs.x),
+        Some(plan.inputs.bias),
+        plan.inputs.mask,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        check(plan, &store, t)?;
+    }
+    for i in 0..plan.ops.len() {
+        if plan.ops[i].kind.is_step() {
+            step(plan, i, &mut store)?;
+        } else {
+            exec::run_local(plan, i, &mut store, true)?;
+        }
+        check(plan, &store, plan.ops[i].kind.output())?;
+        store.release_after(plan, i);
+    }
+    Ok(store.take(plan, plan.output)?)
+}
+
+/// Checks a tensor against its proven bound.
+fn check(plan: &Plan, store: &Store, t: usize) -> Result<(), ReferenceError> {
+    let info = &plan.tensors[t];
+    let values = store.get(plan, t)?;
+    let bad = values
+        .par_iter()
+        .position_first(|v| (*v as i64).unsigned_abs() > info.limit);
+    match bad {
+        None => Ok(()),
+        Some(index) => Err(ReferenceError::OutOfRange {
+            tensor: info.name.clone(),
+            index,
+            value: values[index] as i64,
+            limit: info.limit,
+        }),
+    }
+}
+
+/// One step in the clear.
+fn step(plan: &Plan, i: usize, store: &mut Store) -> Result<(), ReferenceError> {
+    let t = &plan.tensors;
+    let built = plan.built[i].as_ref();
+    let out: Vec<u64> = match (&plan.ops[i].kind, built) {
+        (Kind::Gate { x, .. }, Some(Built::Gate(g))) => store
+            .get(plan, *x)?
+            .par_iter()
+            .map(|v| {
+                let mut o = [0u64; 2];
+                g.reference(*v, &mut o);
+                o[0]
+            })
+            .collect(),
+        (Kind::Inverse { x, .. }, Some(Built::Chain(c))) => store
+            .get(plan, *x)?
+            .par_iter()
+            .map(|v| c.reference(*v))
+            .collect(),
+        (Kind::Max { x, .. }, _) => {
+            let cols = t[*x].cols;
+            // Inside the proven width every ReLU of a difference is exact,
+            // so the tree computes the true maximum.
+            store
+                .get(plan, *x)?
+                .chunks(cols.max(1))
+                .map(|row| row.iter().map(|v| *v as i64).max().unwrap_or(0) as u64)
+                .collect()
+        }
+        (
+            Kind::MatMul {
+                a,
+                b,
+                transpose_b,
+                batches,
+                m,
+                k,
+                n,
+                out,
+            },
+            _,
+        ) => {
+            let mut y = vec![0u64; t[*out].len()];
+            exec::batched_matmul(
+                store.get(plan, *a)?,
+                store.get(plan, *b)?,
+                *transpose_b,
+                *batches,
+                *m,
+                *k,
+                *n,
+                &mut y,
+                false,
+            )?;
+            y
+        }
+        (Kind::MulRows { x, v, .. }, _) => {
+            let cols = t[*x].cols;
+            let vs = store.get(plan, *v)?;
+            store
+                .get(plan, *x)?
+                .chunks(cols.max(1))
+                .zip(vs)
+                .flat_map(|(row, f)| row.iter().map(move |e| e.wrapping_mul(*f)))
+                .collect()
+        }
+        (Kind::Square { x, .. }, _) => store
+            .get(plan, *x)?
+            .iter()
+            .map(|v| v.wrapping_mul(*v))
+            .collect(),
+        _ => return Ok(()),
+    };
+    store.set(plan, plan.ops[i].kind.output(), out)?;
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! The report of a secure run: online time, communication and rounds per
+//! party, key generation time and key bytes, and the same figures per layer
+//! kind (the columns of seeds/001 Tables 1, 5 and 6), as a table and as
+//! JSON. The JSON field names are read by other tools: keep them.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::dealer::DealReport;
+use crate::party::PartyReport;
+use crate::plan::Category;
+
+/// Figures of one layer kind.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Breakdown {
+    /// Online seconds (the slower party).
+    pub online_s: f64,
+    /// Bytes sent by P0 and by P1.
+    pub comm_bytes_per_party: [u64; 2],
+    /// Rounds.
+    pub rounds: u64,
+    /// Key bytes of P0 and of P1.
+    pub key_bytes_per_party: [u64; 2],
+}
+
+/// A run's report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Report {
+    /// The model.
+    pub model: String,
+    /// Tokens per sentence (the padded length the keys were dealt for).
+    pub tokens: usize,
+    /// Sentences.
+    pub batch: usize,
+    /// Real tokens of each sentence.
+    pub real_tokens: Vec<usize>,
+    /// Online wall time seen by the client, inputs sent to output held.
+    pub online_s: f64,
+    /// Bytes each server sent to the other.
+    pub comm_bytes_per_party: [u64; 2],
+    /// Rounds between the servers.
+    pub rounds: u64,
+    /// Dealer wall time.
+    pub keygen_s: f64,
+    /// Key file sizes.
+    pub key_bytes_per_party: [u64; 2],
+    /// Whether the secure output equals the fixed-point reference bit for
+    /// bit (when the reference ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bit_exact: Option<bool>,
+    /// The smallest cosine between a secure embedding and the float
+    /// model's (when compared).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cosine_to_float: Option<f64>,
+    /// Per sentence (when compared).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cosine_to_float_each: Vec<f64>,
+    /// The plan's hash.
+    pub plan_hash: String,
+    /// Per layer kind.
+    pub breakdown: BTreeMap<&'static str, Breakdown>,
+}
+
+impl Report {
+    /// Fills the protocol figures from the parties' and dealer's reports.
+    pub fn with_parties(
+        mut self,
+        parties: &[PartyReport; 2],
+        dealer: Option<&DealReport>,
+    ) -> Report {
+        self.comm_bytes_per_party = [parties[0].comm_bytes, parties[1].comm_bytes];
+        self.rounds = parties[0].rounds.max(parties[1].rounds);
+        for c in Category::ALL {
+            let mut b = Breakdown::default();
+            for (p, r) in parties.iter().enumerate() {
+                if let Some(f) = r.breakdown.get(&c) {
+                    b.online_s = b.online_s.max(f.online_s);
+                    b.comm_bytes_per_party[p] = f.comm_bytes;
+                    b.rounds = b.rounds.max(f.rounds);
+                    b.key_bytes_per_party[p] = f.key_bytes;
+                }
+            }
+            self.breakdown.insert(c.name(), b);
+        }
+        match dealer {
+            Some(d) => {
+                self.keygen_s = d.keygen_s;
+                self.key_bytes_per_party = d.file_bytes;
+            }
+            None => {
+                self.key_bytes_per_party = [parties[0].key_bytes, parties[1].key_bytes];
+            }
+        }
+        self
+    }
+
+    /// The human-readable table.
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "model {}  ·  {} sentence(s) × {} tokens (real: {:?})  ·  plan {}",
+            self.model,
+            self.batch,
+            self.tokens,
+            self.real_tokens,
+            &self.plan_hash[..self.plan_hash.len().min(16)]
+        );
+        let _ = writeln!(
+            s,
+            "{:<18} {:>10} {:>12} {:>12} {:>8} {:>12} {:>12}",
+            "layer kind", "online s", "comm P0", "comm P1", "rounds", "keys P0", "keys P1"
+        );
+        for c in Category::ALL {
+            if let Some(b) = self.breakdown.get(c.name()) {
+                let _ = writeln!(
+                    s,
+                    "{:<18} {:>10.3} {:>12} {:>12} {:>8} {:>12} {:>12}",
+                    c.name(),
+                    b.online_s,
+                    bytes(b.comm_bytes_per_party[0]),
+                    bytes(b.comm_bytes_per_party[1]),
+                    b.rounds,
+                    bytes(b.key_bytes_per_party[0]),
+                    bytes(b.key_bytes_per_party[1]),
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "{:<18} {:>10.3} {:>12} {:>12} {:>8} {:>12} {:>12}",
+            "total",
+            self.online_s,
+            bytes(self.comm_bytes_per_party[0]),
+            bytes(self.comm_bytes_per_party[1]),
+            self.rounds,
+            bytes(self.key_bytes_per_party[0]),
+            bytes(self.key_bytes_per_party[1]),
+        );
+        let _ = writeln!(s, "key generation {:.3} s", self.keygen_s);
+        if let Some(b) = self.bit_exact {
+            let _ = writeln!(
+                s,
+                "secure output {} the fixed-point reference bit for bit",
+                if b { "EQUALS" } else { "DIFFERS FROM" }
+            );
+        }
+        if let Some(c) = self.cosine_to_float {
+            let _ = writeln!(
+                s,
+                "cosine to the float model: {c:.6} (lowest over the batch)"
+            );
+        }
+        s
+    }
+}
+
+/// Bytes in binary units.
+pub fn bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// Cosine similarity.
+pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let dot: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from(*x) * f64::from(*y))
+        .sum();
+    let na: f64 = a
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    let nb: f64 = b
+        .iter()
+        .map(|x| f64::from(*x) * f64::from(*x))
+        .sum::<f64>()
+        .sqrt();
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na * nb)
+    }
+}

@@ -1,0 +1,213 @@
+//! A whole secure run in one process: dealer, both servers and the client,
+//! talking over loopback TCP exactly as separate processes do (the servers
+//! are threads running [`crate::server::serve`], the client is
+//! [`crate::client::query`]). `suffuse demo` and `suffuse embed` use it;
+//! tests compare it with the three-process path.
+
+use std::path::{Path, PathBuf};
+
+use suffuse_core::fss::Party;
+
+use crate::client::{self, ClientError, QueryOutcome};
+use crate::dealer::{self, DealReport, DealerError};
+use crate::float;
+use crate::model::{Model, ModelError};
+use crate::net::{Listener, NetError, Timeouts};
+use crate::plan::{PlanError, bert};
+use crate::reference::{self, ReferenceError};
+use crate::report::{Report, cosine};
+use crate::server::{self, ServeError};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the key files go (a fresh temporary folder when `None`; it is
+    /// removed afterwards).
+    pub keys_dir: Option<PathBuf>,
+    /// Run the fixed-point reference and compare bit for bit.
+    pub reference: bool,
+    /// Run the float model and report cosines.
+    pub compare_float: bool,
+    /// Show the dealer's progress bar.
+    pub progress: bool,
+    /// Network timeouts.
+    pub timeouts: Timeouts,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            keys_dir: None,
+            reference: true,
+            compare_float: true,
+            progress: false,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+/// A finished run.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// One embedding per sentence.
+    pub embeddings: Vec<Vec<f32>>,
+    /// The float model's, when compared.
+    pub float: Option<Vec<Vec<f32>>>,
+    /// The report.
+    pub report: Report,
+    /// The query's details.
+    pub query: QueryOutcome,
+    /// The dealer's.
+    pub deal: DealReport,
+}
+
+/// Why a session failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The model.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The plan.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The dealer.
+    #[error(transparent)]
+    Dealer(#[from] DealerError),
+    /// A server.
+    #[error("server P{party}: {source}")]
+    Server {
+        /// Which.
+        party: u8,
+        /// The error.
+        source: ServeError,
+    },
+    /// The client.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The reference.
+    #[error("fixed-point reference: {0}")]
+    Reference(#[from] ReferenceError),
+    /// Setting up sockets.
+    #[error(transparent)]
+    Net(#[from] NetError),
+    /// A thread died.
+    #[error("a server thread panicked")]
+    Panicked,
+    /// Temporary files.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// Runs `batch` (token ids, one sequence per sentence) through dealer,
+/// servers and client, padded to the longest sentence.
+pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome, SessionError> {
+    let seq = batch.iter().map(Vec::len).max().unwrap_or(0);
+    let plan = bert::build(model, batch.len(), seq)?;
+    let temp;
+    let dir: &Path = match &opts.keys_dir {
+        Some(d) => d,
+        None => {
+            temp = TempDir::new()?;
+            &temp.0
+        }
+    };
+    let deal = dealer::deal(&plan, dir, opts.progress)?;
+    let listeners = [
+        Listener::bind("127.0.0.1:0")?,
+        Listener::bind("127.0.0.1:0")?,
+    ];
+    let addrs = [
+        listeners[0].local_addr()?.to_string(),
+        listeners[1].local_addr()?.to_string(),
+    ];
+    let (served, query) = std::thread::scope(|s| {
+        let servers: Vec<_> = [Party::P0, Party::P1]
+            .into_iter()
+            .enumerate()
+            .map(|(i, party)| {
+                let (listener, keys, peer) = (&listeners[i], &deal.files[i], &addrs[0]);
+                let t = opts.timeouts;
+                s.spawn(move || server::serve(model, party, keys, listener, peer, t))
+            })
+            .collect();
+        let query = client::query(model, [&addrs[0], &addrs[1]], batch, opts.timeouts);
+        let served: Vec<_> = servers.into_iter().map(|h| h.join()).collect();
+        (served, query)
+    });
+    // A server's own error explains more than the client's view of it.
+    for (i, r) in served.into_iter().enumerate() {
+        match r {
+            Ok(Ok(_)) => {}
+            Ok(Err(source)) => {
+                return Err(SessionError::Server {
+                    party: i as u8,
+                    source,
+                });
+            }
+            Err(_) => return Err(SessionError::Panicked),
+        }
+    }
+    let query = query?;
+    let mut report = Report {
+        model: model.name.clone(),
+        tokens: seq,
+        batch: batch.len(),
+        real_tokens: batch.iter().map(Vec::len).collect(),
+        online_s: query.online_s,
+        plan_hash: query.plan_hash.clone(),
+        ..Report::default()
+    }
+    .with_parties(&query.reports, Some(&deal));
+    if opts.reference {
+        let inputs = client::clear_inputs(model, &plan, batch)?;
+        let want = reference::run(&plan, &inputs)?;
+        report.bit_exact = Some(want == query.output);
+    }
+    let float = if opts.compare_float {
+        let f = float::embed(model, batch)?;
+        let each: Vec<f64> = f
+            .iter()
+            .zip(&query.embeddings)
+            .map(|(a, b)| cosine(a, b))
+            .collect();
+        report.cosine_to_float = each.iter().copied().reduce(f64::min);
+        report.cosine_to_float_each = each;
+        Some(f)
+    } else {
+        None
+    };
+    Ok(Outcome {
+        embeddings: query.embeddings.clone(),
+        float,
+        report,
+        query,
+        deal,
+    })
+}
+
+/// A temporary folder removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Result<TempDir, SessionError> {
+        let id: [u8; 8] = dealer::random()?;
+        let p = std::env::temp_dir().join(format!("suffuse-keys-{}", crate::plan::hex(&id)));
+        std::fs::create_dir_all(&p).map_err(|source| SessionError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        Ok(TempDir(p))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
