@@ -38,6 +38,13 @@
 //! The AVX-512 kernel is a short piece of assembly (see `avx512` for why);
 //! everything around it, and the portable kernel, is generic Rust shared by
 //! both paths.
+//!
+//! # Timing
+//!
+//! Every branch, loop bound and memory address depends only on `m`, `k`,
+//! `n`, the path and the thread count, never on the values, and the 64-bit
+//! multiplies used (`vpmullq`, `imul`) take the same time for every
+//! operand on x86-64; so the running time says nothing about the shares.
 
 use std::sync::OnceLock;
 

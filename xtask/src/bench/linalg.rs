@@ -8,6 +8,13 @@
 //! words for the attention products (share × share, as in Beaver's
 //! protocol). Every result is checked against another kernel path, and one
 //! shape against the naive triple loop, before it is reported.
+//!
+//! Two-thread speedups come with `two_thread_capacity`, measured at the
+//! start: what two threads of plain integer work achieve over one at that
+//! moment. On a shared machine other work can take the second core, and no
+//! speedup can exceed that figure.
+
+use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
@@ -35,6 +42,9 @@ struct Record {
     layout: &'static str,
     ms_per_call: f64,
     speedup_vs_1_thread: Option<f64>,
+    /// [`two_thread_capacity`] at the start of the run, for two-thread
+    /// records: the most their speedup could have been.
+    two_thread_capacity: Option<f64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -204,7 +214,32 @@ fn measure(
     Ok((secs, c))
 }
 
+/// How many cores' worth of work two threads get done right now: fixed
+/// integer work on one thread, then the same on each of two, wall clock
+/// compared. On an idle two-core machine this is about 2; when other work
+/// competes for the cores, the two-thread records cannot beat it.
+fn two_thread_capacity() -> f64 {
+    fn work() {
+        let mut x = 1u64;
+        for i in 0..200_000_000u64 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+    }
+    let start = Instant::now();
+    work();
+    let one = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(work);
+        work();
+    });
+    2.0 * one / start.elapsed().as_secs_f64()
+}
+
 pub fn run() -> Result<String> {
+    let capacity = two_thread_capacity();
+    println!("two threads currently get {capacity:.2} cores' worth of work done (2.00 when idle)");
     let detected = Path::detect();
     let available = Path::available();
     let names: Vec<&str> = available.iter().map(|p| p.name()).collect();
@@ -272,6 +307,7 @@ pub fn run() -> Result<String> {
                 layout: shape.layout.name(),
                 ms_per_call: secs * 1e3,
                 speedup_vs_1_thread: speedup,
+                two_thread_capacity: (threads == 2).then_some(capacity),
             });
         }
     }
@@ -302,6 +338,7 @@ fn print_table(records: &[Record]) {
     }
     println!(
         "\nGMAC/s: multiply-adds mod 2^64 per second of wall clock with all threads \
-         (batched shapes count every head); median of repeated calls."
+         (batched shapes count every head); median of repeated calls. x1→2 is bounded \
+         by the two-thread capacity printed above."
     );
 }
