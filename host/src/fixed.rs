@@ -11,9 +11,6 @@ pub const RING: Width = Width::W64;
 pub const FRAC: u32 = 12;
 /// Fraction bits of weights and per-column LayerNorm gains.
 pub const WEIGHT_FRAC: u32 = 12;
-/// Fraction bits of attention probabilities (finer than activations: a
-/// probability of 1/L must keep a few significant bits at L = 512).
-pub const PROB_FRAC: u32 = 16;
 /// Fraction bits of the softmax denominator's reciprocal.
 pub const RECIP_FRAC: u32 = 24;
 /// Fraction bits of LayerNorm's 1/√(Σ y²).

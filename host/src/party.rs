@@ -125,11 +125,21 @@ pub fn run(
         });
         let mut on = Online { party, link, fss };
         let mut times: BTreeMap<Category, f64> = BTreeMap::new();
+        // Per-operation timings on stderr, for profiling.
+        let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
         for i in 0..plan.ops.len() {
             let t = Instant::now();
             match plan.step_of[i] {
                 Some(step) => {
                     let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
+                    if trace {
+                        eprintln!(
+                            "P{} step {step}: waited {:.1} ms for {} key bytes",
+                            u8::from(party == Party::P1),
+                            t.elapsed().as_secs_f64() * 1e3,
+                            section.len()
+                        );
+                    }
                     report.key_bytes += section.len() as u64;
                     report
                         .breakdown
@@ -141,7 +151,23 @@ pub fn run(
                 None => exec::run_local(plan, i, &mut store, party == Party::P0)?,
             }
             store.release_after(plan, i);
-            *times.entry(plan.ops[i].category).or_default() += t.elapsed().as_secs_f64();
+            let took = t.elapsed().as_secs_f64();
+            *times.entry(plan.ops[i].category).or_default() += took;
+            if trace {
+                let out = &plan.tensors[plan.ops[i].kind.output()];
+                eprintln!(
+                    "P{} op {i:4} {:>9.3} ms  {:<16} {:<40} {}",
+                    u8::from(party == Party::P1),
+                    took * 1e3,
+                    plan.ops[i].category.name(),
+                    out.name,
+                    serde_json::to_string(&plan.ops[i].kind)
+                        .unwrap_or_default()
+                        .chars()
+                        .take(60)
+                        .collect::<String>()
+                );
+            }
         }
         // The end marker: a file with extra sections or bytes is refused.
         let steps = plan.steps() as u32;

@@ -755,6 +755,9 @@ fn run_gate(
     let party = on.party;
     let h: &(dyn Hasher + Sync) = on.fss.backend();
     let fss: &(dyn BatchEval + Sync) = on.fss;
+    let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
+    let t0 = std::time::Instant::now();
+    let mut marks: Vec<(&'static str, f64)> = Vec::new();
     // Slice the section per chunk, then rebuild keys in parallel.
     let mut slices = Vec::new();
     for (first, count) in chunks(input.len()) {
@@ -774,6 +777,7 @@ fn run_gate(
             })
         })
         .collect::<Result<_, ProtoError>>()?;
+    marks.push(("load", t0.elapsed().as_secs_f64()));
     let mut evals: Vec<(usize, usize, Eval<'_>)> = states
         .iter_mut()
         .map(|s| {
@@ -799,6 +803,7 @@ fn run_gate(
         })
         .collect::<Result<_, suffuse_core::Error>>()
         .map_err(core(step))?;
+    marks.push(("seeded", t0.elapsed().as_secs_f64()));
     let rounds = g.schedule().1;
     for i in 0..rounds {
         let lens: Vec<usize> = evals.iter().map(|(_, _, e)| e.send_len(i)).collect();
@@ -833,6 +838,7 @@ fn run_gate(
             .zip(parts)
             .try_for_each(|((_, _, ev), buf)| ev.finish(i, buf, fss))
             .map_err(core(step))?;
+        marks.push(("finish", t0.elapsed().as_secs_f64()));
     }
     let outs = g.outputs();
     let bits = g.bit_outputs();
@@ -850,6 +856,24 @@ fn run_gate(
         .map_err(core(step))?;
     for (first, v) in parts {
         y[first..first + v.len()].copy_from_slice(&v);
+    }
+    if trace {
+        marks.push(("outputs", t0.elapsed().as_secs_f64()));
+        let mut last = 0.0;
+        let line: Vec<String> = marks
+            .iter()
+            .map(|(n, t)| {
+                let d = t - last;
+                last = *t;
+                format!("{n} {:.1}", d * 1e3)
+            })
+            .collect();
+        eprintln!(
+            "P{} step {step} gate ×{}: {}",
+            party.index(),
+            input.len(),
+            line.join(", ")
+        );
     }
     Ok(y)
 }

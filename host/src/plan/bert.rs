@@ -21,13 +21,11 @@
 //! padded key's exponent lands in nExp's zero tail: its probability is
 //! exactly 0, and nothing overflows.
 
-use super::bound::{self, Bound};
+use super::bound::{self, Bound, NormForm};
 use super::{
     Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, InverseSpec, Kind, Plan, PlanError,
 };
-use crate::fixed::{
-    self, FRAC, MEAN_FRAC, PROB_FRAC, RECIP_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2,
-};
+use crate::fixed::{self, FRAC, MEAN_FRAC, RECIP_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model::{self, Model, Pooling};
 use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale};
 use suffuse_core::gate::splines;
@@ -47,10 +45,9 @@ fn spline_scale() -> u32 {
     out_scale(&splines::NEXP, FRAC, COEFF_BITS)
 }
 
-/// Worst absolute error of the GeLU and nExp splines (enforced by core's
-/// accuracy tests: 2^-8 and 2^-10), rounded up.
+/// Worst absolute error of the GeLU spline (core's accuracy test enforces
+/// 2^-8).
 const GELU_ERR: f64 = 1.0 / 256.0;
-const NEXP_ERR: f64 = 1.0 / 512.0;
 /// Worst relative error of the reciprocal and rsqrt chains (core's tests
 /// enforce 2^-7), rounded up.
 const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
@@ -98,6 +95,25 @@ fn plan_with(model: &Model, batch: usize, seq: usize, c: f64) -> Result<(Plan, f
 
     // The client's LayerNorm output: Σnᵢ² ≤ d, so |nᵢ| ≤ √(d−1). The client
     // computes it in f32, hence the small relative allowance.
+    let root = (d as f64).sqrt();
+    let mut norm = NormForm {
+        gain: model
+            .embeddings
+            .norm
+            .gamma
+            .iter()
+            .map(|g| f64::from(*g) * root)
+            .collect(),
+        shift: model
+            .embeddings
+            .norm
+            .beta
+            .iter()
+            .map(|v| f64::from(*v))
+            .collect(),
+        zeta: 1.0 + 1e-3,
+        delta: ulp(FRAC),
+    };
     let x_bound = norm_output(&model.embeddings.norm, 1.0 + 1e-3).floor_to(ulp(FRAC));
     let x = b.tensor("input embeddings", n, d, FRAC, x_bound)?;
     let pad_bias = encode(-c, FRAC);
@@ -110,8 +126,10 @@ fn plan_with(model: &Model, batch: usize, seq: usize, c: f64) -> Result<(Plan, f
     let mut h = x;
     let mut scores = 0.0f64;
     for (l, layer) in model.layers.iter().enumerate() {
-        let (out, s) = encoder_layer(&mut b, model, l, layer, h, bias, c, seq, batch)?;
+        let (out, out_norm, s) =
+            encoder_layer(&mut b, model, l, layer, h, &norm, bias, c, seq, batch)?;
         h = out;
+        norm = out_norm;
         scores = scores.max(s);
     }
 
@@ -238,24 +256,34 @@ fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
     )
 }
 
-/// `x·W + b` followed by the truncation back to FRAC. An input above FRAC
-/// (a spline output, attention outputs) is multiplied as it is when the
-/// product still fits, so one truncation rescales both; otherwise it is
-/// truncated first.
+/// `x·W + b` followed by the truncation back to FRAC; returns the output
+/// and the linear layer's index. An input above FRAC (a spline output,
+/// attention outputs) is multiplied as it is when the product still fits, so
+/// one truncation rescales both; otherwise it is truncated first. `norm`
+/// describes a LayerNorm-output input for a tighter bound.
+#[allow(clippy::too_many_arguments)]
 fn linear_to_frac(
     b: &mut Builder,
     x: usize,
+    norm: Option<&NormForm>,
     name: String,
     parts: &[&model::Linear],
     query_scale: f64,
     group: usize,
     layer: usize,
-) -> Result<usize, PlanError> {
+) -> Result<(usize, usize), PlanError> {
+    let bound_of = |xb: &Bound, enc: &EncodedLinear| {
+        let (w, bias) = real_weights(enc);
+        let plain = bound::linear(xb, &w, &bias, enc.outputs, group);
+        match norm {
+            Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, enc.outputs, group)),
+            None => plain,
+        }
+    };
     let xi = b.info(x).clone();
     let try_scale = xi.scale + WEIGHT_FRAC;
     let enc = encode_linear(name.clone(), parts, xi.scale, query_scale);
-    let (w, bias) = real_weights(&enc);
-    let out = bound::linear(&xi.bound, &w, &bias, enc.outputs, group);
+    let out = bound_of(&xi.bound, &enc);
     let fits = bound::width(out.max_abs(), try_scale) <= 62;
     let (x, enc, out) = if fits || xi.scale == FRAC {
         (x, enc, out)
@@ -264,8 +292,7 @@ fn linear_to_frac(
         let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
         let xi = b.info(x).clone();
         let enc = encode_linear(name.clone(), parts, xi.scale, query_scale);
-        let (w, bias) = real_weights(&enc);
-        let out = bound::linear(&xi.bound, &w, &bias, enc.outputs, group);
+        let out = bound_of(&xi.bound, &enc);
         (x, enc, out)
     };
     let rows = b.info(x).rows;
@@ -276,7 +303,80 @@ fn linear_to_frac(
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
     b.push(Kind::Linear { x, linear, out: y });
     b.at(Category::Truncation, Some(layer));
-    truncate(b, y, FRAC, name)
+    Ok((truncate(b, y, FRAC, name)?, linear))
+}
+
+/// The largest attention score of a layer, by heads: with the layer input
+/// `x = z⊙g + β − δ` (‖z‖ ≤ ζ), each query is `z·A + c_q` and each key
+/// `z·B + c_k` up to rounding, so
+/// `|q·k| ≤ σ(A·Bᵀ)·ζ² + ‖A·c_k‖·ζ + ‖B·c_q‖·ζ + |c_q·c_k|` plus the
+/// rounding terms. σ(A·Bᵀ)² is the spectral radius of `(AᵀA)(BᵀB)`, a
+/// d_h × d_h matrix.
+fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
+    let (w, bias) = real_weights(enc);
+    let d = norm.gain.len();
+    let dh = d / heads;
+    let outs = enc.outputs;
+    let mut worst = 0.0f64;
+    for h in 0..heads {
+        let (a, cq, eq) = norm.project(&w, &bias, outs, h * dh..(h + 1) * dh);
+        let (bm, ck, ek) = norm.project(&w, &bias, outs, d + h * dh..d + (h + 1) * dh);
+        let ga = bound::gram(&a, d, dh);
+        let gb = bound::gram(&bm, d, dh);
+        let sigma_ab = bound::spectral_radius(&bound::square_product(&ga, &gb, dh), dh).sqrt();
+        let sigma_a = bound::spectral_radius(&ga, dh).sqrt();
+        let sigma_b = bound::spectral_radius(&gb, dh).sqrt();
+        let mat_vec = |m: &[f64], v: &[f64]| -> f64 {
+            (0..d)
+                .map(|i| {
+                    let r: f64 = (0..dh).map(|j| m[i * dh + j] * v[j]).sum();
+                    r * r
+                })
+                .sum::<f64>()
+                .sqrt()
+        };
+        let z = norm.zeta;
+        let dot: f64 = cq.iter().zip(&ck).map(|(x, y)| x * y).sum();
+        let main = sigma_ab * z * z + mat_vec(&a, &ck) * z + mat_vec(&bm, &cq) * z + dot.abs();
+        let norm_of = |v: &[f64]| v.iter().map(|x| x * x).sum::<f64>().sqrt();
+        let qm = sigma_a * z + norm_of(&cq);
+        let km = sigma_b * z + norm_of(&ck);
+        // Input rounding plus the QKV truncation's floor.
+        let rq = eq + (dh as f64).sqrt() * ulp(FRAC);
+        let rk = ek + (dh as f64).sqrt() * ulp(FRAC);
+        worst = worst.max(main + qm * rk + rq * km + rq * rk);
+    }
+    worst * (1.0 + 1e-6)
+}
+
+/// The exact range of the nExp gate's fixed-point output over its whole
+/// domain (evaluated once): the spline may dip a little below 0 near its
+/// cut-off.
+fn nexp_range() -> Result<(f64, f64), PlanError> {
+    static RANGE: std::sync::OnceLock<(f64, f64)> = std::sync::OnceLock::new();
+    if let Some(r) = RANGE.get() {
+        return Ok(*r);
+    }
+    let k = spline_width(&splines::NEXP) + 1;
+    let g = GateSpec::Nexp { k }
+        .build()
+        .map_err(|source| PlanError::Gate {
+            tensor: "nExp range".into(),
+            spec: format!("nexp k={k}"),
+            source,
+        })?;
+    let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
+    let top = (cutoff * pow2(FRAC)).ceil() as u64 + 2;
+    let scale = spline_scale();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut out = [0u64; 2];
+    for z in 0..=top {
+        g.reference(z, &mut out);
+        let v = fixed::decode(out[0], scale);
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    Ok(*RANGE.get_or_init(|| (lo, hi)))
 }
 
 /// Arithmetic truncation of `x` down to `to` fraction bits.
@@ -300,11 +400,12 @@ fn encoder_layer(
     l: usize,
     layer: &model::Layer,
     x: usize,
+    x_norm: &NormForm,
     bias: usize,
     c: f64,
     seq: usize,
     batch: usize,
-) -> Result<(usize, f64), PlanError> {
+) -> Result<(usize, NormForm, f64), PlanError> {
     let cfg = &model.config;
     let (d, heads) = (cfg.hidden, cfg.heads);
     let dh = d / heads;
@@ -312,9 +413,10 @@ fn encoder_layer(
     let bh = batch * heads;
 
     // Attention projections: one fused product.
-    let qkv = linear_to_frac(
+    let (qkv, qkv_linear) = linear_to_frac(
         b,
         x,
+        Some(x_norm),
         format!("layer {l} query/key/value"),
         &[&layer.query, &layer.key, &layer.value],
         1.0 / (dh as f64).sqrt(),
@@ -345,16 +447,17 @@ fn encoder_layer(
     }
     let [q, k, v] = split;
 
-    // Scores: |q·k| ≤ ‖q‖·‖k‖.
+    // Scores, bounded through the bilinear form of the weights.
     b.at(Category::AttentionMatmul, Some(l));
     let qn = b.info(q).bound.row_l2();
     let kn = b.info(k).bound.row_l2();
+    let score_max = (qn * kn).min(score_bound(b.linear_ref(qkv_linear), x_norm, heads));
     let s2 = b.tensor(
         format!("layer {l} scores product"),
         bh * seq,
         seq,
         2 * FRAC,
-        Bound::uniform(seq, qn * kn),
+        Bound::uniform(seq, score_max),
     )?;
     b.push(Kind::MatMul {
         a: q,
@@ -370,7 +473,7 @@ fn encoder_layer(
     let s = truncate(b, s2, FRAC, format!("layer {l} scores"))?;
     let score_abs = b.info(s).bound.max_abs();
 
-    // Softmax with the padding bias.
+    // Softmax numerators with the padding bias: e = nExp(max − s).
     b.at(Category::Softmax, Some(l));
     let sb = b.tensor(
         format!("layer {l} biased scores"),
@@ -385,7 +488,7 @@ fn encoder_layer(
         rows_per: heads * seq,
         out: sb,
     });
-    let kmax = bound::width(2.0 * (score_abs + c), FRAC);
+    let kmax = bound::width(2.0 * (score_abs + c) + 4.0 * ulp(FRAC), FRAC);
     // Every row has a real key (the first token), so its max is a real
     // score.
     let m = b.tensor(
@@ -414,13 +517,14 @@ fn encoder_layer(
         out: z,
     });
     let e_scale = spline_scale();
-    let e_max = 1.0 + NEXP_ERR;
+    let (e_min, e_max) = nexp_range()?;
+    let e_abs = e_max.max(-e_min);
     let e = b.tensor(
         format!("layer {l} exponents"),
         bh * seq,
         seq,
         e_scale,
-        Bound::uniform(seq, e_max),
+        Bound::uniform(seq, e_abs),
     )?;
     b.push(Kind::Gate {
         x: z,
@@ -429,7 +533,8 @@ fn encoder_layer(
         },
         out: e,
     });
-    let sum_max = seq as f64 * e_max;
+    let neg = (-e_min).max(0.0);
+    let sum_max = seq as f64 * e_abs;
     let sum = b.tensor(
         format!("layer {l} exponent sums"),
         bh * seq,
@@ -438,9 +543,23 @@ fn encoder_layer(
         Bound::uniform(1, sum_max),
     )?;
     b.push(Kind::RowSum { x: e, out: sum });
-    // The row sum is at least nExp(0) ≥ 1 − 2^-9 > 1/2: the lowest octave
-    // starts at 1/2.
-    let inv_max = (1.0 + INVERSE_REL_ERR) / (1.0 - NEXP_ERR) + ulp(RECIP_FRAC);
+    // The max's own column contributes nExp(0) ≈ 1; the lowest octave of
+    // the reciprocal starts at 1/2, below which it saturates.
+    let mut at_zero = [0u64; 2];
+    let e0 = {
+        let k = spline_width(&splines::NEXP) + 1;
+        let g = GateSpec::Nexp { k }
+            .build()
+            .map_err(|source| PlanError::Gate {
+                tensor: "nExp(0)".into(),
+                spec: format!("nexp k={k}"),
+                source,
+            })?;
+        g.reference(0, &mut at_zero);
+        fixed::decode(at_zero[0], e_scale)
+    };
+    let sum_min = (e0 - (seq as f64 - 1.0) * neg).max(0.5);
+    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(RECIP_FRAC);
     let inv = b.tensor(
         format!("layer {l} 1/sum"),
         bh * seq,
@@ -459,40 +578,46 @@ fn encoder_layer(
         },
         out: inv,
     });
-    let pe = b.tensor(
-        format!("layer {l} probabilities product"),
-        bh * seq,
-        seq,
-        e_scale + RECIP_FRAC,
-        Bound::uniform(seq, e_max * inv_max),
-    )?;
-    b.push(Kind::MulRows {
-        x: e,
-        v: inv,
-        out: pe,
-    });
-    let p = truncate(b, pe, PROB_FRAC, format!("layer {l} probabilities"))?;
-    // A row of probabilities sums to inv·Σe ≤ 1 + the reciprocal's error.
-    let row_sum = (1.0 + INVERSE_REL_ERR) * (1.0 + 1e-6) + seq as f64 * ulp(RECIP_FRAC);
 
-    // Outputs: convex combinations of value rows.
+    // Unnormalized outputs E·V (|Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|), truncated, then
+    // scaled by 1/Σe: normalizing after the product touches L·d_h values
+    // per row instead of L·L.
     b.at(Category::AttentionMatmul, Some(l));
-    let vb = b.info(v).bound.scale(row_sum, 0.0);
-    let o = b.tensor(
-        format!("layer {l} attention heads"),
+    let vb = b.info(v).bound.clone();
+    let ev_bound = vb.scale(sum_max, 0.0);
+    let ev = b.tensor(
+        format!("layer {l} weighted values product"),
         bh * seq,
         dh,
-        PROB_FRAC + FRAC,
-        vb,
+        e_scale + FRAC,
+        ev_bound,
     )?;
     b.push(Kind::MatMul {
-        a: p,
+        a: e,
         b: v,
         transpose_b: false,
         batches: bh,
         m: seq,
         k: seq,
         n: dh,
+        out: ev,
+    });
+    b.at(Category::Truncation, Some(l));
+    let evt = truncate(b, ev, FRAC, format!("layer {l} weighted values"))?;
+    b.at(Category::Softmax, Some(l));
+    // |oᵢ| ≤ inv·Σⱼ|eᵢⱼ|·|vⱼ| ≤ (inv·Σe + inv·2L·|e_min|)·|v| + inv·ulp.
+    let o_scale = 1.0 + INVERSE_REL_ERR + inv_max * 2.0 * seq as f64 * neg;
+    let ob = vb.scale(o_scale, inv_max * ulp(FRAC));
+    let o = b.tensor(
+        format!("layer {l} attention heads"),
+        bh * seq,
+        dh,
+        FRAC + RECIP_FRAC,
+        ob,
+    )?;
+    b.push(Kind::MulRows {
+        x: evt,
+        v: inv,
         out: o,
     });
     b.at(Category::Linear, Some(l));
@@ -505,7 +630,7 @@ fn encoder_layer(
         format!("layer {l} attention"),
         n,
         d,
-        PROB_FRAC + FRAC,
+        FRAC + RECIP_FRAC,
         merged,
     )?;
     b.push(Kind::MergeHeads {
@@ -513,21 +638,24 @@ fn encoder_layer(
         heads,
         out: om,
     });
-    let a = linear_to_frac(
+    let (a, _) = linear_to_frac(
         b,
         om,
+        None,
         format!("layer {l} attention output"),
         &[&layer.attn_out],
         1.0,
         d,
         l,
     )?;
-    let x1 = residual_norm(b, x, a, &layer.attn_norm, format!("layer {l} attention"), l)?;
+    let (x1, x1_norm) =
+        residual_norm(b, x, a, &layer.attn_norm, format!("layer {l} attention"), l)?;
 
     // Feed-forward.
-    let h = linear_to_frac(
+    let (h, _) = linear_to_frac(
         b,
         x1,
+        Some(&x1_norm),
         format!("layer {l} intermediate"),
         &[&layer.ffn_in],
         1.0,
@@ -559,17 +687,18 @@ fn encoder_layer(
         },
         out: g,
     });
-    let f = linear_to_frac(
+    let (f, _) = linear_to_frac(
         b,
         g,
+        None,
         format!("layer {l} output"),
         &[&layer.ffn_out],
         1.0,
         d,
         l,
     )?;
-    let out = residual_norm(b, x1, f, &layer.ffn_norm, format!("layer {l} output"), l)?;
-    Ok((out, score_abs))
+    let (out, out_norm) = residual_norm(b, x1, f, &layer.ffn_norm, format!("layer {l} output"), l)?;
+    Ok((out, out_norm, score_abs))
 }
 
 /// `LN(x + a)`.
@@ -580,7 +709,7 @@ fn residual_norm(
     norm: &model::Norm,
     name: String,
     l: usize,
-) -> Result<usize, PlanError> {
+) -> Result<(usize, NormForm), PlanError> {
     b.at(Category::LayerNorm, Some(l));
     let xi = b.info(x).clone();
     let (rows, d) = (xi.rows, xi.cols);
@@ -734,9 +863,22 @@ fn residual_norm(
     let a = b.tensor(format!("{name} scaled"), rows, d, out_scale, ab)?;
     b.push(Kind::Affine {
         x: z,
-        gain: gains,
-        offset: offsets,
+        gain: gains.clone(),
+        offset: offsets.clone(),
         out: a,
     });
-    truncate(b, a, FRAC, format!("{name} LayerNorm"))
+    let out = truncate(b, a, FRAC, format!("{name} LayerNorm"))?;
+    let form = NormForm {
+        gain: gains
+            .iter()
+            .map(|g| fixed::decode(*g, WEIGHT_FRAC))
+            .collect(),
+        shift: offsets
+            .iter()
+            .map(|o| fixed::decode(*o, out_scale))
+            .collect(),
+        zeta: z_l2,
+        delta: ulp(FRAC),
+    };
+    Ok((out, form))
 }

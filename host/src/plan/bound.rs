@@ -136,6 +136,26 @@ impl Bound {
         }
     }
 
+    /// The tighter of two bounds on the same tensor (column by column and
+    /// group by group; groups follow `self`).
+    pub fn min(&self, other: &Bound) -> Bound {
+        let abs = self
+            .abs
+            .iter()
+            .zip(&other.abs)
+            .map(|(a, b)| a.min(*b))
+            .collect();
+        let o = other.regroup(self.group);
+        let l2 = (0..self.l2.len())
+            .map(|g| self.group_l2(g).min(o.group_l2(g)))
+            .collect();
+        Bound {
+            abs,
+            group: self.group,
+            l2,
+        }
+    }
+
     /// Elementwise sum of two tensors of the same shape.
     pub fn add(&self, other: &Bound) -> Bound {
         let abs = self
@@ -197,6 +217,171 @@ pub fn linear(x: &Bound, w: &[f64], b: &[f64], outputs: usize, group: usize) -> 
     out
 }
 
+/// A LayerNorm output, row by row `x = z ⊙ g + β − δ` with `‖z‖ ≤ ζ` and
+/// `|δᵢ| ≤ δ`. Keeping this form (rather than per-column bounds) lets a
+/// following linear layer be bounded through `diag(g)·W` by Cauchy–Schwarz,
+/// which is what makes attention-score bounds tight enough to matter.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NormForm {
+    /// Per-column gain g (real).
+    pub gain: Vec<f64>,
+    /// Per-column shift β (real).
+    pub shift: Vec<f64>,
+    /// Bound ζ on ‖z‖.
+    pub zeta: f64,
+    /// Bound on each |δᵢ| (rounding).
+    pub delta: f64,
+}
+
+impl NormForm {
+    /// The per-column and row-norm bound it implies.
+    pub fn bound(&self) -> Bound {
+        let abs: Vec<f64> = self
+            .gain
+            .iter()
+            .zip(&self.shift)
+            .map(|(g, s)| g.abs() * self.zeta + s.abs() + self.delta)
+            .collect();
+        let d = abs.len();
+        let gmax = self.gain.iter().fold(0.0f64, |m, g| m.max(g.abs()));
+        let shift = self.shift.iter().map(|s| s * s).sum::<f64>().sqrt();
+        let mut b = Bound::from_abs(abs, d.max(1));
+        b.l2[0] = b.l2[0].min(gmax * self.zeta + shift + (d as f64).sqrt() * self.delta);
+        b
+    }
+
+    /// Columns `cols` of `x·W + b` as `z·A + c − δ·W`: returns `A = diag(g)·W_cols`
+    /// (`[d × |cols|]`), `c = β·W_cols + b_cols`, and a bound on `‖δ·W_cols‖`.
+    pub fn project(
+        &self,
+        w: &[f64],
+        b: &[f64],
+        outputs: usize,
+        cols: std::ops::Range<usize>,
+    ) -> (Vec<f64>, Vec<f64>, f64) {
+        let d = self.gain.len();
+        let m = cols.len();
+        let mut a = vec![0.0f64; d * m];
+        let mut c: Vec<f64> = cols.clone().map(|j| b[j]).collect();
+        let mut frob = 0.0f64;
+        for i in 0..d {
+            let row = &w[i * outputs..(i + 1) * outputs];
+            for (k, j) in cols.clone().enumerate() {
+                a[i * m + k] = self.gain[i] * row[j];
+                c[k] += self.shift[i] * row[j];
+                frob += row[j] * row[j];
+            }
+        }
+        let err = self.delta * (d as f64).sqrt() * frob.sqrt();
+        (a, c, err)
+    }
+}
+
+/// Bound of `x·W + b` for a LayerNorm-form input: column j is at most
+/// `ζ·‖diag(g)·W·ⱼ‖ + |(β·W + b)ⱼ| + δ·Σᵢ|Wᵢⱼ|`; a group of columns has norm
+/// at most `σ(diag(g)·W_G)·ζ + ‖(β·W + b)_G‖ + ‖δ·W_G‖`.
+pub fn linear_from_norm(x: &NormForm, w: &[f64], b: &[f64], outputs: usize, group: usize) -> Bound {
+    let d = x.gain.len();
+    let mut sq = vec![0.0f64; outputs];
+    let mut shift: Vec<f64> = b.to_vec();
+    let mut l1 = vec![0.0f64; outputs];
+    for i in 0..d {
+        let row = &w[i * outputs..(i + 1) * outputs];
+        let g = x.gain[i];
+        for (j, wij) in row.iter().enumerate() {
+            let a = g * wij;
+            sq[j] += a * a;
+            shift[j] += x.shift[i] * wij;
+            l1[j] += wij.abs();
+        }
+    }
+    let abs: Vec<f64> = (0..outputs)
+        .map(|j| x.zeta * sq[j].sqrt() + shift[j].abs() + x.delta * l1[j])
+        .collect();
+    let mut out = Bound::from_abs(abs, group);
+    for (gi, l) in out.l2.iter_mut().enumerate() {
+        let cols = gi * group..((gi + 1) * group).min(outputs);
+        let (a, c, err) = x.project(w, b, outputs, cols.clone());
+        let sigma = spectral_norm(&a, d, cols.len());
+        let cn = c.iter().map(|v| v * v).sum::<f64>().sqrt();
+        *l = l.min(sigma * x.zeta + cn + err);
+    }
+    out
+}
+
+/// An upper bound on the spectral norm of `a` (`[rows × cols]`): the square
+/// root of an upper bound on the largest eigenvalue of its Gram matrix. For
+/// wide matrices the Frobenius norm is used (computing the Gram matrix would
+/// cost more than the planner should).
+pub fn spectral_norm(a: &[f64], rows: usize, cols: usize) -> f64 {
+    let frob = a.iter().map(|v| v * v).sum::<f64>().sqrt();
+    if cols > 128 || cols == 0 {
+        return frob;
+    }
+    let g = gram(a, rows, cols);
+    spectral_radius(&g, cols).sqrt().min(frob)
+}
+
+/// `aᵀa` for `a` of `[rows × cols]`.
+pub fn gram(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
+    let mut g = vec![0.0f64; cols * cols];
+    for r in 0..rows {
+        let row = &a[r * cols..(r + 1) * cols];
+        for i in 0..cols {
+            let ri = row[i];
+            if ri == 0.0 {
+                continue;
+            }
+            for j in 0..cols {
+                g[i * cols + j] += ri * row[j];
+            }
+        }
+    }
+    g
+}
+
+/// `a·b` for square `n × n` matrices.
+pub fn square_product(a: &[f64], b: &[f64], n: usize) -> Vec<f64> {
+    let mut c = vec![0.0f64; n * n];
+    for i in 0..n {
+        for k in 0..n {
+            let aik = a[i * n + k];
+            for j in 0..n {
+                c[i * n + j] += aik * b[k * n + j];
+            }
+        }
+    }
+    c
+}
+
+/// An upper bound on the spectral radius of a square matrix:
+/// `ρ(K) ≤ ‖K^p‖_F^(1/p)` for every p, here p = 2^8 by repeated squaring
+/// (normalized at each step). For a matrix similar to a positive
+/// semidefinite one the bound exceeds ρ by at most a factor
+/// `(κ·√n)^(1/p)`; a relative margin covers floating-point rounding.
+pub fn spectral_radius(k: &[f64], n: usize) -> f64 {
+    let norm = |m: &[f64]| m.iter().map(|v| v * v).sum::<f64>().sqrt();
+    let f = norm(k);
+    if f == 0.0 || !f.is_finite() {
+        return f;
+    }
+    let mut m: Vec<f64> = k.iter().map(|v| v / f).collect();
+    let mut log = f.ln();
+    let mut p = 1.0f64;
+    for _ in 0..8 {
+        let sq = square_product(&m, &m, n);
+        let s = norm(&sq);
+        if s == 0.0 {
+            // Nilpotent part: the radius is bounded by what we have.
+            break;
+        }
+        log = 2.0 * log + s.ln();
+        p *= 2.0;
+        m = sq.iter().map(|v| v / s).collect();
+    }
+    (log / p).exp() * (1.0 + 1e-9)
+}
+
 /// The width k (sign bit included) that holds every integer of magnitude
 /// up to `bound·2^scale`, with the planner's margin: values of the bound
 /// itself stay a factor [`MARGIN`] below 2^(k−1).
@@ -238,6 +423,72 @@ mod tests {
         // limit = ⌈1.0625⌉ + 2 = 4 < 2^(k−1) first holds at k = 4.
         assert_eq!(width(1.0, 0), 4);
         assert!(crate::fixed::pow2(width(100.0, 12) - 1) > 100.0 * 4096.0 * MARGIN);
+    }
+
+    #[test]
+    fn spectral_bounds_are_upper_bounds_and_tight() {
+        // diag(3, 1): radius 3.
+        let r = spectral_radius(&[3.0, 0.0, 0.0, 1.0], 2);
+        assert!((3.0..3.0 * 1.01).contains(&r), "{r}");
+        // A rank-one matrix u·vᵀ has spectral norm ‖u‖·‖v‖.
+        let (u, v) = ([1.0, 2.0, 2.0], [3.0, 4.0]);
+        let a: Vec<f64> = u
+            .iter()
+            .flat_map(|x| v.iter().map(move |y| x * y))
+            .collect();
+        let s = spectral_norm(&a, 3, 2);
+        assert!((15.0..15.0 * 1.01).contains(&s), "{s}");
+        // A product of two PSD matrices (not symmetric).
+        let c = [2.0, 1.0, 1.0, 2.0];
+        let d = [1.0, 0.0, 0.0, 4.0];
+        let k = square_product(&c, &d, 2);
+        // Eigenvalues of c·d: roots of λ² − 10λ + 12 → 5 + √13.
+        let want = 5.0 + 13f64.sqrt();
+        let r = spectral_radius(&k, 2);
+        assert!(r >= want && r < want * 1.02, "{r} vs {want}");
+    }
+
+    #[test]
+    fn a_norm_form_bounds_every_sample() {
+        // x = z⊙g + β with ‖z‖ ≤ 1; W random: every sampled output stays
+        // inside the bound.
+        let d = 6;
+        let nf = NormForm {
+            gain: vec![1.5, -0.5, 2.0, 0.1, 1.0, -3.0],
+            shift: vec![0.1, 0.2, -0.3, 0.0, 0.5, -0.1],
+            zeta: 1.0,
+            delta: 0.0,
+        };
+        let outputs = 4;
+        let w: Vec<f64> = (0..d * outputs)
+            .map(|i| ((i * 7 % 11) as f64 - 5.0) / 4.0)
+            .collect();
+        let b = vec![0.5, -1.0, 0.0, 2.0];
+        let bound = linear_from_norm(&nf, &w, &b, outputs, 2);
+        let mut state = 1u64;
+        for _ in 0..2000 {
+            let mut z: Vec<f64> = (0..d)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+                })
+                .collect();
+            let n = z.iter().map(|v| v * v).sum::<f64>().sqrt();
+            z.iter_mut().for_each(|v| *v /= n);
+            let x: Vec<f64> = (0..d).map(|i| z[i] * nf.gain[i] + nf.shift[i]).collect();
+            let y: Vec<f64> = (0..outputs)
+                .map(|j| (0..d).map(|i| x[i] * w[i * outputs + j]).sum::<f64>() + b[j])
+                .collect();
+            for j in 0..outputs {
+                assert!(y[j].abs() <= bound.abs[j] + 1e-12);
+            }
+            for g in 0..2 {
+                let l = (y[2 * g].powi(2) + y[2 * g + 1].powi(2)).sqrt();
+                assert!(l <= bound.group_l2(g) + 1e-12);
+            }
+        }
     }
 
     #[test]
