@@ -356,13 +356,19 @@ impl KeyReader {
             want: len,
             found: found_len,
         })?;
-        let mut buf = vec![0u8; n];
-        read_exact(
-            &mut self.input,
-            &mut buf,
-            &self.path,
-            &format!("step {step}'s keys"),
-        )?;
+        // Read straight into spare capacity: no zero-fill of a buffer the
+        // size of the step's keys.
+        let mut buf = Vec::with_capacity(n);
+        let got = (&mut self.input)
+            .take(len)
+            .read_to_end(&mut buf)
+            .map_err(io(&self.path))?;
+        if got != n {
+            return Err(KeyFileError::Truncated {
+                path: self.path.clone(),
+                what: format!("step {step}'s keys"),
+            });
+        }
         self.next += 1;
         Ok(buf)
     }

@@ -676,9 +676,49 @@ pub struct Builder {
     linears: Vec<EncodedLinear>,
     category: Option<Category>,
     layer: Option<usize>,
+    /// Encoded layers and bounds from an earlier pass over the same model,
+    /// by name (and bias scale): encoding and spectral bounds are the slow
+    /// part of planning.
+    memo_linears: Vec<EncodedLinear>,
+    memo_bounds: std::collections::HashMap<String, f64>,
 }
 
 impl Builder {
+    /// A builder that reuses an earlier pass's encoded layers and bounds.
+    pub fn with_memo(
+        linears: Vec<EncodedLinear>,
+        bounds: std::collections::HashMap<String, f64>,
+    ) -> Builder {
+        Builder {
+            memo_linears: linears,
+            memo_bounds: bounds,
+            ..Builder::default()
+        }
+    }
+
+    /// An earlier pass's encoding of layer `name` at `bias_scale`.
+    pub fn take_memo(&mut self, name: &str, bias_scale: u32) -> Option<EncodedLinear> {
+        let i = self
+            .memo_linears
+            .iter()
+            .position(|l| l.name == name && l.bias_scale == bias_scale)?;
+        Some(self.memo_linears.swap_remove(i))
+    }
+
+    /// A bound computed once per build, by key.
+    pub fn memo_bound(&mut self, key: &str, compute: impl FnOnce() -> f64) -> f64 {
+        if let Some(v) = self.memo_bounds.get(key) {
+            return *v;
+        }
+        let v = compute();
+        self.memo_bounds.insert(key.to_string(), v);
+        v
+    }
+
+    /// The memoized bounds (to carry into the next pass).
+    pub fn bounds(&self) -> std::collections::HashMap<String, f64> {
+        self.memo_bounds.clone()
+    }
     /// Sets the category and layer of the operations that follow.
     pub fn at(&mut self, category: Category, layer: Option<usize>) {
         self.category = Some(category);
@@ -746,7 +786,7 @@ impl Builder {
     }
 
     /// Finishes the plan: builds the steps' core objects, liveness and the
-    /// hash.
+    /// hash. Memoized bounds are returned beside it.
     #[allow(clippy::too_many_arguments)]
     pub fn finish(
         self,

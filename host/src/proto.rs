@@ -216,13 +216,16 @@ fn load_material(
     count: usize,
     cur: &mut Cursor<'_>,
 ) -> Result<Material, ProtoError> {
-    let mut keys = key_buffers(g, count);
+    let mut keys: [Vec<u8>; MAX_KEYS] = Default::default();
     for (k, buf) in keys.iter_mut().enumerate().take(g.compiled.key_count) {
         let len = g.key_params(k).key_len();
         let bodies = cur.take(count * (len - 16))?;
-        for e in 0..count {
-            buf[e * len + 16..(e + 1) * len]
-                .copy_from_slice(&bodies[e * (len - 16)..(e + 1) * (len - 16)]);
+        // Room for each root (filled from the seed below), then the body:
+        // built by appending, so the buffer is written once.
+        buf.reserve_exact(count * len);
+        for body in bodies.chunks_exact(len - 16) {
+            buf.extend_from_slice(&[0u8; 16]);
+            buf.extend_from_slice(body);
         }
     }
     if count > 0 {
@@ -779,7 +782,7 @@ fn run_gate(
         .collect::<Result<_, ProtoError>>()?;
     marks.push(("load", t0.elapsed().as_secs_f64()));
     let mut evals: Vec<(usize, usize, Eval<'_>)> = states
-        .iter_mut()
+        .par_iter_mut()
         .map(|s| {
             let GateChunk {
                 first,

@@ -55,8 +55,35 @@ const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
 /// 2^-16 saturates, i.e. rows whose values all agree to about 2^-8·√(1/d).
 const RSQRT_LO_BITS: u32 = 8;
 
-/// Builds the plan for `batch` sentences padded to `seq` tokens.
-pub fn build(model: &Model, batch: usize, seq: usize) -> Result<Plan, PlanError> {
+/// Plans built in this process, shared while anyone holds them: the
+/// dealer, both servers and the client of an in-process run plan the same
+/// model and shape, and a plan holds the encoded weights.
+type PlanCache = std::sync::Mutex<Vec<(([u8; 32], usize, usize), std::sync::Weak<Plan>)>>;
+static PLANS: PlanCache = std::sync::Mutex::new(Vec::new());
+
+/// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
+pub fn build(model: &Model, batch: usize, seq: usize) -> Result<std::sync::Arc<Plan>, PlanError> {
+    let key = (model.digest(), batch, seq);
+    let mut cache = PLANS.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(p) = cache
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(p);
+    }
+    let plan = std::sync::Arc::new(build_uncached(model, key.0, batch, seq)?);
+    cache.push((key, std::sync::Arc::downgrade(&plan)));
+    Ok(plan)
+}
+
+fn build_uncached(
+    model: &Model,
+    digest: [u8; 32],
+    batch: usize,
+    seq: usize,
+) -> Result<Plan, PlanError> {
     let cfg = &model.config;
     if batch == 0 || seq == 0 {
         return Err(PlanError::EmptyShape { batch, seq });
@@ -75,22 +102,29 @@ pub fn build(model: &Model, batch: usize, seq: usize) -> Result<Plan, PlanError>
     }
     // Score bounds do not depend on the padding bias, and the bias must
     // exceed them: plan once to learn them, then plan with the right bias.
-    let (_, scores) = plan_with(model, batch, seq, 0.0)?;
+    let (first, scores, bounds) = plan_with(model, digest, batch, seq, 0.0, Builder::default())?;
     // A padded key's score sits C below every real score: its exponent
     // exceeds nExp's cut-off and its probability is exactly 0.
     let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
     let c = (2.0 * scores + cutoff + 1.0).log2().ceil().exp2();
-    let (plan, again) = plan_with(model, batch, seq, c)?;
+    let memo = Builder::with_memo(first.linears, bounds);
+    let (plan, again, _) = plan_with(model, digest, batch, seq, c, memo)?;
     debug_assert_eq!(scores, again);
     Ok(plan)
 }
 
 /// The plan with padding bias `-c`; also returns the largest score bound.
-fn plan_with(model: &Model, batch: usize, seq: usize, c: f64) -> Result<(Plan, f64), PlanError> {
+fn plan_with(
+    model: &Model,
+    digest: [u8; 32],
+    batch: usize,
+    seq: usize,
+    c: f64,
+    mut b: Builder,
+) -> Result<(Plan, f64, std::collections::HashMap<String, f64>), PlanError> {
     let cfg = &model.config;
     let d = cfg.hidden;
     let n = batch * seq;
-    let mut b = Builder::default();
     b.at(Category::Linear, None);
 
     // The client's LayerNorm output: Σnᵢ² ≤ d, so |nᵢ| ≤ √(d−1). The client
@@ -163,9 +197,10 @@ fn plan_with(model: &Model, batch: usize, seq: usize, c: f64) -> Result<(Plan, f
         }
     };
     let inputs = Inputs { x, bias, mask };
+    let bounds = b.bounds();
     let plan = b.finish(
         &model.name,
-        model.digest(),
+        digest,
         batch,
         seq,
         d,
@@ -175,7 +210,7 @@ fn plan_with(model: &Model, batch: usize, seq: usize, c: f64) -> Result<(Plan, f
         finish,
         cfg.normalize,
     )?;
-    Ok((plan, scores))
+    Ok((plan, scores, bounds))
 }
 
 /// One unit in the last place at `scale`.
@@ -282,7 +317,9 @@ fn linear_to_frac(
     };
     let xi = b.info(x).clone();
     let try_scale = xi.scale + WEIGHT_FRAC;
-    let enc = encode_linear(name.clone(), parts, xi.scale, query_scale);
+    let enc = b
+        .take_memo(&name, try_scale)
+        .unwrap_or_else(|| encode_linear(name.clone(), parts, xi.scale, query_scale));
     let out = bound_of(&xi.bound, &enc);
     let fits = bound::width(out.max_abs(), try_scale) <= 62;
     let (x, enc, out) = if fits || xi.scale == FRAC {
@@ -291,7 +328,9 @@ fn linear_to_frac(
         b.at(Category::Truncation, Some(layer));
         let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
         let xi = b.info(x).clone();
-        let enc = encode_linear(name.clone(), parts, xi.scale, query_scale);
+        let enc = b
+            .take_memo(&name, xi.scale + WEIGHT_FRAC)
+            .unwrap_or_else(|| encode_linear(name.clone(), parts, xi.scale, query_scale));
         let out = bound_of(&xi.bound, &enc);
         (x, enc, out)
     };
@@ -451,7 +490,13 @@ fn encoder_layer(
     b.at(Category::AttentionMatmul, Some(l));
     let qn = b.info(q).bound.row_l2();
     let kn = b.info(k).bound.row_l2();
-    let score_max = (qn * kn).min(score_bound(b.linear_ref(qkv_linear), x_norm, heads));
+    let bilinear = {
+        let enc = b.linear_ref(qkv_linear).clone();
+        b.memo_bound(&format!("layer {l} scores"), || {
+            score_bound(&enc, x_norm, heads)
+        })
+    };
+    let score_max = (qn * kn).min(bilinear);
     let s2 = b.tensor(
         format!("layer {l} scores product"),
         bh * seq,

@@ -481,8 +481,8 @@ mod tests {
             let y: Vec<f64> = (0..outputs)
                 .map(|j| (0..d).map(|i| x[i] * w[i * outputs + j]).sum::<f64>() + b[j])
                 .collect();
-            for j in 0..outputs {
-                assert!(y[j].abs() <= bound.abs[j] + 1e-12);
+            for (j, v) in y.iter().enumerate() {
+                assert!(v.abs() <= bound.abs[j] + 1e-12);
             }
             for g in 0..2 {
                 let l = (y[2 * g].powi(2) + y[2 * g + 1].powi(2)).sqrt();
