@@ -1,0 +1,224 @@
+//! Secure inference end to end, in one process over loopback TCP: the
+//! output must equal the cleartext fixed-point reference bit for bit, stay
+//! close to the float model, and be unaffected by padding; bad keys, wrong
+//! models and absent peers must fail with clear errors, not hang.
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use suffuse_core::fss::Party;
+use suffuse_host::client;
+use suffuse_host::dealer;
+use suffuse_host::keyfile::KeyFileError;
+use suffuse_host::model::{Config, Model, Pooling};
+use suffuse_host::net::{Listener, Timeouts};
+use suffuse_host::plan::bert;
+use suffuse_host::reference;
+use suffuse_host::server::{self, ServeError};
+use suffuse_host::session::{self, Options, SessionError};
+
+fn tokens(model: &Model, texts: &[&str]) -> Vec<Vec<u32>> {
+    texts
+        .iter()
+        .map(|t| model.tokenizer.encode(t, model.config.max_tokens).unwrap())
+        .collect()
+}
+
+fn short() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(20),
+        io: Duration::from_secs(20),
+    }
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("suffuse-e2e-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn demo_batch_of_different_lengths_is_bit_exact_and_close_to_float() {
+    let model = Model::demo();
+    let batch = tokens(
+        &model,
+        &[
+            "the secure output must equal the reference",
+            "short",
+            "a sentence of middling length here",
+        ],
+    );
+    let out = session::run(&model, &batch, &Options::default()).unwrap();
+    assert_eq!(out.report.bit_exact, Some(true));
+    let cos = out.report.cosine_to_float.unwrap();
+    assert!(cos >= 0.999, "cosine to float {cos}");
+    assert_eq!(out.embeddings.len(), 3);
+    // The report adds up.
+    let r = &out.report;
+    assert!(r.rounds > 0 && r.comm_bytes_per_party[0] > 0 && r.key_bytes_per_party[1] > 0);
+    let rounds: u64 = r.breakdown.values().map(|b| b.rounds).sum();
+    assert_eq!(rounds, r.rounds);
+    let keys: u64 = r.breakdown.values().map(|b| b.key_bytes_per_party[1]).sum();
+    assert!(keys <= r.key_bytes_per_party[1]);
+}
+
+#[test]
+fn padding_changes_no_bit_of_any_embedding() {
+    // Padded keys get probability exactly 0 and padded rows are masked out
+    // of the pooling, so a sentence's fixed-point output is the same alone
+    // and padded inside a batch.
+    let model = Model::demo();
+    let batch = tokens(
+        &model,
+        &["x", "two words", "and now a much longer sentence to pad to"],
+    );
+    let seq = batch.iter().map(Vec::len).max().unwrap();
+    let plan = bert::build(&model, batch.len(), seq).unwrap();
+    let inputs = client::clear_inputs(&model, &plan, &batch).unwrap();
+    let together = reference::run(&plan, &inputs).unwrap();
+    let d = model.config.hidden;
+    for (i, t) in batch.iter().enumerate() {
+        let alone_plan = bert::build(&model, 1, t.len()).unwrap();
+        let alone_inputs =
+            client::clear_inputs(&model, &alone_plan, std::slice::from_ref(t)).unwrap();
+        let alone = reference::run(&alone_plan, &alone_inputs).unwrap();
+        assert_eq!(
+            alone,
+            together[i * d..(i + 1) * d],
+            "sentence {i} changed with padding"
+        );
+    }
+}
+
+#[test]
+fn one_token_and_odd_lengths_run() {
+    let model = Model::demo();
+    let cls = model.tokenizer.token_id("[CLS]").unwrap();
+    for batch in [vec![vec![cls]], vec![vec![cls, 7, 9, 11, 13]]] {
+        let out = session::run(&model, &batch, &Options::default()).unwrap();
+        assert_eq!(out.report.bit_exact, Some(true));
+    }
+}
+
+#[test]
+fn cls_pooling_and_tanh_gelu_are_bit_exact() {
+    let mut config = Config::demo();
+    config.pooling = Pooling::Cls;
+    config.normalize = false;
+    config.activation = suffuse_host::model::Activation::GeluTanh;
+    config.layers = 1;
+    let model = Model::generated(config, 42);
+    let batch = tokens(&model, &["pooling by the first token", "ok"]);
+    let out = session::run(&model, &batch, &Options::default()).unwrap();
+    assert_eq!(out.report.bit_exact, Some(true));
+    assert!(out.report.cosine_to_float.unwrap() >= 0.999);
+}
+
+/// Deals keys for `model` into a folder.
+fn deal(model: &Model, seq: usize, name: &str) -> [PathBuf; 2] {
+    let plan = bert::build(model, 1, seq).unwrap();
+    dealer::deal(&plan, &temp(name), false).unwrap().files
+}
+
+#[test]
+fn a_used_key_file_is_refused() {
+    let model = Model::demo();
+    let files = deal(&model, 4, "used");
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    // The first use marks the file even though no peer ever comes.
+    let t = Timeouts {
+        connect: Duration::from_millis(200),
+        io: Duration::from_millis(200),
+    };
+    let first = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
+    assert!(matches!(first, Err(ServeError::Net { .. })), "{first:?}");
+    let again = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
+    assert!(
+        matches!(
+            again,
+            Err(ServeError::KeyFile(KeyFileError::AlreadyUsed { .. }))
+        ),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn keys_for_another_model_are_refused_before_any_work() {
+    let model = Model::demo();
+    let files = deal(&model, 4, "wrong-model");
+    let other = Model::generated(Config::demo(), 7);
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let r = server::serve(&other, Party::P0, &files[0], &listener, "unused", short());
+    assert!(
+        matches!(
+            r,
+            Err(ServeError::KeyFile(KeyFileError::PlanMismatch { .. }))
+        ),
+        "{r:?}"
+    );
+    // And a server given the other party's keys.
+    let r = server::serve(&model, Party::P0, &files[1], &listener, "unused", short());
+    assert!(
+        matches!(r, Err(ServeError::KeyFile(KeyFileError::Party { .. }))),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
+    let model = Model::demo();
+    let files = deal(&model, 4, "peer");
+    // P1 dials a P0 that never listens: a timeout, promptly.
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let t = Timeouts {
+        connect: Duration::from_millis(500),
+        io: Duration::from_millis(500),
+    };
+    let start = Instant::now();
+    let r = server::serve(&model, Party::P1, &files[1], &listener, "127.0.0.1:9", t);
+    assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // A peer that connects and vanishes without a word.
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let ghost = std::thread::spawn(move || {
+        let s = TcpStream::connect(addr).unwrap();
+        drop(s);
+    });
+    let r = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
+    ghost.join().unwrap();
+    assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
+}
+
+#[test]
+fn servers_with_keys_from_different_dealer_runs_refuse_each_other() {
+    let model = Model::demo();
+    let a = deal(&model, 4, "set-a");
+    let b = deal(&model, 4, "set-b");
+    let listeners = [
+        Listener::bind("127.0.0.1:0").unwrap(),
+        Listener::bind("127.0.0.1:0").unwrap(),
+    ];
+    let p0_addr = listeners[0].local_addr().unwrap().to_string();
+    let (r0, r1) = std::thread::scope(|s| {
+        let h0 = s.spawn(|| server::serve(&model, Party::P0, &a[0], &listeners[0], "", short()));
+        let h1 =
+            s.spawn(|| server::serve(&model, Party::P1, &b[1], &listeners[1], &p0_addr, short()));
+        (h0.join().unwrap(), h1.join().unwrap())
+    });
+    for r in [r0, r1] {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("key-set") || e.contains("key set"), "{e}");
+    }
+}
+
+#[test]
+fn session_errors_name_the_failing_part() {
+    // A sentence longer than the model allows is a plan error, not a panic.
+    let model = Model::demo();
+    let too_long = vec![vec![1u32; model.config.max_positions + 1]];
+    let r = session::run(&model, &too_long, &Options::default());
+    assert!(matches!(r, Err(SessionError::Plan(_))), "{r:?}");
+}
