@@ -468,7 +468,15 @@ fn read_exact(
 
 fn read_header(r: &mut impl Read, path: &Path) -> Result<Header, KeyFileError> {
     let mut fixed = [0u8; 8 + 4 + 4 + 32 + 16 + 4 + 4];
-    read_exact(r, &mut fixed, path, "the header")?;
+    // The magic first: a file that is not a key file should say so, however
+    // short it is.
+    read_exact(r, &mut fixed[..8], path, "the header")?;
+    if fixed[..8] != MAGIC {
+        return Err(KeyFileError::BadMagic {
+            path: path.to_path_buf(),
+        });
+    }
+    read_exact(r, &mut fixed[8..], path, "the header")?;
     parse_header(&fixed, r, path)
 }
 

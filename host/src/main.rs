@@ -128,9 +128,9 @@ enum Command {
         /// Model folder, or `demo` (the client embeds and tokenizes locally).
         #[arg(long)]
         model: String,
-        /// The two servers, ADDR0,ADDR1.
-        #[arg(long, value_delimiter = ',', num_args = 2)]
-        servers: Vec<String>,
+        /// The two servers, ADDR0,ADDR1 (party 0 first).
+        #[arg(long)]
+        servers: String,
         /// Also print each embedding's cosine to the float model.
         #[arg(long, value_enum)]
         compare: Option<Compare>,
@@ -285,12 +285,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
             texts,
         } => {
             let model = load_model(&model)?;
-            let [a, b] = <[String; 2]>::try_from(servers)
-                .map_err(|_| anyhow::anyhow!("--servers takes two addresses, ADDR0,ADDR1"))?;
+            let Some((a, b)) = servers.split_once(',') else {
+                bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
+            };
             // The servers' keys fix the length; texts are cut to the model's
             // limit here and rejected by the client if still too long.
             let batch = tokenize(&model, &texts, None)?;
-            let q = client::query(&model, [&a, &b], &batch, timeouts(timeout))?;
+            let q = client::query(&model, [a, b], &batch, timeouts(timeout))?;
             let mut report = Report {
                 model: model.name.clone(),
                 tokens: batch.iter().map(Vec::len).max().unwrap_or(0),

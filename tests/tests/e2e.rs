@@ -3,6 +3,8 @@
 //! close to the float model, and be unaffected by padding; bad keys, wrong
 //! models and absent peers must fail with clear errors, not hang.
 
+#![allow(clippy::unwrap_used)]
+
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -1,0 +1,229 @@
+//! The computation as real OS processes: `suffuse dealer`, two `suffuse
+//! serve` and `suffuse query`, spawned from the built binary, must print
+//! the same embedding as the in-process `suffuse embed` — bit for bit,
+//! since padding to the dealt length changes no bit.
+//!
+//! These tests live in suffuse-host because Cargo gives a package's tests
+//! the path of that package's binaries (`CARGO_BIN_EXE_suffuse`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_suffuse");
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("suffuse-proc-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn run(args: &[&str]) -> Output {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "suffuse {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Starts a server and returns it with the address it listens on (read
+/// from its first line on stderr).
+fn serve(party: u8, keys: &Path, peer: &str, report: &Path) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--party",
+            &party.to_string(),
+            "--model",
+            "demo",
+            "--keys",
+            keys.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--peer",
+            peer,
+            "--timeout",
+            "60",
+            "--report-json",
+            report.to_str().unwrap(),
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first
+        .rsplit(' ')
+        .next()
+        .expect("the server announces its address")
+        .to_string();
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+fn wait(mut child: Child, limit: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.success();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn embedding(stdout: &[u8]) -> Vec<f64> {
+    let line = String::from_utf8_lossy(stdout);
+    let v: serde_json::Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    v["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn three_processes_give_the_in_process_answer() {
+    let dir = temp("three");
+    let text = "three processes, one answer";
+    run(&[
+        "dealer",
+        "--model",
+        "demo",
+        "--seq",
+        "40",
+        "--out",
+        dir.to_str().unwrap(),
+        "--report-json",
+        dir.join("dealer.json").to_str().unwrap(),
+    ]);
+    let inspect = run(&["inspect", dir.join("p1.keys").to_str().unwrap()]);
+    let shown = String::from_utf8_lossy(&inspect.stdout);
+    assert!(
+        shown.contains("party      1") && shown.contains("1 sentence(s) × 40 tokens"),
+        "{shown}"
+    );
+
+    let (p0, addr0) = serve(0, &dir.join("p0.keys"), "unused", &dir.join("p0.json"));
+    let (p1, addr1) = serve(1, &dir.join("p1.keys"), &addr0, &dir.join("p1.json"));
+    let report = dir.join("query.json");
+    let query = run(&[
+        "query",
+        "--model",
+        "demo",
+        "--servers",
+        &format!("{addr0},{addr1}"),
+        "--compare",
+        "float",
+        "--report-json",
+        report.to_str().unwrap(),
+        text,
+    ]);
+    assert!(wait(p0, Duration::from_secs(60)), "P0 failed");
+    assert!(wait(p1, Duration::from_secs(60)), "P1 failed");
+    let remote = embedding(&query.stdout);
+
+    let local = run(&["embed", "--model", "demo", text]);
+    assert_eq!(
+        remote,
+        embedding(&local.stdout),
+        "three processes and one process differ"
+    );
+
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    for field in [
+        "model",
+        "tokens",
+        "online_s",
+        "comm_bytes_per_party",
+        "rounds",
+        "keygen_s",
+        "key_bytes_per_party",
+        "cosine_to_float",
+        "breakdown",
+    ] {
+        assert!(r.get(field).is_some(), "report lacks {field}: {r}");
+    }
+    assert!(r["cosine_to_float"].as_f64().unwrap() > 0.999);
+    for kind in [
+        "linear",
+        "attention_matmul",
+        "softmax",
+        "gelu",
+        "layernorm",
+        "truncation",
+    ] {
+        assert!(r["breakdown"].get(kind).is_some(), "breakdown lacks {kind}");
+    }
+
+    // The keys are spent: a server refuses them.
+    let again = Command::new(BIN)
+        .args([
+            "serve",
+            "--party",
+            "0",
+            "--model",
+            "demo",
+            "--keys",
+            dir.join("p0.keys").to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--peer",
+            "unused",
+        ])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    let msg = String::from_utf8_lossy(&again.stderr);
+    assert!(msg.contains("already used"), "{msg}");
+}
+
+#[test]
+fn demo_reports_bit_exact_and_json_stays_clean() {
+    let dir = temp("demo");
+    let report = dir.join("demo.json");
+    let out = run(&["demo", "--json", "--report-json", report.to_str().unwrap()]);
+    // --json: stdout is exactly one JSON document; progress went to stderr.
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["bit_exact"], serde_json::Value::Bool(true));
+    let file: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(file["bit_exact"], serde_json::Value::Bool(true));
+}
+
+#[test]
+fn bad_invocations_fail_with_a_message() {
+    let out = Command::new(BIN)
+        .args(["embed", "--model", "/nonexistent/model", "hello"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("/nonexistent/model"), "{msg}");
+
+    let out = Command::new(BIN)
+        .args(["inspect", "/nonexistent.keys"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+
+    let garbage = temp("garbage").join("junk.keys");
+    std::fs::write(&garbage, b"not a key file at all, certainly not").unwrap();
+    let out = Command::new(BIN)
+        .args(["inspect", garbage.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a suffuse key file"));
+}
