@@ -56,7 +56,9 @@ enum Command {
     /// machine: prints one JSON line per text and the report on stderr.
     Embed {
         /// A Hugging Face model folder (config.json, model.safetensors,
-        /// tokenizer.json), or `demo` for the built-in model.
+        /// tokenizer.json), or a built-in model: `demo`, or
+        /// `generated-bert-base` / `generated-minilm` (random weights in
+        /// those architectures' shapes, for measuring cost).
         #[arg(long)]
         model: String,
         /// Truncate each text to this many tokens ([CLS] and [SEP]
@@ -80,7 +82,7 @@ enum Command {
     /// Deals the one-time keys of both servers for sentences of up to
     /// `--seq` tokens: writes OUT/p0.keys and OUT/p1.keys.
     Dealer {
-        /// Model folder, or `demo`.
+        /// Model folder, or a built-in model (see `embed --help`).
         #[arg(long)]
         model: String,
         /// Tokens per sentence ([CLS] and [SEP] included); shorter
@@ -102,7 +104,7 @@ enum Command {
         /// 0 or 1.
         #[arg(long)]
         party: u8,
-        /// Model folder, or `demo`.
+        /// Model folder, or a built-in model (see `embed --help`).
         #[arg(long)]
         model: String,
         /// This server's key file from `suffuse dealer`.
@@ -125,7 +127,8 @@ enum Command {
     },
     /// Sends texts to two running servers and prints their embeddings.
     Query {
-        /// Model folder, or `demo` (the client embeds and tokenizes locally).
+        /// Model folder, or a built-in model (the client embeds and tokenizes
+        /// locally).
         #[arg(long)]
         model: String,
         /// The two servers, ADDR0,ADDR1 (party 0 first).
@@ -178,8 +181,8 @@ fn main() -> ExitCode {
 }
 
 fn load_model(spec: &str) -> Result<Model> {
-    if spec == "demo" {
-        return Ok(Model::demo());
+    if let Some(model) = Model::builtin(spec) {
+        return Ok(model);
     }
     Model::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }

@@ -75,6 +75,45 @@ impl Config {
         }
     }
 
+    /// BERT-base's shape (`bert-base-uncased`): 12 layers, hidden 768, 12
+    /// heads, intermediate 3072, up to 512 tokens, with mean pooling as
+    /// sentence-transformers' BERT-base models use.
+    pub fn bert_base() -> Config {
+        Config {
+            vocab_size: 30522,
+            hidden: 768,
+            layers: 12,
+            heads: 12,
+            intermediate: 3072,
+            max_positions: 512,
+            type_vocab: 2,
+            ln_eps: 1e-12,
+            activation: Activation::GeluErf,
+            pooling: Pooling::Mean,
+            normalize: true,
+            max_tokens: 512,
+        }
+    }
+
+    /// all-MiniLM-L6-v2's shape: 6 layers, hidden 384, 12 heads,
+    /// intermediate 1536, up to 256 tokens, mean pooling and normalization.
+    pub fn minilm() -> Config {
+        Config {
+            vocab_size: 30522,
+            hidden: 384,
+            layers: 6,
+            heads: 12,
+            intermediate: 1536,
+            max_positions: 512,
+            type_vocab: 2,
+            ln_eps: 1e-12,
+            activation: Activation::GeluErf,
+            pooling: Pooling::Mean,
+            normalize: true,
+            max_tokens: 256,
+        }
+    }
+
     /// Width of one attention head.
     pub fn head_dim(&self) -> usize {
         self.hidden / self.heads.max(1)
@@ -379,6 +418,28 @@ impl Model {
         model.name = "demo".to_string();
         model
     }
+
+    /// The built-in models, by name: `demo` ([`Model::demo`]), and
+    /// generated models with real architectures' shapes, for measuring
+    /// cost without a download: `generated-bert-base`
+    /// ([`Config::bert_base`]) and `generated-minilm` ([`Config::minilm`]).
+    /// Their weights are random at BERT's initialization scale, so they
+    /// compute nothing meaningful, but every step, width bound and key has
+    /// the shape the real checkpoint would give.
+    pub fn builtin(name: &str) -> Option<Model> {
+        let config = match name {
+            "demo" => return Some(Model::demo()),
+            "generated-bert-base" => Config::bert_base(),
+            "generated-minilm" => Config::minilm(),
+            _ => return None,
+        };
+        let mut model = Model::generated(config, generate::DEMO_SEED);
+        model.name = name.to_string();
+        Some(model)
+    }
+
+    /// The names [`Model::builtin`] knows.
+    pub const BUILTIN: [&'static str; 3] = ["demo", "generated-bert-base", "generated-minilm"];
 
     /// Writes the model as a Hugging Face / sentence-transformers folder
     /// (F32 tensors under Hugging Face names), creating `dir` if needed.

@@ -647,3 +647,25 @@ fn gelu_forms_match_known_values() {
     assert!((float::gelu(Activation::GeluErf, -3.0) - -0.004_049_7).abs() < 1e-6);
     assert_eq!(float::gelu(Activation::GeluErf, 0.0), 0.0);
 }
+
+#[test]
+fn builtin_models_are_named_and_shaped_like_their_architectures() {
+    for name in Model::BUILTIN {
+        if name == "generated-bert-base" {
+            // 110 M parameters: the config is checked, not generated.
+            continue;
+        }
+        let model = Model::builtin(name).unwrap();
+        assert_eq!(model.name, name);
+    }
+    let minilm = Model::builtin("generated-minilm").unwrap();
+    assert_eq!(minilm.config, Config::minilm());
+    let base = Config::bert_base();
+    base.check().unwrap();
+    assert_eq!(
+        (base.hidden, base.layers, base.heads, base.intermediate),
+        (768, 12, 12, 3072)
+    );
+    assert!(Model::builtin("bert-base").is_none());
+    assert!(Model::builtin("models/all-MiniLM-L6-v2").is_none());
+}

@@ -6,6 +6,7 @@
 //! from a debug build. Benchmarks report; they assert nothing about time.
 
 mod dcf;
+mod e2e;
 mod floors;
 mod gates;
 mod linalg;
@@ -34,6 +35,11 @@ const BENCHES: &[Bench] = &[
         name: "gates",
         about: "every gate dealt and run by two parties, 128×3072 elements",
         run: gates::run,
+    },
+    Bench {
+        name: "e2e",
+        about: "secure inference through the suffuse binary: MiniLM at 17 and 128 tokens, BERT-base's shape at 128",
+        run: e2e::run,
     },
     Bench {
         name: "linalg",

@@ -1,0 +1,290 @@
+//! Secure inference end to end through the `suffuse` binary itself (release
+//! build, its allocator, loopback TCP, both servers and the dealer on this
+//! machine), beside the published figures of other systems on the same
+//! shape. Each case is one `suffuse embed --report-json` run; the record is
+//! that report plus the case's name, all online times measured, and the
+//! anchor it is compared with.
+//!
+//! all-MiniLM-L6-v2 runs when `models/all-MiniLM-L6-v2` is present (`cargo
+//! xtask fetch-model minilm`); BERT-base runs on `generated-bert-base`, a
+//! model with BERT-base's shape and random weights, since no BERT-base
+//! checkpoint ships with the repository.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::command::{self, cargo, workspace_root};
+
+/// A paragraph long enough for 128 WordPiece tokens with MiniLM's
+/// tokenizer (and 128 characters with the generated models' one).
+const PARAGRAPH: &str = "Function secret sharing lets two servers that do not collude run a \
+    transformer on a secret-shared prompt: each holds keys from a dealer and a share of every \
+    activation, and neither learns the sentence, the intermediate values or the embedding. \
+    Every non-linearity, from truncation to GeLU, softmax and LayerNorm, is compiled from a \
+    structured description into a fixed number of comparisons on the masked wire, so the \
+    online phase is a short sequence of rounds whose cost depends only on the model's shape, \
+    never on the text, the weights or the masks. The client receives two output shares and \
+    adds them to obtain the sentence embedding, which equals the fixed-point reference bit for \
+    bit and stays within a small angle of the floating-point model.";
+
+/// Seventeen MiniLM tokens, the shorter shape SecretFlow SPU was timed on.
+const SHORT: &str = "Two servers compute a private sentence embedding together; neither sees it.";
+
+/// A published figure to compare with.
+#[derive(Clone, Debug, Serialize)]
+struct Anchor {
+    system: &'static str,
+    setting: &'static str,
+    online_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    comm_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_bytes: Option<f64>,
+    source: &'static str,
+}
+
+struct Case {
+    name: &'static str,
+    model: &'static str,
+    text: &'static str,
+    tokens: usize,
+    runs: usize,
+    anchors: &'static [Anchor],
+}
+
+const SPU_MINILM_128: Anchor = Anchor {
+    system: "SecretFlow SPU SEMI2K",
+    setting: "2 parties simulated in one process, same 2-core machine",
+    online_s: 82.0,
+    comm_bytes: None,
+    key_bytes: None,
+    source: "ANCHORS.md / issue #4",
+};
+
+const SPU_MINILM_17: Anchor = Anchor {
+    online_s: 16.0,
+    ..SPU_MINILM_128
+};
+
+const FUSEFSS_BERT_BASE: Anchor = Anchor {
+    system: "FuseFSS",
+    setting: "GPUs, BERT-base, 128 tokens",
+    online_s: 1.15,
+    comm_bytes: Some(0.89e9),
+    key_bytes: Some(13.7e9),
+    source: "seeds/001 Table 1",
+};
+
+const SIGMA_BERT_BASE: Anchor = Anchor {
+    system: "SIGMA",
+    online_s: 1.61,
+    comm_bytes: Some(1.06e9),
+    key_bytes: Some(18.1e9),
+    ..FUSEFSS_BERT_BASE
+};
+
+const CASES: &[Case] = &[
+    Case {
+        name: "minilm-17",
+        model: "models/all-MiniLM-L6-v2",
+        text: SHORT,
+        tokens: 17,
+        runs: 1,
+        anchors: &[SPU_MINILM_17],
+    },
+    Case {
+        name: "minilm-128",
+        model: "models/all-MiniLM-L6-v2",
+        text: PARAGRAPH,
+        tokens: 128,
+        runs: 3,
+        anchors: &[SPU_MINILM_128],
+    },
+    Case {
+        name: "bert-base-shape-128",
+        model: "generated-bert-base",
+        text: PARAGRAPH,
+        tokens: 128,
+        runs: 1,
+        anchors: &[FUSEFSS_BERT_BASE, SIGMA_BERT_BASE],
+    },
+];
+
+#[derive(Serialize)]
+struct Record {
+    name: &'static str,
+    /// The report of the run with the median online time.
+    #[serde(flatten)]
+    report: serde_json::Map<String, Value>,
+    online_s_runs: Vec<f64>,
+    anchors: &'static [Anchor],
+}
+
+pub fn run() -> Result<String> {
+    command::run(&mut cargo([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "suffuse-host",
+        "--bin",
+        "suffuse",
+    ]))?;
+    let bin = command::target_dir()?.join("release/suffuse");
+    let scratch = command::target_dir()?.join("bench/e2e-reports");
+    std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let mut records = Vec::new();
+    for case in CASES {
+        let model = if case.model.contains('/') {
+            let dir = workspace_root().join(case.model);
+            if !dir.exists() {
+                println!(
+                    "{}: {} is absent, skipped (run `cargo xtask fetch-model minilm`)",
+                    case.name,
+                    dir.display()
+                );
+                continue;
+            }
+            dir.to_string_lossy().into_owned()
+        } else {
+            case.model.to_string()
+        };
+        let mut reports = Vec::new();
+        for run in 0..case.runs {
+            println!("{} run {}/{}", case.name, run + 1, case.runs);
+            let path = scratch.join(format!("{}-{run}.json", case.name));
+            reports.push(embed(&bin, &model, case, &path)?);
+        }
+        let online = |r: &serde_json::Map<String, Value>| {
+            r.get("online_s")
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NAN)
+        };
+        let mut runs: Vec<f64> = reports.iter().map(online).collect();
+        reports.sort_by(|a, b| online(a).total_cmp(&online(b)));
+        let report = reports.swap_remove(reports.len() / 2);
+        runs.sort_by(f64::total_cmp);
+        records.push(Record {
+            name: case.name,
+            report,
+            online_s_runs: runs,
+            anchors: case.anchors,
+        });
+    }
+    print_table(&records);
+    Ok(serde_json::to_string_pretty(&records)?)
+}
+
+fn embed(
+    bin: &Path,
+    model: &str,
+    case: &Case,
+    report: &PathBuf,
+) -> Result<serde_json::Map<String, Value>> {
+    let tokens = case.tokens.to_string();
+    let out = command::capture(std::process::Command::new(bin).args([
+        "embed",
+        "--model",
+        model,
+        "--max-tokens",
+        &tokens,
+        "--compare",
+        "float",
+        "--report-json",
+        &report.to_string_lossy(),
+        case.text,
+    ]))?;
+    if !out.status.success() {
+        bail!(
+            "{} failed ({}):\n{}",
+            case.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read(report).with_context(|| format!("reading {}", report.display()))?;
+    let value: Value = serde_json::from_slice(&text)?;
+    let Value::Object(map) = value else {
+        bail!("{}: the report is not a JSON object", report.display());
+    };
+    let got = map.get("tokens").and_then(Value::as_u64);
+    if got != Some(case.tokens as u64) {
+        bail!("{}: ran {got:?} tokens, wanted {}", case.name, case.tokens);
+    }
+    if map.get("bit_exact") != Some(&Value::Bool(true)) {
+        bail!("{}: the secure output is not bit-exact", case.name);
+    }
+    Ok(map)
+}
+
+fn number(r: &serde_json::Map<String, Value>, key: &str) -> f64 {
+    r.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN)
+}
+
+fn first_of_pair(r: &serde_json::Map<String, Value>, key: &str) -> f64 {
+    r.get(key)
+        .and_then(|v| v.get(0))
+        .and_then(Value::as_f64)
+        .unwrap_or(f64::NAN)
+}
+
+fn gb(bytes: f64) -> String {
+    format!("{:.2} GB", bytes / 1e9)
+}
+
+fn print_table(records: &[Record]) {
+    println!(
+        "\n{:<20} {:>6} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>8}",
+        "case",
+        "tokens",
+        "online s",
+        "keygen s",
+        "comm/party",
+        "rounds",
+        "keys P0",
+        "keys P1",
+        "cosine"
+    );
+    for rec in records {
+        let r = &rec.report;
+        println!(
+            "{:<20} {:>6} {:>9.2} {:>9.2} {:>10} {:>7} {:>10} {:>10} {:>8.5}",
+            rec.name,
+            number(r, "tokens"),
+            number(r, "online_s"),
+            number(r, "keygen_s"),
+            gb(first_of_pair(r, "comm_bytes_per_party")),
+            number(r, "rounds"),
+            gb(first_of_pair(r, "key_bytes_per_party")),
+            gb(r.get("key_bytes_per_party")
+                .and_then(|v| v.get(1))
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NAN)),
+            number(r, "cosine_to_float"),
+        );
+        for a in rec.anchors {
+            let ours = number(r, "online_s");
+            println!(
+                "  vs {:<22} online {:>7.2} s ({:.2}× ours){}{}  [{}; {}]",
+                a.system,
+                a.online_s,
+                a.online_s / ours,
+                a.comm_bytes
+                    .map_or(String::new(), |c| format!(", comm {}", gb(c))),
+                a.key_bytes
+                    .map_or(String::new(), |k| format!(", keys {}", gb(k))),
+                a.setting,
+                a.source
+            );
+        }
+    }
+    println!(
+        "\nonline s: the client's wall time from sending shares to holding the output, \
+         median of the runs in online_s_runs; both servers and the client share this \
+         machine's cores. comm/party: bytes one server sent the other. Anchors are other \
+         systems' published figures, on other hardware where stated."
+    );
+}
