@@ -258,14 +258,91 @@ pub struct QueryOutcome {
     pub plan_hash: String,
 }
 
-/// Asks two servers for the embeddings of `batch` (token ids).
-pub fn query(
+/// Two servers that have introduced themselves and agree on a plan, ready
+/// for one query.
+pub struct Connected {
+    links: [Link; 2],
+    plan: std::sync::Arc<Plan>,
+}
+
+impl Connected {
+    /// Sentences per query, as the servers' keys were dealt.
+    pub fn batch(&self) -> usize {
+        self.plan.batch
+    }
+
+    /// Tokens per sentence (the padded length the keys were dealt for).
+    pub fn seq(&self) -> usize {
+        self.plan.seq
+    }
+
+    /// Runs the query on `batch` (token ids). On an error the servers are
+    /// told why (an `Abort` frame), so they stop instead of waiting.
+    pub fn run(mut self, model: &Model, batch: &[Vec<u32>]) -> Result<QueryOutcome, ClientError> {
+        let result = self.exchange(model, batch);
+        if let Err(e) = &result {
+            let reason = format!("the client gave up: {e}");
+            for link in &mut self.links {
+                link.abort(&reason);
+            }
+        }
+        result
+    }
+
+    fn exchange(&mut self, model: &Model, batch: &[Vec<u32>]) -> Result<QueryOutcome, ClientError> {
+        let plan = &self.plan;
+        let inputs = clear_inputs(model, plan, batch)?;
+        let shares = share(&inputs)?;
+        let start = Instant::now();
+        for (i, (link, s)) in self.links.iter_mut().zip(&shares).enumerate() {
+            let mut parts: Vec<&[u64]> = vec![&s.x, &s.bias];
+            if let Some(m) = &s.mask {
+                parts.push(m);
+            }
+            link.send(Frame::Input, 0, &to_bytes(&parts))
+                .map_err(net(i))?;
+        }
+        let out_len = plan.tensors[plan.output].len();
+        let mut outputs = Vec::new();
+        let mut reports = Vec::new();
+        for (i, link) in self.links.iter_mut().enumerate() {
+            let bytes = link.recv(Frame::Output, 0, None).map_err(net(i))?;
+            let (words, report) = split_output(&bytes, out_len)
+                .map_err(|what| ClientError::Reply { server: i, what })?;
+            outputs.push(words);
+            reports.push(report);
+        }
+        let online_s = start.elapsed().as_secs_f64();
+        let output: Vec<u64> = outputs[0]
+            .iter()
+            .zip(&outputs[1])
+            .map(|(a, b)| a.wrapping_add(*b))
+            .collect();
+        let embeddings = finish(plan, &output, batch);
+        let [r0, r1]: [PartyReport; 2] = reports
+            .try_into()
+            .map_err(|_| ClientError::Mismatch("missing report".into()))?;
+        Ok(QueryOutcome {
+            embeddings,
+            output,
+            reports: [r0, r1],
+            online_s,
+            plan_hash: hex(&plan.hash),
+        })
+    }
+}
+
+fn net(server: usize) -> impl Fn(NetError) -> ClientError {
+    move |source| ClientError::Net { server, source }
+}
+
+/// Connects to both servers, exchanges hellos and checks that they hold
+/// the same key set for the plan that `model` gives at their shape.
+pub fn connect(
     model: &Model,
     servers: [&str; 2],
-    batch: &[Vec<u32>],
     timeouts: Timeouts,
-) -> Result<QueryOutcome, ClientError> {
-    let net = |server: usize| move |source: NetError| ClientError::Net { server, source };
+) -> Result<Connected, ClientError> {
     let mut links = [
         Link::connect(servers[0], timeouts).map_err(net(0))?,
         Link::connect(servers[1], timeouts).map_err(net(1))?,
@@ -305,44 +382,17 @@ pub fn query(
             plan.hash_hex()
         )));
     }
-    let inputs = clear_inputs(model, &plan, batch)?;
-    let shares = share(&inputs)?;
-    let start = Instant::now();
-    for (i, (link, s)) in links.iter_mut().zip(&shares).enumerate() {
-        let mut parts: Vec<&[u64]> = vec![&s.x, &s.bias];
-        if let Some(m) = &s.mask {
-            parts.push(m);
-        }
-        link.send(Frame::Input, 0, &to_bytes(&parts))
-            .map_err(net(i))?;
-    }
-    let out_len = plan.tensors[plan.output].len();
-    let mut outputs = Vec::new();
-    let mut reports = Vec::new();
-    for (i, link) in links.iter_mut().enumerate() {
-        let bytes = link.recv(Frame::Output, 0, None).map_err(net(i))?;
-        let (words, report) =
-            split_output(&bytes, out_len).map_err(|what| ClientError::Reply { server: i, what })?;
-        outputs.push(words);
-        reports.push(report);
-    }
-    let online_s = start.elapsed().as_secs_f64();
-    let output: Vec<u64> = outputs[0]
-        .iter()
-        .zip(&outputs[1])
-        .map(|(a, b)| a.wrapping_add(*b))
-        .collect();
-    let embeddings = finish(&plan, &output, batch);
-    let [r0, r1]: [PartyReport; 2] = reports
-        .try_into()
-        .map_err(|_| ClientError::Mismatch("missing report".into()))?;
-    Ok(QueryOutcome {
-        embeddings,
-        output,
-        reports: [r0, r1],
-        online_s,
-        plan_hash: hex(&plan.hash),
-    })
+    Ok(Connected { links, plan })
+}
+
+/// Asks two servers for the embeddings of `batch` (token ids).
+pub fn query(
+    model: &Model,
+    servers: [&str; 2],
+    batch: &[Vec<u32>],
+    timeouts: Timeouts,
+) -> Result<QueryOutcome, ClientError> {
+    connect(model, servers, timeouts)?.run(model, batch)
 }
 
 /// An output frame: report length (u32), the report (JSON), the share.

@@ -15,7 +15,7 @@
 //! before a payload is read, so a corrupt length can neither over-allocate
 //! nor desynchronize the stream. The key-set id is random per dealer run:
 //! the two servers compare theirs before starting, and a consumed file is
-//! refused ([`KeyReader::open_once`]).
+//! refused ([`KeyReader::spend`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -289,11 +289,30 @@ impl KeyReader {
         })
     }
 
-    /// Opens a key file for consumption: refuses one that was used before,
-    /// and marks it used (`FILE.used`, created atomically) before returning.
-    pub fn open_once(path: &Path) -> Result<KeyReader, KeyFileError> {
+    /// Opens a key file that is to be consumed: refuses one that was spent
+    /// before. Opening does not spend it; [`KeyReader::spend`] does, once
+    /// the query's input has arrived, so a query that fails before any
+    /// masked value leaves this server (a wrong client, a mismatched peer)
+    /// costs no keys.
+    pub fn open_unspent(path: &Path) -> Result<KeyReader, KeyFileError> {
         let reader = KeyReader::open(path)?;
         let marker = used_marker(path);
+        if marker.exists() {
+            return Err(KeyFileError::AlreadyUsed {
+                path: path.to_path_buf(),
+                marker,
+            });
+        }
+        Ok(reader)
+    }
+
+    /// Marks the file spent (`FILE.used`, created atomically): call it
+    /// before the first message that depends on the keys. Fails if the
+    /// file was spent already, by this or any other process. The marker
+    /// stays after a crash: keys that may have been partly used must never
+    /// be used again.
+    pub fn spend(&self) -> Result<(), KeyFileError> {
+        let marker = used_marker(&self.path);
         let mut m = match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -302,15 +321,15 @@ impl KeyReader {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(KeyFileError::AlreadyUsed {
-                    path: path.to_path_buf(),
+                    path: self.path.clone(),
                     marker,
                 });
             }
             Err(e) => return Err(io(&marker)(e)),
         };
-        let note = format!("key set {}\n", crate::plan::hex(&reader.header.key_set));
+        let note = format!("key set {}\n", crate::plan::hex(&self.header.key_set));
         m.write_all(note.as_bytes()).map_err(io(&marker))?;
-        Ok(reader)
+        Ok(())
     }
 
     /// Checks the header against this party's plan.
@@ -656,12 +675,19 @@ mod tests {
     }
 
     #[test]
-    fn a_used_key_file_is_refused() {
+    fn a_spent_key_file_is_refused() {
         let d = tmp("once");
         let p = write(&d);
-        KeyReader::open_once(&p).unwrap();
+        let first = KeyReader::open_unspent(&p).unwrap();
+        // Opened twice before either spends: only one spend succeeds.
+        let second = KeyReader::open_unspent(&p).unwrap();
+        first.spend().unwrap();
         assert!(matches!(
-            KeyReader::open_once(&p),
+            second.spend(),
+            Err(KeyFileError::AlreadyUsed { .. })
+        ));
+        assert!(matches!(
+            KeyReader::open_unspent(&p),
             Err(KeyFileError::AlreadyUsed { .. })
         ));
     }

@@ -174,10 +174,24 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("suffuse: error: {e:#}");
+            eprintln!("suffuse: error: {}", explain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each once: most of our errors already quote
+/// their cause in their own message.
+fn explain(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg
 }
 
 fn load_model(spec: &str) -> Result<Model> {
@@ -291,10 +305,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((a, b)) = servers.split_once(',') else {
                 bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
             };
-            // The servers' keys fix the length; texts are cut to the model's
-            // limit here and rejected by the client if still too long.
-            let batch = tokenize(&model, &texts, None)?;
-            let q = client::query(&model, [a, b], &batch, timeouts(timeout))?;
+            let servers = client::connect(&model, [a, b], timeouts(timeout))?;
+            // The servers' keys fix the padded length: texts are truncated to
+            // it, as `embed --max-tokens` does.
+            let batch = tokenize(&model, &texts, Some(servers.seq()))?;
+            let q = servers.run(&model, &batch)?;
             let mut report = Report {
                 model: model.name.clone(),
                 tokens: batch.iter().map(Vec::len).max().unwrap_or(0),

@@ -42,7 +42,7 @@ pub struct Report {
     pub comm_bytes_per_party: [u64; 2],
     /// Rounds between the servers.
     pub rounds: u64,
-    /// Dealer wall time.
+    /// Dealer wall time (0 when the keys came from a separate dealer run).
     pub keygen_s: f64,
     /// Key file sizes.
     pub key_bytes_per_party: [u64; 2],
@@ -139,7 +139,10 @@ impl Report {
             bytes(self.key_bytes_per_party[0]),
             bytes(self.key_bytes_per_party[1]),
         );
-        let _ = writeln!(s, "key generation {:.3} s", self.keygen_s);
+        // Zero when the keys came from a separate `suffuse dealer` run.
+        if self.keygen_s > 0.0 {
+            let _ = writeln!(s, "key generation {:.3} s", self.keygen_s);
+        }
         if let Some(b) = self.bit_exact {
             let _ = writeln!(
                 s,

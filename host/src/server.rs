@@ -60,7 +60,7 @@ pub fn serve(
     peer: &str,
     timeouts: Timeouts,
 ) -> Result<PartyReport, ServeError> {
-    let reader = KeyReader::open_once(keys)?;
+    let reader = KeyReader::open_unspent(keys)?;
     let summary = reader.header.summary.clone();
     let plan = bert::build(model, summary.batch, summary.seq)?;
     let me = u8::from(party == Party::P1);
@@ -114,6 +114,7 @@ fn run_query(
         bias: bias.to_vec(),
         mask: plan.inputs.mask.map(|_| mask.to_vec()),
     };
+    reader.spend()?;
     let fss = CpuEval::new();
     let (share, report) = party::run(plan, party, reader, peer, &fss, inputs)?;
     client_link

@@ -124,26 +124,67 @@ fn deal(model: &Model, seq: usize, name: &str) -> [PathBuf; 2] {
     dealer::deal(&plan, &temp(name), false).unwrap().files
 }
 
+/// Both servers on `files` and a client that connects and runs `batch`.
+fn query_once(
+    model: &Model,
+    files: &[PathBuf; 2],
+    batch: &[Vec<u32>],
+) -> (
+    [Result<suffuse_host::party::PartyReport, ServeError>; 2],
+    Result<client::QueryOutcome, client::ClientError>,
+) {
+    let listeners = [
+        Listener::bind("127.0.0.1:0").unwrap(),
+        Listener::bind("127.0.0.1:0").unwrap(),
+    ];
+    let addrs = listeners
+        .each_ref()
+        .map(|l| l.local_addr().unwrap().to_string());
+    std::thread::scope(|s| {
+        let (l, a) = (&listeners, &addrs);
+        let h0 = s.spawn(move || server::serve(model, Party::P0, &files[0], &l[0], "", short()));
+        let h1 = s.spawn(move || server::serve(model, Party::P1, &files[1], &l[1], &a[0], short()));
+        let q = client::query(model, [&addrs[0], &addrs[1]], batch, short());
+        ([h0.join().unwrap(), h1.join().unwrap()], q)
+    })
+}
+
 #[test]
-fn a_used_key_file_is_refused() {
+fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let model = Model::demo();
-    let files = deal(&model, 4, "used");
-    let listener = Listener::bind("127.0.0.1:0").unwrap();
-    // The first use marks the file even though no peer ever comes.
-    let t = Timeouts {
-        connect: Duration::from_millis(200),
-        io: Duration::from_millis(200),
-    };
-    let first = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
-    assert!(matches!(first, Err(ServeError::Net { .. })), "{first:?}");
-    let again = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
+    let files = deal(&model, 6, "spent");
+    // The client rejects its own input after the hellos (7 tokens > 6): it
+    // tells both servers, and no key has been used.
+    let (served, q) = query_once(&model, &files, &[vec![2u32; 7]]);
     assert!(
-        matches!(
-            again,
-            Err(ServeError::KeyFile(KeyFileError::AlreadyUsed { .. }))
-        ),
-        "{again:?}"
+        matches!(q, Err(client::ClientError::TooLong { .. })),
+        "{q:?}"
     );
+    for r in served {
+        let e = r.unwrap_err().to_string();
+        assert!(e.contains("client gave up"), "{e}");
+    }
+    // So the same keys still serve a query, bit-exact.
+    let batch = tokens(&model, &["fine"]);
+    let (served, q) = query_once(&model, &files, &batch);
+    for r in served {
+        r.unwrap();
+    }
+    let plan = bert::build(&model, 1, 6).unwrap();
+    let want = reference::run(&plan, &client::clear_inputs(&model, &plan, &batch).unwrap());
+    assert_eq!(q.unwrap().output, want.unwrap());
+    // And then never again.
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    for (party, file) in [Party::P0, Party::P1].into_iter().zip(&files) {
+        let again = server::serve(&model, party, file, &listener, "unused", short());
+        assert!(
+            matches!(
+                again,
+                Err(ServeError::KeyFile(KeyFileError::AlreadyUsed { .. }))
+            ),
+            "{again:?}"
+        );
+    }
 }
 
 #[test]
