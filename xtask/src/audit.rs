@@ -21,6 +21,7 @@ pub fn run() -> Result<()> {
     eprintln!("==> cargo deny");
     if let Err(e) = command::run(&mut cargo([
         "deny",
+        "--workspace",
         "--offline",
         "check",
         "bans",
