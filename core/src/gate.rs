@@ -559,6 +559,26 @@ struct Layout {
     end: usize,
 }
 
+/// One gate's key material as a party holds it. Secret: its `Debug` shows
+/// lengths only.
+#[derive(Clone, Copy, Default)]
+pub struct PartyKeys<'a> {
+    /// Full DCF keys (roots included, [`Gate::fill_roots`]) per key width.
+    pub dcf: [&'a [u8]; MAX_KEYS],
+    /// P1's explicit words (empty for P0).
+    pub explicit: &'a [u64],
+}
+
+impl core::fmt::Debug for PartyKeys<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let lens = self.dcf.map(<[u8]>::len);
+        f.debug_struct("PartyKeys")
+            .field("dcf_bytes", &lens)
+            .field("explicit_words", &self.explicit.len())
+            .finish()
+    }
+}
+
 /// One party's evaluation of a gate over a batch, as a state machine over
 /// caller buffers: call [`Eval::prepare`] and [`Eval::finish`] for each
 /// round in order, then [`Eval::outputs`].
@@ -566,8 +586,7 @@ pub struct Eval<'a> {
     gate: &'a Gate,
     party: Party,
     n: usize,
-    dcf: [&'a [u8]; MAX_KEYS],
-    explicit: &'a [u64],
+    keys: PartyKeys<'a>,
     s: &'a mut [u64],
     l: Layout,
     next: usize,
@@ -584,9 +603,8 @@ impl core::fmt::Debug for Eval<'_> {
 
 impl<'a> Eval<'a> {
     /// Prepares party `party` to evaluate `n` elements (element indices
-    /// `first..first + n` of the key material). `dcf` holds full keys with
-    /// roots ([`Gate::fill_roots`]), `explicit` P1's explicit words (empty
-    /// for P0), `scratch` at least [`Gate::scratch_words`] words. `mask`
+    /// `first..first + n` of the key material) with this party's `keys`;
+    /// `scratch` holds at least [`Gate::scratch_words`] words. `mask`
     /// overrides the seed-derived input-mask shares, as in [`Gate::deal`].
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -597,8 +615,7 @@ impl<'a> Eval<'a> {
         mask: Option<&[u64]>,
         first: u64,
         n: usize,
-        dcf: [&'a [u8]; MAX_KEYS],
-        explicit: &'a [u64],
+        keys: PartyKeys<'a>,
         scratch: &'a mut [u64],
     ) -> Result<Eval<'a>, Error> {
         if mask.is_some_and(|m| m.len() != n) {
@@ -609,22 +626,21 @@ impl<'a> Eval<'a> {
         if scratch.len() < l.end {
             return Err(Error::BufferLength);
         }
-        for (k, keys) in dcf.iter().enumerate().take(c.key_count) {
-            if keys.len() != n * gate.key_params(k).key_len() {
+        for (k, dcf) in keys.dcf.iter().enumerate().take(c.key_count) {
+            if dcf.len() != n * gate.key_params(k).key_len() {
                 return Err(Error::BufferLength);
             }
         }
         let ew = gate.explicit_words();
         let want = if party == Party::P1 { n * ew } else { 0 };
-        if explicit.len() != want {
+        if keys.explicit.len() != want {
             return Err(Error::BufferLength);
         }
         let mut ev = Eval {
             gate,
             party,
             n,
-            dcf,
-            explicit,
+            keys,
             s: scratch,
             l,
             next: 0,
@@ -674,7 +690,7 @@ impl<'a> Eval<'a> {
                 self.s[l.and + 3 * i + 2] = if pb == 0 || g.compiled.and_count == 0 {
                     b[SLOT_GAMMA].low64()
                 } else {
-                    self.explicit[i * ew]
+                    self.keys.explicit[i * ew]
                 };
                 for j in 0..u {
                     self.s[l.a + i * u + j] = w.reduce(g.seeded_word(b, j));
@@ -691,7 +707,7 @@ impl<'a> Eval<'a> {
                             if pb == 0 {
                                 w.reduce(g.seeded_word(b, u + usize::from(d)))
                             } else {
-                                self.explicit[i * ew + base + usize::from(d)]
+                                self.keys.explicit[i * ew + base + usize::from(d)]
                             }
                         }
                     };
@@ -710,8 +726,7 @@ impl<'a> Eval<'a> {
         gate: &'a Gate,
         party: Party,
         n: usize,
-        dcf: [&'a [u8]; MAX_KEYS],
-        explicit: &'a [u64],
+        keys: PartyKeys<'a>,
         scratch: &'a mut [u64],
         next: usize,
     ) -> Result<Eval<'a>, Error> {
@@ -723,8 +738,7 @@ impl<'a> Eval<'a> {
             gate,
             party,
             n,
-            dcf,
-            explicit,
+            keys,
             s: scratch,
             l,
             next,
@@ -885,7 +899,7 @@ impl<'a> Eval<'a> {
                 let keys = KeyBatch::new(
                     g.key_params(k),
                     self.party,
-                    &self.dcf[k][start * len..(start + count) * len],
+                    &self.keys.dcf[k][start * len..(start + count) * len],
                 )?;
                 fss.eval(
                     &keys,
@@ -1223,8 +1237,10 @@ pub(crate) mod testing {
             mask0,
             7,
             n,
-            r0,
-            &[],
+            PartyKeys {
+                dcf: r0,
+                explicit: &[],
+            },
             &mut s0,
         )
         .unwrap();
@@ -1236,8 +1252,10 @@ pub(crate) mod testing {
             mask1,
             7,
             n,
-            r1,
-            &explicit,
+            PartyKeys {
+                dcf: r1,
+                explicit: &explicit,
+            },
             &mut s1,
         )
         .unwrap();

@@ -21,9 +21,9 @@ use suffuse_accel_cpu::{Backend, CpuEval};
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, StepKeys, step_seed};
-use suffuse_core::gate::max::{LevelKeys, MAX_LEVELS, MaxEval, MaxTree};
-use suffuse_core::gate::{Eval, Gate};
+use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, step_seed};
+use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
+use suffuse_core::gate::{Eval, Gate, PartyKeys};
 use suffuse_core::prg::{Hasher, Prg};
 
 use crate::exec::{self, ExecError, Store};
@@ -166,11 +166,6 @@ fn as_mut(bufs: &mut [Vec<u8>; MAX_KEYS]) -> [&mut [u8]; MAX_KEYS] {
     [a.as_mut_slice(), b.as_mut_slice(), c.as_mut_slice()]
 }
 
-fn as_ref(bufs: &[Vec<u8>; MAX_KEYS]) -> [&[u8]; MAX_KEYS] {
-    let [a, b, c] = bufs;
-    [a.as_slice(), b.as_slice(), c.as_slice()]
-}
-
 /// Deals `count` elements with `deal` (which fills full keys and P1's
 /// explicit words) and appends both parties' section bytes.
 fn deal_material(
@@ -203,6 +198,16 @@ fn deal_material(
 struct Material {
     keys: [Vec<u8>; MAX_KEYS],
     explicit: Vec<u64>,
+}
+
+impl Material {
+    fn party_keys(&self) -> PartyKeys<'_> {
+        let [a, b, c] = &self.keys;
+        PartyKeys {
+            dcf: [a, b, c],
+            explicit: &self.explicit,
+        }
+    }
 }
 
 /// Reads `count` elements' material, re-deriving the DCF roots from `seed`
@@ -573,12 +578,9 @@ pub fn run(
                 }
             }
             cur.done()?;
-            let mut keys = [StepKeys::default(); MAX_STEPS];
-            for (s, m) in mats.iter().enumerate() {
-                keys[s] = StepKeys {
-                    dcf: as_ref(&m.keys),
-                    explicit: &m.explicit,
-                };
+            let mut keys = [PartyKeys::default(); MAX_STEPS];
+            for (k, m) in keys.iter_mut().zip(&mats) {
+                *k = m.party_keys();
             }
             let mut scratch = vec![0u64; chain.scratch_words(n)];
             let mut ev = ChainEval::new(chain, h, party, seed, 0, n, keys, &mut scratch)
@@ -605,12 +607,9 @@ pub fn run(
                 )?);
             }
             cur.done()?;
-            let mut keys = [LevelKeys::default(); MAX_LEVELS];
-            for (l, m) in mats.iter().enumerate() {
-                keys[l] = LevelKeys {
-                    dcf: as_ref(&m.keys),
-                    explicit: &m.explicit,
-                };
+            let mut keys = [PartyKeys::default(); MAX_LEVELS];
+            for (k, m) in keys.iter_mut().zip(&mats) {
+                *k = m.party_keys();
             }
             run_max(tree, step, on, h, seed, rows, store.get(plan, *x)?, keys)?
         }
@@ -798,8 +797,7 @@ fn run_gate(
                 None,
                 *first as u64,
                 *count,
-                as_ref(&mat.keys),
-                &mat.explicit,
+                mat.party_keys(),
                 scratch,
             )?;
             Ok((*first, *count, ev))
@@ -890,7 +888,7 @@ fn run_max(
     seed: [u8; 16],
     rows: usize,
     values: &[u64],
-    keys: [LevelKeys<'_>; MAX_LEVELS],
+    keys: [PartyKeys<'_>; MAX_LEVELS],
 ) -> Result<Vec<u64>, ProtoError> {
     let fss: &dyn BatchEval = on.fss;
     let mut scratch = vec![0u64; tree.scratch_words(rows)];

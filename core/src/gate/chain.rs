@@ -12,7 +12,7 @@ use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
 use crate::fss::Party;
-use crate::gate::{Eval, Gate};
+use crate::gate::{Eval, Gate, PartyKeys};
 use crate::mpc;
 use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};
@@ -89,15 +89,6 @@ pub struct Chain {
     pub count: usize,
     /// The chain's output.
     pub output: Source,
-}
-
-/// One step's key material, as a party holds it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct StepKeys<'a> {
-    /// Full DCF keys (roots included) per key width of a gate step.
-    pub dcf: [&'a [u8]; MAX_KEYS],
-    /// P1's explicit words (empty for P0).
-    pub explicit: &'a [u64],
 }
 
 impl Chain {
@@ -412,7 +403,7 @@ pub struct ChainEval<'a> {
     seed: [u8; 16],
     first: u64,
     n: usize,
-    keys: [StepKeys<'a>; MAX_STEPS],
+    keys: [PartyKeys<'a>; MAX_STEPS],
     s: &'a mut [u64],
     next: usize,
 }
@@ -436,7 +427,7 @@ impl<'a> ChainEval<'a> {
         seed: [u8; 16],
         first: u64,
         n: usize,
-        keys: [StepKeys<'a>; MAX_STEPS],
+        keys: [PartyKeys<'a>; MAX_STEPS],
         scratch: &'a mut [u64],
     ) -> Result<ChainEval<'a>, Error> {
         chain.validate()?;
@@ -537,19 +528,10 @@ impl<'a> ChainEval<'a> {
                 let keys = self.keys[s];
                 let mut ev = if j == 0 {
                     Eval::new(
-                        gate,
-                        self.h,
-                        self.party,
-                        &step_seed,
-                        None,
-                        self.first,
-                        n,
-                        keys.dcf,
-                        keys.explicit,
-                        tail,
+                        gate, self.h, self.party, &step_seed, None, self.first, n, keys, tail,
                     )?
                 } else {
-                    Eval::resume(gate, self.party, n, keys.dcf, keys.explicit, tail, j)?
+                    Eval::resume(gate, self.party, n, keys, tail, j)?
                 };
                 ev.prepare(j, &head[tmp..tmp + n], send)?;
             }
@@ -622,8 +604,7 @@ impl<'a> ChainEval<'a> {
                 let last = j + 1 == gate.schedule().1;
                 {
                     let (head, tail) = self.s.split_at_mut(step_at);
-                    let mut ev =
-                        Eval::resume(gate, self.party, n, keys.dcf, keys.explicit, tail, j)?;
+                    let mut ev = Eval::resume(gate, self.party, n, keys, tail, j)?;
                     ev.finish(j, recv, fss)?;
                     if last {
                         ev.outputs(&mut head[out_at..out_at + n * outs], &mut [])?;
@@ -722,11 +703,11 @@ pub(crate) mod testing {
         let mut prg = crate::prg::Prg::new(&[salt ^ 1; 16]);
         let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
         let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
-        let keys = |party: usize| -> [StepKeys<'_>; MAX_STEPS] {
-            let mut k = [StepKeys::default(); MAX_STEPS];
+        let keys = |party: usize| -> [PartyKeys<'_>; MAX_STEPS] {
+            let mut k = [PartyKeys::default(); MAX_STEPS];
             for s in 0..chain.count {
                 let d = &dcf[s][party];
-                k[s] = StepKeys {
+                k[s] = PartyKeys {
                     dcf: [&d[0][..], &d[1][..], &d[2][..]],
                     explicit: if party == 1 { &explicit[s][..] } else { &[] },
                 };

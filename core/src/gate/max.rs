@@ -15,7 +15,7 @@ use crate::error::{Error, SufError};
 use crate::fss::Party;
 use crate::gate::chain::step_seed;
 use crate::gate::relu::relu_value;
-use crate::gate::{Eval, Gate};
+use crate::gate::{Eval, Gate, PartyKeys};
 use crate::prg::Hasher;
 use crate::ring::Width;
 
@@ -107,15 +107,6 @@ impl MaxTree {
     }
 }
 
-/// One level's key material as a party holds it.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct LevelKeys<'a> {
-    /// Full DCF keys of the level's ReLU instances.
-    pub dcf: [&'a [u8]; MAX_KEYS],
-    /// P1's explicit words.
-    pub explicit: &'a [u64],
-}
-
 /// Most levels (rows of up to 2^16 values).
 pub const MAX_LEVELS: usize = 16;
 
@@ -126,7 +117,7 @@ pub struct MaxEval<'a> {
     party: Party,
     seed: [u8; 16],
     rows: usize,
-    keys: [LevelKeys<'a>; MAX_LEVELS],
+    keys: [PartyKeys<'a>; MAX_LEVELS],
     s: &'a mut [u64],
     next: usize,
 }
@@ -150,7 +141,7 @@ impl<'a> MaxEval<'a> {
         seed: [u8; 16],
         rows: usize,
         values: &[u64],
-        keys: [LevelKeys<'a>; MAX_LEVELS],
+        keys: [PartyKeys<'a>; MAX_LEVELS],
         scratch: &'a mut [u64],
     ) -> Result<MaxEval<'a>, Error> {
         if tree.levels() > MAX_LEVELS {
@@ -212,20 +203,9 @@ impl<'a> MaxEval<'a> {
         let diffs = &head[diff_at..diff_at + n];
         let mut ev = if j == 0 {
             let seed = step_seed(self.h, &self.seed, level);
-            Eval::new(
-                &t.relu,
-                self.h,
-                self.party,
-                &seed,
-                None,
-                0,
-                n,
-                keys.dcf,
-                keys.explicit,
-                tail,
-            )?
+            Eval::new(&t.relu, self.h, self.party, &seed, None, 0, n, keys, tail)?
         } else {
-            Eval::resume(&t.relu, self.party, n, keys.dcf, keys.explicit, tail, j)?
+            Eval::resume(&t.relu, self.party, n, keys, tail, j)?
         };
         ev.prepare(j, diffs, send)
     }
@@ -247,7 +227,7 @@ impl<'a> MaxEval<'a> {
         let keys = self.keys[level];
         {
             let (head, tail) = self.s.split_at_mut(relu_at);
-            let mut ev = Eval::resume(&t.relu, self.party, n, keys.dcf, keys.explicit, tail, j)?;
+            let mut ev = Eval::resume(&t.relu, self.party, n, keys, tail, j)?;
             ev.finish(j, recv, fss)?;
             if j == 1 {
                 // ReLU(a − b) over the differences, in place.
@@ -329,11 +309,11 @@ mod tests {
             }
             store.push(([k0, k1], ex));
         }
-        let keys = |party: usize| -> [LevelKeys<'_>; MAX_LEVELS] {
-            let mut k = [LevelKeys::default(); MAX_LEVELS];
+        let keys = |party: usize| -> [PartyKeys<'_>; MAX_LEVELS] {
+            let mut k = [PartyKeys::default(); MAX_LEVELS];
             for (l, (d, ex)) in store.iter().enumerate() {
                 let d = &d[party];
-                k[l] = LevelKeys {
+                k[l] = PartyKeys {
                     dcf: [&d[0][..], &d[1][..], &d[2][..]],
                     explicit: if party == 1 { ex } else { &[] },
                 };

@@ -20,16 +20,16 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, StepKeys};
+use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
-use suffuse_core::gate::max::{LevelKeys, MAX_LEVELS, MaxEval, MaxTree};
+use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::{drelu, relu};
 use suffuse_core::gate::reluars::reluars;
 use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::gate::width::extend;
-use suffuse_core::gate::{Eval, Gate};
+use suffuse_core::gate::{Eval, Gate, PartyKeys};
 use suffuse_core::prg::{Hasher, Prg};
 use suffuse_core::ring::{Width, pow2};
 
@@ -64,6 +64,17 @@ struct Record {
 struct Dealt {
     dcf: [Vec<Vec<u8>>; 2],
     explicit: Vec<u64>,
+}
+
+impl Dealt {
+    /// Party `p`'s view of the material.
+    fn keys(&self, p: usize) -> PartyKeys<'_> {
+        let dcf = &self.dcf[p];
+        PartyKeys {
+            dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
+            explicit: if p == 1 { &self.explicit } else { &[] },
+        }
+    }
 }
 
 fn key_buffers(gate: &Gate, n: usize) -> Vec<Vec<u8>> {
@@ -161,9 +172,6 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
      -> Result<(Vec<u64>, f64, f64, u64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let h = cpu.backend().clone();
-        let dcf = &dealt.dcf[p];
-        let keys = [&dcf[0][..], &dcf[1][..], &dcf[2][..]];
-        let explicit: &[u64] = if p == 1 { &dealt.explicit } else { &[] };
         let mut scratch = vec![0u64; gate.scratch_words(n)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
         let load = Instant::now();
@@ -175,8 +183,7 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
             None,
             0,
             n,
-            keys,
-            explicit,
+            dealt.keys(p),
             &mut scratch,
         )
         .map_err(|e| anyhow!("eval: {e}"))?;
@@ -719,13 +726,9 @@ fn run_chain_bench(
      -> Result<(Vec<u64>, f64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let h: &(dyn Hasher + Sync) = cpu.backend();
-        let mut keys = [StepKeys::default(); MAX_STEPS];
-        for (s, d) in dealt.iter().enumerate() {
-            let dcf = &d.dcf[p];
-            keys[s] = StepKeys {
-                dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
-                explicit: if p == 1 { &d.explicit } else { &[] },
-            };
+        let mut keys = [PartyKeys::default(); MAX_STEPS];
+        for (k, d) in keys.iter_mut().zip(dealt.iter()) {
+            *k = d.keys(p);
         }
         let mut scratch = vec![0u64; chain.scratch_words(n)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
@@ -841,13 +844,9 @@ fn max_record() -> Result<Option<Record>> {
      -> Result<(Vec<u64>, f64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let h: &(dyn Hasher + Sync) = cpu.backend();
-        let mut keys = [LevelKeys::default(); MAX_LEVELS];
-        for (l, d) in dealt.iter().enumerate() {
-            let dcf = &d.dcf[p];
-            keys[l] = LevelKeys {
-                dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
-                explicit: if p == 1 { &d.explicit } else { &[] },
-            };
+        let mut keys = [PartyKeys::default(); MAX_LEVELS];
+        for (k, d) in keys.iter_mut().zip(dealt.iter()) {
+            *k = d.keys(p);
         }
         let mut scratch = vec![0u64; tree.scratch_words(rows)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
