@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::dealer::random;
 use crate::fixed::{FRAC, decode, encode};
 use crate::model::{Model, ModelError};
-use crate::net::{FrameKind as Frame, Link, NetError, Timeouts};
+use crate::net::{FrameKind as Frame, Link, NetError, Timeouts, get_words, put_words};
 use crate::party::{InputShares, PartyReport};
 use crate::plan::{Finish, Plan, PlanError, bert, hex};
 use crate::reference::ClearInputs;
@@ -220,29 +220,6 @@ pub fn recv_hello(link: &mut Link) -> Result<Result<Hello, String>, NetError> {
     Ok(serde_json::from_slice(&bytes).map_err(|e| format!("malformed hello: {e}")))
 }
 
-/// Words as little-endian bytes.
-pub fn to_bytes(parts: &[&[u64]]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(parts.iter().map(|p| p.len() * 8).sum());
-    for p in parts {
-        for w in *p {
-            out.extend_from_slice(&w.to_le_bytes());
-        }
-    }
-    out
-}
-
-/// Little-endian bytes as words (the length is checked by the caller).
-pub fn from_bytes(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(c);
-            u64::from_le_bytes(a)
-        })
-        .collect()
-}
-
 /// What a query returned.
 #[derive(Clone, Debug)]
 pub struct QueryOutcome {
@@ -295,12 +272,11 @@ impl Connected {
         let shares = share(&inputs)?;
         let start = Instant::now();
         for (i, (link, s)) in self.links.iter_mut().zip(&shares).enumerate() {
-            let mut parts: Vec<&[u64]> = vec![&s.x, &s.bias];
-            if let Some(m) = &s.mask {
-                parts.push(m);
+            let mut payload = Vec::new();
+            for part in [&s.x[..], &s.bias, s.mask.as_deref().unwrap_or_default()] {
+                put_words(&mut payload, part);
             }
-            link.send(Frame::Input, 0, &to_bytes(&parts))
-                .map_err(net(i))?;
+            link.send(Frame::Input, 0, &payload).map_err(net(i))?;
         }
         let out_len = plan.tensors[plan.output].len();
         let mut outputs = Vec::new();
@@ -401,7 +377,7 @@ pub fn output_frame(share: &[u64], report: &PartyReport) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + json.len() + share.len() * 8);
     out.extend_from_slice(&(json.len() as u32).to_le_bytes());
     out.extend_from_slice(&json);
-    out.extend_from_slice(&to_bytes(&[share]));
+    put_words(&mut out, share);
     out
 }
 
@@ -422,5 +398,5 @@ fn split_output(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), S
         ));
     }
     let report = serde_json::from_slice(&rest[..n]).map_err(|e| format!("report: {e}"))?;
-    Ok((from_bytes(&rest[n..]), report))
+    Ok((get_words(&rest[n..]), report))
 }

@@ -40,6 +40,28 @@ mod link;
 #[cfg(test)]
 mod tests;
 
+/// Appends ring words as little-endian bytes: the layout of every payload
+/// and key section that carries words.
+pub fn put_words(out: &mut Vec<u8>, words: &[u64]) {
+    out.reserve(words.len() * 8);
+    for w in words {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+}
+
+/// Little-endian bytes as words; a trailing partial word is ignored (callers
+/// check lengths first).
+pub fn get_words(bytes: &[u8]) -> Vec<u64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(c);
+            u64::from_le_bytes(a)
+        })
+        .collect()
+}
+
 use std::ops::AddAssign;
 use std::time::Duration;
 

@@ -27,7 +27,7 @@ use suffuse_core::gate::{Eval, Gate, PartyKeys};
 use suffuse_core::prg::{Hasher, Prg};
 
 use crate::exec::{self, ExecError, Store};
-use crate::net::{Link, NetError};
+use crate::net::{Link, NetError, get_words, put_words};
 use crate::plan::{Built, Kind, Plan};
 
 /// Elements per evaluation chunk of a scalar gate.
@@ -73,24 +73,6 @@ fn core(step: u32) -> impl Fn(suffuse_core::Error) -> ProtoError {
 /// Bytes of P1's explicit words.
 fn words_bytes(words: usize) -> usize {
     words * 8
-}
-
-fn put_words(out: &mut Vec<u8>, words: &[u64]) {
-    out.reserve(words.len() * 8);
-    for w in words {
-        out.extend_from_slice(&w.to_le_bytes());
-    }
-}
-
-fn get_words(bytes: &[u8]) -> Vec<u64> {
-    bytes
-        .chunks_exact(8)
-        .map(|c| {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(c);
-            u64::from_le_bytes(a)
-        })
-        .collect()
 }
 
 /// A key section being consumed front to back.

@@ -16,7 +16,7 @@ use suffuse_core::fss::Party;
 use crate::client::{self, Hello};
 use crate::keyfile::{KeyFileError, KeyReader};
 use crate::model::Model;
-use crate::net::{FrameKind as Frame, Link, Listener, NetError, Timeouts};
+use crate::net::{FrameKind as Frame, Link, Listener, NetError, Timeouts, get_words};
 use crate::party::{self, InputShares, PartyError, PartyReport};
 use crate::plan::{PlanError, bert, hex};
 
@@ -106,7 +106,7 @@ fn run_query(
     let bytes = client_link
         .recv(Frame::Input, 0, Some(8 * (x_len + b_len + m_len)))
         .map_err(net("receiving the client's input"))?;
-    let words = client::from_bytes(&bytes);
+    let words = get_words(&bytes);
     let (x, rest) = words.split_at(x_len);
     let (bias, mask) = rest.split_at(b_len);
     let inputs = InputShares {
