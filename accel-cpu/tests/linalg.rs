@@ -5,21 +5,22 @@
 use suffuse_accel_cpu::linalg::{
     LinalgError, Operand, Path, matmul, matmul_acc, matmul_bt, matmul_naive, on_threads,
 };
+use suffuse_core::prg::Prg;
 
 /// Sizes around the register tiles (8 × 16 on AVX-512, 4 × 4 portable)
 /// and the 256-deep panels.
 const SIZES: [usize; 11] = [0, 1, 2, 7, 8, 9, 31, 33, 64, 65, 129];
 
-/// splitmix64: a fixed, dependency-free stream.
-struct Rng(u64);
+/// Test values from core's seeded PRG: the same on every run.
+struct Rng(Prg);
 
 impl Rng {
+    fn seeded(seed: u8) -> Rng {
+        Rng(Prg::new(&[seed; 16]))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform words, as secret shares are.
@@ -93,7 +94,7 @@ fn rng_fill(len: usize) -> Vec<u64> {
 
 #[test]
 fn edge_shapes_full_range() {
-    let mut rng = Rng(1);
+    let mut rng = Rng::seeded(1);
     for m in SIZES {
         for k in SIZES {
             for n in SIZES {
@@ -107,7 +108,7 @@ fn edge_shapes_full_range() {
 
 #[test]
 fn edge_shapes_shares_times_weights() {
-    let mut rng = Rng(2);
+    let mut rng = Rng::seeded(2);
     for (m, k, n) in [
         (1, 1, 1),
         (9, 33, 65),
@@ -127,7 +128,7 @@ fn edge_shapes_shares_times_weights() {
 
 #[test]
 fn ring_extremes() {
-    let mut rng = Rng(3);
+    let mut rng = Rng::seeded(3);
     for (m, k, n) in [(8, 16, 16), (9, 257, 17), (65, 31, 129)] {
         let a = rng.extremes(m * k);
         let b = rng.extremes(k * n);
@@ -146,7 +147,7 @@ fn ring_extremes() {
 
 #[test]
 fn transformer_shapes() {
-    let mut rng = Rng(4);
+    let mut rng = Rng::seeded(4);
     // A projection; an inner dimension that spans several 256-deep panels
     // with a remainder; more columns than one 256-wide tile, ending in a
     // partial panel.
@@ -159,7 +160,7 @@ fn transformer_shapes() {
 
 #[test]
 fn default_entry_points_match_the_detected_path() {
-    let mut rng = Rng(5);
+    let mut rng = Rng::seeded(5);
     let (m, k, n) = (33, 65, 129);
     let a = rng.words(m * k);
     let b = rng.words(k * n);

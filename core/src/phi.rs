@@ -149,6 +149,22 @@ impl Term {
     pub const fn constant(scale: u64) -> Term {
         Term::new(scale, Public::One, &[])
     }
+
+    /// `factor ·` this term (the factor goes first).
+    pub const fn times(self, factor: Factor) -> Term {
+        let mut f = [factor; MAX_FACTORS];
+        let mut i = 0;
+        while i < self.len && i + 1 < MAX_FACTORS {
+            f[i + 1] = self.factors[i];
+            i += 1;
+        }
+        Term {
+            scale: self.scale,
+            public: self.public,
+            factors: f,
+            len: self.len + 1,
+        }
+    }
 }
 
 /// One ring output of a gate.

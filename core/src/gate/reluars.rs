@@ -15,11 +15,10 @@
 //! * Cost (gap, n = 64, f = 12, width k): a k-bit key and a 12-bit key,
 //!   2 points, 2 rounds, n + 2 bits sent; P1 holds 7 explicit words.
 
-use crate::compile::View;
 use crate::error::SufError;
-use crate::gate::trunc::Range;
+use crate::gate::trunc::{Range, shift_phi};
 use crate::gate::{Gate, Input};
-use crate::phi::{Factor, Kappa, Phi, PolyMode, Public, Term};
+use crate::phi::Factor;
 use crate::ring::Width;
 use crate::suf::{Domain, Op, Pred, Program, Suf};
 
@@ -34,66 +33,8 @@ pub const fn reluars(ring: Width, k: Width, f: u32, range: Range) -> Result<Gate
         .with_program(Program::from_ops(&[Op::Pred(0), Op::Not]))
         .with_bools(&[1]);
     let d = Factor::Bool(0);
-    let low = View::new(Width::of(f), 0);
     let unshift = ring.neg(1u64 << (k.bits() - 1 - f));
-    let phi = match range {
-        Range::Exact => {
-            let main = View::new(k, k.half());
-            Phi::new(PolyMode::Monomials)
-                .with_kappa(Kappa::MaskBits { width: k, shift: f })
-                .with_output(
-                    ring,
-                    &[
-                        Term::new(
-                            1,
-                            Public::ViewShr {
-                                view: main,
-                                shift: f,
-                            },
-                            &[d],
-                        ),
-                        Term::new(ring.neg(1), Public::One, &[d, Factor::Kappa(0)]),
-                        Term::new(ring.neg(1), Public::One, &[d, Factor::Wrap(low)]),
-                        Term::new(
-                            1u64 << (k.bits() - f),
-                            Public::One,
-                            &[d, Factor::Wrap(main)],
-                        ),
-                        Term::new(unshift, Public::One, &[d]),
-                    ],
-                )
-        }
-        Range::Gap => {
-            let full = View::new(ring, k.half());
-            Phi::new(PolyMode::Monomials)
-                .with_kappa(Kappa::MaskBits {
-                    width: ring,
-                    shift: f,
-                })
-                .with_kappa(Kappa::MaskMsb(ring))
-                .with_output(
-                    ring,
-                    &[
-                        Term::new(
-                            1,
-                            Public::ViewShr {
-                                view: full,
-                                shift: f,
-                            },
-                            &[d],
-                        ),
-                        Term::new(ring.neg(1), Public::One, &[d, Factor::Kappa(0)]),
-                        Term::new(ring.neg(1), Public::One, &[d, Factor::Wrap(low)]),
-                        Term::new(
-                            ring.reduce(1u64 << (n - f)),
-                            Public::NotMsb(full),
-                            &[d, Factor::Kappa(1)],
-                        ),
-                        Term::new(unshift, Public::One, &[d]),
-                    ],
-                )
-        }
-    };
+    let phi = shift_phi(ring, k, f, range, k.half(), unshift, Some(d));
     Gate::new(&suf, k, phi, Input::Shares)
 }
 

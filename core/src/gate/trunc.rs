@@ -77,11 +77,11 @@ pub const fn trunc(
     // x' = x + 2^(k−1) for signed inputs: non-negative on the whole range.
     let offset = if signed { k.half() } else { 0 };
     let carry = Term::new(ring.neg(1), Public::One, &[Factor::Wrap(low)]);
-    let unshift = Term::constant(if signed {
+    let unshift = if signed {
         ring.neg(1u64 << (k.bits() - 1 - f))
     } else {
         0
-    });
+    };
     let phi = match (shift, range) {
         (Shift::Reduce, _) => {
             let full = View::new(ring, 0);
@@ -106,58 +106,7 @@ pub const fn trunc(
                     ],
                 )
         }
-        (_, Range::Exact) => {
-            let main = View::new(k, offset);
-            Phi::new(PolyMode::Monomials)
-                .with_kappa(Kappa::MaskBits { width: k, shift: f })
-                .with_output(
-                    ring,
-                    &[
-                        Term::new(
-                            1,
-                            Public::ViewShr {
-                                view: main,
-                                shift: f,
-                            },
-                            &[],
-                        ),
-                        Term::new(ring.neg(1), Public::One, &[Factor::Kappa(0)]),
-                        carry,
-                        Term::new(1u64 << (k.bits() - f), Public::One, &[Factor::Wrap(main)]),
-                        unshift,
-                    ],
-                )
-        }
-        (_, Range::Gap) => {
-            let full = View::new(ring, offset);
-            Phi::new(PolyMode::Monomials)
-                .with_kappa(Kappa::MaskBits {
-                    width: ring,
-                    shift: f,
-                })
-                .with_kappa(Kappa::MaskMsb(ring))
-                .with_output(
-                    ring,
-                    &[
-                        Term::new(
-                            1,
-                            Public::ViewShr {
-                                view: full,
-                                shift: f,
-                            },
-                            &[],
-                        ),
-                        Term::new(ring.neg(1), Public::One, &[Factor::Kappa(0)]),
-                        carry,
-                        Term::new(
-                            ring.reduce(1u64 << (n - f)),
-                            Public::NotMsb(full),
-                            &[Factor::Kappa(1)],
-                        ),
-                        unshift,
-                    ],
-                )
-        }
+        (_, range) => shift_phi(ring, k, f, range, offset, unshift, None),
     };
     let domain = if signed {
         Domain::Signed
@@ -165,6 +114,79 @@ pub const fn trunc(
         Domain::Unsigned
     };
     Gate::new(&Suf::new(ring, domain, f, 0, 0), k, phi, Input::Shares)
+}
+
+/// Φ of a shift by `f` of `x + offset` (x' ≥ 0 on the whole range), plus
+/// the constant `unshift`: `⌊x̂'/2^f⌋ − ⌊r/2^f⌋ − carry + 2^(·)·wrap +
+/// unshift`, the wrap from a k-bit key ([`Range::Exact`]) or from the mask's
+/// MSB ([`Range::Gap`]). With `gate = Some(d)` every term is multiplied by
+/// the bit d (ReluARS).
+pub(crate) const fn shift_phi(
+    ring: Width,
+    k: Width,
+    f: u32,
+    range: Range,
+    offset: u64,
+    unshift: u64,
+    gate: Option<Factor>,
+) -> Phi {
+    let n = ring.bits();
+    let low = View::new(Width::of(f), 0);
+    let carry = Term::new(ring.neg(1), Public::One, &[Factor::Wrap(low)]);
+    let mask_floor = Term::new(ring.neg(1), Public::One, &[Factor::Kappa(0)]);
+    let (phi, mut terms) = match range {
+        Range::Exact => {
+            let main = View::new(k, offset);
+            let shifted = Public::ViewShr {
+                view: main,
+                shift: f,
+            };
+            (
+                Phi::new(PolyMode::Monomials).with_kappa(Kappa::MaskBits { width: k, shift: f }),
+                [
+                    Term::new(1, shifted, &[]),
+                    mask_floor,
+                    carry,
+                    Term::new(1u64 << (k.bits() - f), Public::One, &[Factor::Wrap(main)]),
+                    Term::constant(unshift),
+                ],
+            )
+        }
+        Range::Gap => {
+            let full = View::new(ring, offset);
+            let shifted = Public::ViewShr {
+                view: full,
+                shift: f,
+            };
+            (
+                Phi::new(PolyMode::Monomials)
+                    .with_kappa(Kappa::MaskBits {
+                        width: ring,
+                        shift: f,
+                    })
+                    .with_kappa(Kappa::MaskMsb(ring)),
+                [
+                    Term::new(1, shifted, &[]),
+                    mask_floor,
+                    carry,
+                    Term::new(
+                        ring.reduce(1u64 << (n - f)),
+                        Public::NotMsb(full),
+                        &[Factor::Kappa(1)],
+                    ),
+                    Term::constant(unshift),
+                ],
+            )
+        }
+    };
+    if let Some(d) = gate {
+        let mut i = 0;
+        while i < terms.len() {
+            terms[i] = terms[i].times(d);
+            i += 1;
+        }
+    }
+    phi.with_output(ring, &terms)
 }
 
 /// What the gate computes on every ring word (for [`Range::Exact`] and
