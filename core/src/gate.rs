@@ -779,17 +779,11 @@ impl<'a> Eval<'a> {
     /// Writes what this party sends in round `i`. Round 0 of an
     /// [`Input::Shares`] gate takes the input shares in `input`.
     pub fn prepare(&mut self, i: usize, input: &[u64], send: &mut [u8]) -> Result<(), Error> {
-        let (sched, count) = self.gate.schedule();
-        if i != self.next || i >= count {
-            return Err(Error::Unsupported);
-        }
-        if send.len() != self.send_len(i) {
-            return Err(Error::BufferLength);
-        }
+        let round = self.expect_round(i, send.len())?;
         let n = self.n;
         let l = self.l;
         let w = self.gate.ring();
-        match sched[i] {
+        match round {
             Round::Open => {
                 if input.len() != n {
                     return Err(Error::BufferLength);
@@ -826,17 +820,11 @@ impl<'a> Eval<'a> {
 
     /// Consumes the peer's message of round `i`.
     pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
-        let (sched, count) = self.gate.schedule();
-        if i != self.next || i >= count {
-            return Err(Error::Unsupported);
-        }
-        if recv.len() != self.send_len(i) {
-            return Err(Error::BufferLength);
-        }
+        let round = self.expect_round(i, recv.len())?;
         let n = self.n;
         let l = self.l;
         let w = self.gate.ring();
-        match sched[i] {
+        match round {
             Round::Open => {
                 let (head, _) = self.s.split_at_mut(l.x_hat + n);
                 let mine = &mut head[l.x_hat..];
@@ -862,6 +850,18 @@ impl<'a> Eval<'a> {
         }
         self.next += 1;
         Ok(())
+    }
+
+    /// Round `i`, if it is the next one and `len` is its message length.
+    fn expect_round(&self, i: usize, len: usize) -> Result<Round, Error> {
+        let (sched, count) = self.gate.schedule();
+        if i != self.next || i >= count {
+            return Err(Error::Unsupported);
+        }
+        if len != self.send_len(i) {
+            return Err(Error::BufferLength);
+        }
+        Ok(sched[i])
     }
 
     fn nodes(&self, j: usize) -> u128 {
