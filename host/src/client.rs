@@ -31,12 +31,12 @@ pub enum ClientError {
     #[error(transparent)]
     Plan(#[from] PlanError),
     /// A server.
-    #[error("server {server}: {source}")]
+    #[error("server {server}: {error}")]
     Net {
         /// Which.
         server: usize,
         /// The error.
-        source: NetError,
+        error: NetError,
     },
     /// The servers disagree with each other or with this client.
     #[error("{0}")]
@@ -309,7 +309,7 @@ impl Connected {
 }
 
 fn net(server: usize) -> impl Fn(NetError) -> ClientError {
-    move |source| ClientError::Net { server, source }
+    move |source| ClientError::Net { server, error: source }
 }
 
 /// Connects to both servers, exchanges hellos and checks that they hold

@@ -76,7 +76,7 @@ pub fn key_paths(dir: &Path) -> [PathBuf; 2] {
 pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, DealerError> {
     std::fs::create_dir_all(dir).map_err(|source| KeyFileError::Io {
         path: dir.to_path_buf(),
-        source,
+        error: source,
     })?;
     let start = Instant::now();
     let key_set = random::<16>()?;

@@ -42,7 +42,15 @@ pub enum ExecError {
     },
     /// A matrix product was given inconsistent shapes.
     #[error("matrix product: {0}")]
-    Linalg(#[from] linalg::LinalgError),
+    Linalg(linalg::LinalgError),
+}
+
+// By hand, not `#[from]`: the message already quotes the cause, so it is not
+// also reported as the source (an error chain would print it twice).
+impl From<linalg::LinalgError> for ExecError {
+    fn from(e: linalg::LinalgError) -> ExecError {
+        ExecError::Linalg(e)
+    }
 }
 
 impl Store {

@@ -159,19 +159,19 @@ pub enum KeyFileError {
         marker: PathBuf,
     },
     /// I/O.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
 fn io(path: &Path) -> impl Fn(std::io::Error) -> KeyFileError + '_ {
     move |source| KeyFileError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     }
 }
 

@@ -174,24 +174,10 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("suffuse: error: {}", explain(&e));
+            eprintln!("suffuse: error: {e:#}");
             ExitCode::FAILURE
         }
     }
-}
-
-/// The error and its causes, each once: most of our errors already quote
-/// their cause in their own message.
-fn explain(e: &anyhow::Error) -> String {
-    let mut msg = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !msg.contains(&c) {
-            msg.push_str(": ");
-            msg.push_str(&c);
-        }
-    }
-    msg
 }
 
 fn load_model(spec: &str) -> Result<Model> {

@@ -301,12 +301,12 @@ pub enum ModelError {
         path: PathBuf,
     },
     /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
         /// What the operating system said.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// A JSON file is malformed or lacks a field.
     #[error("{}: {message}", path.display())]

@@ -143,7 +143,7 @@ pub enum NetError {
     Broken,
     /// Any other I/O error: address resolution, socket options, and the like.
     #[error("network I/O error: {0}")]
-    Io(#[source] std::io::Error),
+    Io(std::io::Error),
 }
 
 /// How long a link waits before giving up.

@@ -639,14 +639,14 @@ pub enum PlanError {
         k: u32,
     },
     /// A gate could not be built.
-    #[error("building the gate for {tensor} ({spec}): {source}")]
+    #[error("building the gate for {tensor} ({spec}): {error}")]
     Gate {
         /// The gate's input.
         tensor: String,
         /// The gate's parameters.
         spec: String,
         /// The core's reason.
-        source: suffuse_core::SufError,
+        error: suffuse_core::SufError,
     },
 }
 
@@ -814,7 +814,7 @@ impl Builder {
                     move |source| PlanError::Gate {
                         tensor,
                         spec,
-                        source,
+                        error: source,
                     }
                 };
                 built.push(Some(match &op.kind {

@@ -38,20 +38,20 @@ pub const CHUNK: usize = 16 * 1024;
 #[non_exhaustive]
 pub enum ProtoError {
     /// The core rejected a buffer or state (a malformed key section).
-    #[error("step {step}: {source}")]
+    #[error("step {step}: {error}")]
     Core {
         /// The step.
         step: u32,
         /// The error.
-        source: suffuse_core::Error,
+        error: suffuse_core::Error,
     },
     /// The peer.
-    #[error("step {step}: {source}")]
+    #[error("step {step}: {error}")]
     Net {
         /// The step.
         step: u32,
         /// The error.
-        source: NetError,
+        error: NetError,
     },
     /// The interpreter.
     #[error(transparent)]
@@ -67,7 +67,7 @@ pub enum ProtoError {
 }
 
 fn core(step: u32) -> impl Fn(suffuse_core::Error) -> ProtoError {
-    move |source| ProtoError::Core { step, source }
+    move |source| ProtoError::Core { step, error: source }
 }
 
 /// Bytes of P1's explicit words.
@@ -282,7 +282,7 @@ pub fn deal(
 ) -> Result<(), DealError> {
     let t = &plan.tensors;
     let step = plan.step_of[op].unwrap_or(u32::MAX);
-    let c = |e: suffuse_core::Error| DealError::Core { step, source: e };
+    let c = |e: suffuse_core::Error| DealError::Core { step, error: e };
     emit(&[seeds[0].to_vec(), seeds[1].to_vec()])?;
     match (&plan.ops[op].kind, plan.built[op].as_ref()) {
         (Kind::Gate { x, .. }, Some(Built::Gate(g))) => {
@@ -417,12 +417,12 @@ pub fn deal(
 #[non_exhaustive]
 pub enum DealError {
     /// The core.
-    #[error("step {step}: {source}")]
+    #[error("step {step}: {error}")]
     Core {
         /// The step.
         step: u32,
         /// The error.
-        source: suffuse_core::Error,
+        error: suffuse_core::Error,
     },
     /// Writing the key files.
     #[error(transparent)]
@@ -512,7 +512,7 @@ impl Online<'_> {
     fn exchange(&mut self, step: u32, send: &[u8]) -> Result<Vec<u8>, ProtoError> {
         self.link
             .exchange(step, send, send.len())
-            .map_err(|source| ProtoError::Net { step, source })
+            .map_err(|source| ProtoError::Net { step, error: source })
     }
 }
 

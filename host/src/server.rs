@@ -31,12 +31,12 @@ pub enum ServeError {
     #[error(transparent)]
     Plan(#[from] PlanError),
     /// The network.
-    #[error("{during}: {source}")]
+    #[error("{during}: {error}")]
     Net {
         /// What was going on.
         during: &'static str,
         /// The error.
-        source: NetError,
+        error: NetError,
     },
     /// The peer or client does not match.
     #[error("{0}")]
@@ -47,7 +47,7 @@ pub enum ServeError {
 }
 
 fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
-    move |source| ServeError::Net { during, source }
+    move |source| ServeError::Net { during, error: source }
 }
 
 /// Serves one query with the keys at `keys` and returns this party's

@@ -75,19 +75,19 @@ pub enum SessionError {
     #[error(transparent)]
     Dealer(#[from] DealerError),
     /// A server.
-    #[error("server P{party}: {source}")]
+    #[error("server P{party}: {error}")]
     Server {
         /// Which.
         party: u8,
         /// The error.
-        source: ServeError,
+        error: ServeError,
     },
     /// The client.
     #[error(transparent)]
     Client(#[from] ClientError),
     /// The reference.
     #[error("fixed-point reference: {0}")]
-    Reference(#[from] ReferenceError),
+    Reference(ReferenceError),
     /// Setting up sockets.
     #[error(transparent)]
     Net(#[from] NetError),
@@ -95,13 +95,21 @@ pub enum SessionError {
     #[error("a server thread panicked")]
     Panicked,
     /// Temporary files.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The path.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
+}
+
+// By hand, not `#[from]`: the message already quotes the cause, so it is not
+// also reported as the source (an error chain would print it twice).
+impl From<ReferenceError> for SessionError {
+    fn from(e: ReferenceError) -> SessionError {
+        SessionError::Reference(e)
+    }
 }
 
 /// Runs `batch` (token ids, one sequence per sentence) through dealer,
@@ -147,7 +155,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
             Ok(Err(source)) => {
                 return Err(SessionError::Server {
                     party: i as u8,
-                    source,
+                    error: source,
                 });
             }
             Err(_) => return Err(SessionError::Panicked),
@@ -200,7 +208,7 @@ impl TempDir {
         let p = std::env::temp_dir().join(format!("suffuse-keys-{}", crate::plan::hex(&id)));
         std::fs::create_dir_all(&p).map_err(|source| SessionError::Io {
             path: p.clone(),
-            source,
+            error: source,
         })?;
         Ok(TempDir(p))
     }

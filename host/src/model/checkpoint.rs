@@ -293,7 +293,7 @@ pub(super) fn write_dir(model: &Model, dir: &Path) -> Result<(), ModelError> {
         })?;
     std::fs::write(&weights_path, bytes).map_err(|source| ModelError::Io {
         path: weights_path,
-        source,
+        error: source,
     })
 }
 
@@ -501,7 +501,7 @@ fn read(path: &Path) -> Result<Vec<u8>, ModelError> {
         } else {
             ModelError::Io {
                 path: path.to_path_buf(),
-                source,
+                error: source,
             }
         }
     })
@@ -522,14 +522,14 @@ fn write_json(path: &Path, value: &Value) -> Result<(), ModelError> {
     text.push('\n');
     std::fs::write(path, text).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })
 }
 
 fn create_dir(path: &Path) -> Result<(), ModelError> {
     std::fs::create_dir_all(path).map_err(|source| ModelError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })
 }
 

@@ -402,7 +402,7 @@ fn nexp_range() -> Result<(f64, f64), PlanError> {
         .map_err(|source| PlanError::Gate {
             tensor: "nExp range".into(),
             spec: format!("nexp k={k}"),
-            source,
+            error: source,
         })?;
     let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
     let top = (cutoff * pow2(FRAC)).ceil() as u64 + 2;
@@ -598,7 +598,7 @@ fn encoder_layer(
             .map_err(|source| PlanError::Gate {
                 tensor: "nExp(0)".into(),
                 spec: format!("nexp k={k}"),
-                source,
+                error: source,
             })?;
         g.reference(0, &mut at_zero);
         fixed::decode(at_zero[0], e_scale)
