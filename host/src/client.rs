@@ -309,7 +309,10 @@ impl Connected {
 }
 
 fn net(server: usize) -> impl Fn(NetError) -> ClientError {
-    move |source| ClientError::Net { server, error: source }
+    move |source| ClientError::Net {
+        server,
+        error: source,
+    }
 }
 
 /// Connects to both servers, exchanges hellos and checks that they hold

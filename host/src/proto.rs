@@ -67,7 +67,10 @@ pub enum ProtoError {
 }
 
 fn core(step: u32) -> impl Fn(suffuse_core::Error) -> ProtoError {
-    move |source| ProtoError::Core { step, error: source }
+    move |source| ProtoError::Core {
+        step,
+        error: source,
+    }
 }
 
 /// Bytes of P1's explicit words.
@@ -512,7 +515,10 @@ impl Online<'_> {
     fn exchange(&mut self, step: u32, send: &[u8]) -> Result<Vec<u8>, ProtoError> {
         self.link
             .exchange(step, send, send.len())
-            .map_err(|source| ProtoError::Net { step, error: source })
+            .map_err(|source| ProtoError::Net {
+                step,
+                error: source,
+            })
     }
 }
 

@@ -47,7 +47,10 @@ pub enum ServeError {
 }
 
 fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
-    move |source| ServeError::Net { during, error: source }
+    move |source| ServeError::Net {
+        during,
+        error: source,
+    }
 }
 
 /// Serves one query with the keys at `keys` and returns this party's

@@ -113,12 +113,16 @@ const CASES: &[Case] = &[
     },
 ];
 
+/// A `suffuse --report-json` object, kept as JSON: the bench reads the
+/// same fields other tools read.
+type Report = serde_json::Map<String, Value>;
+
 #[derive(Serialize)]
 struct Record {
     name: &'static str,
     /// The report of the run with the median online time.
     #[serde(flatten)]
-    report: serde_json::Map<String, Value>,
+    report: Report,
     online_s_runs: Vec<f64>,
     anchors: &'static [Anchor],
 }
@@ -133,8 +137,9 @@ pub fn run() -> Result<String> {
         "--bin",
         "suffuse",
     ]))?;
-    let bin = command::target_dir()?.join("release/suffuse");
-    let scratch = command::target_dir()?.join("bench/e2e-reports");
+    let target = command::target_dir()?;
+    let bin = target.join("release/suffuse");
+    let scratch = target.join("bench/e2e-reports");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     let mut records = Vec::new();
     for case in CASES {
@@ -158,11 +163,7 @@ pub fn run() -> Result<String> {
             let path = scratch.join(format!("{}-{run}.json", case.name));
             reports.push(embed(&bin, &model, case, &path)?);
         }
-        let online = |r: &serde_json::Map<String, Value>| {
-            r.get("online_s")
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NAN)
-        };
+        let online = |r: &Report| number(r, "online_s");
         let mut runs: Vec<f64> = reports.iter().map(online).collect();
         reports.sort_by(|a, b| online(a).total_cmp(&online(b)));
         let report = reports.swap_remove(reports.len() / 2);
@@ -178,12 +179,7 @@ pub fn run() -> Result<String> {
     Ok(serde_json::to_string_pretty(&records)?)
 }
 
-fn embed(
-    bin: &Path,
-    model: &str,
-    case: &Case,
-    report: &PathBuf,
-) -> Result<serde_json::Map<String, Value>> {
+fn embed(bin: &Path, model: &str, case: &Case, report: &PathBuf) -> Result<Report> {
     let tokens = case.tokens.to_string();
     let out = command::capture(std::process::Command::new(bin).args([
         "embed",
@@ -220,13 +216,15 @@ fn embed(
     Ok(map)
 }
 
-fn number(r: &serde_json::Map<String, Value>, key: &str) -> f64 {
+/// A number field of a report (NaN if absent).
+fn number(r: &Report, key: &str) -> f64 {
     r.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN)
 }
 
-fn first_of_pair(r: &serde_json::Map<String, Value>, key: &str) -> f64 {
+/// Party `p`'s entry of a per-party field (NaN if absent).
+fn of_party(r: &Report, key: &str, p: usize) -> f64 {
     r.get(key)
-        .and_then(|v| v.get(0))
+        .and_then(|v| v.get(p))
         .and_then(Value::as_f64)
         .unwrap_or(f64::NAN)
 }
@@ -256,13 +254,10 @@ fn print_table(records: &[Record]) {
             number(r, "tokens"),
             number(r, "online_s"),
             number(r, "keygen_s"),
-            gb(first_of_pair(r, "comm_bytes_per_party")),
+            gb(of_party(r, "comm_bytes_per_party", 0)),
             number(r, "rounds"),
-            gb(first_of_pair(r, "key_bytes_per_party")),
-            gb(r.get("key_bytes_per_party")
-                .and_then(|v| v.get(1))
-                .and_then(Value::as_f64)
-                .unwrap_or(f64::NAN)),
+            gb(of_party(r, "key_bytes_per_party", 0)),
+            gb(of_party(r, "key_bytes_per_party", 1)),
             number(r, "cosine_to_float"),
         );
         for a in rec.anchors {
