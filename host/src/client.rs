@@ -243,11 +243,6 @@ pub struct Connected {
 }
 
 impl Connected {
-    /// Sentences per query, as the servers' keys were dealt.
-    pub fn batch(&self) -> usize {
-        self.plan.batch
-    }
-
     /// Tokens per sentence (the padded length the keys were dealt for).
     pub fn seq(&self) -> usize {
         self.plan.seq

@@ -13,6 +13,7 @@ use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
 use crate::model::{Model, ModelError};
 use crate::net::{Listener, NetError, Timeouts};
+use crate::party::PartyReport;
 use crate::plan::{PlanError, bert};
 use crate::reference::{self, ReferenceError};
 use crate::report::{Report, cosine};
@@ -126,39 +127,14 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
         }
     };
     let deal = dealer::deal(&plan, dir, opts.progress)?;
-    let listeners = [
-        Listener::bind("127.0.0.1:0")?,
-        Listener::bind("127.0.0.1:0")?,
-    ];
-    let addrs = [
-        listeners[0].local_addr()?.to_string(),
-        listeners[1].local_addr()?.to_string(),
-    ];
-    let (served, query) = std::thread::scope(|s| {
-        let servers: Vec<_> = [Party::P0, Party::P1]
-            .into_iter()
-            .enumerate()
-            .map(|(i, party)| {
-                let (listener, keys, peer) = (&listeners[i], &deal.files[i], &addrs[0]);
-                let t = opts.timeouts;
-                s.spawn(move || server::serve(model, party, keys, listener, peer, t))
-            })
-            .collect();
-        let query = client::query(model, [&addrs[0], &addrs[1]], batch, opts.timeouts);
-        let served: Vec<_> = servers.into_iter().map(|h| h.join()).collect();
-        (served, query)
-    });
+    let (served, query) = query_pair(model, &deal.files, batch, opts.timeouts)?;
     // A server's own error explains more than the client's view of it.
     for (i, r) in served.into_iter().enumerate() {
-        match r {
-            Ok(Ok(_)) => {}
-            Ok(Err(source)) => {
-                return Err(SessionError::Server {
-                    party: i as u8,
-                    error: source,
-                });
-            }
-            Err(_) => return Err(SessionError::Panicked),
+        if let Err(error) = r {
+            return Err(SessionError::Server {
+                party: i as u8,
+                error,
+            });
         }
     }
     let query = query?;
@@ -196,6 +172,40 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
         report,
         query,
         deal,
+    })
+}
+
+/// What each server and the client of one query returned.
+pub type PairOutcome = (
+    [Result<PartyReport, ServeError>; 2],
+    Result<QueryOutcome, ClientError>,
+);
+
+/// Runs both servers on `keys` (threads, loopback TCP) and a client that
+/// asks them for `batch`: one query, each side's result kept.
+pub fn query_pair(
+    model: &Model,
+    keys: &[PathBuf; 2],
+    batch: &[Vec<u32>],
+    timeouts: Timeouts,
+) -> Result<PairOutcome, SessionError> {
+    let listeners = [
+        Listener::bind("127.0.0.1:0")?,
+        Listener::bind("127.0.0.1:0")?,
+    ];
+    let addrs = [
+        listeners[0].local_addr()?.to_string(),
+        listeners[1].local_addr()?.to_string(),
+    ];
+    std::thread::scope(|s| {
+        let servers = [Party::P0, Party::P1].map(|party| {
+            let i = usize::from(party == Party::P1);
+            let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
+            s.spawn(move || server::serve(model, party, keys, listener, peer, timeouts))
+        });
+        let query = client::query(model, [&addrs[0], &addrs[1]], batch, timeouts);
+        let [a, b] = servers.map(|h| h.join().map_err(|_| SessionError::Panicked));
+        Ok(([a?, b?], query))
     })
 }
 

@@ -124,38 +124,13 @@ fn deal(model: &Model, seq: usize, name: &str) -> [PathBuf; 2] {
     dealer::deal(&plan, &temp(name), false).unwrap().files
 }
 
-/// Both servers on `files` and a client that connects and runs `batch`.
-fn query_once(
-    model: &Model,
-    files: &[PathBuf; 2],
-    batch: &[Vec<u32>],
-) -> (
-    [Result<suffuse_host::party::PartyReport, ServeError>; 2],
-    Result<client::QueryOutcome, client::ClientError>,
-) {
-    let listeners = [
-        Listener::bind("127.0.0.1:0").unwrap(),
-        Listener::bind("127.0.0.1:0").unwrap(),
-    ];
-    let addrs = listeners
-        .each_ref()
-        .map(|l| l.local_addr().unwrap().to_string());
-    std::thread::scope(|s| {
-        let (l, a) = (&listeners, &addrs);
-        let h0 = s.spawn(move || server::serve(model, Party::P0, &files[0], &l[0], "", short()));
-        let h1 = s.spawn(move || server::serve(model, Party::P1, &files[1], &l[1], &a[0], short()));
-        let q = client::query(model, [&addrs[0], &addrs[1]], batch, short());
-        ([h0.join().unwrap(), h1.join().unwrap()], q)
-    })
-}
-
 #[test]
 fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let model = Model::demo();
     let files = deal(&model, 6, "spent");
     // The client rejects its own input after the hellos (7 tokens > 6): it
     // tells both servers, and no key has been used.
-    let (served, q) = query_once(&model, &files, &[vec![2u32; 7]]);
+    let (served, q) = session::query_pair(&model, &files, &[vec![2u32; 7]], short()).unwrap();
     assert!(
         matches!(q, Err(client::ClientError::TooLong { .. })),
         "{q:?}"
@@ -166,7 +141,7 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     }
     // So the same keys still serve a query, bit-exact.
     let batch = tokens(&model, &["fine"]);
-    let (served, q) = query_once(&model, &files, &batch);
+    let (served, q) = session::query_pair(&model, &files, &batch, short()).unwrap();
     for r in served {
         r.unwrap();
     }
