@@ -6,6 +6,7 @@
 //! on all cores) and written as they are produced, so memory is bounded by
 //! one step's chunk window, not by the model.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -74,10 +75,15 @@ pub fn key_paths(dir: &Path) -> [PathBuf; 2] {
 
 /// Deals every step of `plan` into `dir/p0.keys` and `dir/p1.keys`.
 pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, DealerError> {
-    std::fs::create_dir_all(dir).map_err(|source| KeyFileError::Io {
-        path: dir.to_path_buf(),
-        error: source,
-    })?;
+    // Key files are secrets: a folder the dealer creates is its owner's only.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|source| KeyFileError::Io {
+            path: dir.to_path_buf(),
+            error: source,
+        })?;
     let start = Instant::now();
     let key_set = random::<16>()?;
     let files = key_paths(dir);

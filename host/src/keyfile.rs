@@ -14,12 +14,18 @@
 //! [`crate::proto`]; their lengths follow from the plan and are checked
 //! before a payload is read, so a corrupt length can neither over-allocate
 //! nor desynchronize the stream. The key-set id is random per dealer run:
-//! the two servers compare theirs before starting, and a consumed file is
-//! refused ([`KeyReader::spend`]).
+//! the two servers compare theirs before starting, and a spent key set is
+//! refused by id ([`crate::ledger`]), whatever its file is called.
+//!
+//! Files are created 0600 and never overwritten: a dealer run that finds a
+//! key file in its way stops.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::ledger::{Ledger, LedgerError};
 
 use serde::{Deserialize, Serialize};
 
@@ -147,16 +153,20 @@ pub enum KeyFileError {
         /// Found.
         found: u8,
     },
-    /// The key file was used before.
-    #[error(
-        "{path}: these keys were already used (marker {marker} exists); keys are one-time, deal \
-         new ones"
-    )]
-    AlreadyUsed {
+    /// The key set was spent before, or the ledger failed.
+    #[error("{path}: {error}")]
+    Spent {
         /// The file.
         path: PathBuf,
-        /// The marker file.
-        marker: PathBuf,
+        /// The ledger's answer.
+        error: LedgerError,
+    },
+    /// A file where the dealer would write a key file: key sets are never
+    /// overwritten.
+    #[error("{path}: a key file is already there; deal into an empty folder")]
+    Exists {
+        /// The file.
+        path: PathBuf,
     },
     /// I/O.
     #[error("{path}: {error}")]
@@ -194,9 +204,20 @@ impl std::fmt::Debug for KeyWriter {
 }
 
 impl KeyWriter {
-    /// Creates the file (replacing any old one) and writes the header.
+    /// Creates the file (mode 0600; never over an existing one) and writes
+    /// the header.
     pub fn create(path: &Path, header: &Header) -> Result<KeyWriter, KeyFileError> {
-        let file = File::create(path).map_err(io(path))?;
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => KeyFileError::Exists {
+                    path: path.to_path_buf(),
+                },
+                _ => io(path)(e),
+            })?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         let summary = serde_json::to_vec(&header.summary).map_err(|e| KeyFileError::Header {
             path: path.to_path_buf(),
@@ -289,46 +310,40 @@ impl KeyReader {
         })
     }
 
-    /// Opens a key file that is to be consumed: refuses one that was spent
-    /// before. Opening does not spend it; [`KeyReader::spend`] does, once
-    /// the query's input has arrived, so a query that fails before any
-    /// masked value leaves this server (a wrong client, a mismatched peer)
-    /// costs no keys.
-    pub fn open_unspent(path: &Path) -> Result<KeyReader, KeyFileError> {
+    /// Opens a key file that is to be consumed: refuses a key set that
+    /// `ledger` records as spent by `party`. Opening does not spend it;
+    /// [`KeyReader::spend`] does, once both servers hold the query's input,
+    /// so a query that fails before any masked value leaves this server (a
+    /// wrong client, a mismatched peer) costs no keys.
+    pub fn open_unspent(path: &Path, ledger: &Ledger) -> Result<KeyReader, KeyFileError> {
         let reader = KeyReader::open(path)?;
-        let marker = used_marker(path);
-        if marker.exists() {
-            return Err(KeyFileError::AlreadyUsed {
+        let h = &reader.header;
+        ledger
+            .check_unspent(h.party, &h.key_set)
+            .map_err(|error| KeyFileError::Spent {
                 path: path.to_path_buf(),
-                marker,
-            });
-        }
+                error,
+            })?;
         Ok(reader)
     }
 
-    /// Marks the file spent (`FILE.used`, created atomically): call it
-    /// before the first message that depends on the keys. Fails if the
-    /// file was spent already, by this or any other process. The marker
-    /// stays after a crash: keys that may have been partly used must never
-    /// be used again.
-    pub fn spend(&self) -> Result<(), KeyFileError> {
-        let marker = used_marker(&self.path);
-        let mut m = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&marker)
-        {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(KeyFileError::AlreadyUsed {
-                    path: self.path.clone(),
-                    marker,
-                });
-            }
-            Err(e) => return Err(io(&marker)(e)),
-        };
-        let note = format!("key set {}\n", crate::plan::hex(&self.header.key_set));
-        m.write_all(note.as_bytes()).map_err(io(&marker))?;
+    /// Records the key set as spent in `ledger` (durably, and only once of
+    /// any number of processes holding it), then deletes this file unless
+    /// `keep`: call it before the first message that depends on the keys.
+    /// The open reader still streams the deleted file. An entry stays after
+    /// a crash: keys that may have been partly used must never be used
+    /// again.
+    pub fn spend(&self, ledger: &Ledger, keep: bool) -> Result<(), KeyFileError> {
+        let h = &self.header;
+        ledger
+            .spend(h.party, &h.key_set)
+            .map_err(|error| KeyFileError::Spent {
+                path: self.path.clone(),
+                error,
+            })?;
+        if !keep {
+            std::fs::remove_file(&self.path).map_err(io(&self.path))?;
+        }
         Ok(())
     }
 
@@ -443,16 +458,6 @@ impl KeyReader {
             Err(e) => Err(io(&self.path)(e)),
         }
     }
-}
-
-/// The marker that records a consumed key file.
-pub fn used_marker(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(".used");
-    path.with_file_name(name)
 }
 
 fn le_u32(b: &[u8]) -> u32 {
@@ -675,20 +680,37 @@ mod tests {
     }
 
     #[test]
-    fn a_spent_key_file_is_refused() {
+    fn a_spent_key_set_is_refused_under_any_name() {
         let d = tmp("once");
         let p = write(&d);
-        let first = KeyReader::open_unspent(&p).unwrap();
+        let ledger = Ledger::open(&d.join("state")).unwrap();
+        let copy = d.join("renamed.keys");
+        std::fs::copy(&p, &copy).unwrap();
+        let first = KeyReader::open_unspent(&p, &ledger).unwrap();
         // Opened twice before either spends: only one spend succeeds.
-        let second = KeyReader::open_unspent(&p).unwrap();
-        first.spend().unwrap();
+        let second = KeyReader::open_unspent(&copy, &ledger).unwrap();
+        first.spend(&ledger, false).unwrap();
+        assert!(!p.exists(), "a spent key file is deleted");
         assert!(matches!(
-            second.spend(),
-            Err(KeyFileError::AlreadyUsed { .. })
+            second.spend(&ledger, true),
+            Err(KeyFileError::Spent { .. })
         ));
         assert!(matches!(
-            KeyReader::open_unspent(&p),
-            Err(KeyFileError::AlreadyUsed { .. })
+            KeyReader::open_unspent(&copy, &ledger),
+            Err(KeyFileError::Spent { .. })
+        ));
+    }
+
+    #[test]
+    fn key_files_are_private_and_never_overwritten() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp("private");
+        let p = write(&d);
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(matches!(
+            KeyWriter::create(&p, &header()),
+            Err(KeyFileError::Exists { .. })
         ));
     }
 }

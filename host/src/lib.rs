@@ -10,7 +10,7 @@
 //! | [`fixed`], [`plan`] | fixed-point conventions; the plan with proven widths |
 //! | [`exec`], [`reference`] | local operations; the cleartext fixed-point reference |
 //! | [`proto`] | every interactive step: key layout, dealer side, party side |
-//! | [`keyfile`], [`dealer`] | key files and the dealer that streams them |
+//! | [`keyfile`], [`dealer`], [`ledger`] | key files, the dealer that streams them, the spent-key ledger |
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
 //! | [`session`], [`report`] | a whole run in one process; the report |
 
@@ -22,6 +22,7 @@ pub mod exec;
 pub mod fixed;
 pub mod float;
 pub mod keyfile;
+pub mod ledger;
 pub mod model;
 pub mod net;
 pub mod party;

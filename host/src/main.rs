@@ -10,11 +10,12 @@ use suffuse_core::fss::Party;
 use suffuse_host::client;
 use suffuse_host::dealer;
 use suffuse_host::keyfile::KeyReader;
+use suffuse_host::ledger::{Ledger, LedgerError};
 use suffuse_host::model::Model;
 use suffuse_host::net::{Listener, Timeouts};
 use suffuse_host::plan::{bert, hex};
 use suffuse_host::report::{Report, bytes, cosine};
-use suffuse_host::server;
+use suffuse_host::server::{self, ServeOptions};
 use suffuse_host::session::{self, Options};
 
 // The party allocates and frees tensors and key buffers of tens of MiB per
@@ -117,13 +118,19 @@ enum Command {
         /// ignores it).
         #[arg(long)]
         peer: String,
-        /// Seconds to wait for a peer, a client or a message before giving
-        /// up.
+        /// Seconds to wait for the peer and the client (in all), and for
+        /// each message, before giving up.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
         /// Write this server's figures as JSON to this file.
         #[arg(long)]
         report_json: Option<PathBuf>,
+        #[command(flatten)]
+        state: State,
+        /// Keep the key file on disk once spent (it is deleted otherwise;
+        /// the ledger refuses it either way).
+        #[arg(long)]
+        keep_spent: bool,
     },
     /// Sends texts to two running servers and prints their embeddings.
     Query {
@@ -146,11 +153,33 @@ enum Command {
         #[arg(required = true)]
         texts: Vec<String>,
     },
-    /// Prints a key file's header, plan hash and section sizes.
+    /// Prints a key file's header, plan hash and section sizes, and
+    /// whether this machine's ledger has it spent.
     Inspect {
         /// The key file.
         keyfile: PathBuf,
+        #[command(flatten)]
+        state: State,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct State {
+    /// The server's state folder, where the ledger of spent key sets lives
+    /// (default: $XDG_STATE_HOME/suffuse, else ~/.local/state/suffuse).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+impl State {
+    fn ledger(&self) -> Result<Ledger> {
+        let dir = match &self.state_dir {
+            Some(d) => d.clone(),
+            None => Ledger::default_dir()
+                .context("no --state-dir, and neither XDG_STATE_HOME nor HOME is set")?,
+        };
+        Ok(Ledger::open(&dir)?)
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -254,6 +283,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             peer,
             timeout,
             report_json,
+            state,
+            keep_spent,
         } => {
             let party = match party {
                 0 => Party::P0,
@@ -268,7 +299,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 u8::from(party == Party::P1),
                 listener.local_addr()?
             );
-            let r = server::serve(&model, party, &keys, &listener, &peer, timeouts(timeout))?;
+            let opts = ServeOptions {
+                timeouts: timeouts(timeout),
+                ledger: state.ledger()?,
+                keep_spent,
+            };
+            let r = server::serve(&model, party, &keys, &listener, &peer, &opts)?;
             eprintln!(
                 "P{}: done in {:.3} s, sent {}, {} rounds",
                 r.party,
@@ -311,7 +347,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             finish_report(&report, &out)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Inspect { keyfile } => inspect(&keyfile),
+        Command::Inspect { keyfile, state } => inspect(&keyfile, &state),
     }
 }
 
@@ -471,7 +507,7 @@ fn embed(
     Ok(ExitCode::SUCCESS)
 }
 
-fn inspect(path: &Path) -> Result<ExitCode> {
+fn inspect(path: &Path, state: &State) -> Result<ExitCode> {
     let mut r = KeyReader::open(path)?;
     let h = r.header.clone();
     println!("file       {}", path.display());
@@ -504,13 +540,13 @@ fn inspect(path: &Path) -> Result<ExitCode> {
         bytes(total)
     );
     println!("largest    step {} ({})", largest.0, bytes(largest.1));
-    let used = suffuse_host::keyfile::used_marker(path);
+    let spent = state.ledger()?.check_unspent(h.party, &h.key_set);
     println!(
-        "used       {}",
-        if used.exists() {
-            "yes (consumed; a server will refuse it)"
-        } else {
-            "no"
+        "spent      {}",
+        match spent {
+            Err(LedgerError::Spent { .. }) => "yes (in this ledger; a server will refuse it)",
+            Err(e) => return Err(e.into()),
+            Ok(()) => "no (not in this ledger)",
         }
     );
     Ok(ExitCode::SUCCESS)

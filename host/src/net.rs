@@ -22,15 +22,17 @@
 //! Failure is never a hang:
 //! - a peer that closes the connection (or whose process dies) becomes
 //!   [`NetError::Disconnected`] as soon as the kernel reports it;
-//! - a peer that stays connected but makes no progress becomes
-//!   [`NetError::Timeout`] once [`Timeouts::io`] passes without a byte moving;
+//! - a peer that stays connected but does not finish a frame becomes
+//!   [`NetError::Timeout`] once [`Timeouts::io`] has passed since this side
+//!   started sending or waiting for it;
 //! - a peer that fails on its own side can say why with [`Link::abort`], and
 //!   the other side gets [`NetError::PeerAborted`] with that reason.
 //!
-//! The io timeout bounds *silence*, not a whole frame: a 500 MB payload may
-//! take longer than it, as long as bytes keep moving. The silence a server
-//! sees also includes the time its peer spends computing before it sends, so
-//! `io` must be longer than the slowest local step between two rounds.
+//! The io timeout is a deadline for a whole frame, not only for silence: a
+//! peer that trickles one byte at a time (a slowloris) times out like one
+//! that sends nothing. It also covers the time the peer spends computing
+//! before it sends, so `io` must be longer than the slowest local step
+//! between two rounds plus the transfer of the largest frame.
 //!
 //! Each link counts bytes (headers included) and rounds, per step and in
 //! total, for the report ([`Traffic`]).
@@ -39,6 +41,7 @@ mod frame;
 mod link;
 #[cfg(test)]
 mod tests;
+mod transport;
 
 /// Appends ring words as little-endian bytes: the layout of every payload
 /// and key section that carries words.
@@ -152,8 +155,8 @@ pub struct Timeouts {
     /// How long [`Link::connect`] keeps retrying, and how long
     /// [`Listener::accept`] waits for a peer.
     pub connect: Duration,
-    /// The longest silence tolerated on an established link: a read or a
-    /// write that moves no byte for this long fails with
+    /// The deadline for each frame on an established link: a frame not
+    /// wholly sent or received this long after the call began fails with
     /// [`NetError::Timeout`]. Must be non-zero.
     pub io: Duration,
 }

@@ -94,6 +94,8 @@ pub fn run(
     inputs: InputShares,
 ) -> Result<(Vec<u64>, PartyReport), PartyError> {
     let start = Instant::now();
+    // Only this run's traffic: not the hellos or the servers' ready round.
+    let before = link.traffic();
     let mut store = Store::new(plan);
     store.set(plan, plan.inputs.x, inputs.x)?;
     store.set(plan, plan.inputs.bias, inputs.bias)?;
@@ -112,6 +114,10 @@ pub fn run(
         .collect();
     let (tx, rx) = mpsc::sync_channel::<Result<Vec<u8>, KeyFileError>>(2);
     let result = std::thread::scope(|scope| {
+        // The receiver moves into this closure, so an early return drops it
+        // and a reader blocked on the full channel wakes and stops, instead
+        // of `scope` waiting for it forever.
+        let rx = rx;
         scope.spawn(move || {
             let mut keys = keys;
             for (step, len) in lens {
@@ -188,9 +194,9 @@ pub fn run(
         }
     }
     let total = link.traffic();
-    report.comm_bytes = total.sent;
-    report.recv_bytes = total.received;
-    report.rounds = total.rounds;
+    report.comm_bytes = total.sent - before.sent;
+    report.recv_bytes = total.received - before.received;
+    report.rounds = total.rounds - before.rounds;
     report.online_s = start.elapsed().as_secs_f64();
     Ok((output, report))
 }

@@ -9,16 +9,19 @@
 //! its peer and the client why (an `Abort` frame) before it exits.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use suffuse_accel_cpu::CpuEval;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello};
 use crate::keyfile::{KeyFileError, KeyReader};
+use crate::ledger::Ledger;
 use crate::model::Model;
 use crate::net::{FrameKind as Frame, Link, Listener, NetError, Timeouts, get_words};
 use crate::party::{self, InputShares, PartyError, PartyReport};
 use crate::plan::{PlanError, bert, hex};
+use zeroize::Zeroizing;
 
 /// Why a server failed.
 #[derive(Debug, thiserror::Error)]
@@ -53,17 +56,40 @@ fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
     }
 }
 
+/// How a server runs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// `connect` bounds the whole wait for the peer and the client; `io`
+    /// bounds every frame.
+    pub timeouts: Timeouts,
+    /// The spent-key ledger.
+    pub ledger: Ledger,
+    /// Keep a key file on disk once spent (it is deleted otherwise).
+    pub keep_spent: bool,
+}
+
+/// The longest a connection may take to introduce itself before it is
+/// dropped: a legitimate peer sends its hello at once, and a silent or
+/// trickling one must not hold the accept loop for a whole io timeout.
+const HELLO_WAIT: Duration = Duration::from_secs(10);
+
+/// The step of the round in which the servers confirm that both hold a
+/// valid input, before either spends its keys (outside every plan).
+pub const READY_STEP: u32 = u32::MAX - 1;
+
 /// Serves one query with the keys at `keys` and returns this party's
-/// figures. `peer` is P0's address (used by P1 only).
+/// figures. `peer` is P0's address (used by P1 only). Every failure is an
+/// error within the timeouts, told to the peer and the client where a link
+/// to them exists.
 pub fn serve(
     model: &Model,
     party: Party,
     keys: &Path,
     listener: &Listener,
     peer: &str,
-    timeouts: Timeouts,
+    opts: &ServeOptions,
 ) -> Result<PartyReport, ServeError> {
-    let reader = KeyReader::open_unspent(keys)?;
+    let reader = KeyReader::open_unspent(keys, &opts.ledger)?;
     let summary = reader.header.summary.clone();
     let plan = bert::build(model, summary.batch, summary.seq)?;
     let me = u8::from(party == Party::P1);
@@ -76,18 +102,27 @@ pub fn serve(
         seq: plan.seq,
         model: plan.model.clone(),
     };
+    let meet = Meeting {
+        listener,
+        hello: &hello,
+        t: opts.timeouts,
+        deadline: Instant::now().checked_add(opts.timeouts.connect),
+        me,
+    };
     let (mut peer_link, mut client_link) = match party {
-        Party::P0 => accept_both(listener, &hello, timeouts)?,
+        Party::P0 => meet.accept_both()?,
         Party::P1 => {
-            let mut p = Link::connect(peer, timeouts).map_err(net("connecting to P0"))?;
-            client::send_hello(&mut p, &hello).map_err(net("greeting P0"))?;
-            let theirs = client::recv_hello(&mut p).map_err(net("greeting P0"))?;
-            check_peer(&mut p, &hello, theirs)?;
-            let c = accept_client(listener, &hello, timeouts)?;
-            (p, c)
+            let mut p = meet.dial_p0(peer)?;
+            match meet.accept(false, true) {
+                Ok(Accepted::Client(c) | Accepted::Peer(c)) => (p, c),
+                Err(e) => {
+                    p.abort(&e.to_string());
+                    return Err(e);
+                }
+            }
         }
     };
-    let result = run_query(&plan, party, reader, &mut peer_link, &mut client_link);
+    let result = run_query(&plan, party, reader, &mut peer_link, &mut client_link, opts);
     if let Err(e) = &result {
         let why = e.to_string();
         peer_link.abort(&why);
@@ -102,14 +137,22 @@ fn run_query(
     reader: KeyReader,
     peer: &mut Link,
     client_link: &mut Link,
+    opts: &ServeOptions,
 ) -> Result<PartyReport, ServeError> {
     let x_len = plan.tensors[plan.inputs.x].len();
     let b_len = plan.tensors[plan.inputs.bias].len();
     let m_len = plan.inputs.mask.map_or(0, |t| plan.tensors[t].len());
-    let bytes = client_link
-        .recv(Frame::Input, 0, Some(8 * (x_len + b_len + m_len)))
-        .map_err(net("receiving the client's input"))?;
-    let words = get_words(&bytes);
+    let words = x_len
+        .checked_add(b_len)
+        .and_then(|n| n.checked_add(m_len))
+        .and_then(|n| n.checked_mul(8))
+        .ok_or_else(|| ServeError::Mismatch("the plan's input is too large".into()))?;
+    let bytes = Zeroizing::new(
+        client_link
+            .recv(Frame::Input, 0, Some(words))
+            .map_err(net("receiving the client's input"))?,
+    );
+    let words = Zeroizing::new(get_words(&bytes));
     let (x, rest) = words.split_at(x_len);
     let (bias, mask) = rest.split_at(b_len);
     let inputs = InputShares {
@@ -117,7 +160,11 @@ fn run_query(
         bias: bias.to_vec(),
         mask: plan.inputs.mask.map(|_| mask.to_vec()),
     };
-    reader.spend()?;
+    // Both servers hold a valid input before either spends its keys: a
+    // client that fails one of them costs no keys at the other.
+    peer.exchange(READY_STEP, b"ready", 5)
+        .map_err(net("confirming the input with the peer"))?;
+    reader.spend(&opts.ledger, opts.keep_spent)?;
     let fss = CpuEval::new();
     let (share, report) = party::run(plan, party, reader, peer, &fss, inputs)?;
     client_link
@@ -126,53 +173,122 @@ fn run_query(
     Ok(report)
 }
 
-/// P0: accepts connections until it has met its peer and a client.
-fn accept_both(
-    listener: &Listener,
-    hello: &Hello,
+/// A connection that introduced itself.
+enum Accepted {
+    Peer(Link),
+    Client(Link),
+}
+
+/// What a server needs to meet its peer and its client before a deadline.
+struct Meeting<'a> {
+    listener: &'a Listener,
+    hello: &'a Hello,
     t: Timeouts,
-) -> Result<(Link, Link), ServeError> {
-    let mut peer = None;
-    let mut client = None;
-    while peer.is_none() || client.is_none() {
-        let mut link = listener
-            .accept(t)
-            .map_err(net("waiting for the peer and the client"))?;
-        match client::recv_hello(&mut link).map_err(net("reading a hello"))? {
-            Ok(Hello::Client) if client.is_none() => {
-                client::send_hello(&mut link, hello).map_err(net("greeting the client"))?;
-                client = Some(link);
-            }
-            Ok(theirs @ Hello::Server { .. }) if peer.is_none() => {
-                client::send_hello(&mut link, hello).map_err(net("greeting P1"))?;
-                check_peer(&mut link, hello, Ok(theirs))?;
-                peer = Some(link);
-            }
-            Ok(_) => link.abort("this server already has that connection"),
-            Err(why) => link.abort(&why),
-        }
-    }
-    match (peer, client) {
-        (Some(p), Some(c)) => Ok((p, c)),
-        _ => Err(ServeError::Mismatch("connections lost".into())),
-    }
+    /// When the server stops waiting (`None`: too far to represent).
+    deadline: Option<Instant>,
+    /// 0 or 1.
+    me: u8,
 }
 
-/// P1: accepts the client.
-fn accept_client(listener: &Listener, hello: &Hello, t: Timeouts) -> Result<Link, ServeError> {
-    loop {
-        let mut link = listener.accept(t).map_err(net("waiting for the client"))?;
-        match client::recv_hello(&mut link).map_err(net("reading a hello"))? {
-            Ok(Hello::Client) => {
-                client::send_hello(&mut link, hello).map_err(net("greeting the client"))?;
-                return Ok(link);
-            }
-            Ok(_) => link.abort("expected a client"),
-            Err(why) => link.abort(&why),
+impl Meeting<'_> {
+    /// The wait left before the deadline.
+    fn left(&self) -> Duration {
+        match self.deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()),
+            None => self.t.connect,
         }
     }
-}
 
+    /// P1: dials P0 and checks it.
+    fn dial_p0(&self, addr: &str) -> Result<Link, ServeError> {
+        let t = Timeouts {
+            connect: self.left(),
+            io: self.t.io.min(HELLO_WAIT),
+        };
+        let mut p = Link::connect(addr, t).map_err(net("connecting to P0"))?;
+        client::send_hello(&mut p, self.hello).map_err(net("greeting P0"))?;
+        let theirs = client::recv_hello(&mut p).map_err(net("greeting P0"))?;
+        check_peer(&mut p, self.hello, theirs)?;
+        p.set_io_timeout(self.t.io);
+        Ok(p)
+    }
+
+    /// P0: accepts connections until it has met its peer and a client.
+    fn accept_both(&self) -> Result<(Link, Link), ServeError> {
+        let mut peer = None;
+        let mut client = None;
+        while peer.is_none() || client.is_none() {
+            match self.accept(peer.is_none(), client.is_none()) {
+                Ok(Accepted::Peer(l)) => peer = Some(l),
+                Ok(Accepted::Client(l)) => client = Some(l),
+                Err(e) => {
+                    for l in peer.iter_mut().chain(client.iter_mut()) {
+                        l.abort(&e.to_string());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        match (peer, client) {
+            (Some(p), Some(c)) => Ok((p, c)),
+            _ => Err(ServeError::Mismatch("connections lost".into())),
+        }
+    }
+
+    /// Accepts connections until one introduces itself as a wanted client
+    /// or peer. A connection that fails to, or that is
+    /// not wanted, is dropped with a log line and the wait goes on: a port
+    /// scan or a health check does not end the server, only the deadline
+    /// does. A peer that introduces itself and does not match is an error.
+    fn accept(&self, want_peer: bool, want_client: bool) -> Result<Accepted, ServeError> {
+        loop {
+            let t = Timeouts {
+                connect: self.left(),
+                io: self.t.io.min(HELLO_WAIT),
+            };
+            let mut link = self
+                .listener
+                .accept(t)
+                .map_err(net("waiting for the peer and the client"))?;
+            let from = link
+                .peer_addr()
+                .map_or_else(|_| "?".to_string(), |a| a.to_string());
+            let theirs = match client::recv_hello(&mut link) {
+                Ok(theirs) => theirs,
+                Err(e) => {
+                    self.log(&format!("dropped a connection from {from}: {e}"));
+                    continue;
+                }
+            };
+            match theirs {
+                Ok(Hello::Client) if want_client => {
+                    client::send_hello(&mut link, self.hello)
+                        .map_err(net("greeting the client"))?;
+                    link.set_io_timeout(self.t.io);
+                    return Ok(Accepted::Client(link));
+                }
+                Ok(theirs @ Hello::Server { .. }) if want_peer => {
+                    client::send_hello(&mut link, self.hello).map_err(net("greeting P1"))?;
+                    check_peer(&mut link, self.hello, Ok(theirs))?;
+                    link.set_io_timeout(self.t.io);
+                    return Ok(Accepted::Peer(link));
+                }
+                Ok(_) => {
+                    self.log(&format!("refused an unexpected connection from {from}"));
+                    link.abort("this server does not accept that connection now");
+                }
+                Err(why) => {
+                    self.log(&format!("dropped a connection from {from}: {why}"));
+                    link.abort(&why);
+                }
+            }
+        }
+    }
+
+    fn log(&self, what: &str) {
+        eprintln!("P{}: {what}", self.me);
+    }
+}
 /// The two servers must run the same plan on the same key set.
 fn check_peer(
     link: &mut Link,

@@ -4,6 +4,7 @@
 //! [`crate::client::query`]). `suffuse demo` and `suffuse embed` use it;
 //! tests compare it with the three-process path.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use suffuse_core::fss::Party;
@@ -11,13 +12,14 @@ use suffuse_core::fss::Party;
 use crate::client::{self, ClientError, QueryOutcome};
 use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
+use crate::ledger::Ledger;
 use crate::model::{Model, ModelError};
 use crate::net::{Listener, NetError, Timeouts};
 use crate::party::PartyReport;
 use crate::plan::{PlanError, bert};
 use crate::reference::{self, ReferenceError};
 use crate::report::{Report, cosine};
-use crate::server::{self, ServeError};
+use crate::server::{self, ServeError, ServeOptions};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -95,6 +97,9 @@ pub enum SessionError {
     /// A thread died.
     #[error("a server thread panicked")]
     Panicked,
+    /// The spent-key ledger.
+    #[error(transparent)]
+    Ledger(crate::ledger::LedgerError),
     /// Temporary files.
     #[error("{path}: {error}")]
     Io {
@@ -127,7 +132,12 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
         }
     };
     let deal = dealer::deal(&plan, dir, opts.progress)?;
-    let (served, query) = query_pair(model, &deal.files, batch, opts.timeouts)?;
+    let serve = ServeOptions {
+        timeouts: opts.timeouts,
+        ledger: Ledger::open(&dir.join("spent")).map_err(SessionError::Ledger)?,
+        keep_spent: false,
+    };
+    let (served, query) = query_pair(model, &deal.files, batch, &serve)?;
     // A server's own error explains more than the client's view of it.
     for (i, r) in served.into_iter().enumerate() {
         if let Err(error) = r {
@@ -187,7 +197,7 @@ pub fn query_pair(
     model: &Model,
     keys: &[PathBuf; 2],
     batch: &[Vec<u32>],
-    timeouts: Timeouts,
+    opts: &ServeOptions,
 ) -> Result<PairOutcome, SessionError> {
     let listeners = [
         Listener::bind("127.0.0.1:0")?,
@@ -201,9 +211,9 @@ pub fn query_pair(
         let servers = [Party::P0, Party::P1].map(|party| {
             let i = usize::from(party == Party::P1);
             let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
-            s.spawn(move || server::serve(model, party, keys, listener, peer, timeouts))
+            s.spawn(move || server::serve(model, party, keys, listener, peer, opts))
         });
-        let query = client::query(model, [&addrs[0], &addrs[1]], batch, timeouts);
+        let query = client::query(model, [&addrs[0], &addrs[1]], batch, opts.timeouts);
         let [a, b] = servers.map(|h| h.join().map_err(|_| SessionError::Panicked));
         Ok(([a?, b?], query))
     })
@@ -216,10 +226,14 @@ impl TempDir {
     fn new() -> Result<TempDir, SessionError> {
         let id: [u8; 8] = dealer::random()?;
         let p = std::env::temp_dir().join(format!("suffuse-keys-{}", crate::plan::hex(&id)));
-        std::fs::create_dir_all(&p).map_err(|source| SessionError::Io {
-            path: p.clone(),
-            error: source,
-        })?;
+        // Private from the start: the dealer writes secrets into it.
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&p)
+            .map_err(|source| SessionError::Io {
+                path: p.clone(),
+                error: source,
+            })?;
         Ok(TempDir(p))
     }
 }

@@ -52,6 +52,8 @@ fn serve(party: u8, keys: &Path, peer: &str, report: &Path) -> (Child, String) {
             "60",
             "--report-json",
             report.to_str().unwrap(),
+            "--state-dir",
+            report.parent().unwrap().join("state").to_str().unwrap(),
         ])
         .stderr(Stdio::piped())
         .spawn()
@@ -109,13 +111,20 @@ fn three_processes_give_the_in_process_answer() {
         "--report-json",
         dir.join("dealer.json").to_str().unwrap(),
     ]);
-    let inspect = run(&["inspect", dir.join("p1.keys").to_str().unwrap()]);
+    let state = dir.join("state");
+    let inspect = run(&[
+        "inspect",
+        dir.join("p1.keys").to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ]);
     let shown = String::from_utf8_lossy(&inspect.stdout);
     assert!(
         shown.contains("party      1") && shown.contains("1 sentence(s) × 40 tokens"),
         "{shown}"
     );
 
+    std::fs::copy(dir.join("p0.keys"), dir.join("copy.keys")).unwrap();
     let (p0, addr0) = serve(0, &dir.join("p0.keys"), "unused", &dir.join("p0.json"));
     let (p1, addr1) = serve(1, &dir.join("p1.keys"), &addr0, &dir.join("p1.json"));
     let report = dir.join("query.json");
@@ -168,7 +177,9 @@ fn three_processes_give_the_in_process_answer() {
         assert!(r["breakdown"].get(kind).is_some(), "breakdown lacks {kind}");
     }
 
-    // The keys are spent: a server refuses them.
+    // The keys are spent: the files are gone, and a copy made before is
+    // refused by the ledger.
+    assert!(!dir.join("p0.keys").exists());
     let again = Command::new(BIN)
         .args([
             "serve",
@@ -177,17 +188,19 @@ fn three_processes_give_the_in_process_answer() {
             "--model",
             "demo",
             "--keys",
-            dir.join("p0.keys").to_str().unwrap(),
+            dir.join("copy.keys").to_str().unwrap(),
             "--listen",
             "127.0.0.1:0",
             "--peer",
             "unused",
+            "--state-dir",
+            dir.join("state").to_str().unwrap(),
         ])
         .output()
         .unwrap();
     assert!(!again.status.success());
     let msg = String::from_utf8_lossy(&again.stderr);
-    assert!(msg.contains("already used"), "{msg}");
+    assert!(msg.contains("already spent"), "{msg}");
 }
 
 #[test]

@@ -13,11 +13,12 @@ use suffuse_core::fss::Party;
 use suffuse_host::client;
 use suffuse_host::dealer;
 use suffuse_host::keyfile::KeyFileError;
+use suffuse_host::ledger::Ledger;
 use suffuse_host::model::{Config, Model, Pooling};
 use suffuse_host::net::{Listener, Timeouts};
 use suffuse_host::plan::bert;
 use suffuse_host::reference;
-use suffuse_host::server::{self, ServeError};
+use suffuse_host::server::{self, ServeError, ServeOptions};
 use suffuse_host::session::{self, Options, SessionError};
 
 fn tokens(model: &Model, texts: &[&str]) -> Vec<Vec<u32>> {
@@ -31,6 +32,17 @@ fn short() -> Timeouts {
     Timeouts {
         connect: Duration::from_secs(20),
         io: Duration::from_secs(20),
+    }
+}
+
+/// Server options with the ledger beside the key files; spent files are
+/// kept, so that tests can show the ledger refusing them.
+fn opts(files: &[PathBuf; 2], timeouts: Timeouts) -> ServeOptions {
+    let dir = files[0].parent().unwrap().join("state");
+    ServeOptions {
+        timeouts,
+        ledger: Ledger::open(&dir).unwrap(),
+        keep_spent: true,
     }
 }
 
@@ -130,7 +142,8 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let files = deal(&model, 6, "spent");
     // The client rejects its own input after the hellos (7 tokens > 6): it
     // tells both servers, and no key has been used.
-    let (served, q) = session::query_pair(&model, &files, &[vec![2u32; 7]], short()).unwrap();
+    let (served, q) =
+        session::query_pair(&model, &files, &[vec![2u32; 7]], &opts(&files, short())).unwrap();
     assert!(
         matches!(q, Err(client::ClientError::TooLong { .. })),
         "{q:?}"
@@ -141,7 +154,7 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     }
     // So the same keys still serve a query, bit-exact.
     let batch = tokens(&model, &["fine"]);
-    let (served, q) = session::query_pair(&model, &files, &batch, short()).unwrap();
+    let (served, q) = session::query_pair(&model, &files, &batch, &opts(&files, short())).unwrap();
     for r in served {
         r.unwrap();
     }
@@ -151,12 +164,16 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     // And then never again.
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     for (party, file) in [Party::P0, Party::P1].into_iter().zip(&files) {
-        let again = server::serve(&model, party, file, &listener, "unused", short());
+        let again = server::serve(
+            &model,
+            party,
+            file,
+            &listener,
+            "unused",
+            &opts(&files, short()),
+        );
         assert!(
-            matches!(
-                again,
-                Err(ServeError::KeyFile(KeyFileError::AlreadyUsed { .. }))
-            ),
+            matches!(again, Err(ServeError::KeyFile(KeyFileError::Spent { .. }))),
             "{again:?}"
         );
     }
@@ -168,7 +185,14 @@ fn keys_for_another_model_are_refused_before_any_work() {
     let files = deal(&model, 4, "wrong-model");
     let other = Model::generated(Config::demo(), 7);
     let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let r = server::serve(&other, Party::P0, &files[0], &listener, "unused", short());
+    let r = server::serve(
+        &other,
+        Party::P0,
+        &files[0],
+        &listener,
+        "unused",
+        &opts(&files, short()),
+    );
     assert!(
         matches!(
             r,
@@ -177,7 +201,14 @@ fn keys_for_another_model_are_refused_before_any_work() {
         "{r:?}"
     );
     // And a server given the other party's keys.
-    let r = server::serve(&model, Party::P0, &files[1], &listener, "unused", short());
+    let r = server::serve(
+        &model,
+        Party::P0,
+        &files[1],
+        &listener,
+        "unused",
+        &opts(&files, short()),
+    );
     assert!(
         matches!(r, Err(ServeError::KeyFile(KeyFileError::Party { .. }))),
         "{r:?}"
@@ -195,7 +226,14 @@ fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
         io: Duration::from_millis(500),
     };
     let start = Instant::now();
-    let r = server::serve(&model, Party::P1, &files[1], &listener, "127.0.0.1:9", t);
+    let r = server::serve(
+        &model,
+        Party::P1,
+        &files[1],
+        &listener,
+        "127.0.0.1:9",
+        &opts(&files, t),
+    );
     assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
     // A peer that connects and vanishes without a word.
@@ -205,7 +243,14 @@ fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
         let s = TcpStream::connect(addr).unwrap();
         drop(s);
     });
-    let r = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
+    let r = server::serve(
+        &model,
+        Party::P0,
+        &files[0],
+        &listener,
+        "unused",
+        &opts(&files, t),
+    );
     ghost.join().unwrap();
     assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
 }
@@ -221,9 +266,26 @@ fn servers_with_keys_from_different_dealer_runs_refuse_each_other() {
     ];
     let p0_addr = listeners[0].local_addr().unwrap().to_string();
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(|| server::serve(&model, Party::P0, &a[0], &listeners[0], "", short()));
-        let h1 =
-            s.spawn(|| server::serve(&model, Party::P1, &b[1], &listeners[1], &p0_addr, short()));
+        let h0 = s.spawn(|| {
+            server::serve(
+                &model,
+                Party::P0,
+                &a[0],
+                &listeners[0],
+                "",
+                &opts(&a, short()),
+            )
+        });
+        let h1 = s.spawn(|| {
+            server::serve(
+                &model,
+                Party::P1,
+                &b[1],
+                &listeners[1],
+                &p0_addr,
+                &opts(&b, short()),
+            )
+        });
         (h0.join().unwrap(), h1.join().unwrap())
     });
     for r in [r0, r1] {

@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::frame::{DEFAULT_MAX_PAYLOAD, FrameHeader, FrameKind, HEADER_LEN, MAX_CONTROL_PAYLOAD};
+use super::transport::{Tcp, Timed, Transport};
 use super::{NetError, Timeouts, Traffic};
 
 /// First pause between connect or accept attempts; it doubles up to
@@ -120,7 +121,7 @@ fn classify(e: io::Error, during: &'static str) -> NetError {
 /// [`Link::abort`], every call fails with [`NetError::Broken`].
 #[derive(Debug)]
 pub struct Link {
-    stream: TcpStream,
+    stream: Box<dyn Transport>,
     timeouts: Timeouts,
     max_payload: u64,
     total: Traffic,
@@ -173,7 +174,12 @@ impl Link {
         stream.set_nodelay(true).map_err(NetError::Io)?;
         stream.set_read_timeout(Some(t.io)).map_err(NetError::Io)?;
         stream.set_write_timeout(Some(t.io)).map_err(NetError::Io)?;
-        Ok(Self {
+        Ok(Self::over(Box::new(Tcp(stream)), t))
+    }
+
+    /// A link over a transport whose socket is already set up.
+    pub(super) fn over(stream: Box<dyn Transport>, t: Timeouts) -> Self {
+        Self {
             stream,
             timeouts: t,
             max_payload: DEFAULT_MAX_PAYLOAD,
@@ -182,12 +188,17 @@ impl Link {
             last_step: 0,
             read_ok: true,
             write_ok: true,
-        })
+        }
     }
 
     /// The timeouts the link was made with.
     pub fn timeouts(&self) -> Timeouts {
         self.timeouts
+    }
+
+    /// Sets the io timeout: from now on every frame must be done within it.
+    pub fn set_io_timeout(&mut self, io: Duration) {
+        self.timeouts.io = io;
     }
 
     /// The largest payload this link sends or accepts
@@ -204,12 +215,12 @@ impl Link {
 
     /// This side's address.
     pub fn local_addr(&self) -> Result<SocketAddr, NetError> {
-        self.stream.local_addr().map_err(NetError::Io)
+        self.stream.socket().local_addr().map_err(NetError::Io)
     }
 
     /// The peer's address.
     pub fn peer_addr(&self) -> Result<SocketAddr, NetError> {
-        self.stream.peer_addr().map_err(NetError::Io)
+        self.stream.socket().peer_addr().map_err(NetError::Io)
     }
 
     /// Traffic over the link's whole life.
@@ -230,7 +241,7 @@ impl Link {
         }
         self.check_outgoing(kind, payload)?;
         let mut writer = FrameWriter::new(kind, step, payload);
-        let result = writer.write_all(&self.stream);
+        let result = writer.write_all(&mut self.timed());
         self.tally(step, writer.done as u64, 0, 0);
         result.map_err(|e| {
             self.write_ok = writer.done == 0;
@@ -257,7 +268,7 @@ impl Link {
         }
         let want = self.expect(kind, step, expect_len)?;
         let mut received = 0;
-        let result = read_frame(&self.stream, &want, &mut received);
+        let result = read_frame(&mut self.timed(), &want, &mut received);
         self.tally(step, 0, received, 0);
         if result.is_err() && received > 0 {
             self.read_ok = false;
@@ -304,7 +315,7 @@ impl Link {
             let _ = self.send(FrameKind::Abort, self.last_step, &reason.as_bytes()[..end]);
         }
         // A FIN after the reason, so the peer's next read ends promptly.
-        let _ = self.stream.shutdown(Shutdown::Write);
+        let _ = self.stream.socket().shutdown(Shutdown::Write);
         self.read_ok = false;
         self.write_ok = false;
     }
@@ -357,24 +368,29 @@ impl Link {
         let want = self.expect(kind, step, expect_len)?;
         let mut writer = FrameWriter::new(kind, step, payload);
         let mut received = 0;
-        let stream = &self.stream;
+        let mut stream = self.timed();
 
         // Most rounds are small enough for the socket buffer to take whole;
         // writing without blocking first saves a thread for them.
-        let result = match write_nonblocking(stream, &mut writer) {
+        let first = if stream.transport().resumable_writes() {
+            write_nonblocking(stream.transport(), &mut writer)
+        } else {
+            Ok(())
+        };
+        let result = match first {
             Err(e) => {
                 self.write_ok = writer.done == 0;
                 Err(classify(e, "sending a frame"))
             }
             Ok(()) if writer.is_done() => {
-                let result = read_frame(stream, &want, &mut received);
+                let result = read_frame(&mut stream, &want, &mut received);
                 if result.is_err() && received > 0 {
                     self.read_ok = false;
                 }
                 result
             }
             Ok(()) => {
-                let result = write_while_reading(stream, &mut writer, &want, &mut received);
+                let result = write_while_reading(&mut stream, &mut writer, &want, &mut received);
                 if result.is_err() {
                     // The connection may have been shut down to stop the
                     // other half; either way neither side is at a boundary
@@ -388,6 +404,12 @@ impl Link {
         let rounds = u64::from(result.is_ok() && kind == FrameKind::Round);
         self.tally(step, writer.done as u64, received, rounds);
         result
+    }
+
+    /// The transport with a fresh frame deadline: a whole frame, not only a
+    /// silence, must fit in the io timeout.
+    fn timed(&self) -> Timed<'_> {
+        Timed::new(&*self.stream, self.timeouts.io)
     }
 
     fn tally(&mut self, step: u32, sent: u64, received: u64, rounds: u64) {
@@ -442,7 +464,7 @@ impl<'a> FrameWriter<'a> {
 
     /// Writes the rest of the frame, or stops at the first error (including
     /// `WouldBlock` on a non-blocking socket) with `done` up to date.
-    fn write_all(&mut self, mut out: &TcpStream) -> io::Result<()> {
+    fn write_all(&mut self, out: &mut impl Write) -> io::Result<()> {
         while !self.is_done() {
             let written = match self.header.get(self.done..) {
                 // One segment for header and payload where the kernel takes
@@ -464,14 +486,15 @@ impl<'a> FrameWriter<'a> {
 }
 
 /// Writes as much of the frame as the socket takes without blocking.
-fn write_nonblocking(stream: &TcpStream, writer: &mut FrameWriter<'_>) -> io::Result<()> {
-    stream.set_nonblocking(true)?;
-    let written = match writer.write_all(stream) {
+fn write_nonblocking(stream: &dyn Transport, writer: &mut FrameWriter<'_>) -> io::Result<()> {
+    let socket = stream.socket();
+    socket.set_nonblocking(true)?;
+    let written = match writer.write_all(&mut Plain(stream)) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
         other => other,
     };
     // Restore blocking mode even after an error: the timeouts rely on it.
-    let restored = stream.set_nonblocking(false);
+    let restored = socket.set_nonblocking(false);
     written.and(restored)
 }
 
@@ -485,11 +508,13 @@ fn write_nonblocking(stream: &TcpStream, writer: &mut FrameWriter<'_>) -> io::Re
 /// before leaving. The error reported is the first one, except that the
 /// peer's abort reason beats whatever its leaving caused on our side.
 fn write_while_reading(
-    stream: &TcpStream,
+    stream: &mut Timed<'_>,
     writer: &mut FrameWriter<'_>,
     want: &Expect,
     received: &mut u64,
 ) -> Result<Vec<u8>, NetError> {
+    let socket = stream.transport().socket();
+    let mut out = stream.share();
     let first: Mutex<Option<NetError>> = Mutex::new(None);
     let written = AtomicBool::new(false);
     let fail = |e: NetError, wake: bool| {
@@ -498,7 +523,7 @@ fn write_while_reading(
             if wake {
                 // If this fails the connection is already down, which is
                 // what it is for.
-                let _ = stream.shutdown(Shutdown::Both);
+                let _ = socket.shutdown(Shutdown::Both);
             }
             *first = Some(e);
         } else if matches!(e, NetError::PeerAborted(_)) {
@@ -506,7 +531,7 @@ fn write_while_reading(
         }
     };
     let payload = thread::scope(|s| {
-        s.spawn(|| match writer.write_all(stream) {
+        s.spawn(|| match writer.write_all(&mut out) {
             Ok(()) => written.store(true, Ordering::Release),
             Err(e) => {
                 let e = classify(e, "sending a frame");
@@ -537,7 +562,11 @@ fn write_while_reading(
 
 /// Reads one frame, checking its header against `want` before the payload.
 /// `received` counts every byte taken off the socket, even on failure.
-fn read_frame(stream: &TcpStream, want: &Expect, received: &mut u64) -> Result<Vec<u8>, NetError> {
+fn read_frame(
+    stream: &mut Timed<'_>,
+    want: &Expect,
+    received: &mut u64,
+) -> Result<Vec<u8>, NetError> {
     let header = read_header(stream, received)?;
     let header = FrameHeader::parse(&header)?;
     if header.kind == FrameKind::Abort {
@@ -583,7 +612,7 @@ fn read_frame(stream: &TcpStream, want: &Expect, received: &mut u64) -> Result<V
     read_payload(stream, len, reserve, received)
 }
 
-fn read_header(mut stream: &TcpStream, received: &mut u64) -> Result<[u8; HEADER_LEN], NetError> {
+fn read_header(stream: &mut Timed<'_>, received: &mut u64) -> Result<[u8; HEADER_LEN], NetError> {
     let mut header = [0u8; HEADER_LEN];
     let mut filled = 0;
     while filled < HEADER_LEN {
@@ -602,7 +631,7 @@ fn read_header(mut stream: &TcpStream, received: &mut u64) -> Result<[u8; HEADER
 }
 
 fn read_payload(
-    stream: &TcpStream,
+    stream: &mut Timed<'_>,
     len: usize,
     reserve: usize,
     received: &mut u64,
@@ -616,7 +645,7 @@ fn read_payload(
     })?;
     // `read_to_end` keeps what it read before an error, so the count holds
     // either way, and it reads into spare capacity without zeroing it first.
-    let result = stream.take(len as u64).read_to_end(&mut payload);
+    let result = (&mut *stream).take(len as u64).read_to_end(&mut payload);
     *received += payload.len() as u64;
     result.map_err(|e| classify(e, "reading a frame payload"))?;
     if payload.len() < len {
@@ -627,7 +656,7 @@ fn read_payload(
 
 /// The error an `Abort` frame of `len` bytes stands for, its reason read off
 /// the socket when it is within bounds.
-fn read_abort(stream: &TcpStream, len: u64, received: &mut u64) -> NetError {
+fn read_abort(stream: &mut Timed<'_>, len: u64, received: &mut u64) -> NetError {
     if len > MAX_CONTROL_PAYLOAD {
         return NetError::PeerAborted(format!(
             "(its {len}-byte reason is over the {MAX_CONTROL_PAYLOAD}-byte limit, not read)"
@@ -637,5 +666,23 @@ fn read_abort(stream: &TcpStream, len: u64, received: &mut u64) -> NetError {
     match read_payload(stream, len, len, received) {
         Ok(reason) => NetError::PeerAborted(String::from_utf8_lossy(&reason).into_owned()),
         Err(e) => NetError::PeerAborted(format!("(its reason was lost: {e})")),
+    }
+}
+
+/// A transport as `Write`, without a deadline: for the non-blocking first
+/// attempt, which never waits.
+struct Plain<'a>(&'a dyn Transport);
+
+impl Write for Plain<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write_vectored(&[IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.0.write_vectored(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }

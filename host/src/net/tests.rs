@@ -369,6 +369,28 @@ fn stalled_peer_mid_payload_times_out_and_breaks_the_link() {
 }
 
 #[test]
+fn a_trickling_peer_times_out_within_one_frame_deadline() {
+    // A slowloris: one byte every 50 ms never leaves a 300 ms silence, but
+    // the whole frame must arrive within 300 ms.
+    let (mut link, mut raw) = raw_pair(quick());
+    let drip = thread::spawn(move || {
+        let frame = encode_frame(FrameKind::Round, 0, &[7; 64]);
+        for b in frame {
+            if raw.write_all(&[b]).is_err() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let start = Instant::now();
+    let r = link.recv(FrameKind::Round, 0, None);
+    assert!(matches!(r, Err(NetError::Timeout { .. })), "{r:?}");
+    assert!(start.elapsed() < Duration::from_millis(600));
+    drop(link);
+    drip.join().unwrap();
+}
+
+#[test]
 fn stalled_peer_times_out_on_send() {
     // The peer never reads, so the socket buffers fill and the write stalls.
     let (mut link, raw) = raw_pair(quick());
