@@ -5,8 +5,18 @@
 //!          plan hash [32] · key-set id [16] · steps u32
 //!          summary length u32 · summary (UTF-8 JSON, ≤ 64 KiB)
 //! section  per step, in order: magic "SECT" · step u32 · length u64 · payload
+//!          · digest [32]
 //! end      magic "DONE" · steps u32
 //! ```
+//!
+//! Integrity: each section's digest is SHA-256 over the previous digest
+//! (for the first section, the SHA-256 of the header bytes), the step, the
+//! length and the payload. A server checks it as it streams the section,
+//! before any key in it is used, so a flipped bit, a truncated, reordered
+//! or spliced section, or a header from another file stops the query
+//! before an output share leaves the server. It guards against accidents
+//! and against anyone who can write but not read the file; one who can
+//! read a key file holds its secrets already.
 //!
 //! All integers are little-endian. The summary names the model and the
 //! shape, so a server can rebuild the plan from the file and compare
@@ -25,14 +35,17 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
+
 use crate::ledger::{Ledger, LedgerError};
 
 use serde::{Deserialize, Serialize};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"SUFFKEYS";
-/// Format version.
-pub const VERSION: u32 = 1;
+/// Format version: 2 added the section digests.
+pub const VERSION: u32 = 2;
 const SECTION: [u8; 4] = *b"SECT";
 const END: [u8; 4] = *b"DONE";
 /// Longest summary accepted.
@@ -77,7 +90,10 @@ pub enum KeyFileError {
         path: PathBuf,
     },
     /// Written by another format version.
-    #[error("{path}: key file format version {found}, this build reads version {VERSION}")]
+    #[error(
+        "{path}: key file format version {found}, this build reads version {VERSION} (deal new \
+         keys with this build)"
+    )]
     Version {
         /// The file.
         path: PathBuf,
@@ -121,6 +137,14 @@ pub enum KeyFileError {
         want: u64,
         /// Found.
         found: u64,
+    },
+    /// A section whose digest does not match: the file was corrupted.
+    #[error("{path}: step {step}'s keys are corrupt (their digest does not match)")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// The step.
+        step: u32,
     },
     /// Bytes where the end marker should be, or a missing end marker.
     #[error("{path}: {what}")]
@@ -192,6 +216,10 @@ pub struct KeyWriter {
     next: u32,
     steps: u32,
     bytes: u64,
+    /// The digest of the previous section (or of the header).
+    chain: [u8; 32],
+    /// The open section's digest so far and its bytes still to come.
+    open: Option<(Sha256, u64)>,
 }
 
 impl std::fmt::Debug for KeyWriter {
@@ -239,12 +267,15 @@ impl KeyWriter {
             next: 0,
             steps: header.steps,
             bytes: h.len() as u64,
+            chain: Sha256::digest(&h).into(),
+            open: None,
         })
     }
 
     /// Starts the next step's section of `len` bytes; the caller then
     /// writes exactly `len` bytes with [`KeyWriter::write`].
     pub fn section(&mut self, step: u32, len: u64) -> Result<(), KeyFileError> {
+        self.check_closed()?;
         if step != self.next || step >= self.steps {
             return Err(KeyFileError::Step {
                 path: self.path.clone(),
@@ -257,21 +288,66 @@ impl KeyWriter {
         h[..4].copy_from_slice(&SECTION);
         h[4..8].copy_from_slice(&step.to_le_bytes());
         h[8..].copy_from_slice(&len.to_le_bytes());
-        self.write(&h)
+        self.put(&h)?;
+        self.open = Some((section_digest(&self.chain, step, len), len));
+        self.write(&[])
     }
 
-    /// Appends payload bytes.
+    /// Appends payload bytes to the open section; the section's digest
+    /// follows its last byte.
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), KeyFileError> {
+        let Some((hash, left)) = &mut self.open else {
+            return match bytes.is_empty() {
+                true => Ok(()),
+                false => Err(self.overrun()),
+            };
+        };
+        *left = left
+            .checked_sub(bytes.len() as u64)
+            .ok_or_else(|| KeyFileError::Trailer {
+                path: self.path.clone(),
+                what: format!("step {} written past its length", self.next - 1),
+            })?;
+        hash.update(bytes);
+        let done = *left == 0;
+        self.put(bytes)?;
+        if done && let Some((hash, _)) = self.open.take() {
+            self.chain = hash.finalize().into();
+            let digest = self.chain;
+            self.put(&digest)?;
+        }
+        Ok(())
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(), KeyFileError> {
         self.bytes += bytes.len() as u64;
         self.out.write_all(bytes).map_err(io(&self.path))
     }
 
+    fn overrun(&self) -> KeyFileError {
+        KeyFileError::Trailer {
+            path: self.path.clone(),
+            what: "bytes written outside a section".into(),
+        }
+    }
+
+    fn check_closed(&self) -> Result<(), KeyFileError> {
+        match &self.open {
+            Some(_) => Err(KeyFileError::Truncated {
+                path: self.path.clone(),
+                what: format!("step {}'s keys (not all written)", self.next - 1),
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Writes the end marker and flushes; returns the file's size.
     pub fn finish(mut self) -> Result<u64, KeyFileError> {
+        self.check_closed()?;
         let mut t = [0u8; 8];
         t[..4].copy_from_slice(&END);
         t[4..].copy_from_slice(&self.steps.to_le_bytes());
-        self.write(&t)?;
+        self.put(&t)?;
         self.out.flush().map_err(io(&self.path))?;
         self.out.get_ref().sync_all().map_err(io(&self.path))?;
         Ok(self.bytes)
@@ -285,6 +361,8 @@ pub struct KeyReader {
     /// The header.
     pub header: Header,
     next: u32,
+    /// The digest of the previous section (or of the header).
+    chain: [u8; 32],
 }
 
 impl std::fmt::Debug for KeyReader {
@@ -301,12 +379,13 @@ impl KeyReader {
     pub fn open(path: &Path) -> Result<KeyReader, KeyFileError> {
         let file = File::open(path).map_err(io(path))?;
         let mut input = BufReader::with_capacity(1 << 20, file);
-        let header = read_header(&mut input, path)?;
+        let (header, chain) = read_header(&mut input, path)?;
         Ok(KeyReader {
             input,
             path: path.to_path_buf(),
             header,
             next: 0,
+            chain,
         })
     }
 
@@ -366,8 +445,9 @@ impl KeyReader {
         Ok(())
     }
 
-    /// Reads step `step`'s section, which must be `len` bytes.
-    pub fn section(&mut self, step: u32, len: u64) -> Result<Vec<u8>, KeyFileError> {
+    /// Reads step `step`'s section, which must be `len` bytes, and checks
+    /// its digest before returning it.
+    pub fn section(&mut self, step: u32, len: u64) -> Result<Zeroizing<Vec<u8>>, KeyFileError> {
         let (found, found_len) = self.section_header()?;
         if found != step {
             return Err(KeyFileError::Step {
@@ -392,7 +472,7 @@ impl KeyReader {
         })?;
         // Read straight into spare capacity: no zero-fill of a buffer the
         // size of the step's keys.
-        let mut buf = Vec::with_capacity(n);
+        let mut buf = Zeroizing::new(Vec::with_capacity(n));
         let got = (&mut self.input)
             .take(len)
             .read_to_end(&mut buf)
@@ -403,8 +483,27 @@ impl KeyReader {
                 what: format!("step {step}'s keys"),
             });
         }
-        self.next += 1;
+        let mut hash = section_digest(&self.chain, step, len);
+        hash.update(&buf[..]);
+        self.check_digest(step, hash)?;
         Ok(buf)
+    }
+
+    /// Reads the section's stored digest and compares it with `hash`.
+    fn check_digest(&mut self, step: u32, hash: Sha256) -> Result<(), KeyFileError> {
+        let mut stored = [0u8; 32];
+        let what = format!("step {step}'s digest");
+        read_exact(&mut self.input, &mut stored, &self.path, &what)?;
+        let digest: [u8; 32] = hash.finalize().into();
+        if digest != stored {
+            return Err(KeyFileError::Corrupt {
+                path: self.path.clone(),
+                step,
+            });
+        }
+        self.chain = digest;
+        self.next += 1;
+        Ok(())
     }
 
     /// Reads the next section header: `(step, length)`.
@@ -424,18 +523,19 @@ impl KeyReader {
         Ok((le_u32(&h[4..8]), le_u64(&h[8..16])))
     }
 
-    /// Skips a section's payload (for inspection).
-    pub fn skip(&mut self, len: u64) -> Result<(), KeyFileError> {
-        let copied = std::io::copy(&mut (&mut self.input).take(len), &mut std::io::sink())
-            .map_err(io(&self.path))?;
+    /// Reads past a section's payload, checking its digest (for
+    /// inspection). `step` and `len` are from [`KeyReader::section_header`].
+    pub fn skip(&mut self, step: u32, len: u64) -> Result<(), KeyFileError> {
+        let mut hash = section_digest(&self.chain, step, len);
+        let copied =
+            std::io::copy(&mut (&mut self.input).take(len), &mut hash).map_err(io(&self.path))?;
         if copied != len {
             return Err(KeyFileError::Truncated {
                 path: self.path.clone(),
-                what: format!("step {}'s keys", self.next),
+                what: format!("step {step}'s keys"),
             });
         }
-        self.next += 1;
-        Ok(())
+        self.check_digest(step, hash)
     }
 
     /// Checks the end marker after the last section.
@@ -458,6 +558,16 @@ impl KeyReader {
             Err(e) => Err(io(&self.path)(e)),
         }
     }
+}
+
+/// A section's digest, started: the chain, the step and the length; the
+/// payload follows.
+fn section_digest(chain: &[u8; 32], step: u32, len: u64) -> Sha256 {
+    let mut h = Sha256::new();
+    h.update(chain);
+    h.update(step.to_le_bytes());
+    h.update(len.to_le_bytes());
+    h
 }
 
 fn le_u32(b: &[u8]) -> u32 {
@@ -490,7 +600,8 @@ fn read_exact(
     })
 }
 
-fn read_header(r: &mut impl Read, path: &Path) -> Result<Header, KeyFileError> {
+/// Reads the header; returns it with its digest, the start of the chain.
+fn read_header(r: &mut impl Read, path: &Path) -> Result<(Header, [u8; 32]), KeyFileError> {
     let mut fixed = [0u8; 8 + 4 + 4 + 32 + 16 + 4 + 4];
     // The magic first: a file that is not a key file should say so, however
     // short it is.
@@ -505,7 +616,11 @@ fn read_header(r: &mut impl Read, path: &Path) -> Result<Header, KeyFileError> {
 }
 
 /// Parses the fixed header bytes, reading the summary from `r`.
-fn parse_header(fixed: &[u8; 72], r: &mut impl Read, path: &Path) -> Result<Header, KeyFileError> {
+fn parse_header(
+    fixed: &[u8; 72],
+    r: &mut impl Read,
+    path: &Path,
+) -> Result<(Header, [u8; 32]), KeyFileError> {
     if fixed[..8] != MAGIC {
         return Err(KeyFileError::BadMagic {
             path: path.to_path_buf(),
@@ -542,22 +657,28 @@ fn parse_header(fixed: &[u8; 72], r: &mut impl Read, path: &Path) -> Result<Head
     }
     let mut summary = vec![0u8; len];
     read_exact(r, &mut summary, path, "the summary")?;
+    let chain = Sha256::new()
+        .chain_update(fixed)
+        .chain_update(&summary)
+        .finalize()
+        .into();
     let summary: Summary =
         serde_json::from_slice(&summary).map_err(|e| bad(&format!("summary: {e}")))?;
-    Ok(Header {
+    let header = Header {
         party,
         plan_hash,
         key_set,
         steps,
         summary,
-    })
+    };
+    Ok((header, chain))
 }
 
 /// Parses a header from a byte slice (for fuzzing and inspection).
 pub fn parse_header_bytes(bytes: &[u8]) -> Result<Header, KeyFileError> {
     let path = Path::new("<bytes>");
     let mut r = bytes;
-    read_header(&mut r, path)
+    read_header(&mut r, path).map(|(h, _)| h)
 }
 
 #[cfg(test)]
@@ -611,7 +732,7 @@ mod tests {
             r.check(1, &[8; 32]),
             Err(KeyFileError::PlanMismatch { .. })
         ));
-        assert_eq!(r.section(0, 3).unwrap(), vec![1, 2, 3]);
+        assert_eq!(*r.section(0, 3).unwrap(), vec![1, 2, 3]);
         assert!(r.section(1, 0).unwrap().is_empty());
         r.finish().unwrap();
     }
@@ -643,6 +764,68 @@ mod tests {
     }
 
     #[test]
+    fn every_flipped_bit_is_detected() {
+        let d = tmp("flip");
+        let p = write(&d);
+        let full = std::fs::read(&p).unwrap();
+        for byte in 0..full.len() {
+            for bit in 0..8 {
+                let mut bad = full.clone();
+                bad[byte] ^= 1 << bit;
+                std::fs::write(&p, &bad).unwrap();
+                let result = KeyReader::open(&p).and_then(|mut r| {
+                    r.check(1, &[7; 32])?;
+                    r.section(0, 3)?;
+                    r.section(1, 0)?;
+                    r.finish()
+                });
+                assert!(
+                    result.is_err(),
+                    "a flip of bit {bit} of byte {byte} went unseen"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn sections_from_another_file_are_refused() {
+        // Same header shape and lengths, another key set: splicing its
+        // first section into this file breaks the chain.
+        let d = tmp("splice");
+        let p = write(&d);
+        let mut other = header();
+        other.key_set = [8; 16];
+        let q = d.join("other");
+        let mut w = KeyWriter::create(&q, &other).unwrap();
+        w.section(0, 3).unwrap();
+        w.write(&[1, 2, 3]).unwrap();
+        w.section(1, 0).unwrap();
+        w.finish().unwrap();
+        let (a, b) = (std::fs::read(&p).unwrap(), std::fs::read(&q).unwrap());
+        let head = a.len() - (16 + 3 + 32) - (16 + 32) - 8;
+        let mut spliced = a[..head].to_vec();
+        spliced.extend_from_slice(&b[head..]);
+        std::fs::write(&p, &spliced).unwrap();
+        let mut r = KeyReader::open(&p).unwrap();
+        assert!(matches!(
+            r.section(0, 3),
+            Err(KeyFileError::Corrupt { step: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn a_writer_refuses_short_and_long_sections() {
+        let d = tmp("short");
+        let mut w = KeyWriter::create(&d.join("a"), &header()).unwrap();
+        w.section(0, 3).unwrap();
+        w.write(&[1, 2]).unwrap();
+        assert!(w.section(1, 0).is_err());
+        let mut w = KeyWriter::create(&d.join("b"), &header()).unwrap();
+        w.section(0, 3).unwrap();
+        assert!(w.write(&[1, 2, 3, 4]).is_err());
+    }
+
+    #[test]
     fn garbage_headers_are_rejected_without_panicking() {
         assert!(matches!(
             parse_header_bytes(b""),
@@ -659,7 +842,7 @@ mod tests {
             parse_header_bytes(&h),
             Err(KeyFileError::Version { found: 9, .. })
         ));
-        h[8] = 1;
+        h[8] = VERSION as u8;
         h[12] = 2;
         assert!(matches!(
             parse_header_bytes(&h),

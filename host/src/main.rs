@@ -527,7 +527,7 @@ fn inspect(path: &Path, state: &State) -> Result<ExitCode> {
     let mut largest = (0u32, 0u64);
     for _ in 0..h.steps {
         let (step, len) = r.section_header()?;
-        r.skip(len)?;
+        r.skip(step, len)?;
         total += len;
         if len > largest.1 {
             largest = (step, len);

@@ -12,6 +12,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use suffuse_accel_cpu::CpuEval;
 use suffuse_core::fss::Party;
+use zeroize::Zeroizing;
 
 use crate::exec::{self, ExecError, Store};
 use crate::keyfile::{KeyFileError, KeyReader};
@@ -112,7 +113,7 @@ pub fn run(
         .enumerate()
         .filter_map(|(op, s)| s.map(|s| (s, proto::section_len(plan, op, party))))
         .collect();
-    let (tx, rx) = mpsc::sync_channel::<Result<Vec<u8>, KeyFileError>>(2);
+    let (tx, rx) = mpsc::sync_channel::<Result<Zeroizing<Vec<u8>>, KeyFileError>>(2);
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it
         // and a reader blocked on the full channel wakes and stops, instead
@@ -127,7 +128,7 @@ pub fn run(
                     return;
                 }
             }
-            let _ = tx.send(keys.finish().map(|()| Vec::new()));
+            let _ = tx.send(keys.finish().map(|()| Zeroizing::new(Vec::new())));
         });
         let mut on = Online { party, link, fss };
         let mut times: BTreeMap<Category, f64> = BTreeMap::new();

@@ -302,3 +302,21 @@ fn session_errors_name_the_failing_part() {
     let r = session::run(&model, &too_long, &Options::default());
     assert!(matches!(r, Err(SessionError::Plan(_))), "{r:?}");
 }
+
+#[test]
+fn a_corrupt_key_section_stops_the_query_before_any_output() {
+    let model = Model::demo();
+    let files = deal(&model, 4, "corrupt");
+    // One bit of P1's first section (its seed comes first).
+    let mut bytes = std::fs::read(&files[1]).unwrap();
+    let summary = u32::from_le_bytes(bytes[68..72].try_into().unwrap()) as usize;
+    bytes[72 + summary + 16] ^= 1;
+    std::fs::write(&files[1], &bytes).unwrap();
+    let batch = tokens(&model, &["a"]);
+    let (served, q) = session::query_pair(&model, &files, &batch, &opts(&files, short())).unwrap();
+    assert!(q.is_err(), "the client got an output from corrupt keys");
+    let e1 = served[1].as_ref().unwrap_err().to_string();
+    assert!(e1.contains("corrupt"), "{e1}");
+    let e0 = served[0].as_ref().unwrap_err().to_string();
+    assert!(e0.contains("corrupt"), "P0 is told why: {e0}");
+}
