@@ -85,9 +85,11 @@ pub fn clear_inputs(
             batch: b,
         });
     }
-    let mut x = vec![0u64; b * l * d];
-    let mut bias = vec![plan.pad_bias; b * l];
-    let mut mask = vec![0u64; b * l];
+    let too_large = || PlanError::ShapeTooLarge { batch: b, seq: l };
+    let rows = b.checked_mul(l).ok_or_else(too_large)?;
+    let mut x = vec![0u64; rows.checked_mul(d).ok_or_else(too_large)?];
+    let mut bias = vec![plan.pad_bias; rows];
+    let mut mask = vec![0u64; rows];
     for (i, tokens) in batch.iter().enumerate() {
         if tokens.len() > l || tokens.is_empty() {
             return Err(ClientError::TooLong {
@@ -310,12 +312,25 @@ fn net(server: usize) -> impl Fn(NetError) -> ClientError {
     }
 }
 
+/// The shape this client expects the servers' keys to be dealt for. What
+/// the servers announce is checked against it before anything is built or
+/// allocated for their shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expect {
+    /// Sentences per query.
+    pub batch: usize,
+    /// Tokens per sentence, if the client insists on one.
+    pub seq: Option<usize>,
+}
+
 /// Connects to both servers, exchanges hellos and checks that they hold
-/// the same key set for the plan that `model` gives at their shape.
+/// the same key set, at the shape `expect` allows, for the plan that
+/// `model` gives at that shape.
 pub fn connect(
     model: &Model,
     servers: [&str; 2],
     timeouts: Timeouts,
+    expect: Expect,
 ) -> Result<Connected, ClientError> {
     let mut links = [
         Link::connect(servers[0], timeouts).map_err(net(0))?,
@@ -349,6 +364,16 @@ pub fn connect(
         )));
     }
     let (hash, _, b, seq) = shapes.swap_remove(0);
+    if b != expect.batch || expect.seq.is_some_and(|s| s != seq) {
+        return Err(ClientError::Mismatch(format!(
+            "the servers' keys are for {b} sentence(s) × {seq} tokens; this query expects {} \
+             sentence(s){}",
+            expect.batch,
+            expect
+                .seq
+                .map_or(String::new(), |s| format!(" × {s} tokens"))
+        )));
+    }
     let plan = bert::build(model, b, seq)?;
     if plan.hash_hex() != hash {
         return Err(ClientError::Mismatch(format!(
@@ -366,7 +391,11 @@ pub fn query(
     batch: &[Vec<u32>],
     timeouts: Timeouts,
 ) -> Result<QueryOutcome, ClientError> {
-    connect(model, servers, timeouts)?.run(model, batch)
+    let expect = Expect {
+        batch: batch.len(),
+        seq: None,
+    };
+    connect(model, servers, timeouts, expect)?.run(model, batch)
 }
 
 /// An output frame: report length (u32), the report (JSON), the share.

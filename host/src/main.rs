@@ -147,6 +147,14 @@ enum Command {
         /// Seconds to wait for the servers.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
+        /// Sentences the servers' keys must be dealt for (default: the
+        /// number of texts); a server announcing another shape is refused.
+        #[arg(long)]
+        batch: Option<usize>,
+        /// Tokens per sentence the servers' keys must be dealt for (default:
+        /// any up to the model's limit).
+        #[arg(long)]
+        seq: Option<usize>,
         #[command(flatten)]
         out: Output,
         /// The texts.
@@ -320,6 +328,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             servers,
             compare,
             timeout,
+            batch,
+            seq,
             out,
             texts,
         } => {
@@ -327,7 +337,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let Some((a, b)) = servers.split_once(',') else {
                 bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
             };
-            let servers = client::connect(&model, [a, b], timeouts(timeout))?;
+            let expect = client::Expect {
+                batch: batch.unwrap_or(texts.len()),
+                seq,
+            };
+            let servers = client::connect(&model, [a, b], timeouts(timeout), expect)?;
             // The servers' keys fix the padded length: texts are truncated to
             // it, as `embed --max-tokens` does.
             let batch = tokenize(&model, &texts, Some(servers.seq()))?;

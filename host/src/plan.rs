@@ -33,6 +33,14 @@ use bound::Bound;
 /// Version of the plan format; part of the hash.
 pub const PLAN_VERSION: u32 = 1;
 
+/// The most sentences a plan takes in one run. Far above what one key set
+/// is dealt for in practice; it keeps every shape product small enough to
+/// check once ([`PlanError::ShapeTooLarge`]).
+pub const MAX_BATCH: usize = 1 << 16;
+
+/// The most elements any tensor of a plan may have.
+pub const MAX_ELEMENTS: u64 = 1 << 32;
+
 /// What a piece of work is, for the report (the columns of seeds/001
 /// Tables 1, 5 and 6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -596,6 +604,17 @@ pub enum PlanError {
         "a plan needs at least one sentence of at least one token (got batch {batch}, sequence {seq})"
     )]
     EmptyShape {
+        /// Sentences.
+        batch: usize,
+        /// Tokens.
+        seq: usize,
+    },
+    /// A shape whose tensors would not fit in memory (or in `usize`).
+    #[error(
+        "a batch of {batch} sentences × {seq} tokens is too large (at most {MAX_BATCH} sentences, \
+         and at most 2^32 elements in any tensor)"
+    )]
+    ShapeTooLarge {
         /// Sentences.
         batch: usize,
         /// Tokens.

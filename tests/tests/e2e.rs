@@ -320,3 +320,50 @@ fn a_corrupt_key_section_stops_the_query_before_any_output() {
     let e0 = served[0].as_ref().unwrap_err().to_string();
     assert!(e0.contains("corrupt"), "P0 is told why: {e0}");
 }
+
+#[test]
+fn a_client_refuses_a_shape_it_did_not_ask_for_without_allocating() {
+    let model = Model::demo();
+    for batch in [1usize << 61, 1_000_000, 2] {
+        let listeners = [
+            Listener::bind("127.0.0.1:0").unwrap(),
+            Listener::bind("127.0.0.1:0").unwrap(),
+        ];
+        let addrs = listeners
+            .each_ref()
+            .map(|l| l.local_addr().unwrap().to_string());
+        let r = std::thread::scope(|s| {
+            for (party, l) in listeners.iter().enumerate() {
+                s.spawn(move || {
+                    let mut link = l.accept(short()).unwrap();
+                    let _ = client::recv_hello(&mut link).unwrap();
+                    let fake = client::Hello::Server {
+                        party: party as u8,
+                        plan_hash: "00".into(),
+                        key_set: "00".into(),
+                        batch,
+                        seq: 4,
+                        model: "demo".into(),
+                    };
+                    client::send_hello(&mut link, &fake).unwrap();
+                });
+            }
+            let expect = client::Expect {
+                batch: 1,
+                seq: None,
+            };
+            client::connect(&model, [&addrs[0], &addrs[1]], short(), expect)
+        });
+        let e = r.err().unwrap().to_string();
+        assert!(e.contains("this query expects 1 sentence"), "{e}");
+    }
+}
+
+#[test]
+fn absurd_shapes_are_plan_errors() {
+    let model = Model::demo();
+    for (batch, seq) in [(1usize << 61, 4), (usize::MAX, usize::MAX), (1 << 17, 1)] {
+        let r = bert::build(&model, batch, seq);
+        assert!(r.is_err(), "batch {batch} × {seq} was planned");
+    }
+}

@@ -94,6 +94,18 @@ fn build_uncached(
             max: cfg.max_positions,
         });
     }
+    // The largest tensors: activations (b·L·max(d, d_ff)) and scores
+    // (b·h·L·L), computed in u64 with every product checked.
+    let widest = cfg
+        .hidden
+        .max(cfg.intermediate)
+        .max(cfg.heads.saturating_mul(seq));
+    let largest = [batch, seq, widest]
+        .iter()
+        .try_fold(1u64, |acc, &n| acc.checked_mul(n as u64));
+    if batch > super::MAX_BATCH || largest.is_none_or(|n| n > super::MAX_ELEMENTS) {
+        return Err(PlanError::ShapeTooLarge { batch, seq });
+    }
     if cfg.heads == 0 || !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(PlanError::Heads {
             hidden: cfg.hidden,
