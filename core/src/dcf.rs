@@ -13,12 +13,18 @@
 //! `[x < β] = DCF_r((x̂ − β) mod 2^k) ⊕ DCF_r(x̂) ⊕ [x̂ < β]`.
 
 use crate::error::Error;
-use crate::fss::{self, KeyBatch, Kind, Params, Party};
+use crate::fss::{self, KeyBatch, Kind, Output, Params, Party};
 use crate::prg::{Block, FixedKeyAes, Hasher};
 
 /// Generates DCF keys for `β·[x < α]` into `key0` and `key1` (each
-/// `params.key_len()` bytes). See [`crate::fss`] for the secret-handling
-/// contract. Returns the AES calls made.
+/// `params.key_len()` bytes). For ring output, `rng` draws the off-path
+/// value corrections: it must be fresh dealer randomness, never derived
+/// from a party's seed, or that party could predict them. Bit-output keys
+/// draw nothing and ignore `rng`; code that deals them uses
+/// [`generate_bit`], which takes none (this signature stays for the test
+/// oracles that run both outputs through one function type). See
+/// [`crate::fss`] for the secret-handling contract. Returns the AES calls
+/// made.
 #[allow(clippy::too_many_arguments)]
 pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     aes: &H,
@@ -30,10 +36,31 @@ pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     key0: &mut [u8],
     key1: &mut [u8],
 ) -> Result<u64, Error> {
-    if params.kind() != Kind::Dcf {
+    match (params.kind(), params.output()) {
+        (Kind::Dcf, Output::Bit) => generate_bit(aes, params, alpha, roots, key0, key1),
+        (Kind::Dcf, Output::Ring(_)) => {
+            fss::gen_pair(aes, params, alpha, beta, roots, Some(rng), key0, key1)
+        }
+        (Kind::Dpf, _) => Err(Error::KindMismatch),
+    }
+}
+
+/// Generates bit-output DCF keys for `[x < α]` (β = 1) into `key0` and
+/// `key1`. They draw no randomness, so none is taken. Returns the AES calls
+/// made.
+pub fn generate_bit<H: Hasher + ?Sized>(
+    aes: &H,
+    params: &Params,
+    alpha: u64,
+    roots: [Block; 2],
+    key0: &mut [u8],
+    key1: &mut [u8],
+) -> Result<u64, Error> {
+    if params.kind() != Kind::Dcf || params.output() != Output::Bit {
         return Err(Error::KindMismatch);
     }
-    fss::gen_pair(aes, params, alpha, beta, roots, rng, key0, key1)
+    let none: Option<&mut crate::prg::Prg> = None;
+    fss::gen_pair(aes, params, alpha, 1, roots, none, key0, key1)
 }
 
 /// Evaluates one party's DCF key at one public point (taken mod `2^k`).

@@ -24,7 +24,11 @@ pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     if params.kind() != Kind::Dpf {
         return Err(Error::KindMismatch);
     }
-    fss::gen_pair(aes, params, alpha, beta, roots, rng, key0, key1)
+    // A DPF draws no randomness; `rng` keeps the signature of
+    // `dcf::generate`, which the test oracles share.
+    let _ = rng;
+    let none: Option<&mut crate::prg::Prg> = None;
+    fss::gen_pair(aes, params, alpha, beta, roots, none, key0, key1)
 }
 
 /// Evaluates one party's DPF key at one public point (taken mod `2^k`).

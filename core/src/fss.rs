@@ -488,6 +488,11 @@ pub(crate) fn write_word(bytes: &mut [u8], v: u64) {
 /// modulo `2^k` and β modulo `2^w`; bit-output keys ignore β (it is 1). All
 /// inputs except `params` are secret and steer no branch or index. Returns
 /// the number of AES calls made.
+///
+/// `rng` draws the off-path value corrections of ring-output DCF keys, so
+/// it must be fresh dealer randomness that neither party can predict; it is
+/// required exactly for those keys (`KindMismatch` otherwise), and
+/// bit-output keys and DPFs take `None`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     aes: &H,
@@ -495,13 +500,17 @@ pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     alpha: u64,
     beta: u64,
     roots: [Block; 2],
-    rng: &mut R,
+    mut rng: Option<&mut R>,
     key0: &mut [u8],
     key1: &mut [u8],
 ) -> Result<u64, Error> {
     let p = params;
     if key0.len() != p.key_len() || key1.len() != p.key_len() {
         return Err(Error::BufferLength);
+    }
+    let draws = p.kind == Kind::Dcf && matches!(p.output, Output::Ring(_));
+    if draws != rng.is_some() {
+        return Err(Error::KindMismatch);
     }
     // α and β are secret: reduce them instead of branching on a range check.
     let alpha = p.domain.reduce(alpha);
@@ -551,7 +560,7 @@ pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
             let on = cond_neg(w, on, r0.lsb() ^ 1);
             // Off path the siblings' seeds are equal and V cancels; a random
             // V makes the two cases look alike.
-            let random = w.reduce(rng.next_u64());
+            let random = rng.as_deref_mut().map_or(0, |r| w.reduce(r.next_u64()));
             let vcw = select_u64(a_i, random, on);
             let vb = p.value_bytes();
             write_word(&mut key0[off + 16..off + 16 + vb], vcw);

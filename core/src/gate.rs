@@ -32,7 +32,7 @@ use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Params, Party};
 use crate::mpc;
 use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Mono, Phi, Plan, Publics};
-use crate::prg::{Block, Domain, Hasher, Prg};
+use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};
 use crate::suf::Suf;
 
@@ -337,9 +337,6 @@ impl Gate {
         if chunk == 0 {
             return Err(Error::Suf(SufError::Capacity));
         }
-        // Bit-output DCF generation draws no randomness; the generator is
-        // only there to satisfy the interface.
-        let mut unused = Prg::new(&seeds[0]);
         let mut calls = 0;
         let mut done = 0;
         while done < count {
@@ -358,13 +355,11 @@ impl Gate {
                     let params = self.key_params(k);
                     let len = params.key_len();
                     let at = (done + e) * len;
-                    calls += dcf::generate(
+                    calls += dcf::generate_bit(
                         h,
                         &params,
                         c.key_alpha(k, r),
-                        1,
                         [self.root(p0, k), self.root(p1, k)],
-                        &mut unused,
                         &mut dcf0[k][at..at + len],
                         &mut dcf1[k][at..at + len],
                     )?;
@@ -1165,7 +1160,7 @@ pub fn run_pair(
 pub(crate) mod testing {
     use super::*;
     use crate::batch::Serial;
-    use crate::prg::FixedKeyAes;
+    use crate::prg::{FixedKeyAes, Prg};
     use std::vec;
     use std::vec::Vec;
 

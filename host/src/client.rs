@@ -125,7 +125,7 @@ pub fn clear_inputs(
 
 /// Splits cleartext inputs into two additive sharings.
 pub fn share(inputs: &ClearInputs) -> Result<[InputShares; 2], ClientError> {
-    let seed = random::<16>()?;
+    let seed = zeroize::Zeroizing::new(random::<16>()?);
     let mut prg = suffuse_core::prg::Prg::new(&seed);
     let mut split = |v: &[u64]| -> (Vec<u64>, Vec<u64>) {
         let r: Vec<u64> = v.iter().map(|_| prg.next_u64()).collect();

@@ -13,6 +13,7 @@ use std::time::Instant;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use suffuse_accel_cpu::Backend;
 use suffuse_core::fss::Party;
+use zeroize::Zeroize;
 
 use crate::keyfile::{Header, KeyFileError, KeyWriter, Summary};
 use crate::plan::{Category, Plan, hex};
@@ -139,7 +140,7 @@ pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, Deale
         for (w, len) in writers.iter_mut().zip(lens) {
             w.section(step, len)?;
         }
-        let seeds = [random::<16>()?, random::<16>()?];
+        let mut seeds = [random::<16>()?, random::<16>()?];
         let mut written = [0u64; 2];
         let mut emit = |parts: &[Vec<u8>; 2]| -> Result<(), KeyFileError> {
             for p in 0..2 {
@@ -148,7 +149,9 @@ pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, Deale
             }
             Ok(())
         };
-        proto::deal(plan, op, &h, seeds, &mut emit)?;
+        let dealt = proto::deal(plan, op, &h, seeds, &mut emit);
+        seeds.zeroize();
+        dealt?;
         for p in 0..2 {
             if written[p] != lens[p] {
                 return Err(DealerError::Layout {

@@ -5,14 +5,33 @@
 
 use rayon::prelude::*;
 use suffuse_accel_cpu::linalg;
+use zeroize::Zeroize;
 
 use crate::plan::{Kind, Plan};
 
 /// Tensor values by slot; a slot is empty before it is written and after
-/// its last use.
-#[derive(Debug, Default)]
+/// its last use. On a party the values are shares: a freed slot and the
+/// whole store are wiped, and `Debug` shows only which slots are held.
+#[derive(Default)]
 pub struct Store {
     slots: Vec<Option<Vec<u64>>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.slots.iter().filter(|s| s.is_some()).count();
+        write!(
+            f,
+            "Store {{ {held} of {} slots held, values redacted }}",
+            self.slots.len()
+        )
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.slots.zeroize();
+    }
 }
 
 /// A slot that should hold a value does not (a plan/interpreter bug or a
@@ -96,7 +115,7 @@ impl Store {
     pub fn release_after(&mut self, plan: &Plan, i: usize) {
         for t in plan.ops[i].kind.inputs() {
             if plan.last_use[t] == i {
-                self.slots[t] = None;
+                self.slots[t].zeroize();
             }
         }
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use suffuse_accel_cpu::CpuEval;
 use suffuse_core::fss::Party;
-use zeroize::Zeroizing;
+use zeroize::{Zeroize, Zeroizing};
 
 use crate::exec::{self, ExecError, Store};
 use crate::keyfile::{KeyFileError, KeyReader};
@@ -73,8 +73,8 @@ pub enum PartyError {
     },
 }
 
-/// This party's shares of the plan's inputs.
-#[derive(Clone, Debug)]
+/// This party's shares of the plan's inputs: wiped on drop, redacted in
+/// `Debug`.
 pub struct InputShares {
     /// Embeddings.
     pub x: Vec<u64>,
@@ -82,6 +82,26 @@ pub struct InputShares {
     pub bias: Vec<u64>,
     /// Pooling mask (mean pooling).
     pub mask: Option<Vec<u64>>,
+}
+
+impl std::fmt::Debug for InputShares {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputShares")
+            .field("x", &format_args!("[{} words, redacted]", self.x.len()))
+            .field(
+                "bias",
+                &format_args!("[{} words, redacted]", self.bias.len()),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for InputShares {
+    fn drop(&mut self) {
+        self.x.zeroize();
+        self.bias.zeroize();
+        self.mask.zeroize();
+    }
 }
 
 /// Runs the plan as `party`; returns the output share and the figures.
@@ -92,15 +112,16 @@ pub fn run(
     keys: KeyReader,
     link: &mut Link,
     fss: &CpuEval,
-    inputs: InputShares,
+    mut inputs: InputShares,
 ) -> Result<(Vec<u64>, PartyReport), PartyError> {
     let start = Instant::now();
     // Only this run's traffic: not the hellos or the servers' ready round.
     let before = link.traffic();
     let mut store = Store::new(plan);
-    store.set(plan, plan.inputs.x, inputs.x)?;
-    store.set(plan, plan.inputs.bias, inputs.bias)?;
-    if let (Some(t), Some(m)) = (plan.inputs.mask, inputs.mask) {
+    // Moved into the store, which wipes them in its turn.
+    store.set(plan, plan.inputs.x, std::mem::take(&mut inputs.x))?;
+    store.set(plan, plan.inputs.bias, std::mem::take(&mut inputs.bias))?;
+    if let (Some(t), Some(m)) = (plan.inputs.mask, inputs.mask.take()) {
         store.set(plan, t, m)?;
     }
     let mut report = PartyReport {
