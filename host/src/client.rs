@@ -15,7 +15,9 @@ use serde::{Deserialize, Serialize};
 use crate::dealer::random;
 use crate::fixed::{FRAC, decode, encode};
 use crate::model::{Model, ModelError};
-use crate::net::{FrameKind as Frame, Link, NetError, Timeouts, get_words, put_words};
+use crate::net::{
+    FrameKind as Frame, Link, NetError, Role, Security, Timeouts, get_words, put_words,
+};
 use crate::party::{InputShares, PartyReport};
 use crate::plan::{Finish, Plan, PlanError, bert, hex};
 use crate::reference::ClearInputs;
@@ -330,16 +332,17 @@ pub fn connect(
     model: &Model,
     servers: [&str; 2],
     timeouts: Timeouts,
+    sec: &Security,
     expect: Expect,
 ) -> Result<Connected, ClientError> {
-    let mut links = [
-        Link::connect(servers[0], timeouts).map_err(net(0))?,
-        Link::connect(servers[1], timeouts).map_err(net(1))?,
-    ];
+    // One server at a time, hello included: P0 serves one connection at a
+    // time, and P1 accepts only once it has met P0.
+    let mut links = Vec::with_capacity(2);
     let mut shapes = Vec::new();
-    for (i, link) in links.iter_mut().enumerate() {
-        send_hello(link, &Hello::Client).map_err(net(i))?;
-        match recv_hello(link).map_err(net(i))? {
+    for (i, role) in [Role::P0, Role::P1].into_iter().enumerate() {
+        let mut link = Link::connect_secured(servers[i], timeouts, sec, role).map_err(net(i))?;
+        send_hello(&mut link, &Hello::Client).map_err(net(i))?;
+        match recv_hello(&mut link).map_err(net(i))? {
             Ok(Hello::Server {
                 party,
                 plan_hash,
@@ -356,7 +359,11 @@ pub fn connect(
             }
             Err(what) => return Err(ClientError::Reply { server: i, what }),
         }
+        links.push(link);
     }
+    let links: [Link; 2] = links
+        .try_into()
+        .map_err(|_| ClientError::Mismatch("a server link was lost".into()))?;
     if shapes[0] != shapes[1] {
         return Err(ClientError::Mismatch(format!(
             "the servers hold different key sets or plans: {:?} vs {:?}",
@@ -390,12 +397,13 @@ pub fn query(
     servers: [&str; 2],
     batch: &[Vec<u32>],
     timeouts: Timeouts,
+    sec: &Security,
 ) -> Result<QueryOutcome, ClientError> {
     let expect = Expect {
         batch: batch.len(),
         seq: None,
     };
-    connect(model, servers, timeouts, expect)?.run(model, batch)
+    connect(model, servers, timeouts, sec, expect)?.run(model, batch)
 }
 
 /// An output frame: report length (u32), the report (JSON), the share.

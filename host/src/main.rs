@@ -2,6 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -12,7 +13,7 @@ use suffuse_host::dealer;
 use suffuse_host::keyfile::KeyReader;
 use suffuse_host::ledger::{Ledger, LedgerError};
 use suffuse_host::model::Model;
-use suffuse_host::net::{Listener, Timeouts};
+use suffuse_host::net::{Listener, Role, Security, Timeouts, TlsConfig, make_certs};
 use suffuse_host::plan::{bert, hex};
 use suffuse_host::report::{Report, bytes, cosine};
 use suffuse_host::server::{self, ServeOptions};
@@ -127,6 +128,8 @@ enum Command {
         report_json: Option<PathBuf>,
         #[command(flatten)]
         state: State,
+        #[command(flatten)]
+        transport: Transport,
         /// Keep the key file on disk once spent (it is deleted otherwise;
         /// the ledger refuses it either way).
         #[arg(long)]
@@ -156,10 +159,20 @@ enum Command {
         #[arg(long)]
         seq: Option<usize>,
         #[command(flatten)]
+        transport: Transport,
+        #[command(flatten)]
         out: Output,
         /// The texts.
         #[arg(required = true)]
         texts: Vec<String>,
+    },
+    /// Makes a CA and one certificate per role (p0, p1, client) in OUT, for
+    /// `--tls OUT`; copy ca.pem and each role's .pem and .key to that
+    /// role's machine only.
+    Certs {
+        /// Output folder (created 0700; must not hold certificates yet).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Prints a key file's header, plan hash and section sizes, and
     /// whether this machine's ledger has it spent.
@@ -169,6 +182,31 @@ enum Command {
         #[command(flatten)]
         state: State,
     },
+}
+
+#[derive(clap::Args, Debug)]
+struct Transport {
+    /// Mutual TLS with the certificates in this folder (from `suffuse
+    /// certs`): ca.pem and this role's p0, p1 or client .pem and .key.
+    #[arg(long, required_unless_present = "insecure_transport")]
+    tls: Option<PathBuf>,
+    /// Plain TCP, unauthenticated and unencrypted: for a private test
+    /// network only. Every party must say so (a TLS party and a plain one
+    /// cannot talk).
+    #[arg(long, conflicts_with = "tls")]
+    insecure_transport: bool,
+}
+
+impl Transport {
+    fn security(&self, role: Role) -> Result<Security> {
+        match &self.tls {
+            Some(dir) => Ok(Security::Tls(Arc::new(
+                TlsConfig::load(dir, role)
+                    .with_context(|| format!("loading {role}'s TLS identity"))?,
+            ))),
+            None => Ok(Security::Insecure),
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -292,6 +330,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             timeout,
             report_json,
             state,
+            transport,
             keep_spent,
         } => {
             let party = match party {
@@ -311,6 +350,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 timeouts: timeouts(timeout),
                 ledger: state.ledger()?,
                 keep_spent,
+                security: transport.security(match party {
+                    Party::P0 => Role::P0,
+                    _ => Role::P1,
+                })?,
             };
             let r = server::serve(&model, party, &keys, &listener, &peer, &opts)?;
             eprintln!(
@@ -330,6 +373,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             timeout,
             batch,
             seq,
+            transport,
             out,
             texts,
         } => {
@@ -341,7 +385,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 batch: batch.unwrap_or(texts.len()),
                 seq,
             };
-            let servers = client::connect(&model, [a, b], timeouts(timeout), expect)?;
+            let sec = transport.security(Role::Client)?;
+            let servers = client::connect(&model, [a, b], timeouts(timeout), &sec, expect)?;
             // The servers' keys fix the padded length: texts are truncated to
             // it, as `embed --max-tokens` does.
             let batch = tokenize(&model, &texts, Some(servers.seq()))?;
@@ -362,6 +407,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { keyfile, state } => inspect(&keyfile, &state),
+        Command::Certs { out } => {
+            make_certs(&out)?;
+            eprintln!(
+                "wrote ca.pem and p0, p1, client .pem/.key to {}; give each role only its own",
+                out.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

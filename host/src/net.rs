@@ -41,6 +41,7 @@ mod frame;
 mod link;
 #[cfg(test)]
 mod tests;
+mod tls;
 mod transport;
 
 /// Appends ring words as little-endian bytes: the layout of every payload
@@ -74,7 +75,8 @@ pub use frame::{
     DEFAULT_MAX_PAYLOAD, FrameHeader, FrameKind, FrameRef, HEADER_LEN, MAGIC, MAX_CONTROL_PAYLOAD,
     encode_frame,
 };
-pub use link::{Link, Listener};
+pub use link::{Accepted, Link, Listener, Security};
+pub use tls::{Role, TlsConfig, make_certs};
 
 /// Everything that can go wrong on a link.
 #[non_exhaustive]
@@ -144,6 +146,10 @@ pub enum NetError {
     /// stream is no longer at a frame boundary, or the link was aborted.
     #[error("the link is unusable after an earlier error or an abort")]
     Broken,
+    /// TLS: certificates that cannot be loaded, or a handshake that failed
+    /// (an unauthenticated peer, a wrong role, a peer speaking plain TCP).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// Any other I/O error: address resolution, socket options, and the like.
     #[error("network I/O error: {0}")]
     Io(std::io::Error),

@@ -18,7 +18,9 @@ use crate::client::{self, Hello};
 use crate::keyfile::{KeyFileError, KeyReader};
 use crate::ledger::Ledger;
 use crate::model::Model;
-use crate::net::{FrameKind as Frame, Link, Listener, NetError, Timeouts, get_words};
+use crate::net::{
+    FrameKind as Frame, Link, Listener, NetError, Role, Security, Timeouts, get_words,
+};
 use crate::party::{self, InputShares, PartyError, PartyReport};
 use crate::plan::{PlanError, bert, hex};
 use zeroize::Zeroizing;
@@ -66,6 +68,8 @@ pub struct ServeOptions {
     pub ledger: Ledger,
     /// Keep a key file on disk once spent (it is deleted otherwise).
     pub keep_spent: bool,
+    /// Mutual TLS as this party's role, or plain TCP.
+    pub security: Security,
 }
 
 /// The longest a connection may take to introduce itself before it is
@@ -108,6 +112,7 @@ pub fn serve(
         t: opts.timeouts,
         deadline: Instant::now().checked_add(opts.timeouts.connect),
         me,
+        sec: &opts.security,
     };
     let (mut peer_link, mut client_link) = match party {
         Party::P0 => meet.accept_both()?,
@@ -188,6 +193,7 @@ struct Meeting<'a> {
     deadline: Option<Instant>,
     /// 0 or 1.
     me: u8,
+    sec: &'a Security,
 }
 
 impl Meeting<'_> {
@@ -205,7 +211,8 @@ impl Meeting<'_> {
             connect: self.left(),
             io: self.t.io.min(HELLO_WAIT),
         };
-        let mut p = Link::connect(addr, t).map_err(net("connecting to P0"))?;
+        let mut p =
+            Link::connect_secured(addr, t, self.sec, Role::P0).map_err(net("connecting to P0"))?;
         client::send_hello(&mut p, self.hello).map_err(net("greeting P0"))?;
         let theirs = client::recv_hello(&mut p).map_err(net("greeting P0"))?;
         check_peer(&mut p, self.hello, theirs)?;
@@ -246,13 +253,24 @@ impl Meeting<'_> {
                 connect: self.left(),
                 io: self.t.io.min(HELLO_WAIT),
             };
-            let mut link = self
+            let accepted = self
                 .listener
-                .accept(t)
+                .accept_secured(t, self.sec)
                 .map_err(net("waiting for the peer and the client"))?;
+            let (mut link, role) = match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    self.log(&format!("dropped a connection: {e}"));
+                    continue;
+                }
+            };
             let from = link
                 .peer_addr()
                 .map_or_else(|_| "?".to_string(), |a| a.to_string());
+            let from = match role {
+                Some(role) => format!("{from} (certificate of {role})"),
+                None => from,
+            };
             let theirs = match client::recv_hello(&mut link) {
                 Ok(theirs) => theirs,
                 Err(e) => {
@@ -261,13 +279,15 @@ impl Meeting<'_> {
                 }
             };
             match theirs {
-                Ok(Hello::Client) if want_client => {
+                Ok(Hello::Client) if want_client && role.is_none_or(|r| r == Role::Client) => {
                     client::send_hello(&mut link, self.hello)
                         .map_err(net("greeting the client"))?;
                     link.set_io_timeout(self.t.io);
                     return Ok(Accepted::Client(link));
                 }
-                Ok(theirs @ Hello::Server { .. }) if want_peer => {
+                Ok(theirs @ Hello::Server { .. })
+                    if want_peer && role.is_none_or(|r| r == Role::P1) =>
+                {
                     client::send_hello(&mut link, self.hello).map_err(net("greeting P1"))?;
                     check_peer(&mut link, self.hello, Ok(theirs))?;
                     link.set_io_timeout(self.t.io);

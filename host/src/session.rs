@@ -14,7 +14,7 @@ use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
 use crate::ledger::Ledger;
 use crate::model::{Model, ModelError};
-use crate::net::{Listener, NetError, Timeouts};
+use crate::net::{Listener, NetError, Security, Timeouts};
 use crate::party::PartyReport;
 use crate::plan::{PlanError, bert};
 use crate::reference::{self, ReferenceError};
@@ -136,6 +136,8 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
         timeouts: opts.timeouts,
         ledger: Ledger::open(&dir.join("spent")).map_err(SessionError::Ledger)?,
         keep_spent: false,
+        // One process: the links never leave loopback.
+        security: Security::Insecure,
     };
     let (served, query) = query_pair(model, &deal.files, batch, &serve)?;
     // A server's own error explains more than the client's view of it.
@@ -213,7 +215,13 @@ pub fn query_pair(
             let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
             s.spawn(move || server::serve(model, party, keys, listener, peer, opts))
         });
-        let query = client::query(model, [&addrs[0], &addrs[1]], batch, opts.timeouts);
+        let query = client::query(
+            model,
+            [&addrs[0], &addrs[1]],
+            batch,
+            opts.timeouts,
+            &opts.security,
+        );
         let [a, b] = servers.map(|h| h.join().map_err(|_| SessionError::Panicked));
         Ok(([a?, b?], query))
     })

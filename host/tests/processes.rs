@@ -54,6 +54,8 @@ fn serve(party: u8, keys: &Path, peer: &str, report: &Path) -> (Child, String) {
             report.to_str().unwrap(),
             "--state-dir",
             report.parent().unwrap().join("state").to_str().unwrap(),
+            "--tls",
+            report.parent().unwrap().join("certs").to_str().unwrap(),
         ])
         .stderr(Stdio::piped())
         .spawn()
@@ -67,7 +69,12 @@ fn serve(party: u8, keys: &Path, peer: &str, report: &Path) -> (Child, String) {
         .expect("the server announces its address")
         .to_string();
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
+    // (shown with the test's output if it fails).
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            eprintln!("server: {line}");
+        }
+    });
     (child, addr)
 }
 
@@ -125,6 +132,8 @@ fn three_processes_give_the_in_process_answer() {
     );
 
     std::fs::copy(dir.join("p0.keys"), dir.join("copy.keys")).unwrap();
+    let certs = dir.join("certs");
+    run(&["certs", "--out", certs.to_str().unwrap()]);
     let (p0, addr0) = serve(0, &dir.join("p0.keys"), "unused", &dir.join("p0.json"));
     let (p1, addr1) = serve(1, &dir.join("p1.keys"), &addr0, &dir.join("p1.json"));
     let report = dir.join("query.json");
@@ -138,6 +147,8 @@ fn three_processes_give_the_in_process_answer() {
         "float",
         "--report-json",
         report.to_str().unwrap(),
+        "--tls",
+        certs.to_str().unwrap(),
         text,
     ]);
     assert!(wait(p0, Duration::from_secs(60)), "P0 failed");
@@ -195,6 +206,7 @@ fn three_processes_give_the_in_process_answer() {
             "unused",
             "--state-dir",
             dir.join("state").to_str().unwrap(),
+            "--insecure-transport",
         ])
         .output()
         .unwrap();

@@ -15,7 +15,7 @@ use suffuse_host::dealer;
 use suffuse_host::keyfile::KeyFileError;
 use suffuse_host::ledger::Ledger;
 use suffuse_host::model::{Config, Model, Pooling};
-use suffuse_host::net::{Listener, Timeouts};
+use suffuse_host::net::{Listener, Security, Timeouts};
 use suffuse_host::plan::bert;
 use suffuse_host::reference;
 use suffuse_host::server::{self, ServeError, ServeOptions};
@@ -43,6 +43,7 @@ fn opts(files: &[PathBuf; 2], timeouts: Timeouts) -> ServeOptions {
         timeouts,
         ledger: Ledger::open(&dir).unwrap(),
         keep_spent: true,
+        security: Security::Insecure,
     }
 }
 
@@ -352,7 +353,13 @@ fn a_client_refuses_a_shape_it_did_not_ask_for_without_allocating() {
                 batch: 1,
                 seq: None,
             };
-            client::connect(&model, [&addrs[0], &addrs[1]], short(), expect)
+            client::connect(
+                &model,
+                [&addrs[0], &addrs[1]],
+                short(),
+                &Security::Insecure,
+                expect,
+            )
         });
         let e = r.err().unwrap().to_string();
         assert!(e.contains("this query expects 1 sentence"), "{e}");

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::frame::{DEFAULT_MAX_PAYLOAD, FrameHeader, FrameKind, HEADER_LEN, MAX_CONTROL_PAYLOAD};
+use super::tls::{Role, TlsConfig};
 use super::transport::{Tcp, Timed, Transport};
 use super::{NetError, Timeouts, Traffic};
 
@@ -45,6 +46,25 @@ impl Listener {
 
     /// Waits up to `t.connect` for a peer to connect, and returns the link.
     pub fn accept(&self, t: Timeouts) -> Result<Link, NetError> {
+        self.accept_tcp(t).and_then(|s| Link::from_stream(s, t))
+    }
+
+    /// Waits up to `t.connect` for a connection (the outer error), then
+    /// secures it as `sec` says within `t.io` (the inner error: that
+    /// connection failed, and the caller may wait for another). With TLS the
+    /// peer's role comes from its certificate.
+    pub fn accept_secured(&self, t: Timeouts, sec: &Security) -> Result<Accepted, NetError> {
+        let stream = self.accept_tcp(t)?;
+        Ok(match sec {
+            Security::Insecure => Link::from_stream(stream, t).map(|l| (l, None)),
+            Security::Tls(cfg) => prepare(&stream, t).and_then(|()| {
+                let (tls, role) = cfg.accept(stream, t.io)?;
+                Ok((Link::over(Box::new(tls), t), Some(role)))
+            }),
+        })
+    }
+
+    fn accept_tcp(&self, t: Timeouts) -> Result<TcpStream, NetError> {
         let deadline = Instant::now().checked_add(t.connect);
         let mut pause = POLL_MIN;
         loop {
@@ -52,7 +72,7 @@ impl Listener {
                 Ok((stream, _)) => {
                     // Some platforms hand the listener's non-blocking flag on.
                     stream.set_nonblocking(false).map_err(NetError::Io)?;
-                    return Link::from_stream(stream, t);
+                    return Ok(stream);
                 }
                 // A client that gave up between its SYN and our accept is
                 // no reason to stop waiting for the next one.
@@ -138,42 +158,88 @@ impl Link {
     /// Connects to `addr`, retrying until `t.connect` has passed: the peer
     /// may not be listening yet.
     pub fn connect(addr: impl ToSocketAddrs, t: Timeouts) -> Result<Self, NetError> {
-        let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(NetError::Io)?.collect();
-        if addrs.is_empty() {
-            return Err(NetError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "the address resolved to nothing to connect to",
-            )));
-        }
-        let deadline = Instant::now().checked_add(t.connect);
-        let mut pause = POLL_MIN;
-        loop {
-            for addr in &addrs {
-                let left = match deadline {
-                    Some(deadline) => deadline.saturating_duration_since(Instant::now()),
-                    None => t.connect,
-                };
-                if left.is_zero() {
-                    break;
-                }
-                match TcpStream::connect_timeout(addr, left) {
-                    Ok(stream) => return Self::from_stream(stream, t),
-                    Err(e) if is_retryable(&e) => {}
-                    Err(e) => return Err(NetError::Io(e)),
-                }
-            }
-            pause = sleep_until_next(deadline, pause).ok_or(NetError::Timeout {
-                during: "connecting to the peer",
-            })?;
-        }
+        connect_tcp(addr, t).and_then(|s| Self::from_stream(s, t))
     }
 
-    /// Wraps a connected stream: sets `TCP_NODELAY` (every frame is a whole
-    /// message that the peer is waiting for) and the io timeout.
+    /// Connects to `addr` as [`Link::connect`] does and secures the link as
+    /// `sec` says: with TLS, the server must prove it holds role `peer`.
+    pub fn connect_secured(
+        addr: impl ToSocketAddrs,
+        t: Timeouts,
+        sec: &Security,
+        peer: Role,
+    ) -> Result<Self, NetError> {
+        let stream = connect_tcp(addr, t)?;
+        match sec {
+            Security::Insecure => Self::from_stream(stream, t),
+            Security::Tls(cfg) => {
+                prepare(&stream, t)?;
+                let tls = cfg.connect(stream, peer, t.io)?;
+                Ok(Self::over(Box::new(tls), t))
+            }
+        }
+    }
+}
+
+/// A connection accepted and secured, with the role its certificate
+/// names (none on plain TCP), or why that connection failed.
+pub type Accepted = Result<(Link, Option<Role>), NetError>;
+
+/// How links are secured.
+#[derive(Clone, Debug)]
+pub enum Security {
+    /// Mutual TLS with this side's certificate.
+    Tls(Arc<TlsConfig>),
+    /// Plain TCP: only where every party says `--insecure-transport`, or
+    /// inside one process.
+    Insecure,
+}
+
+/// Sets `TCP_NODELAY` (every frame is a whole message the peer waits for)
+/// and the io timeout on a fresh socket.
+fn prepare(stream: &TcpStream, t: Timeouts) -> Result<(), NetError> {
+    stream.set_nodelay(true).map_err(NetError::Io)?;
+    stream.set_read_timeout(Some(t.io)).map_err(NetError::Io)?;
+    stream.set_write_timeout(Some(t.io)).map_err(NetError::Io)
+}
+
+/// Connects, retrying until `t.connect` has passed.
+fn connect_tcp(addr: impl ToSocketAddrs, t: Timeouts) -> Result<TcpStream, NetError> {
+    let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(NetError::Io)?.collect();
+    if addrs.is_empty() {
+        return Err(NetError::Io(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the address resolved to nothing to connect to",
+        )));
+    }
+    let deadline = Instant::now().checked_add(t.connect);
+    let mut pause = POLL_MIN;
+    loop {
+        for addr in &addrs {
+            let left = match deadline {
+                Some(deadline) => deadline.saturating_duration_since(Instant::now()),
+                None => t.connect,
+            };
+            if left.is_zero() {
+                break;
+            }
+            match TcpStream::connect_timeout(addr, left) {
+                Ok(stream) => return Ok(stream),
+                Err(e) if is_retryable(&e) => {}
+                Err(e) => return Err(NetError::Io(e)),
+            }
+        }
+        pause = sleep_until_next(deadline, pause).ok_or(NetError::Timeout {
+            during: "connecting to the peer",
+        })?;
+    }
+}
+
+impl Link {
+    /// Wraps a connected stream as plain TCP: sets `TCP_NODELAY` and the io
+    /// timeout.
     pub fn from_stream(stream: TcpStream, t: Timeouts) -> Result<Self, NetError> {
-        stream.set_nodelay(true).map_err(NetError::Io)?;
-        stream.set_read_timeout(Some(t.io)).map_err(NetError::Io)?;
-        stream.set_write_timeout(Some(t.io)).map_err(NetError::Io)?;
+        prepare(&stream, t)?;
         Ok(Self::over(Box::new(Tcp(stream)), t))
     }
 
