@@ -31,7 +31,8 @@ use crate::dcf;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Params, Party};
 use crate::mpc;
-use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Mono, Phi, Plan, Publics};
+use crate::phi::program::{self, Program, Section};
+use crate::phi::{Mono, Phi, Plan};
 use crate::prg::{Block, Domain, Hasher, Prg};
 use crate::ring::{Width, cast};
 use crate::suf::Suf;
@@ -83,6 +84,8 @@ pub struct Gate {
     pub phi: Phi,
     /// The derived plan.
     pub plan: Plan,
+    /// Φ compiled into a block program.
+    pub program: Program,
     /// How the input arrives.
     pub input: Input,
 }
@@ -124,10 +127,15 @@ impl Gate {
             Ok(p) => p,
             Err(e) => return Err(e),
         };
+        let program = match Program::new(&compiled, &phi, &plan) {
+            Ok(p) => p,
+            Err(e) => return Err(e),
+        };
         Ok(Gate {
             compiled,
             phi,
             plan,
+            program,
             input,
         })
     }
@@ -519,8 +527,13 @@ impl Gate {
         let a = e + n * b;
         let uu = a + n * u;
         let monos = uu + n * u;
-        let fss = monos + n * m;
-        let end = fss + 2 * FSS_CHUNK * self.compiled.total_points();
+        let out = monos + n * m;
+        let fss = out + n * self.phi.count;
+        // The FSS points are dead once the opening round is done, so the
+        // Φ program's columns reuse that area.
+        let dcf = 2 * FSS_CHUNK * self.compiled.total_points();
+        let cols = self.program.scratch_words();
+        let end = fss + if dcf > cols { dcf } else { cols };
         Layout {
             x_hat,
             mask,
@@ -531,6 +544,7 @@ impl Gate {
             a,
             u: uu,
             monos,
+            out,
             fss,
             end,
         }
@@ -555,6 +569,7 @@ struct Layout {
     a: usize,
     u: usize,
     monos: usize,
+    out: usize,
     fss: usize,
     end: usize,
 }
@@ -656,7 +671,7 @@ impl<'a> Eval<'a> {
             for (k, mono) in gate.plan.monos[..mm].iter().enumerate() {
                 if mono.is_seeded() && mono.r == 1 {
                     for i in 0..n {
-                        ev.s[l.monos + i * mm + k] = ev.s[l.mask + i];
+                        ev.s[l.monos + k * n + i] = ev.s[l.mask + i];
                     }
                 }
             }
@@ -711,7 +726,7 @@ impl<'a> Eval<'a> {
                             }
                         }
                     };
-                    self.s[l.monos + i * m + k] = v;
+                    self.s[l.monos + k * self.n + i] = v;
                 }
             }
             done += n;
@@ -773,7 +788,8 @@ impl<'a> Eval<'a> {
         {
             *d = w.reduce(*x);
         }
-        self.evaluate_fss(fss)
+        self.evaluate_fss(fss)?;
+        self.after_round(fss)
     }
 
     /// Writes what this party sends in round `i`. Round 0 of an
@@ -811,7 +827,7 @@ impl<'a> Eval<'a> {
                 mpc::pack_bits(&self.s[l.e..l.e + n * b], send)
             }
             Round::Beaver => {
-                self.beaver_local();
+                // `c_i − a_i` was computed when the previous round finished.
                 let u = self.gate.plan.beaver_count;
                 mpc::open_prepare(w, &self.s[l.u..l.u + n * u], send)
             }
@@ -849,7 +865,21 @@ impl<'a> Eval<'a> {
             }
         }
         self.next += 1;
-        Ok(())
+        self.after_round(fss)
+    }
+
+    /// Local work that follows a round: the Beaver section before the
+    /// Beaver round, the outputs after the last round.
+    fn after_round(&mut self, fss: &dyn BatchEval) -> Result<(), Error> {
+        let _ = fss;
+        let (sched, count) = self.gate.schedule();
+        if self.next == count {
+            self.run_program(Section::Outputs)
+        } else if sched[self.next] == Round::Beaver {
+            self.run_program(Section::Beaver)
+        } else {
+            Ok(())
+        }
     }
 
     /// Round `i`, if it is the next one and `len` is its message length.
@@ -989,9 +1019,85 @@ impl<'a> Eval<'a> {
         mpc::pack_bits(&self.s[self.l.e..self.l.e + bits], send)
     }
 
-    /// This party's shares of the Beaver-opened coefficients, minus its
-    /// mask shares: `c_i − a_i`.
-    fn beaver_local(&mut self) {
+    /// Runs the Φ program's `section`: the Beaver section writes this
+    /// party's `c_i − a_i` into the opened-value area, the outputs section
+    /// the ring outputs into the output area.
+    fn run_program(&mut self, section: Section) -> Result<(), Error> {
+        let g = self.gate;
+        let (l, n) = (self.l, self.n);
+        let (b, u, m) = (g.plan.b2a_count, g.plan.beaver_count, g.plan.mono_count);
+        let (at, len) = match section {
+            Section::Beaver => (l.u, n * u),
+            Section::Outputs => (l.out, n * g.phi.count),
+        };
+        let (head, tail) = self.s.split_at_mut(at);
+        let (out, rest) = tail.split_at_mut(len);
+        // The monomial shares lie in `head` (outputs) or `rest` (Beaver).
+        let (shares, cols) = match section {
+            Section::Beaver => {
+                let (shares, rest) = rest.split_at_mut(n * m);
+                (&*shares, &mut rest[l.fss - l.monos - n * m..])
+            }
+            Section::Outputs => (
+                &head[l.monos..l.monos + n * m],
+                &mut rest[l.fss - l.out - len..],
+            ),
+        };
+        let input = program::Inputs {
+            x_hat: &head[l.x_hat..l.x_hat + n],
+            e: &head[l.e..l.e + n * b],
+            u: if section == Section::Outputs {
+                &head[l.u..l.u + n * u]
+            } else {
+                &[]
+            },
+            a: if section == Section::Beaver {
+                &head[l.a..l.a + n * u]
+            } else {
+                &[]
+            },
+            shares,
+        };
+        program::run(&g.program, section, self.party, &input, out, cols)?;
+        #[cfg(test)]
+        self.check_against_interpreter(section);
+        Ok(())
+    }
+
+    /// Writes the ring outputs (`n × outputs`, element-major) and the bit
+    /// outputs as XOR shares (`n × bit_outputs`, one per word).
+    pub fn outputs(&self, arith: &mut [u64], bits: &mut [u64]) -> Result<(), Error> {
+        let g = self.gate;
+        let c = &g.compiled;
+        if self.next != g.schedule().1 {
+            return Err(Error::Unsupported);
+        }
+        let outs = g.phi.count;
+        let nb = c.suf.bools;
+        if arith.len() != self.n * outs || bits.len() != self.n * nb {
+            return Err(Error::BufferLength);
+        }
+        arith.copy_from_slice(&self.s[self.l.out..self.l.out + self.n * outs]);
+        for j in 0..self.n {
+            let vals = self.nodes(j);
+            for (o, out) in bits[j * nb..(j + 1) * nb].iter_mut().enumerate() {
+                *out = crate::compile::node_bit(vals, c.bool_node[o]);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The per-element Φ interpreter: the test oracle of the compiled block
+/// program ([`crate::phi::program`]). It is compiled into core's own tests,
+/// where every Beaver round and every output of every gate is checked
+/// against it bit for bit, and behind the non-default `interpreter` feature,
+/// which only the benchmarks enable to measure it beside the program.
+#[cfg(any(test, feature = "interpreter"))]
+impl Eval<'_> {
+    /// This party's `c_i − a_i` per element (`n × beaver`), by the
+    /// interpreter.
+    pub fn beaver_interpreted(&self, out: &mut [u64]) -> Result<(), Error> {
         let g = self.gate;
         let c = &g.compiled;
         let w = g.ring();
@@ -999,7 +1105,9 @@ impl<'a> Eval<'a> {
         let pb = self.party.index();
         let b = g.plan.b2a_count;
         let u = g.plan.beaver_count;
-        let m = g.plan.mono_count;
+        if out.len() != self.n * u {
+            return Err(Error::BufferLength);
+        }
         for j in 0..self.n {
             for (slot, &(o, i)) in g.plan.beaver[..u].iter().enumerate() {
                 let (o, i) = (usize::from(o), usize::from(i));
@@ -1010,26 +1118,22 @@ impl<'a> Eval<'a> {
                     let bi = usize::from(bi);
                     let e = self.s[l.e + j * b + bi] & 1;
                     let mi = usize::from(g.plan.rho_mono[bi]);
-                    let rho = self.s[l.monos + j * m + mi];
+                    let rho = self.s[l.monos + mi * self.n + j];
                     acc = w.add(acc, w.mul(d, mpc::b2a_share(w, pb, e, rho)));
                 }
-                self.s[l.u + j * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
+                out[j * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
             }
         }
+        Ok(())
     }
 
-    /// Writes the ring outputs (`n × outputs`, element-major) and the bit
-    /// outputs as XOR shares (`n × bit_outputs`, one per word).
-    pub fn outputs(&self, arith: &mut [u64], bits: &mut [u64]) -> Result<(), Error> {
+    /// The ring outputs (`n × outputs`, element-major), by the interpreter.
+    pub fn outputs_interpreted(&self, arith: &mut [u64]) -> Result<(), Error> {
+        use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Publics};
         let g = self.gate;
         let c = &g.compiled;
-        let (_, count) = g.schedule();
-        if self.next != count {
-            return Err(Error::Unsupported);
-        }
         let outs = g.phi.count;
-        let nb = c.suf.bools;
-        if arith.len() != self.n * outs || bits.len() != self.n * nb {
+        if arith.len() != self.n * outs {
             return Err(Error::BufferLength);
         }
         let w = g.ring();
@@ -1039,12 +1143,9 @@ impl<'a> Eval<'a> {
         let u = g.plan.beaver_count;
         let m = g.plan.mono_count;
         let mut coef = [0u64; MAX_MONOS];
+        let mut shares = [0u64; MAX_MONOS];
         let mut entries = [[0u64; MAX_ENTRIES]; MAX_FACTORS];
         for j in 0..self.n {
-            let vals = self.nodes(j);
-            for (o, out) in bits[j * nb..(j + 1) * nb].iter_mut().enumerate() {
-                *out = crate::compile::node_bit(vals, c.bool_node[o]);
-            }
             let x_hat = self.s[l.x_hat + j];
             let publics = Publics::new(
                 w,
@@ -1052,7 +1153,9 @@ impl<'a> Eval<'a> {
                 &self.s[l.e + j * b..l.e + (j + 1) * b],
                 &self.s[l.u + j * u..l.u + (j + 1) * u],
             );
-            let shares = &self.s[l.monos + j * m..l.monos + (j + 1) * m];
+            for (k, sh) in shares[..m].iter_mut().enumerate() {
+                *sh = self.s[l.monos + k * self.n + j];
+            }
             let mut k = 0;
             for o in 0..outs {
                 let output = &g.phi.outputs[o];
@@ -1086,6 +1189,28 @@ impl<'a> Eval<'a> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Eval<'_> {
+    /// The compiled section's result equals the interpreter's, bit for bit.
+    fn check_against_interpreter(&self, section: Section) {
+        let (at, len) = match section {
+            Section::Beaver => (self.l.u, self.n * self.gate.plan.beaver_count),
+            Section::Outputs => (self.l.out, self.n * self.gate.phi.count),
+        };
+        let mut want = std::vec![0u64; len];
+        match section {
+            Section::Beaver => self.beaver_interpreted(&mut want),
+            Section::Outputs => self.outputs_interpreted(&mut want),
+        }
+        .unwrap();
+        assert_eq!(
+            &self.s[at..at + len],
+            &want[..],
+            "compiled Φ {section:?} differs from the interpreter"
+        );
     }
 }
 
@@ -1486,6 +1611,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "compiled Φ Outputs differs from the interpreter")]
+    fn a_planted_fault_in_the_program_is_caught_by_the_oracle() {
+        let mut gate =
+            Gate::new(&spline(), N, Phi::poly(N, PolyMode::Beaver), Input::Shares).unwrap();
+        let p = &mut gate.program;
+        let at = p.outputs_at
+            + p.section(program::Section::Outputs)
+                .iter()
+                .position(|op| matches!(op, program::Op::Acc { .. }))
+                .unwrap();
+        if let program::Op::Acc { k, .. } = &mut p.ops[at] {
+            *k = k.wrapping_add(1);
+        }
+        let xs: Vec<u64> = (0..1u64 << N.bits()).collect();
+        run(&gate, &xs, None, 1);
     }
 
     #[test]
