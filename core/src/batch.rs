@@ -7,7 +7,8 @@
 //! conformance harness in `suffuse-tests` checks that.
 
 use crate::error::Error;
-use crate::fss::{self, KeyBatch};
+use crate::fss::{self, KeyBatch, Party};
+use crate::phi::program::{self, Inputs, Program, Section};
 use crate::prg::{FixedKeyAes, Hasher};
 
 /// What an evaluation cost, counted where the work happened.
@@ -41,6 +42,22 @@ pub trait BatchEval {
     /// Evaluates each DPF key at every point of its domain:
     /// `out[i · 2^k + x] = Eval(keys.key(i), x)`.
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error>;
+
+    /// Runs `section` of a compiled Φ program over a batch for `party`
+    /// ([`program::run`], whose contract this is): `out` gets the section's
+    /// result, `cols` is at least [`Program::scratch_words`] words. The
+    /// default is core's block-by-block evaluation on the calling thread.
+    fn eval_phi(
+        &self,
+        prog: &Program,
+        section: Section,
+        party: Party,
+        input: &Inputs<'_>,
+        out: &mut [u64],
+        cols: &mut [u64],
+    ) -> Result<(), Error> {
+        program::run(prog, section, party, input, out, cols)
+    }
 }
 
 /// One evaluation at a time on the calling thread: each evaluation is a

@@ -41,6 +41,7 @@ pub mod activation;
 pub mod chain;
 pub mod inverse;
 pub mod max;
+pub mod protocol;
 pub mod relu;
 pub mod reluars;
 pub mod select;
@@ -48,6 +49,8 @@ pub mod spline;
 pub mod splines;
 pub mod trunc;
 pub mod width;
+
+pub use protocol::{Protocol, Traffic, run_pair};
 
 /// How a gate receives its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -605,6 +608,9 @@ pub struct Eval<'a> {
     s: &'a mut [u64],
     l: Layout,
     next: usize,
+    /// Benchmarks only: run Φ by the interpreter instead of the program.
+    #[cfg(feature = "interpreter")]
+    interpret: bool,
 }
 
 impl core::fmt::Debug for Eval<'_> {
@@ -618,9 +624,11 @@ impl core::fmt::Debug for Eval<'_> {
 
 impl<'a> Eval<'a> {
     /// Prepares party `party` to evaluate `n` elements (element indices
-    /// `first..first + n` of the key material) with this party's `keys`;
-    /// `scratch` holds at least [`Gate::scratch_words`] words. `mask`
-    /// overrides the seed-derived input-mask shares, as in [`Gate::deal`].
+    /// `first..first + n` of the key material) on its `input` shares with
+    /// its `keys`; `scratch` holds at least [`Gate::scratch_words`] words.
+    /// `mask` overrides the seed-derived input-mask shares, as in
+    /// [`Gate::deal`]. An [`Input::Masked`] gate takes an empty `input` and
+    /// gets x̂ from [`Eval::set_masked`].
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gate: &'a Gate,
@@ -631,9 +639,14 @@ impl<'a> Eval<'a> {
         first: u64,
         n: usize,
         keys: PartyKeys<'a>,
+        input: &[u64],
         scratch: &'a mut [u64],
     ) -> Result<Eval<'a>, Error> {
-        if mask.is_some_and(|m| m.len() != n) {
+        let inputs = match gate.input {
+            Input::Shares => n,
+            Input::Masked => 0,
+        };
+        if mask.is_some_and(|m| m.len() != n) || input.len() != inputs {
             return Err(Error::BufferLength);
         }
         let c = &gate.compiled;
@@ -659,6 +672,8 @@ impl<'a> Eval<'a> {
             s: scratch,
             l,
             next: 0,
+            #[cfg(feature = "interpreter")]
+            interpret: false,
         };
         ev.load_seeded(h, seed, first);
         if let Some(m) = mask {
@@ -675,6 +690,11 @@ impl<'a> Eval<'a> {
                     }
                 }
             }
+        }
+        // The opening's own half: x_b + r_b.
+        let w = gate.ring();
+        for (j, x) in input.iter().enumerate() {
+            ev.s[l.x_hat + j] = w.add(*x, ev.s[l.mask + j]);
         }
         Ok(ev)
     }
@@ -733,46 +753,16 @@ impl<'a> Eval<'a> {
         }
     }
 
-    /// Re-attaches to an evaluation whose state lives in `scratch`, at round
-    /// `next` (for drivers that cannot hold the borrow across rounds, such
-    /// as [`chain::ChainEval`]). The arguments must be those the evaluation
-    /// was created with.
-    pub fn resume(
-        gate: &'a Gate,
-        party: Party,
-        n: usize,
-        keys: PartyKeys<'a>,
-        scratch: &'a mut [u64],
-        next: usize,
-    ) -> Result<Eval<'a>, Error> {
-        let l = gate.layout(n);
-        if scratch.len() < l.end || next > gate.schedule().1 {
-            return Err(Error::BufferLength);
-        }
-        Ok(Eval {
-            gate,
-            party,
-            n,
-            keys,
-            s: scratch,
-            l,
-            next,
-        })
+    /// Ends the evaluation and hands its scratch back to the caller (for
+    /// drivers that reuse one area across steps, such as
+    /// [`chain::ChainEval`]).
+    pub fn into_scratch(self) -> &'a mut [u64] {
+        self.s
     }
 
     /// The next round to run (`rounds()` when finished).
     pub fn next_round(&self) -> usize {
         self.next
-    }
-
-    /// The rounds of this evaluation.
-    pub fn rounds(&self) -> usize {
-        self.gate.schedule().1
-    }
-
-    /// Bytes this party sends in round `i`.
-    pub fn send_len(&self, i: usize) -> usize {
-        self.gate.round_bytes(self.gate.schedule().0[i], self.n)
     }
 
     /// Supplies the public masked input directly (for [`Input::Masked`]
@@ -792,23 +782,14 @@ impl<'a> Eval<'a> {
         self.after_round(fss)
     }
 
-    /// Writes what this party sends in round `i`. Round 0 of an
-    /// [`Input::Shares`] gate takes the input shares in `input`.
-    pub fn prepare(&mut self, i: usize, input: &[u64], send: &mut [u8]) -> Result<(), Error> {
+    /// Writes what this party sends in round `i`.
+    fn prepare_round(&mut self, i: usize, send: &mut [u8]) -> Result<(), Error> {
         let round = self.expect_round(i, send.len())?;
         let n = self.n;
         let l = self.l;
         let w = self.gate.ring();
         match round {
-            Round::Open => {
-                if input.len() != n {
-                    return Err(Error::BufferLength);
-                }
-                for j in 0..n {
-                    self.s[l.x_hat + j] = w.add(input[j], self.s[l.mask + j]);
-                }
-                mpc::open_prepare(w, &self.s[l.x_hat..l.x_hat + n], send)
-            }
+            Round::Open => mpc::open_prepare(w, &self.s[l.x_hat..l.x_hat + n], send),
             Round::And(level) => {
                 let bits = self.and_messages(level, None);
                 self.pack_message(bits, send)
@@ -835,7 +816,7 @@ impl<'a> Eval<'a> {
     }
 
     /// Consumes the peer's message of round `i`.
-    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+    fn finish_round(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
         let round = self.expect_round(i, recv.len())?;
         let n = self.n;
         let l = self.l;
@@ -871,12 +852,11 @@ impl<'a> Eval<'a> {
     /// Local work that follows a round: the Beaver section before the
     /// Beaver round, the outputs after the last round.
     fn after_round(&mut self, fss: &dyn BatchEval) -> Result<(), Error> {
-        let _ = fss;
         let (sched, count) = self.gate.schedule();
         if self.next == count {
-            self.run_program(Section::Outputs)
+            self.run_program(Section::Outputs, fss)
         } else if sched[self.next] == Round::Beaver {
-            self.run_program(Section::Beaver)
+            self.run_program(Section::Beaver, fss)
         } else {
             Ok(())
         }
@@ -1022,7 +1002,11 @@ impl<'a> Eval<'a> {
     /// Runs the Φ program's `section`: the Beaver section writes this
     /// party's `c_i − a_i` into the opened-value area, the outputs section
     /// the ring outputs into the output area.
-    fn run_program(&mut self, section: Section) -> Result<(), Error> {
+    fn run_program(&mut self, section: Section, fss: &dyn BatchEval) -> Result<(), Error> {
+        #[cfg(feature = "interpreter")]
+        if self.interpret {
+            return self.run_interpreter(section);
+        }
         let g = self.gate;
         let (l, n) = (self.l, self.n);
         let (b, u, m) = (g.plan.b2a_count, g.plan.beaver_count, g.plan.mono_count);
@@ -1058,7 +1042,7 @@ impl<'a> Eval<'a> {
             },
             shares,
         };
-        program::run(&g.program, section, self.party, &input, out, cols)?;
+        fss.eval_phi(&g.program, section, self.party, &input, out, cols)?;
         #[cfg(test)]
         self.check_against_interpreter(section);
         Ok(())
@@ -1088,6 +1072,43 @@ impl<'a> Eval<'a> {
     }
 }
 
+impl Protocol for Eval<'_> {
+    fn rounds(&self) -> usize {
+        self.gate.schedule().1
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        let (sched, count) = self.gate.schedule();
+        if round < count {
+            self.gate.round_bytes(sched[round], self.n)
+        } else {
+            0
+        }
+    }
+
+    fn output_len(&self) -> usize {
+        self.n * (self.gate.outputs() + self.gate.bit_outputs())
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        self.prepare_round(round, send)
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        self.finish_round(round, recv, fss)
+    }
+
+    /// The ring outputs (`n × outputs`), then the bit outputs
+    /// (`n × bit_outputs`), as in [`Eval::outputs`].
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if out.len() != self.output_len() {
+            return Err(Error::BufferLength);
+        }
+        let (arith, bits) = out.split_at_mut(self.n * self.gate.outputs());
+        self.outputs(arith, bits)
+    }
+}
+
 /// The per-element Φ interpreter: the test oracle of the compiled block
 /// program ([`crate::phi::program`]). It is compiled into core's own tests,
 /// where every Beaver round and every output of every gate is checked
@@ -1095,9 +1116,9 @@ impl<'a> Eval<'a> {
 /// which only the benchmarks enable to measure it beside the program.
 #[cfg(any(test, feature = "interpreter"))]
 impl Eval<'_> {
-    /// This party's `c_i − a_i` per element (`n × beaver`), by the
-    /// interpreter.
-    pub fn beaver_interpreted(&self, out: &mut [u64]) -> Result<(), Error> {
+    /// This party's `c_i − a_i` of elements `first..` (`count × beaver`,
+    /// as many as `out` holds), by the interpreter.
+    pub fn beaver_interpreted(&self, first: usize, out: &mut [u64]) -> Result<(), Error> {
         let g = self.gate;
         let c = &g.compiled;
         let w = g.ring();
@@ -1105,10 +1126,11 @@ impl Eval<'_> {
         let pb = self.party.index();
         let b = g.plan.b2a_count;
         let u = g.plan.beaver_count;
-        if out.len() != self.n * u {
+        let count = out.len().checked_div(u).unwrap_or(0);
+        if out.len() != count * u || first + count > self.n {
             return Err(Error::BufferLength);
         }
-        for j in 0..self.n {
+        for (o_at, j) in (first..first + count).enumerate() {
             for (slot, &(o, i)) in g.plan.beaver[..u].iter().enumerate() {
                 let (o, i) = (usize::from(o), usize::from(i));
                 // c = v_{m−1} + Σ_t Δ_t·C_t with C_t = e_t + (1 − 2e_t)ρ_t.
@@ -1121,19 +1143,21 @@ impl Eval<'_> {
                     let rho = self.s[l.monos + mi * self.n + j];
                     acc = w.add(acc, w.mul(d, mpc::b2a_share(w, pb, e, rho)));
                 }
-                out[j * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
+                out[o_at * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
             }
         }
         Ok(())
     }
 
-    /// The ring outputs (`n × outputs`, element-major), by the interpreter.
-    pub fn outputs_interpreted(&self, arith: &mut [u64]) -> Result<(), Error> {
+    /// The ring outputs of elements `first..` (`count × outputs`,
+    /// element-major, as many as `arith` holds), by the interpreter.
+    pub fn outputs_interpreted(&self, first: usize, arith: &mut [u64]) -> Result<(), Error> {
         use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Publics};
         let g = self.gate;
         let c = &g.compiled;
         let outs = g.phi.count;
-        if arith.len() != self.n * outs {
+        let count = arith.len().checked_div(outs).unwrap_or(0);
+        if arith.len() != count * outs || first + count > self.n {
             return Err(Error::BufferLength);
         }
         let w = g.ring();
@@ -1145,7 +1169,7 @@ impl Eval<'_> {
         let mut coef = [0u64; MAX_MONOS];
         let mut shares = [0u64; MAX_MONOS];
         let mut entries = [[0u64; MAX_ENTRIES]; MAX_FACTORS];
-        for j in 0..self.n {
+        for (o_at, j) in (first..first + count).enumerate() {
             let x_hat = self.s[l.x_hat + j];
             let publics = Publics::new(
                 w,
@@ -1185,8 +1209,48 @@ impl Eval<'_> {
                 for i in 1..m {
                     acc = w.add(acc, w.mul(coef[i], shares[i]));
                 }
-                arith[j * outs + o] = output.ring.reduce(acc);
+                arith[o_at * outs + o] = output.ring.reduce(acc);
             }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "interpreter")]
+impl Eval<'_> {
+    /// Benchmarks only: from now on run Φ by the per-element interpreter.
+    pub fn use_interpreter(&mut self) {
+        self.interpret = true;
+    }
+
+    /// Benchmarks only: runs the compiled program's `section` again on the
+    /// current state (the Beaver section overwrites the opened values).
+    pub fn run_section(&mut self, section: Section, backend: &dyn BatchEval) -> Result<(), Error> {
+        let interpret = core::mem::replace(&mut self.interpret, false);
+        let result = self.run_program(section, backend);
+        self.interpret = interpret;
+        result
+    }
+
+    /// The interpreter's result of `section`, where the program's would go
+    /// (through a stack buffer: the interpreter reads the same scratch).
+    fn run_interpreter(&mut self, section: Section) -> Result<(), Error> {
+        const CHUNK: usize = 64;
+        let (at, width) = match section {
+            Section::Beaver => (self.l.u, self.gate.plan.beaver_count),
+            Section::Outputs => (self.l.out, self.gate.phi.count),
+        };
+        let mut buf = [0u64; CHUNK * crate::phi::MAX_BEAVER];
+        let mut first = 0;
+        while first < self.n {
+            let len = CHUNK.min(self.n - first) * width;
+            match section {
+                Section::Beaver => self.beaver_interpreted(first, &mut buf[..len])?,
+                Section::Outputs => self.outputs_interpreted(first, &mut buf[..len])?,
+            }
+            let to = at + first * width;
+            self.s[to..to + len].copy_from_slice(&buf[..len]);
+            first += CHUNK;
         }
         Ok(())
     }
@@ -1202,8 +1266,8 @@ impl Eval<'_> {
         };
         let mut want = std::vec![0u64; len];
         match section {
-            Section::Beaver => self.beaver_interpreted(&mut want),
-            Section::Outputs => self.outputs_interpreted(&mut want),
+            Section::Beaver => self.beaver_interpreted(0, &mut want),
+            Section::Outputs => self.outputs_interpreted(0, &mut want),
         }
         .unwrap();
         assert_eq!(
@@ -1246,43 +1310,6 @@ fn check_padding(recv: &[u8], count: usize) -> Result<(), Error> {
         return Err(Error::Wire(crate::error::WireError::ReservedNonZero));
     }
     Ok(())
-}
-
-/// Bytes moved by a two-party run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    /// Rounds.
-    pub rounds: usize,
-    /// Bytes each party sent.
-    pub bytes_per_party: usize,
-}
-
-/// Runs both parties of a gate in memory, exchanging messages through
-/// `buf0`/`buf1` (each at least the largest round's size). For tests and
-/// benchmarks; hosts run each party against a network instead.
-pub fn run_pair(
-    p0: &mut Eval<'_>,
-    p1: &mut Eval<'_>,
-    x0: &[u64],
-    x1: &[u64],
-    fss: &dyn BatchEval,
-    buf0: &mut [u8],
-    buf1: &mut [u8],
-) -> Result<Traffic, Error> {
-    let rounds = p0.rounds();
-    let mut bytes = 0;
-    for i in 0..rounds {
-        let len = p0.send_len(i);
-        p0.prepare(i, x0, &mut buf0[..len])?;
-        p1.prepare(i, x1, &mut buf1[..len])?;
-        p0.finish(i, &buf1[..len], fss)?;
-        p1.finish(i, &buf0[..len], fss)?;
-        bytes += len;
-    }
-    Ok(Traffic {
-        rounds,
-        bytes_per_party: bytes,
-    })
 }
 
 /// Test support: deal and run a gate in memory, reconstructing outputs.
@@ -1366,6 +1393,7 @@ pub(crate) mod testing {
                 dcf: r0,
                 explicit: &[],
             },
+            &x0,
             &mut s0,
         )
         .unwrap();
@@ -1381,14 +1409,15 @@ pub(crate) mod testing {
                 dcf: r1,
                 explicit: &explicit,
             },
+            &x1,
             &mut s1,
         )
         .unwrap();
-        let max = (0..e0.rounds()).map(|i| e0.send_len(i)).max().unwrap_or(0);
+        let max = protocol::max_send_len(&e0);
         let mut b0 = vec![0u8; max];
         let mut b1 = vec![0u8; max];
         let serial = Serial::new();
-        let traffic = run_pair(&mut e0, &mut e1, &x0, &x1, &serial, &mut b0, &mut b1).unwrap();
+        let traffic = run_pair(&mut e0, &mut e1, &serial, &mut b0, &mut b1).unwrap();
         let outs = gate.outputs();
         let nb = gate.bit_outputs();
         let mut a0 = vec![0u64; n * outs];

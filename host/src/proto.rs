@@ -23,7 +23,7 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, step_seed};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
-use suffuse_core::gate::{Eval, Gate, PartyKeys};
+use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::prg::{Hasher, Prg};
 
 use crate::exec::{self, ExecError, Store};
@@ -571,12 +571,12 @@ pub fn run(
                 *k = m.party_keys();
             }
             let mut scratch = vec![0u64; chain.scratch_words(n)];
-            let mut ev = ChainEval::new(chain, h, party, seed, 0, n, keys, &mut scratch)
+            let input = store.get(plan, *x)?;
+            let mut ev = ChainEval::new(chain, h, party, seed, 0, n, keys, input, &mut scratch)
                 .map_err(core(step))?;
-            let input = store.get(plan, *x)?.to_vec();
             for i in 0..ev.rounds() {
                 let mut send = vec![0u8; ev.send_len(i)];
-                ev.prepare(i, &input, &mut send).map_err(core(step))?;
+                ev.prepare(i, &mut send).map_err(core(step))?;
                 let recv = on.exchange(step, &send)?;
                 ev.finish(i, &recv, fss).map_err(core(step))?;
             }
@@ -786,6 +786,7 @@ fn run_gate(
                 *first as u64,
                 *count,
                 mat.party_keys(),
+                &input[*first..*first + *count],
                 scratch,
             )?;
             Ok((*first, *count, ev))
@@ -809,9 +810,7 @@ fn run_gate(
             evals
                 .par_iter_mut()
                 .zip(parts)
-                .try_for_each(|((first, count, ev), buf)| {
-                    ev.prepare(i, &input[*first..*first + *count], buf)
-                })
+                .try_for_each(|((_, _, ev), buf)| ev.prepare(i, buf))
                 .map_err(core(step))?;
         }
         let recv = on.exchange(step, &send)?;

@@ -9,6 +9,11 @@
 //! (per party, P1 — the larger), AES calls per element (one party, online),
 //! rounds, communication bits per element (one party), dealer key
 //! generation elements/s (two threads), and the spec's accuracy.
+//!
+//! For GeLU it also runs the online phase with Φ evaluated by the
+//! per-element interpreter instead of the compiled block program (the
+//! `interpreter` feature of suffuse-core, which only this tool enables),
+//! and times both Φ paths alone on the same state, all in the same run.
 
 use std::sync::mpsc;
 use std::time::Instant;
@@ -29,7 +34,8 @@ use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::gate::width::extend;
-use suffuse_core::gate::{Eval, Gate, PartyKeys};
+use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::phi::program::Section;
 use suffuse_core::prg::{Hasher, Prg};
 use suffuse_core::ring::{Width, pow2};
 
@@ -58,7 +64,17 @@ struct Record {
     max_rel_err: Option<f64>,
     out_scale: u32,
     note: String,
+    /// Online elements/s with Φ run by the per-element interpreter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interpreter_online_elems_per_s: Option<f64>,
+    /// Seconds one party spends in Φ (Beaver section and outputs) for all
+    /// elements, compiled program and interpreter, on the same state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phi_s: Option<[f64; 2]>,
 }
+
+/// Gates whose Φ is also run by the interpreter, for comparison.
+const COMPARE_INTERPRETER: &[&str] = &["gelu"];
 
 /// Both parties' DCF keys and P1's explicit words for one gate.
 struct Dealt {
@@ -151,10 +167,35 @@ struct Online {
     load_s: f64,
     aes_per_elem: f64,
     bytes_per_party: usize,
+    /// P0's Φ seconds: compiled, interpreted.
+    phi_s: [f64; 2],
+}
+
+/// One party's side of a two-party run.
+struct PartyRun {
+    arith: Vec<u64>,
+    online: f64,
+    load_s: f64,
+    aes: u64,
+    sent: usize,
+    phi_s: [f64; 2],
+}
+
+/// How Φ runs in a two-party run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PhiPath {
+    Compiled,
+    Interpreted,
 }
 
 /// Both parties of one gate on two threads.
-fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Result<Online> {
+fn run_gate(
+    gate: &Gate,
+    dealt: &Dealt,
+    seeds: [[u8; 16]; 2],
+    xs: &[u64],
+    phi: PhiPath,
+) -> Result<Online> {
     let n = xs.len();
     let w = gate.ring();
     let mut prg = Prg::new(&[7; 16]);
@@ -169,7 +210,7 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
                  x: Vec<u64>,
                  tx: mpsc::Sender<Vec<u8>>,
                  rx: mpsc::Receiver<Vec<u8>>|
-     -> Result<(Vec<u64>, f64, f64, u64, usize)> {
+     -> Result<PartyRun> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let h = cpu.backend().clone();
         let mut scratch = vec![0u64; gate.scratch_words(n)];
@@ -184,9 +225,13 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
             0,
             n,
             dealt.keys(p),
+            &x,
             &mut scratch,
         )
         .map_err(|e| anyhow!("eval: {e}"))?;
+        if phi == PhiPath::Interpreted {
+            ev.use_interpreter();
+        }
         let load_s = load.elapsed().as_secs_f64();
         let counting = Counting::new(&cpu);
         ready.wait();
@@ -196,7 +241,7 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
         for i in 0..ev.rounds() {
             let t = Instant::now();
             let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &x, &mut buf)
+            ev.prepare(i, &mut buf)
                 .map_err(|e| anyhow!("prepare: {e}"))?;
             let prepared = t.elapsed().as_secs_f64();
             sent += buf.len();
@@ -225,15 +270,30 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
                 t.elapsed().as_secs_f64()
             );
         }
-        Ok((arith, online, load_s, counting.calls(), sent))
+        let phi_s = if p == 0 {
+            phi_seconds(&mut ev, gate, n, &cpu)?
+        } else {
+            [0.0; 2]
+        };
+        Ok(PartyRun {
+            arith,
+            online,
+            load_s,
+            aes: counting.calls(),
+            sent,
+            phi_s,
+        })
     };
     let (r0, r1) = std::thread::scope(|s| {
         let a = s.spawn(|| party(0, x0, to1, from1));
         let b = s.spawn(|| party(1, x1, to0, from0));
         (a.join(), b.join())
     });
-    let (a0, t0, l0, aes0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
-    let (a1, t1, l1, _, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    let p0 = r0.map_err(|_| anyhow!("party 0 panicked"))??;
+    let p1 = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    let (a0, t0, l0, aes0, sent, phi_s) =
+        (p0.arith, p0.online, p0.load_s, p0.aes, p0.sent, p0.phi_s);
+    let (a1, t1, l1) = (p1.arith, p1.online, p1.load_s);
     let outputs = a0
         .iter()
         .zip(&a1)
@@ -246,7 +306,28 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
         load_s: l0.max(l1),
         aes_per_elem: aes0 as f64 / n as f64,
         bytes_per_party: sent,
+        phi_s,
     })
+}
+
+/// Seconds Φ takes for all elements of a finished evaluation, compiled and
+/// interpreted, on the same state. The Beaver section overwrites the opened
+/// values the outputs read, so it runs last.
+fn phi_seconds(ev: &mut Eval<'_>, gate: &Gate, n: usize, cpu: &CpuEval) -> Result<[f64; 2]> {
+    let err = |e: suffuse_core::Error| anyhow!("Φ: {e}");
+    let mut buf = vec![0u64; n * gate.outputs().max(gate.plan.beaver_count)];
+    let t = Instant::now();
+    ev.outputs_interpreted(0, &mut buf[..n * gate.outputs()])
+        .map_err(err)?;
+    ev.beaver_interpreted(0, &mut buf[..n * gate.plan.beaver_count])
+        .map_err(err)?;
+    let interpreted = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    ev.run_section(Section::Outputs, cpu).map_err(err)?;
+    if gate.plan.beaver_count > 0 {
+        ev.run_section(Section::Beaver, cpu).map_err(err)?;
+    }
+    Ok([t.elapsed().as_secs_f64(), interpreted])
 }
 
 /// A BatchEval that counts the AES calls the evaluator reports.
@@ -370,12 +451,22 @@ fn measure(
     let (dealt, gen_s) = deal(gate, &backend, seeds, n)?;
     // The machine is shared and noisy: the median of three online runs
     // (the same keys, which only a benchmark may reuse).
-    let mut runs = Vec::new();
-    for _ in 0..3 {
-        runs.push(run_gate(gate, &dealt, seeds, xs)?);
-    }
-    runs.sort_by(|a, b| a.online_s.total_cmp(&b.online_s));
-    let on = runs.swap_remove(1);
+    let median = |phi: PhiPath| -> Result<Online> {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            runs.push(run_gate(gate, &dealt, seeds, xs, phi)?);
+        }
+        runs.sort_by(|a, b| a.online_s.total_cmp(&b.online_s));
+        Ok(runs.swap_remove(1))
+    };
+    let compare = COMPARE_INTERPRETER.contains(&name);
+    // Interleaved so that both see the same machine load.
+    let interpreted = if compare {
+        Some(median(PhiPath::Interpreted)?)
+    } else {
+        None
+    };
+    let on = median(PhiPath::Compiled)?;
     // Bit-exact against the cleartext reference, on a sample.
     let outs = gate.outputs();
     let mut want = [0u64; 2];
@@ -404,8 +495,20 @@ fn measure(
         max_rel_err: None,
         out_scale,
         note: note.to_string(),
+        interpreter_online_elems_per_s: interpreted.as_ref().map(|i| n as f64 / i.online_s),
+        phi_s: compare.then_some(on.phi_s),
     };
     print_record(&rec);
+    if let (Some(i), Some([c, p])) = (&interpreted, rec.phi_s) {
+        println!(
+            "  {name}: online {:.0} el/s compiled vs {:.0} el/s interpreted ({:.2}×); \
+             Φ alone (P0, all elements) {c:.3} s compiled vs {p:.3} s interpreted ({:.2}×)",
+            rec.online_elems_per_s,
+            n as f64 / i.online_s,
+            i.online_s / on.online_s,
+            p / c
+        );
+    }
     Ok(Some(rec))
 }
 
@@ -732,13 +835,13 @@ fn run_chain_bench(
         }
         let mut scratch = vec![0u64; chain.scratch_words(n)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
-        let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &mut scratch)
+        let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &x, &mut scratch)
             .map_err(|e| anyhow!("{e}"))?;
         let start = Instant::now();
         let mut sent = 0;
         for i in 0..ev.rounds() {
             let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &x, &mut buf).map_err(|e| anyhow!("{e}"))?;
+            ev.prepare(i, &mut buf).map_err(|e| anyhow!("{e}"))?;
             sent += buf.len();
             tx.send(buf).context("peer gone")?;
             let recv = rx.recv().context("peer gone")?;
@@ -779,6 +882,8 @@ fn run_chain_bench(
         max_rel_err: Some(rel),
         out_scale,
         note: note.to_string(),
+        interpreter_online_elems_per_s: None,
+        phi_s: None,
     };
     print_record(&rec);
     Ok(Some(rec))
@@ -904,6 +1009,8 @@ fn max_record() -> Result<Option<Record>> {
         max_rel_err: None,
         out_scale: FRAC,
         note: format!("{rows} rows of {len} (BERT-base attention: 12 heads × 128 rows)"),
+        interpreter_online_elems_per_s: None,
+        phi_s: None,
     };
     print_record(&rec);
     Ok(Some(rec))
