@@ -6,6 +6,7 @@
 use suffuse_accel_cpu::{Backend, CpuEval};
 use suffuse_core::batch::{BatchEval, Serial};
 use suffuse_core::fss::{KeyBatch, Output, Params, Party};
+use suffuse_core::phi::program::{self, Inputs, Program, Section};
 use suffuse_core::prg::FixedKeyAes;
 use suffuse_core::ring::Width;
 use suffuse_tests::conformance;
@@ -139,6 +140,8 @@ enum Fault {
     PanicsOnEmptyOutput,
     /// Accepts an output buffer longer than the points.
     AcceptsLongOutput,
+    /// Runs Φ programs but skips the partial last block.
+    SkipsPhiTail,
 }
 
 impl BatchEval for Faulty {
@@ -182,6 +185,25 @@ impl BatchEval for Faulty {
         }
         Serial::new().eval_full_domain(keys, out)
     }
+
+    fn eval_phi(
+        &self,
+        prog: &Program,
+        section: Section,
+        party: Party,
+        input: &Inputs<'_>,
+        out: &mut [u64],
+        cols: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        let saved = out.to_vec();
+        program::run(prog, section, party, input, out, cols)?;
+        if let Fault::SkipsPhiTail = self.fault {
+            let full = input.x_hat.len() / program::BLOCK * program::BLOCK;
+            let width = out.len().checked_div(input.x_hat.len()).unwrap_or(0);
+            out[full * width..].copy_from_slice(&saved[full * width..]);
+        }
+        Ok(())
+    }
 }
 
 #[test]
@@ -192,6 +214,7 @@ fn harness_catches_planted_faults() {
         Fault::SkipsLastOutput,
         Fault::PanicsOnEmptyOutput,
         Fault::AcceptsLongOutput,
+        Fault::SkipsPhiTail,
     ] {
         let report = conformance::run(&Faulty { fault });
         assert!(!report.passed(), "the harness missed {fault:?}");
