@@ -236,28 +236,8 @@ fn run_gate(
         let counting = Counting::new(&cpu);
         ready.wait();
         let start = Instant::now();
-        let mut sent = 0;
         let trace = std::env::var_os("SUFFUSE_BENCH_TRACE").is_some();
-        for i in 0..ev.rounds() {
-            let t = Instant::now();
-            let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &mut buf)
-                .map_err(|e| anyhow!("prepare: {e}"))?;
-            let prepared = t.elapsed().as_secs_f64();
-            sent += buf.len();
-            tx.send(buf).context("peer gone")?;
-            let recv = rx.recv().context("peer gone")?;
-            let received = t.elapsed().as_secs_f64();
-            ev.finish(i, &recv, &counting)
-                .map_err(|e| anyhow!("finish: {e}"))?;
-            if trace {
-                eprintln!(
-                    "  P{p} round {i}: prepare {prepared:.3} s, wait {:.3} s, finish {:.3} s",
-                    received - prepared,
-                    t.elapsed().as_secs_f64() - received
-                );
-            }
-        }
+        let sent = drive(&mut ev, &counting, &tx, &rx, trace.then_some(p))?;
         let t = Instant::now();
         let mut arith = vec![0u64; n * outs];
         let mut bits = vec![0u64; n * gate.bit_outputs()];
@@ -328,6 +308,40 @@ fn phi_seconds(ev: &mut Eval<'_>, gate: &Gate, n: usize, cpu: &CpuEval) -> Resul
         ev.run_section(Section::Beaver, cpu).map_err(err)?;
     }
     Ok([t.elapsed().as_secs_f64(), interpreted])
+}
+
+/// One party's online phase over a channel pair: every round of `ev`
+/// (gate, chain or max tree alike). Returns the bytes sent; with `trace`
+/// (the party index), prints each round's timing.
+fn drive(
+    ev: &mut dyn Protocol,
+    backend: &dyn BatchEval,
+    tx: &mpsc::Sender<Vec<u8>>,
+    rx: &mpsc::Receiver<Vec<u8>>,
+    trace: Option<usize>,
+) -> Result<usize> {
+    let mut sent = 0;
+    for i in 0..ev.rounds() {
+        let t = Instant::now();
+        let mut buf = vec![0u8; ev.send_len(i)];
+        ev.prepare(i, &mut buf)
+            .map_err(|e| anyhow!("round {i}: prepare: {e}"))?;
+        let prepared = t.elapsed().as_secs_f64();
+        sent += buf.len();
+        tx.send(buf).context("peer gone")?;
+        let recv = rx.recv().context("peer gone")?;
+        let received = t.elapsed().as_secs_f64();
+        ev.finish(i, &recv, backend)
+            .map_err(|e| anyhow!("round {i}: finish: {e}"))?;
+        if let Some(p) = trace {
+            eprintln!(
+                "  P{p} round {i}: prepare {prepared:.3} s, wait {:.3} s, finish {:.3} s",
+                received - prepared,
+                t.elapsed().as_secs_f64() - received
+            );
+        }
+    }
+    Ok(sent)
 }
 
 /// A BatchEval that counts the AES calls the evaluator reports.
@@ -838,15 +852,7 @@ fn run_chain_bench(
         let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &x, &mut scratch)
             .map_err(|e| anyhow!("{e}"))?;
         let start = Instant::now();
-        let mut sent = 0;
-        for i in 0..ev.rounds() {
-            let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &mut buf).map_err(|e| anyhow!("{e}"))?;
-            sent += buf.len();
-            tx.send(buf).context("peer gone")?;
-            let recv = rx.recv().context("peer gone")?;
-            ev.finish(i, &recv, &cpu).map_err(|e| anyhow!("{e}"))?;
-        }
+        let sent = drive(&mut ev, &cpu, &tx, &rx, None)?;
         let mut y = vec![0u64; n];
         ev.output(&mut y).map_err(|e| anyhow!("{e}"))?;
         Ok((y, start.elapsed().as_secs_f64(), sent))
@@ -958,15 +964,7 @@ fn max_record() -> Result<Option<Record>> {
         let mut ev = MaxEval::new(tree, h, role, seeds[p], rows, &v, keys, &mut scratch)
             .map_err(|e| anyhow!("{e}"))?;
         let start = Instant::now();
-        let mut sent = 0;
-        for i in 0..ev.rounds() {
-            let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &mut buf).map_err(|e| anyhow!("{e}"))?;
-            sent += buf.len();
-            tx.send(buf).context("peer gone")?;
-            let recv = rx.recv().context("peer gone")?;
-            ev.finish(i, &recv, &cpu).map_err(|e| anyhow!("{e}"))?;
-        }
+        let sent = drive(&mut ev, &cpu, &tx, &rx, None)?;
         let mut y = vec![0u64; rows];
         ev.output(&mut y).map_err(|e| anyhow!("{e}"))?;
         Ok((y, start.elapsed().as_secs_f64(), sent))
