@@ -714,11 +714,34 @@ fn store(
     minus: Option<&[u64]>,
     out: &mut [u64],
 ) {
-    for (i, v) in col.iter().take(at.count).enumerate() {
-        let at = (at.start + i) * width + slot;
-        let m = minus.map_or(0, |a| a[at]);
-        out[at] = ring.reduce(v.wrapping_sub(m));
+    let from = at.start * width + slot;
+    let end = (from + at.count * width).min(out.len());
+    let out = out[from..end].iter_mut().step_by(width);
+    match minus {
+        Some(a) => {
+            for ((o, v), m) in out.zip(col).zip(strided(a, width, at.start, slot)) {
+                *o = ring.reduce(v.wrapping_sub(*m));
+            }
+        }
+        None => {
+            for (o, v) in out.zip(col) {
+                *o = ring.reduce(*v);
+            }
+        }
     }
+}
+
+/// Slot `slot` of an element-major area of `width` words per element, from
+/// element `start` on.
+fn strided(
+    area: &[u64],
+    width: usize,
+    start: usize,
+    slot: impl Into<usize>,
+) -> impl Iterator<Item = &u64> {
+    area[start * width + slot.into()..]
+        .iter()
+        .step_by(width.max(1))
 }
 
 /// One operation over one block (stores are done by [`run`]).
@@ -733,20 +756,18 @@ fn step(prog: &Program, op: Op, p0: bool, at: &Block, io: &Inputs<'_>, cols: &mu
             &mut cols[usize::from(dst)],
         ),
         Op::Bit { dst, sign, slot } => {
-            let b = prog.bits;
-            let slot = usize::from(slot);
             let (d, g) = two(cols, dst, sign);
-            for (i, (d, g)) in d.iter_mut().zip(g.iter_mut()).take(c).enumerate() {
-                let e = io.e[(s + i) * b + slot] & 1;
+            let e = strided(io.e, prog.bits, s, slot);
+            for ((d, g), e) in d.iter_mut().zip(g.iter_mut()).zip(e) {
+                let e = e & 1;
                 *d = e;
                 *g = 1u64.wrapping_sub(e << 1);
             }
         }
         Op::Opened { dst, slot } => {
-            let u = prog.beaver;
-            let slot = usize::from(slot);
-            for (i, d) in cols[usize::from(dst)].iter_mut().take(c).enumerate() {
-                *d = io.u[(s + i) * u + slot];
+            let u = strided(io.u, prog.beaver, s, slot);
+            for (d, u) in cols[usize::from(dst)].iter_mut().zip(u) {
+                *d = *u;
             }
         }
         Op::Const { dst, value } => cols[usize::from(dst)].fill(value),
