@@ -31,7 +31,7 @@ use crate::dcf;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Params, Party};
 use crate::mpc;
-use crate::phi::program::{self, Program, Section};
+use crate::phi::program::{self, BLOCK, Program, Section};
 use crate::phi::{Mono, Phi, Plan};
 use crate::prg::{Block, Domain, Hasher, Prg};
 use crate::ring::{Width, cast};
@@ -526,7 +526,7 @@ impl Gate {
         let rho = mask + n;
         let and = rho + n;
         let nodes = and + 3 * n;
-        let e = nodes + 2 * n;
+        let e = nodes + n.div_ceil(BLOCK) * self.compiled.node_count;
         let a = e + n * b;
         let uu = a + n * u;
         let monos = uu + n * u;
@@ -559,6 +559,9 @@ const PRF_BUFFER: usize = 4096;
 
 /// Elements per DCF batch inside an evaluation.
 const FSS_CHUNK: usize = 4096;
+
+// DCF chunks start on bit-slicing block boundaries.
+const _: () = assert!(FSS_CHUNK.is_multiple_of(BLOCK));
 
 /// Offsets into an evaluator's scratch.
 #[derive(Clone, Copy, Debug)]
@@ -797,11 +800,9 @@ impl<'a> Eval<'a> {
             Round::Bits => {
                 let b = self.gate.plan.b2a_count;
                 for j in 0..n {
-                    let vals = self.nodes(j);
                     let rho = self.s[l.rho + j];
                     for k in 0..b {
-                        let node = self.gate.plan.b2a[k];
-                        let bit = crate::compile::node_bit(vals, node) ^ ((rho >> k) & 1);
+                        let bit = self.node(j, self.gate.plan.b2a[k]) ^ ((rho >> k) & 1);
                         self.s[l.e + j * b + k] = bit;
                     }
                 }
@@ -874,15 +875,11 @@ impl<'a> Eval<'a> {
         Ok(sched[i])
     }
 
-    fn nodes(&self, j: usize) -> u128 {
-        let at = self.l.nodes + 2 * j;
-        cast::u128_from_u64(self.s[at]) | (cast::u128_from_u64(self.s[at + 1]) << 64)
-    }
-
-    fn set_nodes(&mut self, j: usize, v: u128) {
-        let at = self.l.nodes + 2 * j;
-        self.s[at] = cast::low_u64(v);
-        self.s[at + 1] = cast::low_u64(v >> 64);
+    /// This party's share of `node` for element `j` (nodes are bit-sliced:
+    /// one word per node per block of 64 elements).
+    fn node(&self, j: usize, node: u8) -> u64 {
+        let at = self.l.nodes + j / BLOCK * self.gate.compiled.node_count + usize::from(node);
+        (self.s[at] >> (j % BLOCK)) & 1
     }
 
     /// Evaluates every DCF key at its points and forms the base nodes.
@@ -918,18 +915,26 @@ impl<'a> Eval<'a> {
                 )?;
                 off += count * per;
             }
-            for e in 0..count {
+            // The circuit's base nodes, bit-sliced 64 elements per word
+            // (chunks start on block boundaries).
+            let nc = c.node_count;
+            let mut e = 0;
+            while e < count {
+                let block = BLOCK.min(count - e);
                 let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
                 let mut off = 0;
                 for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
                     let per = c.points_per_key[k];
-                    *r = &outs[off + e * per..off + (e + 1) * per];
+                    *r = &outs[off + e * per..off + (e + block) * per];
                     off += count * per;
                 }
-                let x_hat = head[l.x_hat + start + e];
-                let v = c.base_nodes(pb, x_hat, &refs);
-                head[l.nodes + 2 * (start + e)] = cast::low_u64(v);
-                head[l.nodes + 2 * (start + e) + 1] = cast::low_u64(v >> 64);
+                // x̂ lies before the node area.
+                let (x_area, words) = head.split_at_mut(l.nodes + (start + e) / BLOCK * nc);
+                let x_hat = &x_area[l.x_hat + start + e..l.x_hat + start + e + block];
+                c.base_words(pb, x_hat, &refs, &mut words[..nc]);
+                #[cfg(test)]
+                check_base_words(c, pb, x_hat, &refs, &words[..nc]);
+                e += block;
             }
             start += count;
         }
@@ -959,8 +964,8 @@ impl<'a> Eval<'a> {
                 .position(|&x| x == node)
                 .unwrap_or(0)
         };
+        let nc = c.node_count;
         for j in 0..self.n {
-            let mut vals = self.nodes(j);
             let alpha = self.s[l.and + 3 * j];
             let beta = self.s[l.and + 3 * j + 1];
             let gamma = self.s[l.and + 3 * j + 2];
@@ -970,8 +975,8 @@ impl<'a> Eval<'a> {
                 };
                 let t = index_of(node);
                 let (al, be, ga) = ((alpha >> t) & 1, (beta >> t) & 1, (gamma >> t) & 1);
-                let d_mine = crate::compile::node_bit(vals, x) ^ al;
-                let e_mine = crate::compile::node_bit(vals, y) ^ be;
+                let d_mine = self.node(j, x) ^ al;
+                let e_mine = self.node(j, y) ^ be;
                 match recv {
                     None => {
                         self.s[l.e + slot] = d_mine;
@@ -982,14 +987,17 @@ impl<'a> Eval<'a> {
                         let d = d_mine ^ theirs(slot);
                         let e = e_mine ^ theirs(slot + 1);
                         let z = mpc::and_share(pb, d, e, al, be, ga);
-                        vals |= cast::u128_from_u64(z) << node;
+                        // AND nodes start at 0 and this level writes each once.
+                        self.s[l.nodes + j / BLOCK * nc + usize::from(node)] |= z << (j % BLOCK);
                     }
                 }
                 slot += 2;
             }
-            if recv.is_some() {
-                vals = c.fill_level(pb, vals, level);
-                self.set_nodes(j, vals);
+        }
+        if recv.is_some() {
+            for (b, words) in self.s[l.nodes..l.e].chunks_mut(nc).enumerate() {
+                let count = BLOCK.min(self.n - b * BLOCK);
+                c.fill_level_words(pb, words, level, count);
             }
         }
         slot
@@ -1063,9 +1071,8 @@ impl<'a> Eval<'a> {
         }
         arith.copy_from_slice(&self.s[self.l.out..self.l.out + self.n * outs]);
         for j in 0..self.n {
-            let vals = self.nodes(j);
             for (o, out) in bits[j * nb..(j + 1) * nb].iter_mut().enumerate() {
-                *out = crate::compile::node_bit(vals, c.bool_node[o]);
+                *out = self.node(j, c.bool_node[o]);
             }
         }
         Ok(())
@@ -1301,6 +1308,24 @@ pub(crate) fn wire_add(w: Width, mine: &mut [u64], recv: &[u8]) -> Result<(), Er
         done += n;
     }
     Ok(())
+}
+
+/// The bit-sliced base nodes equal the per-element circuit evaluation
+/// ([`Compiled::base_nodes`], the oracle) for every element of the block.
+#[cfg(test)]
+fn check_base_words(c: &Compiled, pb: u64, x_hat: &[u64], dcf: &[&[u64]; MAX_KEYS], words: &[u64]) {
+    for (e, x) in x_hat.iter().enumerate() {
+        let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
+        for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
+            let per = c.points_per_key[k];
+            *r = &dcf[k][e * per..(e + 1) * per];
+        }
+        let want = c.base_nodes(pb, *x, &refs);
+        for (i, w) in words.iter().enumerate() {
+            let bit = crate::compile::node_bit(want, cast::u8_from_index(i));
+            assert_eq!((w >> e) & 1, bit, "bit-sliced node {i} of element {e}");
+        }
+    }
 }
 
 /// Padding bits after `count` bits must be zero.
