@@ -89,6 +89,7 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
         ]))?;
         Ok(Outcome::Passed(start.elapsed()))
     })?;
+    step("firmware under QEMU (xtask mcu)", &mut firmware)?;
     step("fuzz smoke run", &mut fuzz_smoke)?;
     step("constant time (xtask ct)", &mut || {
         let start = Instant::now();
@@ -100,6 +101,25 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
 
 fn passed(result: Result<Duration>) -> Result<Outcome> {
     result.map(Outcome::Passed)
+}
+
+/// The firmware's checks under QEMU. CI installs QEMU (`.ci/run`), so there
+/// its absence is a failure; a developer without it gets a skip that says
+/// how to install it.
+fn firmware() -> Result<Outcome> {
+    if !crate::mcu::qemu_available() {
+        let why = format!(
+            "{} is not installed; `apt-get install qemu-system-arm`",
+            crate::mcu::QEMU
+        );
+        if std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false") {
+            anyhow::bail!("{why} (CI must run the firmware: .ci/run installs it)");
+        }
+        return Ok(Outcome::Skipped(why));
+    }
+    let start = Instant::now();
+    crate::mcu::run()?;
+    Ok(Outcome::Passed(start.elapsed()))
 }
 
 /// Runs every fuzz target briefly, when cargo-fuzz and the targets exist.
