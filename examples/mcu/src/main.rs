@@ -109,9 +109,26 @@ fn report_memory() {
     );
 }
 
+/// Recurses through 1 KiB frames `depth` times: with the
+/// `plant-stack-overflow` feature, far past the stack region's end.
+#[cfg(feature = "plant-stack-overflow")]
+#[inline(never)]
+fn overflow(depth: u32) -> u8 {
+    let mut frame = [0u8; 1024];
+    frame[usize::try_from(depth).unwrap_or(0) % 1024] = 1;
+    let frame = core::hint::black_box(frame);
+    if depth == 0 {
+        frame[0]
+    } else {
+        overflow(depth - 1).wrapping_add(frame[1])
+    }
+}
+
 #[entry]
 fn main() -> ! {
     hprintln!("suffuse-mcu: suffuse-core on a Cortex-M4F (QEMU mps2-an386)");
+    #[cfg(feature = "plant-stack-overflow")]
+    hprintln!("planted stack overflow: {}", overflow(64));
     let mut marks = Marks::new();
     let mut failures = checks::fss_vectors(&mut marks);
     failures += checks::key_parser(&mut marks);
