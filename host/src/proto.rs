@@ -24,7 +24,7 @@ use suffuse_core::fss::Party;
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, step_seed};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
-use suffuse_core::prg::{Hasher, Prg};
+use suffuse_core::prg::{Block, Hasher, Prg};
 
 use crate::exec::{self, ExecError, Store};
 use crate::net::{Link, NetError, get_words, put_words};
@@ -296,8 +296,9 @@ pub fn deal(
                     .par_iter()
                     .map(|&(first, count)| {
                         let mut out = [Vec::new(), Vec::new()];
+                        let mut prf = vec![Block::ZERO; g.deal_scratch_blocks(count)];
                         deal_material(g, count, &mut out, |k0, k1, ex| {
-                            g.deal(h, seeds, None, first as u64, count, k0, k1, ex)
+                            g.deal(h, seeds, None, first as u64, count, k0, k1, ex, &mut prf)
                         })?;
                         Ok(out)
                     })
@@ -310,11 +311,12 @@ pub fn deal(
         (Kind::Inverse { x, .. }, Some(Built::Chain(chain))) => {
             let n = t[*x].len();
             let mut out = [Vec::new(), Vec::new()];
+            let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
             for s in 0..chain.count {
                 match &chain.steps[s] {
                     Step::Gate { gate, .. } => {
                         deal_material(gate, n, &mut out, |k0, k1, ex| {
-                            chain.deal_step(s, h, seeds, 0, n, k0, k1, ex)
+                            chain.deal_step(s, h, seeds, 0, n, k0, k1, ex, &mut prf)
                         })
                         .map_err(c)?;
                     }
@@ -323,7 +325,7 @@ pub fn deal(
                         let mut none0: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
                         let mut none1: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
                         chain
-                            .deal_step(s, h, seeds, 0, n, &mut none0, &mut none1, &mut ex)
+                            .deal_step(s, h, seeds, 0, n, &mut none0, &mut none1, &mut ex, &mut [])
                             .map_err(c)?;
                         put_words(&mut out[1], &ex);
                     }
@@ -333,11 +335,12 @@ pub fn deal(
         }
         (Kind::Max { x, .. }, Some(Built::Max(tree))) => {
             let rows = t[*x].rows;
+            let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
             for level in 0..tree.levels() {
                 let mut out = [Vec::new(), Vec::new()];
                 let count = rows * tree.pairs(level);
                 deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
-                    tree.deal_level(level, rows, h, seeds, k0, k1, ex)
+                    tree.deal_level(level, rows, h, seeds, k0, k1, ex, &mut prf)
                 })
                 .map_err(c)?;
                 emit(&out)?;
