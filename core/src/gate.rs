@@ -586,7 +586,7 @@ const PRF_STACK: usize = 128;
 /// The most PRF blocks one element can need: every slot, key and seeded
 /// word at its capacity.
 const MAX_PRF_BLOCKS: usize =
-    SLOT_ROOTS + MAX_KEYS + (crate::phi::MAX_BEAVER + MAX_MONOS).div_ceil(2);
+    SLOT_ROOTS + MAX_KEYS + (crate::phi::MAX_BEAVER + crate::phi::MAX_MONOS).div_ceil(2);
 
 // Every gate fits at least one element in an evaluator's batch.
 const _: () = assert!(MAX_PRF_BLOCKS <= PRF_STACK);
