@@ -520,7 +520,9 @@ impl Gate {
         let uu = a + n * u;
         let monos = uu + n * u;
         let fss = monos + n * m;
-        let end = fss + 2 * FSS_CHUNK * self.compiled.total_points();
+        // Room for any batch up to the whole tensor: the backend picks the
+        // batch (`BatchEval::preferred_batch`).
+        let end = fss + 2 * n * self.compiled.total_points();
         Layout {
             x_hat,
             mask,
@@ -539,9 +541,6 @@ impl Gate {
 
 /// PRF blocks expanded per batch (64 KiB of stack).
 const PRF_BUFFER: usize = 4096;
-
-/// Elements per DCF batch inside an evaluation.
-const FSS_CHUNK: usize = 4096;
 
 /// Offsets into an evaluator's scratch.
 #[derive(Clone, Copy, Debug)]
@@ -882,11 +881,12 @@ impl<'a> Eval<'a> {
         let l = self.l;
         let total = c.total_points();
         let pb = self.party.index();
+        let batch = fss.preferred_batch().clamp(1, self.n.max(1));
         let mut start = 0;
         while start < self.n {
-            let count = FSS_CHUNK.min(self.n - start);
+            let count = batch.min(self.n - start);
             let (head, area) = self.s.split_at_mut(l.fss);
-            let (points, outs) = area[..2 * FSS_CHUNK * total].split_at_mut(FSS_CHUNK * total);
+            let (points, outs) = area[..2 * batch * total].split_at_mut(batch * total);
             // Key-major regions: key k's points for every element of the chunk.
             let mut off = 0;
             for k in 0..c.key_count {
