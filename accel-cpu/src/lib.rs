@@ -103,7 +103,8 @@ impl Backend {
 
 impl Backend {
     /// Evaluates queries like [`fss::eval_queries`], on the fastest walk this
-    /// backend has.
+    /// backend has, or on core's portable walk when `simd_walk` is false.
+    #[allow(clippy::too_many_arguments)]
     pub fn eval_queries(
         &self,
         keys: &KeyBatch<'_>,
@@ -112,12 +113,18 @@ impl Backend {
         points: &[u64],
         out: &mut [u64],
         lanes: usize,
+        simd_walk: bool,
     ) -> Result<u64, Error> {
+        if !simd_walk {
+            return fss::eval_queries(self, keys, per_key, first, points, out, lanes);
+        }
         match self {
             #[cfg(target_arch = "x86_64")]
             Backend::Vaes512(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
             #[cfg(target_arch = "x86_64")]
             Backend::Vaes256(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
+            #[cfg(target_arch = "x86_64")]
+            Backend::AesNi(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
             _ => fss::eval_queries(self, keys, per_key, first, points, out, lanes),
         }
     }
@@ -151,6 +158,7 @@ pub struct CpuEval {
     aes: Backend,
     matrix: linalg::Path,
     lanes: usize,
+    simd_walk: bool,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
@@ -168,6 +176,7 @@ impl CpuEval {
             aes: Backend::detect(),
             matrix: linalg::Path::detect(),
             lanes: HASH_CHUNK,
+            simd_walk: true,
             pool: None,
         }
     }
@@ -205,6 +214,14 @@ impl CpuEval {
     /// what lanes buy.
     pub fn lanes(mut self, lanes: usize) -> CpuEval {
         self.lanes = lanes.clamp(1, HASH_CHUNK);
+        self
+    }
+
+    /// Evaluates with core's portable walk over this backend's hashes
+    /// instead of the backend's SIMD walk; for measuring what the SIMD walks
+    /// buy and for checking core's walk on every AES path.
+    pub fn core_walk(mut self) -> CpuEval {
+        self.simd_walk = false;
         self
     }
 
@@ -267,13 +284,13 @@ impl BatchEval for CpuEval {
         }
         let per_key = keys.points_per_key(points.len())?;
         let aes = &self.aes;
-        let lanes = self.lanes;
+        let (lanes, simd) = (self.lanes, self.simd_walk);
         let calls = self.install(|| {
             points
                 .par_chunks(CHUNK)
                 .zip(out.par_chunks_mut(CHUNK))
                 .enumerate()
-                .map(|(i, (p, o))| aes.eval_queries(keys, per_key, i * CHUNK, p, o, lanes))
+                .map(|(i, (p, o))| aes.eval_queries(keys, per_key, i * CHUNK, p, o, lanes, simd))
                 .try_reduce(|| 0, |a, b| Ok(a + b))
         })?;
         Ok(EvalStats { aes_calls: calls })

@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 mod walk;
+mod walk128;
 mod walk256;
 
 use core::arch::x86_64::*;
@@ -142,6 +143,24 @@ unsafe fn hash_aesni(rk: &RoundKeys, blocks: &mut [Block]) {
     }
 }
 
+impl AesNi {
+    /// Evaluates queries like `fss::eval_queries`, using the prefetching
+    /// 128-bit walk for whole groups of bit-output queries and core's walk
+    /// for the rest; one lane asks for core's one-at-a-time walk.
+    pub fn eval_queries(
+        &self,
+        keys: &KeyBatch<'_>,
+        per_key: usize,
+        first: usize,
+        points: &[u64],
+        out: &mut [u64],
+        lanes: usize,
+    ) -> Result<u64, Error> {
+        let walk = (lanes > 1).then_some(walk128::eval_bits as Walk<Self>);
+        with_walk(self, walk, keys, per_key, first, (points, out), lanes)
+    }
+}
+
 impl Hasher for AesNi {
     fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
         // SAFETY: an `AesNi` exists only after `detect` confirmed AES-NI.
@@ -190,28 +209,48 @@ impl Vaes512 {
         out: &mut [u64],
         lanes: usize,
     ) -> Result<u64, Error> {
-        if points.len() != out.len() {
-            return Err(Error::BufferLength);
-        }
-        let (done, calls) = if self.walks && walk::supports(keys) && per_key > 0 {
+        let walk = self.walks.then_some(walk::eval_bits as Walk<Self>);
+        with_walk(self, walk, keys, per_key, first, (points, out), lanes)
+    }
+}
+
+/// A SIMD bit-output walk over whole groups: returns the queries done and
+/// the AES calls made.
+type Walk<H> = fn(&H, &KeyBatch<'_>, usize, usize, &[u64], &mut [u64]) -> (usize, u64);
+
+/// Queries like `fss::eval_queries`: `walk` (when given) takes whole groups
+/// of bit-output queries, core's walk the rest.
+fn with_walk<H: Hasher>(
+    h: &H,
+    walk: Option<Walk<H>>,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    (points, out): (&[u64], &mut [u64]),
+    lanes: usize,
+) -> Result<u64, Error> {
+    if points.len() != out.len() {
+        return Err(Error::BufferLength);
+    }
+    let (done, calls) = match walk {
+        Some(w) if walk::supports(keys) && per_key > 0 => {
             if (first + points.len()).div_ceil(per_key) > keys.count() {
                 return Err(Error::BufferLength);
             }
-            walk::eval_bits(self, keys, per_key, first, points, out)
-        } else {
-            (0, 0)
-        };
-        let rest = fss::eval_queries(
-            self,
-            keys,
-            per_key,
-            first + done,
-            &points[done..],
-            &mut out[done..],
-            lanes,
-        )?;
-        Ok(calls + rest)
-    }
+            w(h, keys, per_key, first, points, out)
+        }
+        _ => (0, 0),
+    };
+    let rest = fss::eval_queries(
+        h,
+        keys,
+        per_key,
+        first + done,
+        &points[done..],
+        &mut out[done..],
+        lanes,
+    )?;
+    Ok(calls + rest)
 }
 
 /// # Safety
@@ -374,7 +413,8 @@ unsafe fn hash_vaes256(rk: &[__m256i; 11], blocks: &mut [Block]) -> usize {
 
 impl Vaes256 {
     /// Evaluates queries like `fss::eval_queries`, using the AVX2 walk for
-    /// whole groups of bit-output queries and core's walk for the rest.
+    /// whole groups of bit-output queries and core's walk for the rest; one
+    /// lane asks for core's one-at-a-time walk.
     pub fn eval_queries(
         &self,
         keys: &KeyBatch<'_>,
@@ -384,28 +424,8 @@ impl Vaes256 {
         out: &mut [u64],
         lanes: usize,
     ) -> Result<u64, Error> {
-        if points.len() != out.len() {
-            return Err(Error::BufferLength);
-        }
-        // One lane asks for core's one-at-a-time walk; honour it.
-        let (done, calls) = if lanes > 1 && walk::supports(keys) && per_key > 0 {
-            if (first + points.len()).div_ceil(per_key) > keys.count() {
-                return Err(Error::BufferLength);
-            }
-            walk256::eval_bits(self, keys, per_key, first, points, out)
-        } else {
-            (0, 0)
-        };
-        let rest = fss::eval_queries(
-            self,
-            keys,
-            per_key,
-            first + done,
-            &points[done..],
-            &mut out[done..],
-            lanes,
-        )?;
-        Ok(calls + rest)
+        let walk = (lanes > 1).then_some(walk256::eval_bits as Walk<Self>);
+        with_walk(self, walk, keys, per_key, first, (points, out), lanes)
     }
 }
 

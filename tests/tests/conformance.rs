@@ -22,18 +22,20 @@ fn print_report(label: &str, report: &conformance::Report) {
     );
 }
 
-/// Every lanes × threads configuration of `CpuEval` on `backend`; all are
-/// run before any failure is reported.
+/// Every lanes × threads configuration of `CpuEval` on `backend`, with its
+/// SIMD walk and with core's walk; all are run before any failure is
+/// reported.
 fn check_cpu_backend(make_backend: impl Fn() -> Backend) {
     let mut failures = Vec::new();
     for threads in THREADS {
-        for lanes in LANES {
+        for (lanes, core_walk) in LANES.map(|l| (l, false)).into_iter().chain([(64, true)]) {
             let eval = CpuEval::with_threads(threads)
                 .unwrap()
                 .with_backend(make_backend())
                 .lanes(lanes);
+            let eval = if core_walk { eval.core_walk() } else { eval };
             let label = format!(
-                "cpu/{} lanes={lanes} threads={threads}",
+                "cpu/{} lanes={lanes} threads={threads} core_walk={core_walk}",
                 eval.backend().name()
             );
             let report = conformance::run(&eval);

@@ -12,7 +12,9 @@
 //! VAES-256, AES-NI) gets its own floor and its own single-threaded record
 //! (`cpu-<path>`, one fresh key per evaluation), with
 //! `larger_floor_ratio = ns_per_eval ÷ max(AES floor, memory floor)`: the
-//! figure the target of at most 2 is about.
+//! figure the target of at most 2 is about. `core-walk-<path>` runs the same
+//! hashes through core's portable lockstep walk instead of the path's SIMD
+//! walk, so the two are compared in one run.
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -213,6 +215,8 @@ pub fn run() -> Result<String> {
         .iter()
         .map(|b| cpu1.clone().with_backend(b.clone()))
         .collect();
+    // The same paths through core's portable walk: what the SIMD walks buy.
+    let per_path_core: Vec<CpuEval> = per_path.iter().map(|e| e.clone().core_walk()).collect();
 
     let mut records = Vec::new();
     for shape in &SHAPES {
@@ -234,9 +238,11 @@ pub fn run() -> Result<String> {
             Run::new("cpu-shared8", &cpu1, &aes, 1, &shared),
             Run::new("cpu-shared8", &cpu2, &aes, 2, &shared),
         ];
-        for (eval, floor) in per_path.iter().zip(&path_floors) {
+        for ((eval, core), floor) in per_path.iter().zip(&per_path_core).zip(&path_floors) {
             let variant = format!("cpu-{}", floor.backend);
             runs.push(Run::new(variant, eval, floor, 1, &one_per_key));
+            let variant = format!("core-walk-{}", floor.backend);
+            runs.push(Run::new(variant, core, floor, 1, &one_per_key));
         }
         let mut reference: Option<Vec<u64>> = None;
         let mut shared_reference: Option<Vec<u64>> = None;
