@@ -551,9 +551,11 @@ impl Gate {
         let monos = uu + n * u;
         let out = monos + n * m;
         let fss = out + n * self.phi.count;
-        // The FSS points are dead once the opening round is done, so the
-        // Φ program's columns reuse that area.
-        let dcf = 2 * fss_chunk(n) * self.compiled.total_points();
+        // Room for any batch up to the whole tensor (the backend picks the
+        // batch: `BatchEval::preferred_batch`). The FSS points are dead once
+        // the opening round is done, so the Φ program's columns reuse that
+        // area.
+        let dcf = 2 * n * self.compiled.total_points();
         let cols = self.program.scratch_words();
         let end = fss + if dcf > cols { dcf } else { cols };
         Layout {
@@ -590,18 +592,6 @@ const MAX_PRF_BLOCKS: usize =
 
 // Every gate fits at least one element in an evaluator's batch.
 const _: () = assert!(MAX_PRF_BLOCKS <= PRF_STACK);
-
-/// Elements per DCF batch inside an evaluation.
-const FSS_CHUNK: usize = 4096;
-
-// DCF chunks start on bit-slicing block boundaries.
-const _: () = assert!(FSS_CHUNK.is_multiple_of(BLOCK));
-
-/// Elements per DCF batch for a batch of `n`: the DCF area of the scratch
-/// grows with `n` only up to [`FSS_CHUNK`].
-const fn fss_chunk(n: usize) -> usize {
-    if n < FSS_CHUNK { n } else { FSS_CHUNK }
-}
 
 /// Offsets into an evaluator's scratch.
 #[derive(Clone, Copy, Debug)]
@@ -929,12 +919,18 @@ impl<'a> Eval<'a> {
         let l = self.l;
         let total = c.total_points();
         let pb = self.party.index();
+        // The backend's batch, in whole bit-slicing blocks so that every
+        // batch after the first starts on a block boundary.
+        let batch = fss
+            .preferred_batch()
+            .max(1)
+            .next_multiple_of(BLOCK)
+            .min(self.n.max(1));
         let mut start = 0;
-        let chunk = fss_chunk(self.n);
         while start < self.n {
-            let count = chunk.min(self.n - start);
+            let count = batch.min(self.n - start);
             let (head, area) = self.s.split_at_mut(l.fss);
-            let (points, outs) = area[..2 * chunk * total].split_at_mut(chunk * total);
+            let (points, outs) = area[..2 * batch * total].split_at_mut(batch * total);
             // Key-major regions: key k's points for every element of the chunk.
             let mut off = 0;
             for k in 0..c.key_count {

@@ -374,9 +374,46 @@ impl<'a> Counting<'a> {
     }
 }
 
+impl suffuse_core::prg::Hasher for Counting<'_> {
+    fn hash_many(
+        &self,
+        d: suffuse_core::prg::Domain,
+        blocks: &mut [suffuse_core::prg::Block],
+    ) -> u64 {
+        self.inner.hash_many(d, blocks)
+    }
+}
+
 impl BatchEval for Counting<'_> {
     fn name(&self) -> &'static str {
         "counting"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        self.inner.aes_path()
+    }
+
+    fn preferred_batch(&self) -> usize {
+        self.inner.preferred_batch()
+    }
+
+    fn generate(
+        &self,
+        batch: &suffuse_core::fss::GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        self.inner.generate(batch, key0, key1)
+    }
+
+    fn matmul(
+        &self,
+        shape: &suffuse_core::batch::MatShape,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        self.inner.matmul(shape, a, b, c)
     }
 
     fn eval(
