@@ -6,7 +6,7 @@ use suffuse_core::batch::{BatchEval, Serial};
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::error::{Error, WireError};
 use suffuse_core::fss::{Kind, Output, Params, Party};
-use suffuse_core::gate::{Eval, Gate, PartyKeys};
+use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::prg::FixedKeyAes;
 use suffuse_core::ring::Width;
 use suffuse_core::{dcf, dpf, wire};
@@ -323,7 +323,9 @@ fn run_party(
     };
     let scratch = &mut scratch[..words];
     let (ev, used) =
-        high_water(|| Eval::new(gate, &aes, party, &t.seed, None, t.first, n, keys, scratch));
+        high_water(|| {
+            Eval::new(gate, &aes, party, &t.seed, None, t.first, n, keys, t.input, scratch)
+        });
     marks.record("Eval::new", used);
     let mut ev = ev?;
     let mut messages_wrong = 0;
@@ -339,7 +341,7 @@ fn run_party(
     for i in 0..ev.rounds() {
         let len = ev.send_len(i);
         let out = &mut send[..len];
-        let (r, used) = high_water(|| ev.prepare(i, t.input, out));
+        let (r, used) = high_water(|| ev.prepare(i, out));
         marks.record("Eval::prepare", used);
         r?;
         messages_wrong += usize::from(*out != *t.sent[i]);
