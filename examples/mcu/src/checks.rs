@@ -21,7 +21,9 @@ use crate::stack::high_water;
 const MAX_ELEMENTS: usize = 8;
 const MAX_KEY: usize = 256;
 const MAX_BATCH_KEY: usize = 2048;
-const MAX_SCRATCH: usize = 1024;
+// The compiled Φ program's columns are one 64-element block long whatever
+// the batch, so a GeLU of 8 elements needs 1472 words.
+const MAX_SCRATCH: usize = 2048;
 const MAX_MESSAGE: usize = 128;
 /// What the `plant-wrong-answer` feature adds to the first expected value.
 const PLANTED: u64 = if cfg!(feature = "plant-wrong-answer") {
@@ -322,10 +324,11 @@ fn run_party(
         explicit: t.explicit,
     };
     let scratch = &mut scratch[..words];
-    let (ev, used) =
-        high_water(|| {
-            Eval::new(gate, &aes, party, &t.seed, None, t.first, n, keys, t.input, scratch)
-        });
+    let (ev, used) = high_water(|| {
+        Eval::new(
+            gate, &aes, party, &t.seed, None, t.first, n, keys, t.input, scratch,
+        )
+    });
     marks.record("Eval::new", used);
     let mut ev = ev?;
     let mut messages_wrong = 0;
