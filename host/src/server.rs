@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use suffuse_accel_cpu::CpuEval;
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello};
@@ -81,10 +81,10 @@ const HELLO_WAIT: Duration = Duration::from_secs(10);
 /// valid input, before either spends its keys (outside every plan).
 pub const READY_STEP: u32 = u32::MAX - 1;
 
-/// Serves one query with the keys at `keys` and returns this party's
-/// figures. `peer` is P0's address (used by P1 only). Every failure is an
-/// error within the timeouts, told to the peer and the client where a link
-/// to them exists.
+/// Serves one query with the keys at `keys`, heavy operations on `fss`, and
+/// returns this party's figures. `peer` is P0's address (used by P1 only).
+/// Every failure is an error within the timeouts, told to the peer and the
+/// client where a link to them exists.
 pub fn serve(
     model: &Model,
     party: Party,
@@ -92,6 +92,7 @@ pub fn serve(
     listener: &Listener,
     peer: &str,
     opts: &ServeOptions,
+    fss: &dyn BatchEval,
 ) -> Result<PartyReport, ServeError> {
     let reader = KeyReader::open_unspent(keys, &opts.ledger)?;
     let summary = reader.header.summary.clone();
@@ -127,7 +128,15 @@ pub fn serve(
             }
         }
     };
-    let result = run_query(&plan, party, reader, &mut peer_link, &mut client_link, opts);
+    let result = run_query(
+        &plan,
+        party,
+        reader,
+        &mut peer_link,
+        &mut client_link,
+        opts,
+        fss,
+    );
     if let Err(e) = &result {
         let why = e.to_string();
         peer_link.abort(&why);
@@ -143,6 +152,7 @@ fn run_query(
     peer: &mut Link,
     client_link: &mut Link,
     opts: &ServeOptions,
+    fss: &dyn BatchEval,
 ) -> Result<PartyReport, ServeError> {
     let x_len = plan.tensors[plan.inputs.x].len();
     let b_len = plan.tensors[plan.inputs.bias].len();
@@ -170,8 +180,7 @@ fn run_query(
     peer.exchange(READY_STEP, b"ready", 5)
         .map_err(net("confirming the input with the peer"))?;
     reader.spend(&opts.ledger, opts.keep_spent)?;
-    let fss = CpuEval::new();
-    let (share, report) = party::run(plan, party, reader, peer, &fss, inputs)?;
+    let (share, report) = party::run(plan, party, reader, peer, fss, inputs)?;
     client_link
         .send(Frame::Output, 0, &client::output_frame(&share, &report))
         .map_err(net("sending the output share"))?;

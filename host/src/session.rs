@@ -7,8 +7,10 @@
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
+use crate::backend::{self, BackendError, Choice};
 use crate::client::{self, ClientError, QueryOutcome};
 use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
@@ -35,6 +37,8 @@ pub struct Options {
     pub progress: bool,
     /// Network timeouts.
     pub timeouts: Timeouts,
+    /// The backend of the dealer, both servers and the reference.
+    pub backend: Choice,
 }
 
 impl Default for Options {
@@ -45,6 +49,7 @@ impl Default for Options {
             compare_float: true,
             progress: false,
             timeouts: Timeouts::default(),
+            backend: Choice::Auto,
         }
     }
 }
@@ -94,6 +99,9 @@ pub enum SessionError {
     /// Setting up sockets.
     #[error(transparent)]
     Net(#[from] NetError),
+    /// The backend.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     /// A thread died.
     #[error("a server thread panicked")]
     Panicked,
@@ -131,7 +139,8 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
             &temp.0
         }
     };
-    let deal = dealer::deal(&plan, dir, opts.progress)?;
+    let fss = backend::resolve(opts.backend)?;
+    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
     let serve = ServeOptions {
         timeouts: opts.timeouts,
         ledger: Ledger::open(&dir.join("spent")).map_err(SessionError::Ledger)?,
@@ -139,7 +148,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
         // One process: the links never leave loopback.
         security: Security::Insecure,
     };
-    let (served, query) = query_pair(model, &deal.files, batch, &serve)?;
+    let (served, query) = query_pair(model, &deal.files, batch, &serve, fss)?;
     // A server's own error explains more than the client's view of it.
     for (i, r) in served.into_iter().enumerate() {
         if let Err(error) = r {
@@ -162,7 +171,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
     .with_parties(&query.reports, Some(&deal));
     if opts.reference {
         let inputs = client::clear_inputs(model, &plan, batch)?;
-        let want = reference::run(&plan, &inputs)?;
+        let want = reference::run(&plan, &inputs, fss)?;
         report.bit_exact = Some(want == query.output);
     }
     let float = if opts.compare_float {
@@ -193,13 +202,15 @@ pub type PairOutcome = (
     Result<QueryOutcome, ClientError>,
 );
 
-/// Runs both servers on `keys` (threads, loopback TCP) and a client that
-/// asks them for `batch`: one query, each side's result kept.
+/// Runs both servers on `keys` (threads, loopback TCP, heavy operations on
+/// `fss`) and a client that asks them for `batch`: one query, each side's
+/// result kept.
 pub fn query_pair(
     model: &Model,
     keys: &[PathBuf; 2],
     batch: &[Vec<u32>],
     opts: &ServeOptions,
+    fss: &dyn BatchEval,
 ) -> Result<PairOutcome, SessionError> {
     let listeners = [
         Listener::bind("127.0.0.1:0")?,
@@ -213,7 +224,7 @@ pub fn query_pair(
         let servers = [Party::P0, Party::P1].map(|party| {
             let i = usize::from(party == Party::P1);
             let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
-            s.spawn(move || server::serve(model, party, keys, listener, peer, opts))
+            s.spawn(move || server::serve(model, party, keys, listener, peer, opts, fss))
         });
         let query = client::query(
             model,

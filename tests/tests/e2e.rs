@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use suffuse_core::fss::Party;
+use suffuse_host::backend;
 use suffuse_host::client;
 use suffuse_host::dealer;
 use suffuse_host::keyfile::KeyFileError;
@@ -92,13 +93,13 @@ fn padding_changes_no_bit_of_any_embedding() {
     let seq = batch.iter().map(Vec::len).max().unwrap();
     let plan = bert::build(&model, batch.len(), seq).unwrap();
     let inputs = client::clear_inputs(&model, &plan, &batch).unwrap();
-    let together = reference::run(&plan, &inputs).unwrap();
+    let together = reference::run(&plan, &inputs, backend::auto()).unwrap();
     let d = model.config.hidden;
     for (i, t) in batch.iter().enumerate() {
         let alone_plan = bert::build(&model, 1, t.len()).unwrap();
         let alone_inputs =
             client::clear_inputs(&model, &alone_plan, std::slice::from_ref(t)).unwrap();
-        let alone = reference::run(&alone_plan, &alone_inputs).unwrap();
+        let alone = reference::run(&alone_plan, &alone_inputs, backend::auto()).unwrap();
         assert_eq!(
             alone,
             together[i * d..(i + 1) * d],
@@ -134,7 +135,9 @@ fn cls_pooling_and_tanh_gelu_are_bit_exact() {
 /// Deals keys for `model` into a folder.
 fn deal(model: &Model, seq: usize, name: &str) -> [PathBuf; 2] {
     let plan = bert::build(model, 1, seq).unwrap();
-    dealer::deal(&plan, &temp(name), false).unwrap().files
+    dealer::deal(&plan, &temp(name), false, backend::auto())
+        .unwrap()
+        .files
 }
 
 #[test]
@@ -143,8 +146,14 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let files = deal(&model, 6, "spent");
     // The client rejects its own input after the hellos (7 tokens > 6): it
     // tells both servers, and no key has been used.
-    let (served, q) =
-        session::query_pair(&model, &files, &[vec![2u32; 7]], &opts(&files, short())).unwrap();
+    let (served, q) = session::query_pair(
+        &model,
+        &files,
+        &[vec![2u32; 7]],
+        &opts(&files, short()),
+        backend::auto(),
+    )
+    .unwrap();
     assert!(
         matches!(q, Err(client::ClientError::TooLong { .. })),
         "{q:?}"
@@ -155,12 +164,23 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     }
     // So the same keys still serve a query, bit-exact.
     let batch = tokens(&model, &["fine"]);
-    let (served, q) = session::query_pair(&model, &files, &batch, &opts(&files, short())).unwrap();
+    let (served, q) = session::query_pair(
+        &model,
+        &files,
+        &batch,
+        &opts(&files, short()),
+        backend::auto(),
+    )
+    .unwrap();
     for r in served {
         r.unwrap();
     }
     let plan = bert::build(&model, 1, 6).unwrap();
-    let want = reference::run(&plan, &client::clear_inputs(&model, &plan, &batch).unwrap());
+    let want = reference::run(
+        &plan,
+        &client::clear_inputs(&model, &plan, &batch).unwrap(),
+        backend::auto(),
+    );
     assert_eq!(q.unwrap().output, want.unwrap());
     // And then never again.
     let listener = Listener::bind("127.0.0.1:0").unwrap();
@@ -172,6 +192,7 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
             &listener,
             "unused",
             &opts(&files, short()),
+            backend::auto(),
         );
         assert!(
             matches!(again, Err(ServeError::KeyFile(KeyFileError::Spent { .. }))),
@@ -193,6 +214,7 @@ fn keys_for_another_model_are_refused_before_any_work() {
         &listener,
         "unused",
         &opts(&files, short()),
+        backend::auto(),
     );
     assert!(
         matches!(
@@ -209,6 +231,7 @@ fn keys_for_another_model_are_refused_before_any_work() {
         &listener,
         "unused",
         &opts(&files, short()),
+        backend::auto(),
     );
     assert!(
         matches!(r, Err(ServeError::KeyFile(KeyFileError::Party { .. }))),
@@ -234,6 +257,7 @@ fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
         &listener,
         "127.0.0.1:9",
         &opts(&files, t),
+        backend::auto(),
     );
     assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
@@ -251,6 +275,7 @@ fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
         &listener,
         "unused",
         &opts(&files, t),
+        backend::auto(),
     );
     ghost.join().unwrap();
     assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
@@ -275,6 +300,7 @@ fn servers_with_keys_from_different_dealer_runs_refuse_each_other() {
                 &listeners[0],
                 "",
                 &opts(&a, short()),
+                backend::auto(),
             )
         });
         let h1 = s.spawn(|| {
@@ -285,6 +311,7 @@ fn servers_with_keys_from_different_dealer_runs_refuse_each_other() {
                 &listeners[1],
                 &p0_addr,
                 &opts(&b, short()),
+                backend::auto(),
             )
         });
         (h0.join().unwrap(), h1.join().unwrap())
@@ -314,7 +341,14 @@ fn a_corrupt_key_section_stops_the_query_before_any_output() {
     bytes[72 + summary + 16] ^= 1;
     std::fs::write(&files[1], &bytes).unwrap();
     let batch = tokens(&model, &["a"]);
-    let (served, q) = session::query_pair(&model, &files, &batch, &opts(&files, short())).unwrap();
+    let (served, q) = session::query_pair(
+        &model,
+        &files,
+        &batch,
+        &opts(&files, short()),
+        backend::auto(),
+    )
+    .unwrap();
     assert!(q.is_err(), "the client got an output from corrupt keys");
     let e1 = served[1].as_ref().unwrap_err().to_string();
     assert!(e1.contains("corrupt"), "{e1}");

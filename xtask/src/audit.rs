@@ -2,9 +2,12 @@
 //! checked mechanically. Writes nothing into the repository (cargo's own
 //! target directory aside).
 //!
-//! * `cargo deny --offline check bans licenses sources` against `deny.toml`.
+//! * `cargo fetch --locked`, so that every package in the lock file is
+//!   local, then `cargo deny --offline check bans licenses sources` against
+//!   `deny.toml`.
 //!   Advisories are left out: they need the RustSec database, which needs
-//!   the network.
+//!   the network. The same for the firmware's own lock file
+//!   (`examples/mcu`, a separate workspace), against the same `deny.toml`.
 //! * core's normal dependency tree for the bare-metal target enables no
 //!   `std` or `alloc` feature anywhere, and core type-checks for that target
 //!   (which has no `std`, so no std-only crate can hide in the tree).
@@ -15,10 +18,21 @@ use anyhow::{Context, Result, bail};
 
 use crate::command::{self, NO_STD_TARGET, cargo};
 
+/// The firmware's manifest, relative to the workspace root.
+const FIRMWARE_MANIFEST: &str = "examples/mcu/Cargo.toml";
+
 pub fn run() -> Result<()> {
     let mut failures = Vec::new();
 
-    eprintln!("==> cargo deny");
+    // deny reads the metadata of every package in the lock file, for every
+    // target; `--offline` fails on one not yet downloaded (a UEFI-only
+    // dependency, say), so fetch them all first.
+    eprintln!("==> cargo fetch");
+    if let Err(e) = command::run(&mut cargo(["fetch", "--locked"])) {
+        failures.push(format!("{e:#}"));
+    }
+
+    eprintln!("\n==> cargo deny");
     if let Err(e) = command::run(&mut cargo([
         "deny",
         "--workspace",
@@ -28,6 +42,31 @@ pub fn run() -> Result<()> {
         "licenses",
         "sources",
     ])) {
+        failures.push(format!("{e:#}"));
+    }
+
+    eprintln!("\n==> cargo deny, the firmware ({FIRMWARE_MANIFEST})");
+    let firmware = command::run(&mut cargo([
+        "fetch",
+        "--locked",
+        "--manifest-path",
+        FIRMWARE_MANIFEST,
+    ]))
+    .and_then(|_| {
+        command::run(&mut cargo([
+            "deny",
+            "--manifest-path",
+            FIRMWARE_MANIFEST,
+            "--config",
+            "deny.toml",
+            "--offline",
+            "check",
+            "bans",
+            "licenses",
+            "sources",
+        ]))
+    });
+    if let Err(e) = firmware {
         failures.push(format!("{e:#}"));
     }
 
