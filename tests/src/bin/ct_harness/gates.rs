@@ -601,3 +601,14 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
     linalg_case(inputs, &mut stats)?;
     Ok(stats)
 }
+
+/// The planted run's library part: GeLU through `Serial`, whose DCF walk
+/// and Φ block program carry core's `ct-planted` leaks when it is enabled.
+pub fn planted(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateStats> {
+    let ring = Width::W64;
+    let mut stats = GateStats::default();
+    let xs = signed_inputs(ring, 26, inputs);
+    let gelu = activation::gelu(GeluForm::Erf, ring, Width::of(26), FRAC)?;
+    gate_case("gelu", &gelu, &xs, b, inputs, &mut stats)?;
+    Ok(stats)
+}
