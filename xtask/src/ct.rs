@@ -144,7 +144,7 @@ fn build_harness(features: &[&str]) -> Result<()> {
         "ct_harness",
     ];
     args.extend_from_slice(features);
-    command::run(&mut cargo(args))
+    command::run(&mut cargo(args)).map(drop)
 }
 
 struct MemcheckRun {
