@@ -310,8 +310,10 @@ impl Gate {
     ///
     /// The input mask shares come from the seeds unless `masks` supplies
     /// them (then the evaluators must be given the same shares); tests use
-    /// that to pin masks to 0, 2^n − 1 and every wrap point. Returns the AES
-    /// calls made.
+    /// that to pin masks to 0, 2^n − 1 and every wrap point. `prf` is
+    /// scratch for both parties' expanded PRF blocks: at least
+    /// [`Gate::deal_scratch_min`] blocks, and [`Gate::deal_scratch_blocks`]
+    /// for full-sized AES batches. Returns the AES calls made.
     #[allow(clippy::too_many_arguments)]
     pub fn deal(
         &self,
@@ -323,6 +325,7 @@ impl Gate {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        prf: &mut [Block],
     ) -> Result<u64, Error> {
         if let Some([m0, m1]) = masks
             && (m0.len() != count || m1.len() != count)
@@ -342,12 +345,12 @@ impl Gate {
             }
         }
         let per = self.prf_blocks();
-        let chunk = PRF_BUFFER / per;
-        let mut b0 = [Block::ZERO; PRF_BUFFER];
-        let mut b1 = [Block::ZERO; PRF_BUFFER];
+        // Elements per batch: as many as both parties' blocks fit.
+        let chunk = prf.len() / (2 * per);
         if chunk == 0 {
-            return Err(Error::Suf(SufError::Capacity));
+            return Err(Error::BufferLength);
         }
+        let (b0, b1) = prf.split_at_mut(chunk * per);
         // Bit-output DCF generation draws no randomness; the generator is
         // only there to satisfy the interface.
         let mut unused = Prg::new(&seeds[0]);
@@ -356,8 +359,8 @@ impl Gate {
         while done < count {
             let n = chunk.min(count - done);
             let at = first + cast::u64_from_usize(done);
-            calls += self.expand(h, &seeds[0], at, n, &mut b0);
-            calls += self.expand(h, &seeds[1], at, n, &mut b1);
+            calls += self.expand(h, &seeds[0], at, n, b0);
+            calls += self.expand(h, &seeds[1], at, n, b1);
             for e in 0..n {
                 let p0 = &b0[e * per..(e + 1) * per];
                 let p1 = &b1[e * per..(e + 1) * per];
@@ -450,8 +453,8 @@ impl Gate {
         let len0 = self.key_params(0).key_len();
         let count = dcf[0].len() / len0;
         let per = self.prf_blocks();
-        let chunk = (PRF_BUFFER / per).max(1);
-        let mut blocks = [Block::ZERO; PRF_BUFFER];
+        let chunk = PRF_STACK / per;
+        let mut blocks = [Block::ZERO; PRF_STACK];
         let mut calls = 0;
         let mut done = 0;
         while done < count {
@@ -517,6 +520,22 @@ impl Gate {
         l.end
     }
 
+    /// The least PRF scratch [`Gate::deal`] accepts: one element's blocks
+    /// for each party.
+    pub const fn deal_scratch_min(&self) -> usize {
+        2 * self.prf_blocks()
+    }
+
+    /// PRF scratch for dealing `count` elements in full-sized batches: up
+    /// to 64 KiB per party, less when `count` needs less.
+    pub const fn deal_scratch_blocks(&self, count: usize) -> usize {
+        let per = self.prf_blocks();
+        let batch = PRF_BUFFER / per;
+        let elements = if count < batch { count } else { batch };
+        let elements = if elements == 0 { 1 } else { elements };
+        2 * per * elements
+    }
+
     const fn layout(&self, n: usize) -> Layout {
         let b = self.plan.b2a_count;
         let u = self.plan.beaver_count;
@@ -532,9 +551,11 @@ impl Gate {
         let monos = uu + n * u;
         let out = monos + n * m;
         let fss = out + n * self.phi.count;
-        // The FSS points are dead once the opening round is done, so the
-        // Φ program's columns reuse that area.
-        let dcf = 2 * FSS_CHUNK * self.compiled.total_points();
+        // Room for any batch up to the whole tensor (the backend picks the
+        // batch: `BatchEval::preferred_batch`). The FSS points are dead once
+        // the opening round is done, so the Φ program's columns reuse that
+        // area.
+        let dcf = 2 * n * self.compiled.total_points();
         let cols = self.program.scratch_words();
         let end = fss + if dcf > cols { dcf } else { cols };
         Layout {
@@ -554,14 +575,23 @@ impl Gate {
     }
 }
 
-/// PRF blocks expanded per batch (64 KiB of stack).
+/// PRF blocks per party and batch that [`Gate::deal_scratch_blocks`] asks
+/// for: 64 KiB, enough to keep AES pipelines full on the dealer.
 const PRF_BUFFER: usize = 4096;
 
-/// Elements per DCF batch inside an evaluation.
-const FSS_CHUNK: usize = 4096;
+/// PRF blocks an evaluator expands per batch on its own stack (2 KiB): a
+/// party expands a few blocks per element, so batches of this size already
+/// keep a pipelined AES busy, and the frame stays small enough for a
+/// microcontroller (examples/mcu measures it).
+const PRF_STACK: usize = 128;
 
-// DCF chunks start on bit-slicing block boundaries.
-const _: () = assert!(FSS_CHUNK.is_multiple_of(BLOCK));
+/// The most PRF blocks one element can need: every slot, key and seeded
+/// word at its capacity.
+const MAX_PRF_BLOCKS: usize =
+    SLOT_ROOTS + MAX_KEYS + (crate::phi::MAX_BEAVER + crate::phi::MAX_MONOS).div_ceil(2);
+
+// Every gate fits at least one element in an evaluator's batch.
+const _: () = assert!(MAX_PRF_BLOCKS <= PRF_STACK);
 
 /// Offsets into an evaluator's scratch.
 #[derive(Clone, Copy, Debug)]
@@ -709,8 +739,8 @@ impl<'a> Eval<'a> {
         let per = g.prf_blocks();
         let pb = self.party.index();
         let l = self.l;
-        let chunk = (PRF_BUFFER / per).max(1);
-        let mut blocks = [Block::ZERO; PRF_BUFFER];
+        let chunk = PRF_STACK / per;
+        let mut blocks = [Block::ZERO; PRF_STACK];
         let m = g.plan.mono_count;
         let ew = g.explicit_words();
         let u = g.plan.beaver_count;
@@ -889,11 +919,18 @@ impl<'a> Eval<'a> {
         let l = self.l;
         let total = c.total_points();
         let pb = self.party.index();
+        // The backend's batch, in whole bit-slicing blocks so that every
+        // batch after the first starts on a block boundary.
+        let batch = fss
+            .preferred_batch()
+            .max(1)
+            .next_multiple_of(BLOCK)
+            .min(self.n.max(1));
         let mut start = 0;
         while start < self.n {
-            let count = FSS_CHUNK.min(self.n - start);
+            let count = batch.min(self.n - start);
             let (head, area) = self.s.split_at_mut(l.fss);
-            let (points, outs) = area[..2 * FSS_CHUNK * total].split_at_mut(FSS_CHUNK * total);
+            let (points, outs) = area[..2 * batch * total].split_at_mut(batch * total);
             // Key-major regions: key k's points for every element of the chunk.
             let mut off = 0;
             for k in 0..c.key_count {
@@ -1395,8 +1432,20 @@ pub(crate) mod testing {
             let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
             let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
             let ms = masks.map(|_| [&m0[..], &m1[..]]);
-            gate.deal(&aes, seeds, ms, 7, n, &mut d0, &mut d1, &mut explicit)
-                .unwrap();
+            // Three elements per PRF batch: every test crosses batch edges.
+            let mut prf = vec![Block::ZERO; 3 * gate.deal_scratch_min()];
+            gate.deal(
+                &aes,
+                seeds,
+                ms,
+                7,
+                n,
+                &mut d0,
+                &mut d1,
+                &mut explicit,
+                &mut prf,
+            )
+            .unwrap();
         }
         let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
         let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
@@ -1592,6 +1641,7 @@ mod tests {
     use super::*;
     use crate::compile::View;
     use crate::phi::{Factor, Kappa, PolyMode, Public, Term};
+    use crate::prg::FixedKeyAes;
     use crate::suf::{Domain, Op, Pred, Program};
     use std::vec::Vec;
 
@@ -1771,5 +1821,39 @@ mod tests {
                 assert_eq!(out.arith[j], want, "x={x} r={r}");
             }
         }
+    }
+
+    /// Dealt keys in one-element PRF batches, with the least scratch,
+    /// equal those in full batches; less scratch than that is refused.
+    #[test]
+    fn deal_scratch_size_changes_nothing_but_batching() {
+        let gate = Gate::new(
+            &spline(),
+            N,
+            Phi::poly(N, PolyMode::Monomials),
+            Input::Shares,
+        )
+        .unwrap();
+        let n = 37;
+        let aes = FixedKeyAes::new();
+        let seeds = [[3; 16], [4; 16]];
+        let deal = |blocks: usize| {
+            let len = n * gate.key_params(0).key_len();
+            let (mut a, mut b) = (std::vec![0u8; len], std::vec![0u8; len]);
+            let mut ex = std::vec![0u64; n * gate.explicit_words()];
+            let mut d0: [&mut [u8]; MAX_KEYS] = [&mut a, &mut [], &mut []];
+            let mut d1: [&mut [u8]; MAX_KEYS] = [&mut b, &mut [], &mut []];
+            let mut prf = std::vec![Block::ZERO; blocks];
+            let r = gate.deal(&aes, seeds, None, 5, n, &mut d0, &mut d1, &mut ex, &mut prf);
+            r.map(|_| (a, b, ex))
+        };
+        assert_eq!(gate.compiled.key_count, 1);
+        let full = deal(gate.deal_scratch_blocks(n)).unwrap();
+        assert_eq!(deal(gate.deal_scratch_min()).unwrap(), full);
+        assert_eq!(
+            deal(gate.deal_scratch_min() - 1).unwrap_err(),
+            Error::BufferLength
+        );
+        assert!(gate.deal_scratch_blocks(n) >= n * gate.deal_scratch_min());
     }
 }

@@ -225,6 +225,7 @@ impl Set {
         let mut explicit = vec![0u64; ELEMENTS * gate.explicit_words()];
         {
             let [d0, d1] = &mut dcf;
+            let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(ELEMENTS)];
             let mut a: [&mut [u8]; MAX_KEYS] = slices(d0);
             let mut b: [&mut [u8]; MAX_KEYS] = slices(d1);
             gate.deal(
@@ -236,6 +237,7 @@ impl Set {
                 &mut a,
                 &mut b,
                 &mut explicit,
+                &mut prf,
             )
             .map_err(|e| anyhow!("deal: {e}"))?;
         }

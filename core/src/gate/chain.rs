@@ -329,7 +329,25 @@ impl Chain {
         read(&values, self.output)
     }
 
-    /// Deals step `s` for `count` elements from element `first`.
+    /// PRF scratch blocks [`Chain::deal_step`] wants for `count` elements:
+    /// the most any gate step asks for (see [`Gate::deal_scratch_blocks`]).
+    pub const fn deal_scratch_blocks(&self, count: usize) -> usize {
+        let mut most = 0;
+        let mut s = 0;
+        while s < self.count {
+            if let Step::Gate { gate, .. } = &self.steps[s] {
+                let b = gate.deal_scratch_blocks(count);
+                if b > most {
+                    most = b;
+                }
+            }
+            s += 1;
+        }
+        most
+    }
+
+    /// Deals step `s` for `count` elements from element `first`; `prf` is
+    /// the PRF scratch of a gate step ([`Gate::deal`]).
     #[allow(clippy::too_many_arguments)]
     pub fn deal_step(
         &self,
@@ -341,11 +359,12 @@ impl Chain {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        prf: &mut [Block],
     ) -> Result<u64, Error> {
         let step_seeds = [step_seed(h, &seeds[0], s), step_seed(h, &seeds[1], s)];
         match &self.steps[s] {
             Step::Gate { gate, .. } => {
-                gate.deal(h, step_seeds, None, first, count, dcf0, dcf1, explicit)
+                gate.deal(h, step_seeds, None, first, count, dcf0, dcf1, explicit, prf)
             }
             Step::Mul { .. } => {
                 if explicit.len() != count {
@@ -768,8 +787,9 @@ pub(crate) mod testing {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+                let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
                 chain
-                    .deal_step(s, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex)
+                    .deal_step(s, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex, &mut prf)
                     .unwrap();
             }
             dcf.push([k0, k1]);

@@ -16,7 +16,7 @@ use crate::fss::Party;
 use crate::gate::chain::step_seed;
 use crate::gate::relu::relu_value;
 use crate::gate::{Eval, Gate, PartyKeys, Protocol};
-use crate::prg::Hasher;
+use crate::prg::{Block, Hasher};
 use crate::ring::Width;
 
 /// Row maxima of `rows × len` values.
@@ -72,8 +72,15 @@ impl MaxTree {
         2 * self.levels()
     }
 
+    /// PRF scratch blocks [`MaxTree::deal_level`] wants for `rows` rows
+    /// (its widest level, see [`Gate::deal_scratch_blocks`]).
+    pub const fn deal_scratch_blocks(&self, rows: usize) -> usize {
+        self.relu.deal_scratch_blocks(rows * self.pairs(0))
+    }
+
     /// Deals `level` for `rows` rows: ReLU keys for `rows · pairs(level)`
-    /// elements, seeded from the level's derived seeds.
+    /// elements, seeded from the level's derived seeds; `prf` is
+    /// [`Gate::deal`]'s scratch.
     #[allow(clippy::too_many_arguments)]
     pub fn deal_level(
         &self,
@@ -84,6 +91,7 @@ impl MaxTree {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        prf: &mut [Block],
     ) -> Result<u64, Error> {
         let s = [
             step_seed(h, &seeds[0], level),
@@ -98,6 +106,7 @@ impl MaxTree {
             dcf0,
             dcf1,
             explicit,
+            prf,
         )
     }
 
@@ -338,7 +347,8 @@ mod tests {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
-                tree.deal_level(l, rows, &aes, seeds, &mut d0, &mut d1, &mut ex)
+                let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+                tree.deal_level(l, rows, &aes, seeds, &mut d0, &mut d1, &mut ex, &mut prf)
                     .unwrap();
             }
             store.push(([k0, k1], ex));

@@ -27,10 +27,13 @@ pub struct Select {
 /// Explicit words P1 holds per element: `[ρ]` and `[ρ·a]`.
 pub const EXPLICIT_WORDS: usize = 2;
 
+/// Elements per PRF batch: 2 KiB of blocks and 2 KiB of words per party on
+/// the stack, small enough for a microcontroller's call budget.
+const CHUNK: usize = 64;
+
 /// Seeded words per element: ρ's XOR share (bit 0), `[a]`, P0's `[ρ]` and
 /// `[ρ·a]`.
 fn seeded(h: &dyn Hasher, seed: &[u8; 16], first: u64, n: usize, out: &mut [[u64; 4]]) {
-    const CHUNK: usize = 256;
     let s = Block::from_bytes(*seed);
     let mut blocks = [Block::ZERO; 2 * CHUNK];
     let mut done = 0;
@@ -75,11 +78,11 @@ impl Select {
         if explicit.len() != n * EXPLICIT_WORDS {
             return Err(Error::BufferLength);
         }
-        let mut s0 = [[0u64; 4]; 256];
-        let mut s1 = [[0u64; 4]; 256];
+        let mut s0 = [[0u64; 4]; CHUNK];
+        let mut s1 = [[0u64; 4]; CHUNK];
         let mut done = 0;
         while done < n {
-            let c = 256.min(n - done);
+            let c = CHUNK.min(n - done);
             seeded(h, &seeds[0], first + cast::u64_from_usize(done), c, &mut s0);
             seeded(h, &seeds[1], first + cast::u64_from_usize(done), c, &mut s1);
             for e in 0..c {
@@ -112,10 +115,10 @@ impl Select {
         if y.len() != n || scratch.len() < 2 * n || send.len() != self.send_len(n) {
             return Err(Error::BufferLength);
         }
-        let mut words = [[0u64; 4]; 256];
+        let mut words = [[0u64; 4]; CHUNK];
         let mut done = 0;
         while done < n {
-            let c = 256.min(n - done);
+            let c = CHUNK.min(n - done);
             seeded(h, seed, first + cast::u64_from_usize(done), c, &mut words);
             for e in 0..c {
                 scratch[done + e] = (bits[done + e] ^ words[e][0]) & 1;
@@ -160,10 +163,10 @@ impl Select {
         let d_area = &mut d_area[..n];
         crate::gate::wire_add(w, d_area, d)?;
         let pb = party.index();
-        let mut words = [[0u64; 4]; 256];
+        let mut words = [[0u64; 4]; CHUNK];
         let mut done = 0;
         while done < n {
-            let c = 256.min(n - done);
+            let c = CHUNK.min(n - done);
             seeded(h, seed, first + cast::u64_from_usize(done), c, &mut words);
             for k in 0..c {
                 let i = done + k;

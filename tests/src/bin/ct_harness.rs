@@ -479,14 +479,20 @@ fn real_run() -> HarnessResult<Stats> {
     if let Some(cpu) = &cpu {
         evals.push(cpu);
     }
-    let g = gates::run(&gates::Backends { h, evals }, &mut inputs)?;
+    let g = gates::run(
+        &gates::Backends {
+            h,
+            evals: evals.clone(),
+        },
+        &mut inputs,
+    )?;
     println!(
         "gate layer: {} protocol runs, {} outputs checked, {} wrong",
         g.protocols, g.checked, g.wrong
     );
     stats.checked += g.checked;
     stats.wrong += g.wrong;
-    let (steps, bytes) = host::run(&Backend::detect(), &mut inputs)?;
+    let (steps, bytes) = host::run(evals.last().copied().unwrap_or(&serial), &mut inputs)?;
     println!("host Beaver dealing: {steps} triple steps, {bytes} section bytes");
     Ok(stats)
 }

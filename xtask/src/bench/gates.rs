@@ -36,7 +36,7 @@ use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::gate::width::extend;
 use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::phi::program::Section;
-use suffuse_core::prg::{Hasher, Prg};
+use suffuse_core::prg::{Block, Hasher, Prg};
 use suffuse_core::ring::{Width, pow2};
 
 /// The activation shape: 128 tokens × 3072 (BERT-base intermediate size).
@@ -140,8 +140,19 @@ fn deal(gate: &Gate, h: &Backend, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dea
             parts.push(s.spawn(move || -> Result<()> {
                 let mut a: [&mut [u8]; MAX_KEYS] = a.try_into().map_err(|_| anyhow!("keys"))?;
                 let mut b: [&mut [u8]; MAX_KEYS] = b.try_into().map_err(|_| anyhow!("keys"))?;
-                gate.deal(h, seeds, None, first as u64, count, &mut a, &mut b, e)
-                    .map_err(|e| anyhow!("deal: {e}"))?;
+                let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(count)];
+                gate.deal(
+                    h,
+                    seeds,
+                    None,
+                    first as u64,
+                    count,
+                    &mut a,
+                    &mut b,
+                    e,
+                    &mut prf,
+                )
+                .map_err(|e| anyhow!("deal: {e}"))?;
                 Ok(())
             }));
         }
@@ -363,9 +374,46 @@ impl<'a> Counting<'a> {
     }
 }
 
+impl suffuse_core::prg::Hasher for Counting<'_> {
+    fn hash_many(
+        &self,
+        d: suffuse_core::prg::Domain,
+        blocks: &mut [suffuse_core::prg::Block],
+    ) -> u64 {
+        self.inner.hash_many(d, blocks)
+    }
+}
+
 impl BatchEval for Counting<'_> {
     fn name(&self) -> &'static str {
         "counting"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        self.inner.aes_path()
+    }
+
+    fn preferred_batch(&self) -> usize {
+        self.inner.preferred_batch()
+    }
+
+    fn generate(
+        &self,
+        batch: &suffuse_core::fss::GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        self.inner.generate(batch, key0, key1)
+    }
+
+    fn matmul(
+        &self,
+        shape: &suffuse_core::batch::MatShape,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        self.inner.matmul(shape, a, b, c)
     }
 
     fn eval(
@@ -820,8 +868,9 @@ fn run_chain_bench(
                 .collect::<Vec<_>>()
                 .try_into()
                 .map_err(|_| anyhow!("keys"))?;
+            let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
             chain
-                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex)
+                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex, &mut prf)
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {
@@ -929,7 +978,8 @@ fn max_record() -> Result<Option<Record>> {
                 .collect::<Vec<_>>()
                 .try_into()
                 .map_err(|_| anyhow!("keys"))?;
-            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex)
+            let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex, &mut prf)
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {

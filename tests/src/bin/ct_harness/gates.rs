@@ -13,9 +13,9 @@
 //! seeds and keys stays undefined, so a branch or index on it is reported.
 
 use suffuse_accel_cpu::linalg;
-use suffuse_core::batch::{BatchEval, EvalStats};
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
 use suffuse_core::compile::MAX_KEYS;
-use suffuse_core::fss::{KeyBatch, Party};
+use suffuse_core::fss::{GenBatch, KeyBatch, Party};
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
@@ -25,7 +25,7 @@ use suffuse_core::gate::select::{self, Select, SelectEval};
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::phi::program::{Inputs, Program, Section};
-use suffuse_core::prg::Hasher;
+use suffuse_core::prg::{Block, Domain, Hasher};
 use suffuse_core::ring::Width;
 use suffuse_core::{Error, mpc};
 
@@ -65,9 +65,36 @@ impl GateStats {
 /// opened values; its `a` and `shares` inputs stay secret.
 pub struct Declassify<'a>(pub &'a dyn BatchEval);
 
+impl Hasher for Declassify<'_> {
+    fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
+        self.0.hash_many(d, blocks)
+    }
+}
+
 impl BatchEval for Declassify<'_> {
     fn name(&self) -> &'static str {
         "declassify"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        self.0.aes_path()
+    }
+
+    fn preferred_batch(&self) -> usize {
+        self.0.preferred_batch()
+    }
+
+    fn generate(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<EvalStats, Error> {
+        self.0.generate(batch, key0, key1)
+    }
+
+    fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+        self.0.matmul(shape, a, b, c)
     }
 
     fn eval(
@@ -227,7 +254,9 @@ fn gate_case(
 ) -> HarnessResult<()> {
     let seeds = secret_seeds(inputs);
     let dealt = Dealt::new(&key_lens(gate), N, gate.explicit_words(), |k0, k1, ex| {
-        gate.deal(b.h, seeds, None, 0, N, k0, k1, ex).map(|_| ())
+        let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(N)];
+        gate.deal(b.h, seeds, None, 0, N, k0, k1, ex, &mut prf)
+            .map(|_| ())
     })?;
     let x = secret_shares(gate.ring(), xs, inputs);
     let outs = gate.outputs();
@@ -307,7 +336,12 @@ fn chain_case(
             &lens,
             n,
             chain.explicit_words(s),
-            |k0, k1, ex| chain.deal_step(s, b.h, seeds, 0, n, k0, k1, ex).map(|_| ()),
+            |k0, k1, ex| {
+                let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
+                chain
+                    .deal_step(s, b.h, seeds, 0, n, k0, k1, ex, &mut prf)
+                    .map(|_| ())
+            },
         )?);
     }
     let x = secret_shares(chain.ring, xs, inputs);
@@ -374,7 +408,11 @@ fn max_case(
             &lens,
             count,
             tree.relu.explicit_words(),
-            |k0, k1, ex| tree.deal_level(l, rows, b.h, seeds, k0, k1, ex).map(|_| ()),
+            |k0, k1, ex| {
+                let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+                tree.deal_level(l, rows, b.h, seeds, k0, k1, ex, &mut prf)
+                    .map(|_| ())
+            },
         )?);
     }
     let values: Vec<u64> = (0..rows * len)
@@ -505,7 +543,11 @@ fn mpc_case(inputs: &mut PublicInputs, stats: &mut GateStats) -> HarnessResult<(
 
 /// accel-cpu's matmul on secret operands, every path this CPU has, against
 /// the naive product.
-fn linalg_case(inputs: &mut PublicInputs, stats: &mut GateStats) -> HarnessResult<()> {
+fn linalg_case(
+    backends: &Backends<'_>,
+    inputs: &mut PublicInputs,
+    stats: &mut GateStats,
+) -> HarnessResult<()> {
     let (m, k, n) = (5, 19, 7);
     let a: Vec<u64> = (0..m * k).map(|_| inputs.next()).collect();
     let b: Vec<u64> = (0..k * n).map(|_| inputs.next()).collect();
@@ -519,6 +561,24 @@ fn linalg_case(inputs: &mut PublicInputs, stats: &mut GateStats) -> HarnessResul
         path.matmul(&a, &b, &mut c, m, k, n)?;
         memcheck::declassify(c.as_mut_slice());
         stats.compare(&format!("matmul ({})", path.name()), &c, &want);
+    }
+    // The backend trait's matmul, as host's online steps call it.
+    let shape = MatShape {
+        batches: 1,
+        m,
+        k,
+        n,
+        transpose_b: false,
+        accumulate: false,
+    };
+    for eval in &backends.evals {
+        let (mut a, mut b) = (a.clone(), b.clone());
+        memcheck::mark_secret(a.as_mut_slice());
+        memcheck::mark_secret(b.as_mut_slice());
+        let mut c = vec![0u64; m * n];
+        eval.matmul(&shape, &a, &b, &mut c)?;
+        memcheck::declassify(c.as_mut_slice());
+        stats.compare(&format!("BatchEval::matmul ({})", eval.name()), &c, &want);
     }
     Ok(())
 }
@@ -598,7 +658,7 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
     max_case(b, inputs, &mut stats)?;
     select_case(b, inputs, &mut stats)?;
     mpc_case(inputs, &mut stats)?;
-    linalg_case(inputs, &mut stats)?;
+    linalg_case(b, inputs, &mut stats)?;
     Ok(stats)
 }
 

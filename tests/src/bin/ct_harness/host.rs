@@ -3,7 +3,7 @@
 //! dealer's seeds secret. The sections it emits (seeds, P1's `C_1`) are
 //! secret too and are dropped unread; host's own tests check their algebra.
 
-use suffuse_accel_cpu::Backend;
+use suffuse_core::batch::BatchEval;
 use suffuse_host::model::{Config, Model};
 use suffuse_host::plan::{Kind, bert};
 use suffuse_host::proto;
@@ -11,7 +11,7 @@ use suffuse_host::proto;
 use super::{HarnessResult, PublicInputs, memcheck};
 
 /// Triple steps dealt, and the section bytes they produced.
-pub fn run(h: &Backend, inputs: &mut PublicInputs) -> HarnessResult<(usize, usize)> {
+pub fn run(fss: &dyn BatchEval, inputs: &mut PublicInputs) -> HarnessResult<(usize, usize)> {
     let mut config = Config::demo();
     config.hidden = 8;
     config.heads = 2;
@@ -29,7 +29,7 @@ pub fn run(h: &Backend, inputs: &mut PublicInputs) -> HarnessResult<(usize, usiz
         }
         let mut seeds = [inputs.block().to_bytes(), inputs.block().to_bytes()];
         memcheck::mark_secret(&mut seeds);
-        proto::deal(&plan, op, h, seeds, &mut |parts: &[Vec<u8>; 2]| {
+        proto::deal(&plan, op, fss, seeds, &mut |parts: [Vec<u8>; 2]| {
             bytes += parts[0].len() + parts[1].len();
             Ok(())
         })?;
