@@ -32,7 +32,7 @@ commands:
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
   vectors         regenerate tests/vectors/v1
   fit             refit the gates' splines into core/src/gate/splines.rs
-  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm)
+  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
 
