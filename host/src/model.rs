@@ -19,6 +19,7 @@ use sha2::{Digest as _, Sha256};
 
 mod checkpoint;
 mod generate;
+pub mod gguf;
 mod tokenizer;
 
 pub use tokenizer::Tokenizer;
