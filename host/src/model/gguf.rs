@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 mod parse;
 mod quant;
+mod tokenizer;
 mod write;
 
 pub use quant::TensorType;
