@@ -17,7 +17,7 @@
 //! - Our own reader, not a crate: the crates on crates.io either stop at
 //!   the metadata (`gguf`, `gguf-rs`) or come with a whole tensor library
 //!   (`candle-core`), and none claims to survive hostile input. This one is
-//!   about 600 lines, fuzzed (`fuzz/fuzz_targets/gguf.rs`), and every
+//!   about 1,100 lines with docs, fuzzed (`fuzz/fuzz_targets/gguf.rs`), and every
 //!   count and size it reads is checked against the bytes that remain
 //!   before anything is allocated, so a malformed file gives a
 //!   [`GgufError`], never a panic or a huge allocation.
