@@ -13,9 +13,11 @@
 //! | [`keyfile`], [`dealer`] | key files and the dealer that streams them |
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
 //! | [`session`], [`report`] | a whole run in one process; the report |
+//! | [`backend`] | `--backend`: the one place a concrete accelerator is named |
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod client;
 pub mod dealer;
 pub mod exec;

@@ -10,6 +10,7 @@
 //! something else).
 
 use rayon::prelude::*;
+use suffuse_core::batch::BatchEval;
 
 use crate::exec::{self, ExecError, Store};
 use crate::plan::{Built, Kind, Plan};
@@ -49,8 +50,13 @@ pub struct ClearInputs {
     pub mask: Option<Vec<u64>>,
 }
 
-/// Runs the plan in the clear; returns the output tensor.
-pub fn run(plan: &Plan, inputs: &ClearInputs) -> Result<Vec<u64>, ReferenceError> {
+/// Runs the plan in the clear, matrix products on `la`; returns the output
+/// tensor.
+pub fn run(
+    plan: &Plan,
+    inputs: &ClearInputs,
+    la: &dyn BatchEval,
+) -> Result<Vec<u64>, ReferenceError> {
     let mut store = Store::new(plan);
     store.set(plan, plan.inputs.x, inputs.x.clone())?;
     store.set(plan, plan.inputs.bias, inputs.bias.clone())?;
@@ -69,9 +75,9 @@ pub fn run(plan: &Plan, inputs: &ClearInputs) -> Result<Vec<u64>, ReferenceError
     }
     for i in 0..plan.ops.len() {
         if plan.ops[i].kind.is_step() {
-            step(plan, i, &mut store)?;
+            step(plan, i, &mut store, la)?;
         } else {
-            exec::run_local(plan, i, &mut store, true)?;
+            exec::run_local(plan, i, &mut store, true, la)?;
         }
         check(plan, &store, plan.ops[i].kind.output())?;
         store.release_after(plan, i);
@@ -98,7 +104,12 @@ fn check(plan: &Plan, store: &Store, t: usize) -> Result<(), ReferenceError> {
 }
 
 /// One step in the clear.
-fn step(plan: &Plan, i: usize, store: &mut Store) -> Result<(), ReferenceError> {
+fn step(
+    plan: &Plan,
+    i: usize,
+    store: &mut Store,
+    la: &dyn BatchEval,
+) -> Result<(), ReferenceError> {
     let t = &plan.tensors;
     let built = plan.built[i].as_ref();
     let out: Vec<u64> = match (&plan.ops[i].kind, built) {
@@ -140,16 +151,13 @@ fn step(plan: &Plan, i: usize, store: &mut Store) -> Result<(), ReferenceError> 
             _,
         ) => {
             let mut y = vec![0u64; t[*out].len()];
-            exec::batched_matmul(
+            let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, false);
+            exec::matmul(
+                la,
+                shape,
                 store.get(plan, *a)?,
                 store.get(plan, *b)?,
-                *transpose_b,
-                *batches,
-                *m,
-                *k,
-                *n,
                 &mut y,
-                false,
             )?;
             y
         }

@@ -6,8 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
+use crate::backend::{self, BackendError, Choice};
 use crate::client::{self, ClientError, QueryOutcome};
 use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
@@ -33,6 +35,8 @@ pub struct Options {
     pub progress: bool,
     /// Network timeouts.
     pub timeouts: Timeouts,
+    /// The backend of the dealer, both servers and the reference.
+    pub backend: Choice,
 }
 
 impl Default for Options {
@@ -43,6 +47,7 @@ impl Default for Options {
             compare_float: true,
             progress: false,
             timeouts: Timeouts::default(),
+            backend: Choice::Auto,
         }
     }
 }
@@ -92,6 +97,9 @@ pub enum SessionError {
     /// Setting up sockets.
     #[error(transparent)]
     Net(#[from] NetError),
+    /// The backend.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     /// A thread died.
     #[error("a server thread panicked")]
     Panicked,
@@ -126,8 +134,9 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
             &temp.0
         }
     };
-    let deal = dealer::deal(&plan, dir, opts.progress)?;
-    let (served, query) = query_pair(model, &deal.files, batch, opts.timeouts)?;
+    let fss = backend::resolve(opts.backend)?;
+    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
+    let (served, query) = query_pair(model, &deal.files, batch, opts.timeouts, fss)?;
     // A server's own error explains more than the client's view of it.
     for (i, r) in served.into_iter().enumerate() {
         if let Err(error) = r {
@@ -150,7 +159,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
     .with_parties(&query.reports, Some(&deal));
     if opts.reference {
         let inputs = client::clear_inputs(model, &plan, batch)?;
-        let want = reference::run(&plan, &inputs)?;
+        let want = reference::run(&plan, &inputs, fss)?;
         report.bit_exact = Some(want == query.output);
     }
     let float = if opts.compare_float {
@@ -181,13 +190,15 @@ pub type PairOutcome = (
     Result<QueryOutcome, ClientError>,
 );
 
-/// Runs both servers on `keys` (threads, loopback TCP) and a client that
-/// asks them for `batch`: one query, each side's result kept.
+/// Runs both servers on `keys` (threads, loopback TCP, heavy operations on
+/// `fss`) and a client that asks them for `batch`: one query, each side's
+/// result kept.
 pub fn query_pair(
     model: &Model,
     keys: &[PathBuf; 2],
     batch: &[Vec<u32>],
     timeouts: Timeouts,
+    fss: &dyn BatchEval,
 ) -> Result<PairOutcome, SessionError> {
     let listeners = [
         Listener::bind("127.0.0.1:0")?,
@@ -201,7 +212,7 @@ pub fn query_pair(
         let servers = [Party::P0, Party::P1].map(|party| {
             let i = usize::from(party == Party::P1);
             let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
-            s.spawn(move || server::serve(model, party, keys, listener, peer, timeouts))
+            s.spawn(move || server::serve(model, party, keys, listener, peer, timeouts, fss))
         });
         let query = client::query(model, [&addrs[0], &addrs[1]], batch, timeouts);
         let [a, b] = servers.map(|h| h.join().map_err(|_| SessionError::Panicked));
