@@ -430,6 +430,8 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
             t_right[j] = r.lsb();
             right[j] = r;
             seed[j] = left ^ (s & Block::mask(xb));
+            #[cfg(feature = "ct-planted")]
+            crate::planted::secret_branch(t_right[j]);
         }
         if dcf {
             match ring {

@@ -36,6 +36,9 @@ pub mod fss;
 pub mod gate;
 pub mod mpc;
 pub mod phi;
+#[cfg(feature = "ct-planted")]
+#[allow(clippy::as_conversions)]
+mod planted;
 pub mod prg;
 #[allow(clippy::as_conversions)]
 pub mod ring;
@@ -43,6 +46,11 @@ pub mod suf;
 pub mod wire;
 
 pub use error::{Error, SufError, WireError};
+
+/// Whether this build carries the deliberate leaks of the test-only
+/// `ct-planted` feature (`cargo xtask ct`'s planted run). A production
+/// binary must refuse to run when it is set.
+pub const PLANTED_LEAKS: bool = cfg!(feature = "ct-planted");
 
 #[cfg(test)]
 extern crate std;

@@ -251,6 +251,13 @@ struct Output {
 }
 
 fn main() -> ExitCode {
+    if suffuse_core::PLANTED_LEAKS {
+        eprintln!(
+            "suffuse: error: built with suffuse-core's test-only `ct-planted` feature, \
+             which leaks secrets on purpose; rebuild without it"
+        );
+        return ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

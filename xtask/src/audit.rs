@@ -94,6 +94,16 @@ pub fn run() -> Result<()> {
         failures.push(format!("{e:#}"));
     }
 
+    eprintln!("\n==> the host binary's features");
+    match host_planted_features() {
+        Ok(found) if found.is_empty() => eprintln!("no `ct-planted` (test-only leaks)"),
+        Ok(found) => failures.push(format!(
+            "the host build enables core's test-only `ct-planted` leaks: {}",
+            found.join("; ")
+        )),
+        Err(e) => failures.push(format!("{e:#}")),
+    }
+
     eprintln!("\n==> core/src/lib.rs attributes");
     match crate_root_violations() {
         Ok(v) if v.is_empty() => {
@@ -137,6 +147,33 @@ fn core_std_features() -> Result<Vec<String>> {
         );
     }
     Ok(std_feature_lines(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Lines of `cargo tree -e normal,features` for the host binary, as
+/// `cargo build -p suffuse-host` resolves it, that enable `ct-planted`.
+fn host_planted_features() -> Result<Vec<String>> {
+    let out = command::capture(&mut cargo([
+        "tree",
+        "-p",
+        "suffuse-host",
+        "-e",
+        "normal,features",
+        "--prefix",
+        "none",
+        "--offline",
+    ]))?;
+    if !out.status.success() {
+        bail!(
+            "`cargo tree` failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let tree = String::from_utf8_lossy(&out.stdout);
+    Ok(tree
+        .lines()
+        .filter(|l| l.contains("feature \"ct-planted\""))
+        .map(|l| l.trim().to_owned())
+        .collect())
 }
 
 /// The lines of a `cargo tree -e features` listing that enable `std` or

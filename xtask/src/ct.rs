@@ -6,9 +6,11 @@
 //!
 //! 1. the real run, which marks every secret undefined and exercises DCF/DPF
 //!    generation and evaluation: memcheck must report **no** error;
-//! 2. the planted run, a secret-indexed lookup and a secret-dependent branch:
-//!    memcheck **must** report both, which shows the first run checks
-//!    something.
+//! 2. the planted run, built with core's test-only `ct-planted` feature: a
+//!    secret-indexed lookup and a secret-dependent branch in the harness, and
+//!    the same two inside core, in the DCF walk and the Φ block program, run
+//!    on a real GeLU evaluation. Memcheck **must** report all four, which
+//!    shows the first run sees secrets inside library code.
 //!
 //! Memcheck sees branches and addresses that depend on secrets; it does not
 //! see instructions whose latency depends on their operands.
@@ -36,21 +38,27 @@ pub fn run() -> Result<()> {
              (Debian/Ubuntu: apt-get install valgrind)"
         );
     }
-    command::run(&mut cargo([
-        "build",
-        "--release",
-        "-p",
-        "suffuse-tests",
-        "--bin",
-        "ct_harness",
-    ]))?;
     let target_dir = command::target_dir()?;
-    let harness = target_dir.join("release/ct_harness");
     let log_dir = target_dir.join("ct");
     std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    // The planted build first, copied aside: the real build of the same
+    // binary must not carry core's `ct-planted` leaks.
+    let planted_harness = log_dir.join("ct_harness-planted");
+    build_harness(&["--features", "ct-planted"])?;
+    std::fs::copy(target_dir.join("release/ct_harness"), &planted_harness).with_context(|| {
+        format!(
+            "copying the planted harness to {}",
+            planted_harness.display()
+        )
+    })?;
+    build_harness(&[])?;
+    let harness = target_dir.join("release/ct_harness");
     let real = memcheck(&harness, "real", &log_dir)?;
     real.print("real run (secrets marked undefined)");
-    let planted = memcheck(&harness, "planted", &log_dir)?;
+    if !real.stdout.contains("gate layer:") {
+        bail!("the real harness did not run the gate layer");
+    }
+    let planted = memcheck(&planted_harness, "planted", &log_dir)?;
     planted.print("planted run (deliberate leaks)");
 
     if !real.stdout.contains("running on valgrind: true") {
@@ -93,11 +101,50 @@ pub fn run() -> Result<()> {
             planted.status_text()
         );
     }
+    for (leak, caller) in LIBRARY_LEAKS {
+        if !planted
+            .reports()
+            .iter()
+            .any(|r| r.contains(leak) && r.contains(caller))
+        {
+            bail!(
+                "memcheck missed core's planted leak {leak} in {caller} \
+                 (log: {}); the check would not see inside library code",
+                planted.log.display()
+            );
+        }
+    }
     eprintln!(
         "\nct: ok: no secret-dependent branch or address in the real run; \
-         both planted leaks were caught"
+         the planted leaks in the harness and in core's DCF walk and Φ program were caught"
     );
     Ok(())
+}
+
+/// Core's `ct-planted` leaks and the library function each sits in: the
+/// planted run must report each with that caller on its stack.
+const LIBRARY_LEAKS: [(&str, &str); 2] = [
+    (
+        "suffuse_core::planted::secret_branch",
+        "suffuse_core::fss::eval_queries",
+    ),
+    (
+        "suffuse_core::planted::secret_index",
+        "suffuse_core::phi::program::run",
+    ),
+];
+
+fn build_harness(features: &[&str]) -> Result<()> {
+    let mut args = vec![
+        "build",
+        "--release",
+        "-p",
+        "suffuse-tests",
+        "--bin",
+        "ct_harness",
+    ];
+    args.extend_from_slice(features);
+    command::run(&mut cargo(args)).map(drop)
 }
 
 struct MemcheckRun {

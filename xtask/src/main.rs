@@ -5,6 +5,7 @@
 //! | --- | --- |
 //! | `ci` | fmt, clippy, tests, doc tests, the no_std build of core, `mcu`, a fuzz smoke run, `ct` |
 //! | `ct` | the constant-time check under valgrind memcheck |
+//! | `dudect` | a statistical timing test, fixed vs random secrets (not in `ci`) |
 //! | `audit` | licences, bans and sources (`cargo deny`), and core's no_std/no-unsafe properties |
 //! | `vectors` | regenerates the versioned test vectors in `tests/vectors/v1` |
 //! | `fit` | refits the gates' spline approximations into `core/src/gate/splines.rs` |
@@ -16,6 +17,7 @@ mod bench;
 mod ci;
 mod command;
 mod ct;
+mod dudect;
 mod fetch_model;
 mod fit;
 mod mcu;
@@ -31,12 +33,13 @@ usage: cargo xtask <command>
 commands:
   ci              fmt, clippy, tests, doc tests, no_std build, mcu, fuzz smoke run, ct
   ct              constant-time check: secrets marked undefined under valgrind memcheck
+  dudect          statistical timing test (Welch t, fixed vs random secrets); not in ci
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
   vectors         regenerate tests/vectors/v1 and the firmware's examples/mcu/src/kat.rs
   mcu             build examples/mcu and run it under qemu-system-arm: known answers,
                   one party's gate rounds, key parsing, stack high-water marks
   fit             refit the gates' splines into core/src/gate/splines.rs
-  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm)
+  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
 
@@ -66,6 +69,7 @@ fn dispatch(args: &[String]) -> Result<()> {
     match command.as_str() {
         "ci" => no_arguments("ci").and_then(|()| ci::run()),
         "ct" => no_arguments("ct").and_then(|()| ct::run()),
+        "dudect" => no_arguments("dudect").and_then(|()| dudect::run()),
         "audit" => no_arguments("audit").and_then(|()| audit::run()),
         "vectors" => no_arguments("vectors").and_then(|()| vectors::run()),
         "fit" => no_arguments("fit").and_then(|()| fit::run()),

@@ -666,6 +666,15 @@ pub fn run(
             count: BLOCK.min(n - start),
             n,
         };
+        #[cfg(feature = "ct-planted")]
+        crate::planted::secret_index(
+            input
+                .shares
+                .iter()
+                .skip(start)
+                .step_by(n)
+                .fold(0, |a, b| a ^ b),
+        );
         for op in prog.section(section) {
             match *op {
                 Op::StoreOpened { src, slot } => {
