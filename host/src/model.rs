@@ -18,8 +18,11 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest as _, Sha256};
 
 mod checkpoint;
+mod decoder;
 mod generate;
 mod tokenizer;
+
+pub use decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer, RopeStyle};
 
 pub use tokenizer::Tokenizer;
 
@@ -288,6 +291,51 @@ pub struct Model {
     pub layers: Vec<Layer>,
     /// Text to token ids.
     pub tokenizer: Tokenizer,
+}
+
+/// Any model this crate runs: the plan, the servers and the CLI dispatch on
+/// it and name no architecture.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one per process, held by reference
+pub enum Transformer {
+    /// A BERT encoder (sentence embeddings).
+    Encoder(Model),
+    /// A causal decoder (text generation).
+    Decoder(Decoder),
+}
+
+impl Transformer {
+    /// The built-in models of both kinds, by name ([`Model::builtin`],
+    /// [`Decoder::builtin`]).
+    pub fn builtin(name: &str) -> Option<Transformer> {
+        Model::builtin(name)
+            .map(Transformer::Encoder)
+            .or_else(|| Decoder::builtin(name).map(Transformer::Decoder))
+    }
+
+    /// The model's label.
+    pub fn name(&self) -> &str {
+        match self {
+            Transformer::Encoder(m) => &m.name,
+            Transformer::Decoder(m) => &m.name,
+        }
+    }
+
+    /// The model's digest (see [`Model::digest`], [`Decoder::digest`]).
+    pub fn digest(&self) -> [u8; 32] {
+        match self {
+            Transformer::Encoder(m) => m.digest(),
+            Transformer::Decoder(m) => m.digest(),
+        }
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        match self {
+            Transformer::Encoder(m) => &m.tokenizer,
+            Transformer::Decoder(m) => &m.tokenizer,
+        }
+    }
 }
 
 /// Why a model could not be loaded, written or run.
