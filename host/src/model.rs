@@ -338,6 +338,48 @@ impl Transformer {
     }
 }
 
+/// A borrowed model of either kind: what the plan, the servers and the
+/// client take, so that callers holding a [`Model`] or a [`Decoder`] pass
+/// it as it is.
+#[derive(Clone, Copy, Debug)]
+pub enum ModelRef<'a> {
+    /// A BERT encoder.
+    Encoder(&'a Model),
+    /// A causal decoder.
+    Decoder(&'a Decoder),
+}
+
+impl ModelRef<'_> {
+    /// The model's label.
+    pub fn name(&self) -> &str {
+        match self {
+            ModelRef::Encoder(m) => &m.name,
+            ModelRef::Decoder(m) => &m.name,
+        }
+    }
+}
+
+impl<'a> From<&'a Model> for ModelRef<'a> {
+    fn from(m: &'a Model) -> ModelRef<'a> {
+        ModelRef::Encoder(m)
+    }
+}
+
+impl<'a> From<&'a Decoder> for ModelRef<'a> {
+    fn from(m: &'a Decoder) -> ModelRef<'a> {
+        ModelRef::Decoder(m)
+    }
+}
+
+impl<'a> From<&'a Transformer> for ModelRef<'a> {
+    fn from(m: &'a Transformer) -> ModelRef<'a> {
+        match m {
+            Transformer::Encoder(m) => ModelRef::Encoder(m),
+            Transformer::Decoder(m) => ModelRef::Decoder(m),
+        }
+    }
+}
+
 /// Why a model could not be loaded, written or run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
