@@ -87,6 +87,7 @@ pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, Deale
         model_digest: hex(&plan.model_digest),
         batch: plan.batch,
         seq: plan.seq,
+        decode_steps: plan.shape().decode_steps,
     };
     let mut writers = [
         KeyWriter::create(

@@ -6,10 +6,17 @@
 //! the prompt, the logits or the tokens. They learn the prompt bucket and
 //! how many decode passes ran.
 
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::client::{self, ClientError, Connected};
 use crate::fixed::{FRAC, decode, encode};
 use crate::model::{Decoder, ModelError};
+use crate::net::{FrameKind as Frame, Timeouts, put_words};
+use crate::party::PartyReport;
 use crate::plan::Plan;
-use crate::reference::{self, PassInputs, ReferenceError};
+use crate::reference::{self, ClearInputs, PassInputs, ReferenceError};
 
 /// How the next token is chosen from the logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -154,6 +161,12 @@ pub enum GenerateError {
     /// The fixed-point reference.
     #[error("fixed-point reference: {0}")]
     Reference(ReferenceError),
+    /// The servers or the connection.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// The servers' keys are not for a generation.
+    #[error("the servers' keys are for {0}, not for generation with this decoder")]
+    NotGeneration(String),
 }
 
 /// The client's inputs of the prefill: the prompt left-padded to the
@@ -277,6 +290,180 @@ pub fn reference(
         tokens.push(sampler.pick(last, layout.logit_scale));
     }
     Ok(Generated { tokens, logits })
+}
+
+/// A secure generation as the client saw it.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// The tokens and logits.
+    pub generated: Generated,
+    /// Per pass: the client's wall time from sending its shares to holding
+    /// the logits.
+    pub pass_s: Vec<f64>,
+    /// Per pass: each server's figures so far (cumulative).
+    pub reports: Vec<[PartyReport; 2]>,
+    /// The plan both servers ran.
+    pub plan_hash: String,
+}
+
+/// Runs a generation with two servers that hold keys for it: streams each
+/// token to `on_token` as it is picked.
+pub fn query(
+    model: &Decoder,
+    servers: [&str; 2],
+    prompt: &[u32],
+    sampling: Sampling,
+    timeouts: Timeouts,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<Outcome, GenerateError> {
+    let mut conn = client::connect(model, servers, timeouts)?;
+    let v = conn.view().clone();
+    if v.batch != 1 || v.output_len != model.config.vocab_size {
+        return Err(GenerateError::NotGeneration(format!(
+            "batches of {} with outputs of {}",
+            v.batch, v.output_len
+        )));
+    }
+    let layout = Layout {
+        prompt: v.seq,
+        steps: v.decode_steps,
+        pad_bias: v.pad_bias,
+        logit_scale: v.output_scale,
+    };
+    let mut out = Outcome {
+        plan_hash: conn.plan_hash().to_string(),
+        ..Outcome::default()
+    };
+    let mut run = |pass: usize, inputs: PassInputs| -> Result<Vec<u64>, GenerateError> {
+        let (logits, reports, took) = exchange(&mut conn, pass, inputs, v.output_len)?;
+        out.pass_s.push(took);
+        out.reports.push(reports);
+        Ok(logits)
+    };
+    let result = drive(model, &layout, prompt, sampling, &mut run, on_token);
+    match result {
+        Ok(generated) => {
+            // Ended before the dealt passes ran out (end of sequence): the
+            // servers are told to stop, and learn how many passes ran.
+            if generated.tokens.len() <= layout.steps {
+                let pass = generated.tokens.len() as u32;
+                for (i, link) in conn.links().iter_mut().enumerate() {
+                    link.send(Frame::Input, pass, &[])
+                        .map_err(|e| ClientError::Net {
+                            server: i,
+                            error: e,
+                        })?;
+                }
+            }
+            out.generated = generated;
+            Ok(out)
+        }
+        Err(e) => {
+            let reason = format!("the client gave up: {e}");
+            for link in conn.links().iter_mut() {
+                link.abort(&reason);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// One pass: shares out, logit shares back.
+fn exchange(
+    conn: &mut Connected,
+    pass: usize,
+    inputs: PassInputs,
+    out_len: usize,
+) -> Result<(Vec<u64>, [PartyReport; 2], f64), GenerateError> {
+    let shares = client::share(&ClearInputs {
+        x: inputs.x,
+        bias: inputs.bias,
+        mask: None,
+    })?;
+    let start = Instant::now();
+    for (i, (link, s)) in conn.links().iter_mut().zip(&shares).enumerate() {
+        let mut payload = Vec::with_capacity(8 * (s.x.len() + s.bias.len()));
+        put_words(&mut payload, &s.x);
+        put_words(&mut payload, &s.bias);
+        link.send(Frame::Input, pass as u32, &payload)
+            .map_err(|e| ClientError::Net {
+                server: i,
+                error: e,
+            })?;
+    }
+    let mut words = Vec::new();
+    let mut reports = Vec::new();
+    for (i, link) in conn.links().iter_mut().enumerate() {
+        let bytes = link
+            .recv(Frame::Output, pass as u32, None)
+            .map_err(|e| ClientError::Net {
+                server: i,
+                error: e,
+            })?;
+        let (w, r) = client::split_output(&bytes, out_len)
+            .map_err(|what| ClientError::Reply { server: i, what })?;
+        words.push(w);
+        reports.push(r);
+    }
+    let took = start.elapsed().as_secs_f64();
+    let logits = words[0]
+        .iter()
+        .zip(&words[1])
+        .map(|(a, b)| a.wrapping_add(*b))
+        .collect();
+    let [r0, r1]: [PartyReport; 2] = reports
+        .try_into()
+        .map_err(|_| ClientError::Mismatch("missing report".into()))?;
+    Ok((logits, [r0, r1], took))
+}
+
+/// The generation fields of the report.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Figures {
+    /// The prompt's token ids (before padding).
+    pub prompt_token_ids: Vec<u32>,
+    /// The generated token ids.
+    pub generated_token_ids: Vec<u32>,
+    /// The prompt bucket the keys were dealt for.
+    pub prompt_bucket: usize,
+    /// Online seconds of the prefill (client's view).
+    pub prefill_online_s: f64,
+    /// Median online seconds of a decode pass.
+    pub decode_online_s_per_token: f64,
+    /// Mean bytes a server sent its peer per decode pass (the larger of
+    /// the two).
+    pub comm_bytes_per_token_per_party: f64,
+    /// Mean rounds per decode pass.
+    pub rounds_per_token: f64,
+    /// Mean key bytes per decode pass (the larger party's).
+    pub key_bytes_per_token_per_party: f64,
+}
+
+impl Figures {
+    /// The figures of a generation.
+    pub fn of(prompt: &[u32], bucket: usize, o: &Outcome) -> Figures {
+        let mut decode: Vec<f64> = o.pass_s.iter().skip(1).copied().collect();
+        decode.sort_by(f64::total_cmp);
+        let median = decode.get(decode.len() / 2).copied().unwrap_or(0.0);
+        let per = |f: &dyn Fn(&PartyReport) -> u64| -> f64 {
+            let n = o.reports.len();
+            if n < 2 {
+                return 0.0;
+            }
+            let delta = |p: usize| f(&o.reports[n - 1][p]).saturating_sub(f(&o.reports[0][p]));
+            delta(0).max(delta(1)) as f64 / (n - 1) as f64
+        };
+        Figures {
+            prompt_token_ids: prompt.to_vec(),
+            generated_token_ids: o.generated.tokens.clone(),
+            prompt_bucket: bucket,
+            prefill_online_s: o.pass_s.first().copied().unwrap_or(0.0),
+            decode_online_s_per_token: median,
+            comm_bytes_per_token_per_party: per(&|r| r.comm_bytes),
+            rounds_per_token: per(&|r| r.rounds),
+            key_bytes_per_token_per_party: per(&|r| r.key_bytes),
+        }
+    }
 }
 
 #[cfg(test)]

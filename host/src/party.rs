@@ -64,6 +64,9 @@ pub enum PartyError {
     /// The interpreter.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The client's side of a pass (its input or the output's delivery).
+    #[error("client: {0}")]
+    Client(String),
     /// The key reader thread stopped early.
     #[error("the key reader stopped before step {step}")]
     Reader {

@@ -607,7 +607,7 @@ pub struct EncodedLinear {
 }
 
 /// How the client's pooled output is finished.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Finish {
     /// The output is a sum over real tokens: divide by their count.

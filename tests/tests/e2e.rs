@@ -78,13 +78,17 @@ fn padding_changes_no_bit_of_any_embedding() {
     );
     let seq = batch.iter().map(Vec::len).max().unwrap();
     let plan = bert::build(&model, batch.len(), seq).unwrap();
-    let inputs = client::clear_inputs(&model, &plan, &batch).unwrap();
+    let inputs = client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap();
     let together = reference::run(&plan, &inputs).unwrap();
     let d = model.config.hidden;
     for (i, t) in batch.iter().enumerate() {
         let alone_plan = bert::build(&model, 1, t.len()).unwrap();
-        let alone_inputs =
-            client::clear_inputs(&model, &alone_plan, std::slice::from_ref(t)).unwrap();
+        let alone_inputs = client::clear_inputs(
+            &model,
+            &client::ClientView::of(&alone_plan),
+            std::slice::from_ref(t),
+        )
+        .unwrap();
         let alone = reference::run(&alone_plan, &alone_inputs).unwrap();
         assert_eq!(
             alone,
@@ -146,7 +150,10 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
         r.unwrap();
     }
     let plan = bert::build(&model, 1, 6).unwrap();
-    let want = reference::run(&plan, &client::clear_inputs(&model, &plan, &batch).unwrap());
+    let want = reference::run(
+        &plan,
+        &client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap(),
+    );
     assert_eq!(q.unwrap().output, want.unwrap());
     // And then never again.
     let listener = Listener::bind("127.0.0.1:0").unwrap();
