@@ -304,6 +304,8 @@ pub struct Outcome {
     pub reports: Vec<[PartyReport; 2]>,
     /// The plan both servers ran.
     pub plan_hash: String,
+    /// The prompt bucket of the servers' keys.
+    pub bucket: usize,
 }
 
 /// Runs a generation with two servers that hold keys for it: streams each
@@ -332,6 +334,7 @@ pub fn query(
     };
     let mut out = Outcome {
         plan_hash: conn.plan_hash().to_string(),
+        bucket: v.seq,
         ..Outcome::default()
     };
     let mut run = |pass: usize, inputs: PassInputs| -> Result<Vec<u64>, GenerateError> {
