@@ -2,7 +2,9 @@
 //! checked mechanically. Writes nothing into the repository (cargo's own
 //! target directory aside).
 //!
-//! * `cargo deny --offline check bans licenses sources` against `deny.toml`.
+//! * `cargo fetch --locked`, so that every package in the lock file is
+//!   local, then `cargo deny --offline check bans licenses sources` against
+//!   `deny.toml`.
 //!   Advisories are left out: they need the RustSec database, which needs
 //!   the network.
 //! * core's normal dependency tree for the bare-metal target enables no
@@ -18,7 +20,15 @@ use crate::command::{self, NO_STD_TARGET, cargo};
 pub fn run() -> Result<()> {
     let mut failures = Vec::new();
 
-    eprintln!("==> cargo deny");
+    // deny reads the metadata of every package in the lock file, for every
+    // target; `--offline` fails on one not yet downloaded (a UEFI-only
+    // dependency, say), so fetch them all first.
+    eprintln!("==> cargo fetch");
+    if let Err(e) = command::run(&mut cargo(["fetch", "--locked"])) {
+        failures.push(format!("{e:#}"));
+    }
+
+    eprintln!("\n==> cargo deny");
     if let Err(e) = command::run(&mut cargo([
         "deny",
         "--workspace",

@@ -89,6 +89,14 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
         ]))?;
         Ok(Outcome::Passed(start.elapsed()))
     })?;
+    step("audit (cargo deny, core no_std)", &mut || {
+        let start = Instant::now();
+        if !require_in_ci("deny", "cargo-deny")? {
+            return Ok(Outcome::Skipped("cargo-deny is not installed".into()));
+        }
+        crate::audit::run()?;
+        Ok(Outcome::Passed(start.elapsed()))
+    })?;
     step("fuzz smoke run", &mut fuzz_smoke)?;
     step("constant time (xtask ct)", &mut || {
         let start = Instant::now();
@@ -102,12 +110,30 @@ fn passed(result: Result<Duration>) -> Result<Outcome> {
     result.map(Outcome::Passed)
 }
 
-/// Runs every fuzz target briefly, when cargo-fuzz and the targets exist.
+/// Whether this run is CI's (`CI` set and not `false`), where every tool
+/// must be present: `.ci/run` installs them, so a missing one is a fault of
+/// the run, not a reason to skip a check.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false")
+}
+
+/// Fails in CI when `cargo SUBCOMMAND` is missing; elsewhere it is fine,
+/// and the caller decides whether to skip.
+fn require_in_ci(subcommand: &str, package: &str) -> Result<bool> {
+    let present = command::succeeds(&mut cargo([subcommand, "--version"]));
+    if !present && in_ci() {
+        anyhow::bail!("`cargo {subcommand}` is missing in CI: .ci/run installs {package}");
+    }
+    Ok(present)
+}
+
+/// Runs every fuzz target briefly. Outside CI it is skipped when cargo-fuzz
+/// is not installed; in CI that is an error.
 fn fuzz_smoke() -> Result<Outcome> {
     if !command::workspace_root().join("fuzz/Cargo.toml").is_file() {
-        return Ok(Outcome::Skipped("no fuzz/Cargo.toml".into()));
+        anyhow::bail!("fuzz/Cargo.toml is missing");
     }
-    if !command::succeeds(&mut cargo(["fuzz", "--version"])) {
+    if !require_in_ci("fuzz", "cargo-fuzz")? {
         return Ok(Outcome::Skipped("cargo-fuzz is not installed".into()));
     }
     let start = Instant::now();
