@@ -169,6 +169,10 @@ enum Command {
         /// text).
         #[arg(long, default_value_t = 32)]
         max_new_tokens: usize,
+        /// The prompt bucket to deal for (default: the next power of two
+        /// from 8 on); the servers learn it, not the prompt's length.
+        #[arg(long)]
+        seq: Option<usize>,
         #[command(flatten)]
         sampling: SamplingArgs,
         /// Keep the key files in this folder.
@@ -403,6 +407,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Generate {
             model,
             max_new_tokens,
+            seq,
             sampling,
             keys_dir,
             out,
@@ -411,6 +416,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let model = load_decoder(&model)?;
             let opts = Options {
                 keys_dir,
+                prompt_bucket: seq,
                 progress: true,
                 ..Options::default()
             };

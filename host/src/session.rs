@@ -34,6 +34,9 @@ pub struct Options {
     pub progress: bool,
     /// Network timeouts.
     pub timeouts: Timeouts,
+    /// Generation: the prompt bucket to deal for (default: the next power
+    /// of two from 8 on, see [`crate::plan::decoder::bucket`]).
+    pub prompt_bucket: Option<usize>,
 }
 
 impl Default for Options {
@@ -44,6 +47,7 @@ impl Default for Options {
             compare_float: true,
             progress: false,
             timeouts: Timeouts::default(),
+            prompt_bucket: None,
         }
     }
 }
@@ -221,7 +225,9 @@ pub fn generate(
 ) -> Result<Generation, SessionError> {
     let steps = max_new.max(1) - 1;
     let room = model.config.max_positions.saturating_sub(steps);
-    let bucket = crate::plan::decoder::bucket(prompt.len(), room);
+    let bucket = opts
+        .prompt_bucket
+        .unwrap_or_else(|| crate::plan::decoder::bucket(prompt.len(), room));
     let shape = Shape {
         batch: 1,
         seq: bucket,

@@ -55,6 +55,8 @@ pub(super) const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
 /// Lowest octave of LayerNorm's rsqrt input (at scale 2·FRAC): Σy² below
 /// 2^-16 saturates, i.e. rows whose values all agree to about 2^-8·√(1/d).
 pub(super) const RSQRT_LO_BITS: u32 = 8;
+/// The widest rsqrt input planned (MiniLM's widest is 56 bits).
+const RSQRT_MAX_K: u32 = 56;
 
 /// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
 pub fn build(model: &Model, batch: usize, seq: usize) -> Result<std::sync::Arc<Plan>, PlanError> {
@@ -692,7 +694,23 @@ pub(super) fn normalize(
     } else {
         v
     };
-    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((2 * FRAC - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
+    // The rsqrt chain's range reduction needs its input below 2^56: a wider
+    // proven range (deep pre-LN residual streams) is truncated first, which
+    // only raises the saturation floor 2^(lo_bits − frac_in).
+    let (v, frac_in) = match bound::width(v_max, 2 * FRAC).checked_sub(RSQRT_MAX_K) {
+        Some(shift) if shift > 0 => {
+            let vt = truncate(
+                b,
+                v,
+                2 * FRAC - shift,
+                format!("{name} sum of squares (narrowed)"),
+            )?;
+            b.at(Category::LayerNorm, Some(l));
+            (vt, 2 * FRAC - shift)
+        }
+        _ => (v, 2 * FRAC),
+    };
+    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
     let rho = b.tensor(
         format!("{name} 1/√Σy²"),
         rows,
@@ -704,8 +722,8 @@ pub(super) fn normalize(
         x: v,
         spec: InverseSpec {
             rsqrt: true,
-            frac_in: 2 * FRAC,
-            k_in: bound::width(v_max, 2 * FRAC),
+            frac_in,
+            k_in: bound::width(v_max, frac_in),
             lo_bits: RSQRT_LO_BITS,
             frac_out: RSQRT_FRAC,
         },
