@@ -41,6 +41,20 @@ fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
     assert_eq!(fig.generated_token_ids, *tokens);
     assert!(fig.rounds_per_token > 0.0 && fig.comm_bytes_per_token_per_party > 0.0);
     assert!(fig.key_bytes_per_token_per_party > 0.0);
+
+    // A planted fault: the reference of a model one weight away differs,
+    // so the bit-exact comparison can fail.
+    let mut other = model.clone();
+    other.layers[0].up.w[0] += 0.05;
+    let shape = Shape {
+        batch: 1,
+        seq: g.report.tokens,
+        decode_steps: 7,
+    };
+    let plan = plan::build(&other, shape).unwrap();
+    let prompt = [1, 40, 41, 42, 43];
+    let theirs = generate::reference(&other, &plan, &prompt, Sampling::default()).unwrap();
+    assert_ne!(theirs.logits[0], g.outcome.generated.logits[0]);
 }
 
 #[test]
@@ -74,4 +88,34 @@ fn padding_changes_nothing_but_rounding_and_logits_track_the_position() {
         );
     }
     assert_eq!(outs[0], outs[1]);
+}
+
+#[test]
+fn generation_stops_at_eos_and_the_servers_stop_with_it() {
+    // The logits do not depend on which token is eos: make the first
+    // greedy token the end of sequence, so the client stops the servers
+    // after the prefill, with four dealt decode passes unused.
+    let mut model = Decoder::builtin("tiny-llama").unwrap();
+    let prompt = [1u32, 30, 31, 32];
+    let shape = Shape {
+        batch: 1,
+        seq: 8,
+        decode_steps: 4,
+    };
+    let plan = plan::build(&model, shape).unwrap();
+    let free = generate::reference(&model, &plan, &prompt, Sampling::default()).unwrap();
+    model.config.eos = Some(free.tokens[0]);
+    let want: Vec<u32> = free.tokens[..1].to_vec();
+    let g = session::generate(
+        &model,
+        &prompt,
+        5,
+        Sampling::default(),
+        &Options::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(g.outcome.generated.tokens, want);
+    assert_eq!(g.outcome.pass_s.len(), 1);
+    assert_eq!(g.report.bit_exact, Some(true));
 }
