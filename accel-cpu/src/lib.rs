@@ -1,18 +1,21 @@
 //! # suffuse-accel-cpu
 //!
-//! [`CpuEval`] implements [`BatchEval`] on CPUs. Two things make it fast,
-//! in this order:
+//! [`CpuEval`] implements [`BatchEval`], core's accelerator boundary, on
+//! CPUs: DCF/DPF evaluation, seed expansion, key generation and ring matrix
+//! products. Two things make it fast, in this order:
 //!
-//! 1. **Lanes.** Inside a chunk it walks up to 64 evaluations level by level
-//!    in lockstep, so each tree level issues 64 independent AES blocks at
-//!    once. One evaluation alone is a dependent chain (≈ 14 ns per AES call);
-//!    independent blocks pipeline through VAES at a fraction of a
-//!    nanosecond each.
+//! 1. **Lanes.** Inside a chunk it walks up to 64 evaluations (or 32 key
+//!    generations) level by level in lockstep, so each tree level issues 64
+//!    independent AES blocks at once. One evaluation alone is a dependent
+//!    chain (≈ 14 ns per AES call); independent blocks pipeline through
+//!    AES-NI or VAES at a fraction of a nanosecond each.
 //! 2. **Threads.** rayon spreads chunks over cores.
 //!
-//! The walk itself is core's [`suffuse_core::fss::eval_queries`], the same
-//! code [`suffuse_core::batch::Serial`] runs with one lane, so the two can
-//! only differ in how queries are grouped.
+//! The walks are core's [`suffuse_core::fss::eval_queries`] and
+//! [`suffuse_core::fss::generate`], the same code
+//! [`suffuse_core::batch::Serial`] runs with one lane, so the two can only
+//! differ in how work is grouped. The AES path ([`Backend`]) and the matrix
+//! kernel ([`linalg::Path`]) are detected once per process.
 
 #![deny(unsafe_code)]
 
@@ -20,19 +23,25 @@ pub mod linalg;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
+use std::sync::OnceLock;
+
 use rayon::prelude::*;
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, full_domain_each};
-use suffuse_core::fss::{self, KeyBatch};
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, full_domain_each};
+use suffuse_core::fss::{self, GEN_LANES, GenBatch, KeyBatch};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher};
 
-/// The fastest hash implementation this CPU supports, chosen once.
+/// The fixed-key hash implementation: the fastest this CPU supports unless
+/// a test or benchmark picks another.
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)] // one per evaluator, never moved in a hot path
 pub enum Backend {
     /// VAES-512: four blocks per instruction.
     #[cfg(target_arch = "x86_64")]
     Vaes512(x86::Vaes512),
+    /// VAES-256: two blocks per instruction (AVX2 + VAES, no AVX-512).
+    #[cfg(target_arch = "x86_64")]
+    Vaes256(x86::Vaes256),
     /// AES-NI: one block per instruction, eight in flight.
     #[cfg(target_arch = "x86_64")]
     AesNi(x86::AesNi),
@@ -47,18 +56,35 @@ impl core::fmt::Debug for Backend {
 }
 
 impl Backend {
-    /// Detects the best backend on this CPU.
+    /// The best backend on this CPU, detected on the first call and cached.
     pub fn detect() -> Backend {
+        static DETECTED: OnceLock<Backend> = OnceLock::new();
+        DETECTED
+            .get_or_init(|| {
+                let mut all = Backend::available();
+                all.swap_remove(0)
+            })
+            .clone()
+    }
+
+    /// Every backend this CPU can run, fastest first, the portable one last:
+    /// how tests and benchmarks force each path.
+    pub fn available() -> Vec<Backend> {
+        let mut all = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
             if let Some(h) = x86::Vaes512::detect() {
-                return Backend::Vaes512(h);
+                all.push(Backend::Vaes512(h));
+            }
+            if let Some(h) = x86::Vaes256::detect() {
+                all.push(Backend::Vaes256(h));
             }
             if let Some(h) = x86::AesNi::detect() {
-                return Backend::AesNi(h);
+                all.push(Backend::AesNi(h));
             }
         }
-        Backend::Portable(FixedKeyAes::new())
+        all.push(Backend::Portable(FixedKeyAes::new()));
+        all
     }
 
     /// The backend's name for reports.
@@ -66,6 +92,8 @@ impl Backend {
         match self {
             #[cfg(target_arch = "x86_64")]
             Backend::Vaes512(_) => "vaes512",
+            #[cfg(target_arch = "x86_64")]
+            Backend::Vaes256(_) => "vaes256",
             #[cfg(target_arch = "x86_64")]
             Backend::AesNi(_) => "aesni",
             Backend::Portable(_) => "portable",
@@ -75,7 +103,8 @@ impl Backend {
 
 impl Backend {
     /// Evaluates queries like [`fss::eval_queries`], on the fastest walk this
-    /// backend has.
+    /// backend has, or on core's portable walk when `simd_walk` is false.
+    #[allow(clippy::too_many_arguments)]
     pub fn eval_queries(
         &self,
         keys: &KeyBatch<'_>,
@@ -84,10 +113,18 @@ impl Backend {
         points: &[u64],
         out: &mut [u64],
         lanes: usize,
+        simd_walk: bool,
     ) -> Result<u64, Error> {
+        if !simd_walk {
+            return fss::eval_queries(self, keys, per_key, first, points, out, lanes);
+        }
         match self {
             #[cfg(target_arch = "x86_64")]
             Backend::Vaes512(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
+            #[cfg(target_arch = "x86_64")]
+            Backend::Vaes256(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
+            #[cfg(target_arch = "x86_64")]
+            Backend::AesNi(h) => h.eval_queries(keys, per_key, first, points, out, lanes),
             _ => fss::eval_queries(self, keys, per_key, first, points, out, lanes),
         }
     }
@@ -100,6 +137,8 @@ impl Hasher for Backend {
             #[cfg(target_arch = "x86_64")]
             Backend::Vaes512(h) => h.hash_many(d, blocks),
             #[cfg(target_arch = "x86_64")]
+            Backend::Vaes256(h) => h.hash_many(d, blocks),
+            #[cfg(target_arch = "x86_64")]
             Backend::AesNi(h) => h.hash_many(d, blocks),
             Backend::Portable(h) => h.hash_many(d, blocks),
         }
@@ -110,11 +149,16 @@ impl Hasher for Backend {
 /// to balance two cores on gate-sized batches.
 const CHUNK: usize = 4096;
 
+/// Key pairs per rayon task of [`CpuEval::generate`].
+const GEN_CHUNK: usize = 512;
+
 /// The multi-core, lane-pipelined CPU evaluator.
 #[derive(Debug, Clone)]
 pub struct CpuEval {
     aes: Backend,
+    matrix: linalg::Path,
     lanes: usize,
+    simd_walk: bool,
     pool: Option<std::sync::Arc<rayon::ThreadPool>>,
 }
 
@@ -125,11 +169,14 @@ impl Default for CpuEval {
 }
 
 impl CpuEval {
-    /// An evaluator on rayon's global pool with full lanes.
+    /// An evaluator on rayon's global pool with full lanes and the detected
+    /// paths.
     pub fn new() -> CpuEval {
         CpuEval {
             aes: Backend::detect(),
+            matrix: linalg::Path::detect(),
             lanes: HASH_CHUNK,
+            simd_walk: true,
             pool: None,
         }
     }
@@ -152,6 +199,12 @@ impl CpuEval {
         self
     }
 
+    /// Uses `path` for matrix products instead of the detected one.
+    pub fn with_matrix_path(mut self, path: linalg::Path) -> CpuEval {
+        self.matrix = path;
+        self
+    }
+
     /// The hash backend in use.
     pub fn backend(&self) -> &Backend {
         &self.aes
@@ -164,17 +217,60 @@ impl CpuEval {
         self
     }
 
+    /// Evaluates with core's portable walk over this backend's hashes
+    /// instead of the backend's SIMD walk; for measuring what the SIMD walks
+    /// buy and for checking core's walk on every AES path.
+    pub fn core_walk(mut self) -> CpuEval {
+        self.simd_walk = false;
+        self
+    }
+
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
             Some(pool) => pool.install(f),
             None => f(),
         }
     }
+
+    fn threads(&self) -> usize {
+        self.pool
+            .as_ref()
+            .map_or_else(rayon::current_num_threads, |p| p.current_num_threads())
+    }
+
+    /// One product of a [`MatShape`] batch on the detected kernel.
+    fn product(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+        let MatShape { m, k, n, .. } = *shape;
+        let path = self.matrix;
+        let done = match (shape.transpose_b, shape.accumulate) {
+            (false, false) => path.matmul(a, b, c, m, k, n),
+            (false, true) => path.matmul_acc(a, b, c, m, k, n),
+            (true, false) => path.matmul_bt(a, b, c, m, k, n),
+            (true, true) => path.matmul_bt_acc(a, b, c, m, k, n),
+        };
+        done.map_err(|_| Error::BufferLength)
+    }
+}
+
+impl Hasher for CpuEval {
+    #[inline]
+    fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
+        self.aes.hash_many(d, blocks)
+    }
 }
 
 impl BatchEval for CpuEval {
     fn name(&self) -> &'static str {
         "cpu"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        self.aes.name()
+    }
+
+    /// Enough chunks to keep every thread busy several times over.
+    fn preferred_batch(&self) -> usize {
+        CHUNK * 4 * self.threads()
     }
 
     fn eval(
@@ -188,13 +284,13 @@ impl BatchEval for CpuEval {
         }
         let per_key = keys.points_per_key(points.len())?;
         let aes = &self.aes;
-        let lanes = self.lanes;
+        let (lanes, simd) = (self.lanes, self.simd_walk);
         let calls = self.install(|| {
             points
                 .par_chunks(CHUNK)
                 .zip(out.par_chunks_mut(CHUNK))
                 .enumerate()
-                .map(|(i, (p, o))| aes.eval_queries(keys, per_key, i * CHUNK, p, o, lanes))
+                .map(|(i, (p, o))| aes.eval_queries(keys, per_key, i * CHUNK, p, o, lanes, simd))
                 .try_reduce(|| 0, |a, b| Ok(a + b))
         })?;
         Ok(EvalStats { aes_calls: calls })
@@ -216,5 +312,55 @@ impl BatchEval for CpuEval {
                 .try_reduce(|| 0, |a, b| Ok(a + b))
         })?;
         Ok(EvalStats { aes_calls: calls })
+    }
+
+    fn generate(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<EvalStats, Error> {
+        let len = batch.params().key_len();
+        let n = batch.count();
+        if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
+            return Err(Error::BufferLength);
+        }
+        let aes = &self.aes;
+        let lanes = self.lanes.div_ceil(2).min(GEN_LANES);
+        let step = GEN_CHUNK * len.max(1);
+        let calls = self.install(|| {
+            key0.par_chunks_mut(step)
+                .zip(key1.par_chunks_mut(step))
+                .enumerate()
+                .map(|(i, (k0, k1))| {
+                    let start = i * GEN_CHUNK;
+                    let part = batch.slice(start, start + k0.len() / len);
+                    fss::generate(aes, &part, k0, k1, lanes)
+                })
+                .try_reduce(|| 0, |a, b| Ok(a + b))
+        })?;
+        Ok(EvalStats { aes_calls: calls })
+    }
+
+    fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+        shape.check(a, b, c)?;
+        let [la, lb, lc] = shape.lens().ok_or(Error::BufferLength)?;
+        if lc == 0 {
+            return Ok(());
+        }
+        let (pa, pb, pc) = (la / shape.batches, lb / shape.batches, lc / shape.batches);
+        self.install(|| {
+            if shape.batches == 1 {
+                return self.product(shape, a, b, c);
+            }
+            c.par_chunks_mut(pc).enumerate().try_for_each(|(t, ct)| {
+                self.product(
+                    shape,
+                    &a[t * pa..(t + 1) * pa],
+                    &b[t * pb..(t + 1) * pb],
+                    ct,
+                )
+            })
+        })
     }
 }

@@ -241,7 +241,20 @@ impl Path {
         self.product(a, bt, Layout::Bt, c, false, m, k, n)
     }
 
-    #[allow(clippy::too_many_arguments)] // the private core of the three entry points
+    /// `c += a·btᵀ` on this path: [`matmul_bt`] accumulating into `c`.
+    pub fn matmul_bt_acc(
+        self,
+        a: &[u64],
+        bt: &[u64],
+        c: &mut [u64],
+        m: usize,
+        k: usize,
+        n: usize,
+    ) -> Result<(), LinalgError> {
+        self.product(a, bt, Layout::Bt, c, true, m, k, n)
+    }
+
+    #[allow(clippy::too_many_arguments)] // the private core of the entry points
     fn product(
         self,
         a: &[u64],

@@ -30,8 +30,9 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaContext, DriverError};
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats};
-use suffuse_core::fss::KeyBatch;
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
+use suffuse_core::fss::{GenBatch, KeyBatch};
+use suffuse_core::prg::{Block, Domain, FixedKeyAes, Hasher};
 
 pub use driver::driver_library_present;
 
@@ -73,6 +74,8 @@ pub enum CudaError {
 pub struct CudaEval {
     context: Arc<CudaContext>,
     device_name: String,
+    /// Seed expansion runs on the host until the kernels exist.
+    aes: FixedKeyAes,
 }
 
 impl core::fmt::Debug for CudaEval {
@@ -123,6 +126,7 @@ impl CudaEval {
         Ok(CudaEval {
             context,
             device_name,
+            aes: FixedKeyAes::new(),
         })
     }
 
@@ -137,9 +141,25 @@ impl CudaEval {
     }
 }
 
+/// Seed expansion on the host CPU (the `aes` crate) until the kernels exist.
+impl Hasher for CudaEval {
+    fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
+        self.aes.hash_many(d, blocks)
+    }
+}
+
 impl BatchEval for CudaEval {
     fn name(&self) -> &'static str {
         "cuda"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        "aes-crate (host)"
+    }
+
+    /// A GPU wants millions of elements per launch.
+    fn preferred_batch(&self) -> usize {
+        1 << 22
     }
 
     /// Returns [`Error::Unsupported`]: this release has no evaluation kernels
@@ -155,6 +175,27 @@ impl BatchEval for CudaEval {
 
     /// Returns [`Error::Unsupported`], as [`CudaEval::eval`] does.
     fn eval_full_domain(&self, _keys: &KeyBatch<'_>, _out: &mut [u64]) -> Result<EvalStats, Error> {
+        Err(Error::Unsupported)
+    }
+
+    /// Returns [`Error::Unsupported`], as [`CudaEval::eval`] does.
+    fn generate(
+        &self,
+        _batch: &GenBatch<'_>,
+        _key0: &mut [u8],
+        _key1: &mut [u8],
+    ) -> Result<EvalStats, Error> {
+        Err(Error::Unsupported)
+    }
+
+    /// Returns [`Error::Unsupported`], as [`CudaEval::eval`] does.
+    fn matmul(
+        &self,
+        _shape: &MatShape,
+        _a: &[u64],
+        _b: &[u64],
+        _c: &mut [u64],
+    ) -> Result<(), Error> {
         Err(Error::Unsupported)
     }
 }

@@ -1,13 +1,25 @@
 //! [`BatchEval`], the accelerator boundary, and [`Serial`], its reference
 //! implementation.
 //!
-//! Gates hand whole tensors of FSS evaluations to a `BatchEval` through
-//! slices only. Implementations live outside core (`suffuse-accel-cpu`,
+//! Every heavy operation crosses this one trait, through slices only:
+//!
+//! | operation | method |
+//! | --- | --- |
+//! | DCF/DPF evaluation at public points | [`BatchEval::eval`] |
+//! | DPF full-domain evaluation | [`BatchEval::eval_full_domain`] |
+//! | PRG seed expansion (fixed-key AES hashes) | [`Hasher::hash_many`], a supertrait |
+//! | batched key generation | [`BatchEval::generate`] |
+//! | ring matrix products mod 2^64 | [`BatchEval::matmul`] |
+//!
+//! Implementations live outside core (`suffuse-accel-cpu`,
 //! `suffuse-accel-cuda`) and must match [`Serial`] bit for bit; the shared
-//! conformance harness in `suffuse-tests` checks that.
+//! conformance harness in `suffuse-tests` checks every method. Because
+//! [`Hasher`] is a supertrait, a `&dyn BatchEval` coerces to the
+//! `&dyn Hasher` that core's seed expansion takes.
 
 use crate::error::Error;
-use crate::fss::{self, KeyBatch};
+use crate::fss::{self, GenBatch, KeyBatch, Party};
+use crate::phi::program::{self, Inputs, Program, Section};
 use crate::prg::{FixedKeyAes, Hasher};
 
 /// What an evaluation cost, counted where the work happened.
@@ -23,10 +35,62 @@ impl core::ops::AddAssign for EvalStats {
     }
 }
 
-/// Batched evaluation of DCF/DPF keys at public points.
-pub trait BatchEval {
+/// The shape of `batches` independent ring products
+/// `C_t (+)= A_t · B_t mod 2^64` (or `A_t · B_tᵀ`), all row-major and stored
+/// one after another: `A_t` is `m × k`, `C_t` is `m × n`, and `B_t` is
+/// `k × n`, or `n × k` when `transpose_b`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MatShape {
+    /// Independent products.
+    pub batches: usize,
+    /// Rows of `A` and `C`.
+    pub m: usize,
+    /// The inner dimension.
+    pub k: usize,
+    /// Columns of `C`.
+    pub n: usize,
+    /// `B` is given transposed (`n × k`), as for `Q·Kᵀ`.
+    pub transpose_b: bool,
+    /// Adds the product into `C` instead of overwriting it.
+    pub accumulate: bool,
+}
+
+impl MatShape {
+    /// Words of `A`, `B` and `C`, or `None` if one overflows `usize`.
+    pub fn lens(&self) -> Option<[usize; 3]> {
+        let per = |r: usize, c: usize| r.checked_mul(c)?.checked_mul(self.batches);
+        Some([
+            per(self.m, self.k)?,
+            per(self.k, self.n)?,
+            per(self.m, self.n)?,
+        ])
+    }
+
+    /// Checks slice lengths against the shape.
+    pub fn check(&self, a: &[u64], b: &[u64], c: &[u64]) -> Result<(), Error> {
+        match self.lens() {
+            Some(l) if l == [a.len(), b.len(), c.len()] => Ok(()),
+            _ => Err(Error::BufferLength),
+        }
+    }
+}
+
+/// The accelerator boundary: every heavy operation of dealing and of the
+/// online phase, over caller slices.
+///
+/// `Sync` because hosts share one backend across their threads.
+pub trait BatchEval: Hasher + Sync {
     /// A short name for reports, such as `"serial"` or `"cpu"`.
     fn name(&self) -> &'static str;
+
+    /// The AES implementation behind the hashes, for reports (`"aes-crate"`,
+    /// `"aesni"`, `"vaes256"`, `"vaes512"`, ...).
+    fn aes_path(&self) -> &'static str;
+
+    /// Elements this backend wants per call to work at full speed: callers
+    /// that can group work group at least this many (a CPU core wants
+    /// thousands, a GPU millions). A hint; every size is accepted.
+    fn preferred_batch(&self) -> usize;
 
     /// Evaluates each key at `points.len() / keys.count()` consecutive points:
     /// `out[q] = Eval(keys.key(q / per_key), points[q])`, points taken mod
@@ -41,6 +105,36 @@ pub trait BatchEval {
     /// Evaluates each DPF key at every point of its domain:
     /// `out[i · 2^k + x] = Eval(keys.key(i), x)`.
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error>;
+
+    /// Runs `section` of a compiled Φ program over a batch for `party`
+    /// ([`program::run`], whose contract this is): `out` gets the section's
+    /// result, `cols` is at least [`Program::scratch_words`] words. The
+    /// default is core's block-by-block evaluation on the calling thread.
+    fn eval_phi(
+        &self,
+        prog: &Program,
+        section: Section,
+        party: Party,
+        input: &Inputs<'_>,
+        out: &mut [u64],
+        cols: &mut [u64],
+    ) -> Result<(), Error> {
+        program::run(prog, section, party, input, out, cols)
+    }
+
+    /// Generates every key pair of `batch` into `key0` and `key1`
+    /// (`count · key_len` bytes each, key-major), byte for byte what
+    /// [`fss::generate`] writes.
+    fn generate(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<EvalStats, Error>;
+
+    /// Ring matrix products mod 2^64 of shape `shape` (see [`MatShape`]);
+    /// [`Error::BufferLength`] if a slice does not match it.
+    fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error>;
 }
 
 /// One evaluation at a time on the calling thread: each evaluation is a
@@ -60,9 +154,23 @@ impl Serial {
     }
 }
 
+impl Hasher for Serial {
+    fn hash_many(&self, d: crate::prg::Domain, blocks: &mut [crate::prg::Block]) -> u64 {
+        self.aes.hash_many(d, blocks)
+    }
+}
+
 impl BatchEval for Serial {
     fn name(&self) -> &'static str {
         "serial"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        "aes-crate"
+    }
+
+    fn preferred_batch(&self) -> usize {
+        1
     }
 
     fn eval(
@@ -79,6 +187,56 @@ impl BatchEval for Serial {
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error> {
         full_domain_each(&self.aes, keys, out)
     }
+
+    fn generate(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<EvalStats, Error> {
+        let aes_calls = fss::generate(&self.aes, batch, key0, key1, 1)?;
+        Ok(EvalStats { aes_calls })
+    }
+
+    fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+        matmul_reference(shape, a, b, c)
+    }
+}
+
+/// The textbook triple loop: `c[i][j] (+)= Σ_p a[i][p]·b[p][j]` in wrapping
+/// 64-bit arithmetic, which is exact in ℤ/2^64 (shares and sign-extended
+/// fixed-point weights multiply as ring elements).
+pub fn matmul_reference(
+    shape: &MatShape,
+    a: &[u64],
+    b: &[u64],
+    c: &mut [u64],
+) -> Result<(), Error> {
+    shape.check(a, b, c)?;
+    let MatShape { m, k, n, .. } = *shape;
+    for t in 0..shape.batches {
+        let (at, bt) = (&a[t * m * k..], &b[t * k * n..]);
+        for i in 0..m {
+            for j in 0..n {
+                let mut sum = 0u64;
+                for p in 0..k {
+                    let bv = if shape.transpose_b {
+                        bt[j * k + p]
+                    } else {
+                        bt[p * n + j]
+                    };
+                    sum = sum.wrapping_add(at[i * k + p].wrapping_mul(bv));
+                }
+                let slot = &mut c[t * m * n + i * n + j];
+                *slot = if shape.accumulate {
+                    slot.wrapping_add(sum)
+                } else {
+                    sum
+                };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Full-domain evaluation of every key of a batch into consecutive blocks of

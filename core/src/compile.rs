@@ -690,6 +690,69 @@ impl Compiled {
         vals
     }
 
+    /// [`Compiled::base_nodes`] bit-sliced over a block of up to 64
+    /// elements: `words[i]` holds node i of element e in bit e. `x_hat`
+    /// holds the block's masked inputs and `dcf[key]` each element's points
+    /// of that key in turn (`points_per_key[key]` per element). AND nodes
+    /// are left 0 for the MPC layer ([`Compiled::fill_level_words`]).
+    pub fn base_words(
+        &self,
+        party: u64,
+        x_hat: &[u64],
+        dcf: &[&[u64]; MAX_KEYS],
+        words: &mut [u64],
+    ) {
+        let ones = block_mask(x_hat.len());
+        // P0 holds the public constants; P1's share of them is 0.
+        let p0 = ones & 0u64.wrapping_sub(party ^ 1);
+        for i in 0..self.node_count {
+            words[i] = match self.nodes[i] {
+                Node::Zero | Node::And(..) => 0,
+                Node::One => p0,
+                Node::Query(q) => {
+                    let query = self.queries[usize::from(q)];
+                    let v = usize::from(query.view);
+                    let key = usize::from(self.view_key[v]);
+                    let per = self.points_per_key[key];
+                    let (qp, vp) = (self.query_point[usize::from(q)], self.view_point[v]);
+                    let mut w = 0u64;
+                    for e in 0..x_hat.len() {
+                        let bit = dcf[key][e * per + qp] ^ dcf[key][e * per + vp];
+                        w |= (bit & 1) << e;
+                    }
+                    // The public comparison [û < β] is added by P0 alone.
+                    w ^ (p0 & public_word(self, v, query.threshold, x_hat))
+                }
+                Node::Wrap(v) => {
+                    let key = usize::from(self.view_key[usize::from(v)]);
+                    let (per, vp) = (self.points_per_key[key], self.view_point[usize::from(v)]);
+                    let mut w = 0u64;
+                    for e in 0..x_hat.len() {
+                        w |= (dcf[key][e * per + vp] & 1) << e;
+                    }
+                    w
+                }
+                Node::Xor(a, b) => words[usize::from(a)] ^ words[usize::from(b)],
+                Node::Not(a) => words[usize::from(a)] ^ p0,
+            };
+        }
+    }
+
+    /// [`Compiled::fill_level`] bit-sliced over a block of `count` elements.
+    pub fn fill_level_words(&self, party: u64, words: &mut [u64], level: u8, count: usize) {
+        let p0 = block_mask(count) & 0u64.wrapping_sub(party ^ 1);
+        for i in 0..self.node_count {
+            if self.level[i] != level {
+                continue;
+            }
+            match self.nodes[i] {
+                Node::Xor(a, b) => words[i] = words[usize::from(a)] ^ words[usize::from(b)],
+                Node::Not(a) => words[i] = words[usize::from(a)] ^ p0,
+                _ => {}
+            }
+        }
+    }
+
     /// Recomputes the XOR and NOT nodes that depend on AND results, once the
     /// AND gates of every level up to `level` are filled in.
     pub fn fill_level(&self, party: u64, vals: u128, level: u8) -> u128 {
@@ -783,6 +846,24 @@ impl Compiled {
         }
         vals
     }
+}
+
+/// The low `count` bits set (`count ≤ 64`).
+const fn block_mask(count: usize) -> u64 {
+    if count >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << count) - 1
+    }
+}
+
+/// `[view_v(x̂_e) < β]` for each element of a block, in bit e.
+fn public_word(c: &Compiled, v: usize, threshold: u64, x_hat: &[u64]) -> u64 {
+    let mut w = 0u64;
+    for (e, x) in x_hat.iter().enumerate() {
+        w |= u64::from(c.views[v].at(*x) < threshold) << e;
+    }
+    w
 }
 
 /// Node `i`'s bit in a node mask.

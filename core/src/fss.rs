@@ -48,6 +48,10 @@
 //! with `ν = 7` for bit output and `ν = log2(128 / lane)` for ring output,
 //! `lane` the smallest of 8/16/32/64 bits holding `w`.
 
+mod keygen;
+
+pub use keygen::{GEN_LANES, GenBatch, generate};
+
 use crate::error::Error;
 use crate::prg::{Block, Domain, HASH_CHUNK, Hasher, word_mask};
 use crate::ring::{Width, cast};
@@ -222,6 +226,15 @@ impl Params {
         match (self.kind, self.output) {
             (Kind::Dcf, Output::Ring(_)) => 2 * l + 1,
             _ => l + 1,
+        }
+    }
+
+    /// Uniform words generating one key pair draws: one per level for
+    /// ring-output DCFs (the off-path value corrections), none otherwise.
+    pub const fn gen_random_words(&self) -> usize {
+        match (self.kind, self.output) {
+            (Kind::Dcf, Output::Ring(_)) => cast::usize_from_u32(self.levels()),
+            _ => 0,
         }
     }
 
@@ -499,92 +512,16 @@ pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     key0: &mut [u8],
     key1: &mut [u8],
 ) -> Result<u64, Error> {
-    let p = params;
-    if key0.len() != p.key_len() || key1.len() != p.key_len() {
-        return Err(Error::BufferLength);
+    // The words a ring DCF draws, one per level in level order: the same
+    // stream a level-by-level generator reads.
+    let mut random = [0u64; 64];
+    let words = params.gen_random_words();
+    for r in &mut random[..words] {
+        *r = rng.next_u64();
     }
-    // α and β are secret: reduce them instead of branching on a range check.
-    let alpha = p.domain.reduce(alpha);
-    let ring = match p.output {
-        Output::Bit => None,
-        Output::Ring(w) => Some(w),
-    };
-    let beta = match ring {
-        None => 1,
-        Some(w) => w.reduce(beta),
-    };
-    let dcf = p.kind == Kind::Dcf;
-    let nu = p.leaf_bits();
-    let levels = p.levels();
-    let a_hi = alpha >> nu;
-    let a_lo = alpha & ((1u64 << nu) - 1);
-
-    let mut s0 = roots[0].with_lsb(0);
-    let mut s1 = roots[1].with_lsb(1);
-    let delta = s0 ^ s1;
-    s0.write(key0);
-    s1.write(key1);
-
-    let mut calls = 0;
-    for level in 0..levels {
-        let a_i = (a_hi >> (levels - 1 - level)) & 1;
-        // Both parties' nodes in one call: two AES blocks in flight.
-        let mut h = [s0, s1];
-        calls += aes.hash_many(Domain::Tree, &mut h);
-        let [h0, h1] = h;
-        // Keeps the child toward α on the path (difference Δ) and makes the
-        // other child's seeds equal.
-        let cw = h0 ^ h1 ^ (delta & Block::mask(a_i ^ 1));
-        let off = p.cw_offset(level);
-        cw.write(&mut key0[off..]);
-        let l0 = h0 ^ (cw & Block::mask(s0.lsb()));
-        let l1 = h1 ^ (cw & Block::mask(s1.lsb()));
-        let r0 = l0 ^ s0;
-        let r1 = l1 ^ s1;
-        if let (true, Some(w)) = (dcf, ring) {
-            let mut v = [r0, r1];
-            calls += aes.hash_many(Domain::Value, &mut v);
-            let (v0, v1) = (v[0].low64(), v[1].low64());
-            // On path (α_i = 1): P0's +(v0 + t0·V) and P1's −(v1 + t1·V) must
-            // sum to β, so V = (β − v0 + v1)·(t0 − t1) with t0 − t1 = ±1.
-            let on = w.add(w.sub(beta, v0), v1);
-            let on = cond_neg(w, on, r0.lsb() ^ 1);
-            // Off path the siblings' seeds are equal and V cancels; a random
-            // V makes the two cases look alike.
-            let random = w.reduce(rng.next_u64());
-            let vcw = select_u64(a_i, random, on);
-            let vb = p.value_bytes();
-            write_word(&mut key0[off + 16..off + 16 + vb], vcw);
-        }
-        s0 = l0 ^ (s0 & Block::mask(a_i));
-        s1 = l1 ^ (s1 & Block::mask(a_i));
-    }
-
-    let mut g = [s0, s1];
-    calls += aes.hash_many(Domain::Leaf, &mut g);
-    let [g0, g1] = g;
-    let lane_bits = p.lane_bits();
-    let payload_bit = |j: u32| -> u64 {
-        let j = u64::from(j);
-        if dcf { ct_lt(j, a_lo) } else { ct_eq(j, a_lo) }
-    };
-    let lcw = match ring {
-        None => g0 ^ g1 ^ Block::from_lanes(1, payload_bit),
-        Some(w) => {
-            let flip = s0.lsb() ^ 1;
-            Block::from_lanes(lane_bits, |j| {
-                let pj = beta & 0u64.wrapping_sub(payload_bit(j));
-                let v = w.add(
-                    w.sub(pj, w.reduce(g0.lane(lane_bits, j))),
-                    w.reduce(g1.lane(lane_bits, j)),
-                );
-                cond_neg(w, v, flip)
-            })
-        }
-    };
-    lcw.write(&mut key0[p.leaf_offset()..]);
-    key1[16..].copy_from_slice(&key0[16..]);
-    Ok(calls)
+    let (alphas, betas, roots) = ([alpha], [beta], [roots]);
+    let batch = GenBatch::new(*params, &alphas, &betas, &roots, &random[..words])?;
+    keygen::generate(aes, &batch, key0, key1, 1)
 }
 
 /// `−v mod 2^w` if `flip` is 1, else `v`, without a branch.

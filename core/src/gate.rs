@@ -31,7 +31,8 @@ use crate::dcf;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Params, Party};
 use crate::mpc;
-use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Mono, Phi, Plan, Publics};
+use crate::phi::program::{self, BLOCK, Program, Section};
+use crate::phi::{Mono, Phi, Plan};
 use crate::prg::{Block, Domain, Hasher, Prg};
 use crate::ring::{Width, cast};
 use crate::suf::Suf;
@@ -40,6 +41,7 @@ pub mod activation;
 pub mod chain;
 pub mod inverse;
 pub mod max;
+pub mod protocol;
 pub mod relu;
 pub mod reluars;
 pub mod select;
@@ -47,6 +49,8 @@ pub mod spline;
 pub mod splines;
 pub mod trunc;
 pub mod width;
+
+pub use protocol::{Protocol, Traffic, run_pair};
 
 /// How a gate receives its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -83,6 +87,8 @@ pub struct Gate {
     pub phi: Phi,
     /// The derived plan.
     pub plan: Plan,
+    /// Φ compiled into a block program.
+    pub program: Program,
     /// How the input arrives.
     pub input: Input,
 }
@@ -124,10 +130,15 @@ impl Gate {
             Ok(p) => p,
             Err(e) => return Err(e),
         };
+        let program = match Program::new(&compiled, &phi, &plan) {
+            Ok(p) => p,
+            Err(e) => return Err(e),
+        };
         Ok(Gate {
             compiled,
             phi,
             plan,
+            program,
             input,
         })
     }
@@ -299,8 +310,10 @@ impl Gate {
     ///
     /// The input mask shares come from the seeds unless `masks` supplies
     /// them (then the evaluators must be given the same shares); tests use
-    /// that to pin masks to 0, 2^n − 1 and every wrap point. Returns the AES
-    /// calls made.
+    /// that to pin masks to 0, 2^n − 1 and every wrap point. `prf` is
+    /// scratch for both parties' expanded PRF blocks: at least
+    /// [`Gate::deal_scratch_min`] blocks, and [`Gate::deal_scratch_blocks`]
+    /// for full-sized AES batches. Returns the AES calls made.
     #[allow(clippy::too_many_arguments)]
     pub fn deal(
         &self,
@@ -312,6 +325,7 @@ impl Gate {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        prf: &mut [Block],
     ) -> Result<u64, Error> {
         if let Some([m0, m1]) = masks
             && (m0.len() != count || m1.len() != count)
@@ -331,12 +345,12 @@ impl Gate {
             }
         }
         let per = self.prf_blocks();
-        let chunk = PRF_BUFFER / per;
-        let mut b0 = [Block::ZERO; PRF_BUFFER];
-        let mut b1 = [Block::ZERO; PRF_BUFFER];
+        // Elements per batch: as many as both parties' blocks fit.
+        let chunk = prf.len() / (2 * per);
         if chunk == 0 {
-            return Err(Error::Suf(SufError::Capacity));
+            return Err(Error::BufferLength);
         }
+        let (b0, b1) = prf.split_at_mut(chunk * per);
         // Bit-output DCF generation draws no randomness; the generator is
         // only there to satisfy the interface.
         let mut unused = Prg::new(&seeds[0]);
@@ -345,8 +359,8 @@ impl Gate {
         while done < count {
             let n = chunk.min(count - done);
             let at = first + cast::u64_from_usize(done);
-            calls += self.expand(h, &seeds[0], at, n, &mut b0);
-            calls += self.expand(h, &seeds[1], at, n, &mut b1);
+            calls += self.expand(h, &seeds[0], at, n, b0);
+            calls += self.expand(h, &seeds[1], at, n, b1);
             for e in 0..n {
                 let p0 = &b0[e * per..(e + 1) * per];
                 let p1 = &b1[e * per..(e + 1) * per];
@@ -439,8 +453,8 @@ impl Gate {
         let len0 = self.key_params(0).key_len();
         let count = dcf[0].len() / len0;
         let per = self.prf_blocks();
-        let chunk = (PRF_BUFFER / per).max(1);
-        let mut blocks = [Block::ZERO; PRF_BUFFER];
+        let chunk = PRF_STACK / per;
+        let mut blocks = [Block::ZERO; PRF_STACK];
         let mut calls = 0;
         let mut done = 0;
         while done < count {
@@ -506,6 +520,22 @@ impl Gate {
         l.end
     }
 
+    /// The least PRF scratch [`Gate::deal`] accepts: one element's blocks
+    /// for each party.
+    pub const fn deal_scratch_min(&self) -> usize {
+        2 * self.prf_blocks()
+    }
+
+    /// PRF scratch for dealing `count` elements in full-sized batches: up
+    /// to 64 KiB per party, less when `count` needs less.
+    pub const fn deal_scratch_blocks(&self, count: usize) -> usize {
+        let per = self.prf_blocks();
+        let batch = PRF_BUFFER / per;
+        let elements = if count < batch { count } else { batch };
+        let elements = if elements == 0 { 1 } else { elements };
+        2 * per * elements
+    }
+
     const fn layout(&self, n: usize) -> Layout {
         let b = self.plan.b2a_count;
         let u = self.plan.beaver_count;
@@ -515,12 +545,19 @@ impl Gate {
         let rho = mask + n;
         let and = rho + n;
         let nodes = and + 3 * n;
-        let e = nodes + 2 * n;
+        let e = nodes + n.div_ceil(BLOCK) * self.compiled.node_count;
         let a = e + n * b;
         let uu = a + n * u;
         let monos = uu + n * u;
-        let fss = monos + n * m;
-        let end = fss + 2 * FSS_CHUNK * self.compiled.total_points();
+        let out = monos + n * m;
+        let fss = out + n * self.phi.count;
+        // Room for any batch up to the whole tensor (the backend picks the
+        // batch: `BatchEval::preferred_batch`). The FSS points are dead once
+        // the opening round is done, so the Φ program's columns reuse that
+        // area.
+        let dcf = 2 * n * self.compiled.total_points();
+        let cols = self.program.scratch_words();
+        let end = fss + if dcf > cols { dcf } else { cols };
         Layout {
             x_hat,
             mask,
@@ -531,17 +568,30 @@ impl Gate {
             a,
             u: uu,
             monos,
+            out,
             fss,
             end,
         }
     }
 }
 
-/// PRF blocks expanded per batch (64 KiB of stack).
+/// PRF blocks per party and batch that [`Gate::deal_scratch_blocks`] asks
+/// for: 64 KiB, enough to keep AES pipelines full on the dealer.
 const PRF_BUFFER: usize = 4096;
 
-/// Elements per DCF batch inside an evaluation.
-const FSS_CHUNK: usize = 4096;
+/// PRF blocks an evaluator expands per batch on its own stack (2 KiB): a
+/// party expands a few blocks per element, so batches of this size already
+/// keep a pipelined AES busy, and the frame stays small enough for a
+/// microcontroller (examples/mcu measures it).
+const PRF_STACK: usize = 128;
+
+/// The most PRF blocks one element can need: every slot, key and seeded
+/// word at its capacity.
+const MAX_PRF_BLOCKS: usize =
+    SLOT_ROOTS + MAX_KEYS + (crate::phi::MAX_BEAVER + crate::phi::MAX_MONOS).div_ceil(2);
+
+// Every gate fits at least one element in an evaluator's batch.
+const _: () = assert!(MAX_PRF_BLOCKS <= PRF_STACK);
 
 /// Offsets into an evaluator's scratch.
 #[derive(Clone, Copy, Debug)]
@@ -555,6 +605,7 @@ struct Layout {
     a: usize,
     u: usize,
     monos: usize,
+    out: usize,
     fss: usize,
     end: usize,
 }
@@ -590,6 +641,9 @@ pub struct Eval<'a> {
     s: &'a mut [u64],
     l: Layout,
     next: usize,
+    /// Benchmarks only: run Φ by the interpreter instead of the program.
+    #[cfg(feature = "interpreter")]
+    interpret: bool,
 }
 
 impl core::fmt::Debug for Eval<'_> {
@@ -603,9 +657,11 @@ impl core::fmt::Debug for Eval<'_> {
 
 impl<'a> Eval<'a> {
     /// Prepares party `party` to evaluate `n` elements (element indices
-    /// `first..first + n` of the key material) with this party's `keys`;
-    /// `scratch` holds at least [`Gate::scratch_words`] words. `mask`
-    /// overrides the seed-derived input-mask shares, as in [`Gate::deal`].
+    /// `first..first + n` of the key material) on its `input` shares with
+    /// its `keys`; `scratch` holds at least [`Gate::scratch_words`] words.
+    /// `mask` overrides the seed-derived input-mask shares, as in
+    /// [`Gate::deal`]. An [`Input::Masked`] gate takes an empty `input` and
+    /// gets x̂ from [`Eval::set_masked`].
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         gate: &'a Gate,
@@ -616,9 +672,14 @@ impl<'a> Eval<'a> {
         first: u64,
         n: usize,
         keys: PartyKeys<'a>,
+        input: &[u64],
         scratch: &'a mut [u64],
     ) -> Result<Eval<'a>, Error> {
-        if mask.is_some_and(|m| m.len() != n) {
+        let inputs = match gate.input {
+            Input::Shares => n,
+            Input::Masked => 0,
+        };
+        if mask.is_some_and(|m| m.len() != n) || input.len() != inputs {
             return Err(Error::BufferLength);
         }
         let c = &gate.compiled;
@@ -644,6 +705,8 @@ impl<'a> Eval<'a> {
             s: scratch,
             l,
             next: 0,
+            #[cfg(feature = "interpreter")]
+            interpret: false,
         };
         ev.load_seeded(h, seed, first);
         if let Some(m) = mask {
@@ -656,10 +719,15 @@ impl<'a> Eval<'a> {
             for (k, mono) in gate.plan.monos[..mm].iter().enumerate() {
                 if mono.is_seeded() && mono.r == 1 {
                     for i in 0..n {
-                        ev.s[l.monos + i * mm + k] = ev.s[l.mask + i];
+                        ev.s[l.monos + k * n + i] = ev.s[l.mask + i];
                     }
                 }
             }
+        }
+        // The opening's own half: x_b + r_b.
+        let w = gate.ring();
+        for (j, x) in input.iter().enumerate() {
+            ev.s[l.x_hat + j] = w.add(*x, ev.s[l.mask + j]);
         }
         Ok(ev)
     }
@@ -671,8 +739,8 @@ impl<'a> Eval<'a> {
         let per = g.prf_blocks();
         let pb = self.party.index();
         let l = self.l;
-        let chunk = (PRF_BUFFER / per).max(1);
-        let mut blocks = [Block::ZERO; PRF_BUFFER];
+        let chunk = PRF_STACK / per;
+        let mut blocks = [Block::ZERO; PRF_STACK];
         let m = g.plan.mono_count;
         let ew = g.explicit_words();
         let u = g.plan.beaver_count;
@@ -711,53 +779,23 @@ impl<'a> Eval<'a> {
                             }
                         }
                     };
-                    self.s[l.monos + i * m + k] = v;
+                    self.s[l.monos + k * self.n + i] = v;
                 }
             }
             done += n;
         }
     }
 
-    /// Re-attaches to an evaluation whose state lives in `scratch`, at round
-    /// `next` (for drivers that cannot hold the borrow across rounds, such
-    /// as [`chain::ChainEval`]). The arguments must be those the evaluation
-    /// was created with.
-    pub fn resume(
-        gate: &'a Gate,
-        party: Party,
-        n: usize,
-        keys: PartyKeys<'a>,
-        scratch: &'a mut [u64],
-        next: usize,
-    ) -> Result<Eval<'a>, Error> {
-        let l = gate.layout(n);
-        if scratch.len() < l.end || next > gate.schedule().1 {
-            return Err(Error::BufferLength);
-        }
-        Ok(Eval {
-            gate,
-            party,
-            n,
-            keys,
-            s: scratch,
-            l,
-            next,
-        })
+    /// Ends the evaluation and hands its scratch back to the caller (for
+    /// drivers that reuse one area across steps, such as
+    /// [`chain::ChainEval`]).
+    pub fn into_scratch(self) -> &'a mut [u64] {
+        self.s
     }
 
     /// The next round to run (`rounds()` when finished).
     pub fn next_round(&self) -> usize {
         self.next
-    }
-
-    /// The rounds of this evaluation.
-    pub fn rounds(&self) -> usize {
-        self.gate.schedule().1
-    }
-
-    /// Bytes this party sends in round `i`.
-    pub fn send_len(&self, i: usize) -> usize {
-        self.gate.round_bytes(self.gate.schedule().0[i], self.n)
     }
 
     /// Supplies the public masked input directly (for [`Input::Masked`]
@@ -773,26 +811,18 @@ impl<'a> Eval<'a> {
         {
             *d = w.reduce(*x);
         }
-        self.evaluate_fss(fss)
+        self.evaluate_fss(fss)?;
+        self.after_round(fss)
     }
 
-    /// Writes what this party sends in round `i`. Round 0 of an
-    /// [`Input::Shares`] gate takes the input shares in `input`.
-    pub fn prepare(&mut self, i: usize, input: &[u64], send: &mut [u8]) -> Result<(), Error> {
+    /// Writes what this party sends in round `i`.
+    fn prepare_round(&mut self, i: usize, send: &mut [u8]) -> Result<(), Error> {
         let round = self.expect_round(i, send.len())?;
         let n = self.n;
         let l = self.l;
         let w = self.gate.ring();
         match round {
-            Round::Open => {
-                if input.len() != n {
-                    return Err(Error::BufferLength);
-                }
-                for j in 0..n {
-                    self.s[l.x_hat + j] = w.add(input[j], self.s[l.mask + j]);
-                }
-                mpc::open_prepare(w, &self.s[l.x_hat..l.x_hat + n], send)
-            }
+            Round::Open => mpc::open_prepare(w, &self.s[l.x_hat..l.x_hat + n], send),
             Round::And(level) => {
                 let bits = self.and_messages(level, None);
                 self.pack_message(bits, send)
@@ -800,18 +830,16 @@ impl<'a> Eval<'a> {
             Round::Bits => {
                 let b = self.gate.plan.b2a_count;
                 for j in 0..n {
-                    let vals = self.nodes(j);
                     let rho = self.s[l.rho + j];
                     for k in 0..b {
-                        let node = self.gate.plan.b2a[k];
-                        let bit = crate::compile::node_bit(vals, node) ^ ((rho >> k) & 1);
+                        let bit = self.node(j, self.gate.plan.b2a[k]) ^ ((rho >> k) & 1);
                         self.s[l.e + j * b + k] = bit;
                     }
                 }
                 mpc::pack_bits(&self.s[l.e..l.e + n * b], send)
             }
             Round::Beaver => {
-                self.beaver_local();
+                // `c_i − a_i` was computed when the previous round finished.
                 let u = self.gate.plan.beaver_count;
                 mpc::open_prepare(w, &self.s[l.u..l.u + n * u], send)
             }
@@ -819,7 +847,7 @@ impl<'a> Eval<'a> {
     }
 
     /// Consumes the peer's message of round `i`.
-    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+    fn finish_round(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
         let round = self.expect_round(i, recv.len())?;
         let n = self.n;
         let l = self.l;
@@ -849,7 +877,20 @@ impl<'a> Eval<'a> {
             }
         }
         self.next += 1;
-        Ok(())
+        self.after_round(fss)
+    }
+
+    /// Local work that follows a round: the Beaver section before the
+    /// Beaver round, the outputs after the last round.
+    fn after_round(&mut self, fss: &dyn BatchEval) -> Result<(), Error> {
+        let (sched, count) = self.gate.schedule();
+        if self.next == count {
+            self.run_program(Section::Outputs, fss)
+        } else if sched[self.next] == Round::Beaver {
+            self.run_program(Section::Beaver, fss)
+        } else {
+            Ok(())
+        }
     }
 
     /// Round `i`, if it is the next one and `len` is its message length.
@@ -864,15 +905,11 @@ impl<'a> Eval<'a> {
         Ok(sched[i])
     }
 
-    fn nodes(&self, j: usize) -> u128 {
-        let at = self.l.nodes + 2 * j;
-        cast::u128_from_u64(self.s[at]) | (cast::u128_from_u64(self.s[at + 1]) << 64)
-    }
-
-    fn set_nodes(&mut self, j: usize, v: u128) {
-        let at = self.l.nodes + 2 * j;
-        self.s[at] = cast::low_u64(v);
-        self.s[at + 1] = cast::low_u64(v >> 64);
+    /// This party's share of `node` for element `j` (nodes are bit-sliced:
+    /// one word per node per block of 64 elements).
+    fn node(&self, j: usize, node: u8) -> u64 {
+        let at = self.l.nodes + j / BLOCK * self.gate.compiled.node_count + usize::from(node);
+        (self.s[at] >> (j % BLOCK)) & 1
     }
 
     /// Evaluates every DCF key at its points and forms the base nodes.
@@ -882,11 +919,18 @@ impl<'a> Eval<'a> {
         let l = self.l;
         let total = c.total_points();
         let pb = self.party.index();
+        // The backend's batch, in whole bit-slicing blocks so that every
+        // batch after the first starts on a block boundary.
+        let batch = fss
+            .preferred_batch()
+            .max(1)
+            .next_multiple_of(BLOCK)
+            .min(self.n.max(1));
         let mut start = 0;
         while start < self.n {
-            let count = FSS_CHUNK.min(self.n - start);
+            let count = batch.min(self.n - start);
             let (head, area) = self.s.split_at_mut(l.fss);
-            let (points, outs) = area[..2 * FSS_CHUNK * total].split_at_mut(FSS_CHUNK * total);
+            let (points, outs) = area[..2 * batch * total].split_at_mut(batch * total);
             // Key-major regions: key k's points for every element of the chunk.
             let mut off = 0;
             for k in 0..c.key_count {
@@ -908,18 +952,26 @@ impl<'a> Eval<'a> {
                 )?;
                 off += count * per;
             }
-            for e in 0..count {
+            // The circuit's base nodes, bit-sliced 64 elements per word
+            // (chunks start on block boundaries).
+            let nc = c.node_count;
+            let mut e = 0;
+            while e < count {
+                let block = BLOCK.min(count - e);
                 let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
                 let mut off = 0;
                 for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
                     let per = c.points_per_key[k];
-                    *r = &outs[off + e * per..off + (e + 1) * per];
+                    *r = &outs[off + e * per..off + (e + block) * per];
                     off += count * per;
                 }
-                let x_hat = head[l.x_hat + start + e];
-                let v = c.base_nodes(pb, x_hat, &refs);
-                head[l.nodes + 2 * (start + e)] = cast::low_u64(v);
-                head[l.nodes + 2 * (start + e) + 1] = cast::low_u64(v >> 64);
+                // x̂ lies before the node area.
+                let (x_area, words) = head.split_at_mut(l.nodes + (start + e) / BLOCK * nc);
+                let x_hat = &x_area[l.x_hat + start + e..l.x_hat + start + e + block];
+                c.base_words(pb, x_hat, &refs, &mut words[..nc]);
+                #[cfg(test)]
+                check_base_words(c, pb, x_hat, &refs, &words[..nc]);
+                e += block;
             }
             start += count;
         }
@@ -949,8 +1001,8 @@ impl<'a> Eval<'a> {
                 .position(|&x| x == node)
                 .unwrap_or(0)
         };
+        let nc = c.node_count;
         for j in 0..self.n {
-            let mut vals = self.nodes(j);
             let alpha = self.s[l.and + 3 * j];
             let beta = self.s[l.and + 3 * j + 1];
             let gamma = self.s[l.and + 3 * j + 2];
@@ -960,8 +1012,8 @@ impl<'a> Eval<'a> {
                 };
                 let t = index_of(node);
                 let (al, be, ga) = ((alpha >> t) & 1, (beta >> t) & 1, (gamma >> t) & 1);
-                let d_mine = crate::compile::node_bit(vals, x) ^ al;
-                let e_mine = crate::compile::node_bit(vals, y) ^ be;
+                let d_mine = self.node(j, x) ^ al;
+                let e_mine = self.node(j, y) ^ be;
                 match recv {
                     None => {
                         self.s[l.e + slot] = d_mine;
@@ -972,14 +1024,17 @@ impl<'a> Eval<'a> {
                         let d = d_mine ^ theirs(slot);
                         let e = e_mine ^ theirs(slot + 1);
                         let z = mpc::and_share(pb, d, e, al, be, ga);
-                        vals |= cast::u128_from_u64(z) << node;
+                        // AND nodes start at 0 and this level writes each once.
+                        self.s[l.nodes + j / BLOCK * nc + usize::from(node)] |= z << (j % BLOCK);
                     }
                 }
                 slot += 2;
             }
-            if recv.is_some() {
-                vals = c.fill_level(pb, vals, level);
-                self.set_nodes(j, vals);
+        }
+        if recv.is_some() {
+            for (b, words) in self.s[l.nodes..l.e].chunks_mut(nc).enumerate() {
+                let count = BLOCK.min(self.n - b * BLOCK);
+                c.fill_level_words(pb, words, level, count);
             }
         }
         slot
@@ -989,9 +1044,125 @@ impl<'a> Eval<'a> {
         mpc::pack_bits(&self.s[self.l.e..self.l.e + bits], send)
     }
 
-    /// This party's shares of the Beaver-opened coefficients, minus its
-    /// mask shares: `c_i − a_i`.
-    fn beaver_local(&mut self) {
+    /// Runs the Φ program's `section`: the Beaver section writes this
+    /// party's `c_i − a_i` into the opened-value area, the outputs section
+    /// the ring outputs into the output area.
+    fn run_program(&mut self, section: Section, fss: &dyn BatchEval) -> Result<(), Error> {
+        #[cfg(feature = "interpreter")]
+        if self.interpret {
+            return self.run_interpreter(section);
+        }
+        let g = self.gate;
+        let (l, n) = (self.l, self.n);
+        let (b, u, m) = (g.plan.b2a_count, g.plan.beaver_count, g.plan.mono_count);
+        let (at, len) = match section {
+            Section::Beaver => (l.u, n * u),
+            Section::Outputs => (l.out, n * g.phi.count),
+        };
+        let (head, tail) = self.s.split_at_mut(at);
+        let (out, rest) = tail.split_at_mut(len);
+        // The monomial shares lie in `head` (outputs) or `rest` (Beaver).
+        let (shares, cols) = match section {
+            Section::Beaver => {
+                let (shares, rest) = rest.split_at_mut(n * m);
+                (&*shares, &mut rest[l.fss - l.monos - n * m..])
+            }
+            Section::Outputs => (
+                &head[l.monos..l.monos + n * m],
+                &mut rest[l.fss - l.out - len..],
+            ),
+        };
+        let input = program::Inputs {
+            x_hat: &head[l.x_hat..l.x_hat + n],
+            e: &head[l.e..l.e + n * b],
+            u: if section == Section::Outputs {
+                &head[l.u..l.u + n * u]
+            } else {
+                &[]
+            },
+            a: if section == Section::Beaver {
+                &head[l.a..l.a + n * u]
+            } else {
+                &[]
+            },
+            shares,
+        };
+        fss.eval_phi(&g.program, section, self.party, &input, out, cols)?;
+        #[cfg(test)]
+        self.check_against_interpreter(section);
+        Ok(())
+    }
+
+    /// Writes the ring outputs (`n × outputs`, element-major) and the bit
+    /// outputs as XOR shares (`n × bit_outputs`, one per word).
+    pub fn outputs(&self, arith: &mut [u64], bits: &mut [u64]) -> Result<(), Error> {
+        let g = self.gate;
+        let c = &g.compiled;
+        if self.next != g.schedule().1 {
+            return Err(Error::Unsupported);
+        }
+        let outs = g.phi.count;
+        let nb = c.suf.bools;
+        if arith.len() != self.n * outs || bits.len() != self.n * nb {
+            return Err(Error::BufferLength);
+        }
+        arith.copy_from_slice(&self.s[self.l.out..self.l.out + self.n * outs]);
+        for j in 0..self.n {
+            for (o, out) in bits[j * nb..(j + 1) * nb].iter_mut().enumerate() {
+                *out = self.node(j, c.bool_node[o]);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Protocol for Eval<'_> {
+    fn rounds(&self) -> usize {
+        self.gate.schedule().1
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        let (sched, count) = self.gate.schedule();
+        if round < count {
+            self.gate.round_bytes(sched[round], self.n)
+        } else {
+            0
+        }
+    }
+
+    fn output_len(&self) -> usize {
+        self.n * (self.gate.outputs() + self.gate.bit_outputs())
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        self.prepare_round(round, send)
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        self.finish_round(round, recv, fss)
+    }
+
+    /// The ring outputs (`n × outputs`), then the bit outputs
+    /// (`n × bit_outputs`), as in [`Eval::outputs`].
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if out.len() != self.output_len() {
+            return Err(Error::BufferLength);
+        }
+        let (arith, bits) = out.split_at_mut(self.n * self.gate.outputs());
+        self.outputs(arith, bits)
+    }
+}
+
+/// The per-element Φ interpreter: the test oracle of the compiled block
+/// program ([`crate::phi::program`]). It is compiled into core's own tests,
+/// where every Beaver round and every output of every gate is checked
+/// against it bit for bit, and behind the non-default `interpreter` feature,
+/// which only the benchmarks enable to measure it beside the program.
+#[cfg(any(test, feature = "interpreter"))]
+impl Eval<'_> {
+    /// This party's `c_i − a_i` of elements `first..` (`count × beaver`,
+    /// as many as `out` holds), by the interpreter.
+    pub fn beaver_interpreted(&self, first: usize, out: &mut [u64]) -> Result<(), Error> {
         let g = self.gate;
         let c = &g.compiled;
         let w = g.ring();
@@ -999,8 +1170,11 @@ impl<'a> Eval<'a> {
         let pb = self.party.index();
         let b = g.plan.b2a_count;
         let u = g.plan.beaver_count;
-        let m = g.plan.mono_count;
-        for j in 0..self.n {
+        let count = out.len().checked_div(u).unwrap_or(0);
+        if out.len() != count * u || first + count > self.n {
+            return Err(Error::BufferLength);
+        }
+        for (o_at, j) in (first..first + count).enumerate() {
             for (slot, &(o, i)) in g.plan.beaver[..u].iter().enumerate() {
                 let (o, i) = (usize::from(o), usize::from(i));
                 // c = v_{m−1} + Σ_t Δ_t·C_t with C_t = e_t + (1 − 2e_t)ρ_t.
@@ -1010,26 +1184,24 @@ impl<'a> Eval<'a> {
                     let bi = usize::from(bi);
                     let e = self.s[l.e + j * b + bi] & 1;
                     let mi = usize::from(g.plan.rho_mono[bi]);
-                    let rho = self.s[l.monos + j * m + mi];
+                    let rho = self.s[l.monos + mi * self.n + j];
                     acc = w.add(acc, w.mul(d, mpc::b2a_share(w, pb, e, rho)));
                 }
-                self.s[l.u + j * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
+                out[o_at * u + slot] = w.sub(acc, self.s[l.a + j * u + slot]);
             }
         }
+        Ok(())
     }
 
-    /// Writes the ring outputs (`n × outputs`, element-major) and the bit
-    /// outputs as XOR shares (`n × bit_outputs`, one per word).
-    pub fn outputs(&self, arith: &mut [u64], bits: &mut [u64]) -> Result<(), Error> {
+    /// The ring outputs of elements `first..` (`count × outputs`,
+    /// element-major, as many as `arith` holds), by the interpreter.
+    pub fn outputs_interpreted(&self, first: usize, arith: &mut [u64]) -> Result<(), Error> {
+        use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Publics};
         let g = self.gate;
         let c = &g.compiled;
-        let (_, count) = g.schedule();
-        if self.next != count {
-            return Err(Error::Unsupported);
-        }
         let outs = g.phi.count;
-        let nb = c.suf.bools;
-        if arith.len() != self.n * outs || bits.len() != self.n * nb {
+        let count = arith.len().checked_div(outs).unwrap_or(0);
+        if arith.len() != count * outs || first + count > self.n {
             return Err(Error::BufferLength);
         }
         let w = g.ring();
@@ -1039,12 +1211,9 @@ impl<'a> Eval<'a> {
         let u = g.plan.beaver_count;
         let m = g.plan.mono_count;
         let mut coef = [0u64; MAX_MONOS];
+        let mut shares = [0u64; MAX_MONOS];
         let mut entries = [[0u64; MAX_ENTRIES]; MAX_FACTORS];
-        for j in 0..self.n {
-            let vals = self.nodes(j);
-            for (o, out) in bits[j * nb..(j + 1) * nb].iter_mut().enumerate() {
-                *out = crate::compile::node_bit(vals, c.bool_node[o]);
-            }
+        for (o_at, j) in (first..first + count).enumerate() {
             let x_hat = self.s[l.x_hat + j];
             let publics = Publics::new(
                 w,
@@ -1052,7 +1221,9 @@ impl<'a> Eval<'a> {
                 &self.s[l.e + j * b..l.e + (j + 1) * b],
                 &self.s[l.u + j * u..l.u + (j + 1) * u],
             );
-            let shares = &self.s[l.monos + j * m..l.monos + (j + 1) * m];
+            for (k, sh) in shares[..m].iter_mut().enumerate() {
+                *sh = self.s[l.monos + k * self.n + j];
+            }
             let mut k = 0;
             for o in 0..outs {
                 let output = &g.phi.outputs[o];
@@ -1082,10 +1253,72 @@ impl<'a> Eval<'a> {
                 for i in 1..m {
                     acc = w.add(acc, w.mul(coef[i], shares[i]));
                 }
-                arith[j * outs + o] = output.ring.reduce(acc);
+                arith[o_at * outs + o] = output.ring.reduce(acc);
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(feature = "interpreter")]
+impl Eval<'_> {
+    /// Benchmarks only: from now on run Φ by the per-element interpreter.
+    pub fn use_interpreter(&mut self) {
+        self.interpret = true;
+    }
+
+    /// Benchmarks only: runs the compiled program's `section` again on the
+    /// current state (the Beaver section overwrites the opened values).
+    pub fn run_section(&mut self, section: Section, backend: &dyn BatchEval) -> Result<(), Error> {
+        let interpret = core::mem::replace(&mut self.interpret, false);
+        let result = self.run_program(section, backend);
+        self.interpret = interpret;
+        result
+    }
+
+    /// The interpreter's result of `section`, where the program's would go
+    /// (through a stack buffer: the interpreter reads the same scratch).
+    fn run_interpreter(&mut self, section: Section) -> Result<(), Error> {
+        const CHUNK: usize = 64;
+        let (at, width) = match section {
+            Section::Beaver => (self.l.u, self.gate.plan.beaver_count),
+            Section::Outputs => (self.l.out, self.gate.phi.count),
+        };
+        let mut buf = [0u64; CHUNK * crate::phi::MAX_BEAVER];
+        let mut first = 0;
+        while first < self.n {
+            let len = CHUNK.min(self.n - first) * width;
+            match section {
+                Section::Beaver => self.beaver_interpreted(first, &mut buf[..len])?,
+                Section::Outputs => self.outputs_interpreted(first, &mut buf[..len])?,
+            }
+            let to = at + first * width;
+            self.s[to..to + len].copy_from_slice(&buf[..len]);
+            first += CHUNK;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl Eval<'_> {
+    /// The compiled section's result equals the interpreter's, bit for bit.
+    fn check_against_interpreter(&self, section: Section) {
+        let (at, len) = match section {
+            Section::Beaver => (self.l.u, self.n * self.gate.plan.beaver_count),
+            Section::Outputs => (self.l.out, self.n * self.gate.phi.count),
+        };
+        let mut want = std::vec![0u64; len];
+        match section {
+            Section::Beaver => self.beaver_interpreted(0, &mut want),
+            Section::Outputs => self.outputs_interpreted(0, &mut want),
+        }
+        .unwrap();
+        assert_eq!(
+            &self.s[at..at + len],
+            &want[..],
+            "compiled Φ {section:?} differs from the interpreter"
+        );
     }
 }
 
@@ -1114,6 +1347,24 @@ pub(crate) fn wire_add(w: Width, mine: &mut [u64], recv: &[u8]) -> Result<(), Er
     Ok(())
 }
 
+/// The bit-sliced base nodes equal the per-element circuit evaluation
+/// ([`Compiled::base_nodes`], the oracle) for every element of the block.
+#[cfg(test)]
+fn check_base_words(c: &Compiled, pb: u64, x_hat: &[u64], dcf: &[&[u64]; MAX_KEYS], words: &[u64]) {
+    for (e, x) in x_hat.iter().enumerate() {
+        let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
+        for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
+            let per = c.points_per_key[k];
+            *r = &dcf[k][e * per..(e + 1) * per];
+        }
+        let want = c.base_nodes(pb, *x, &refs);
+        for (i, w) in words.iter().enumerate() {
+            let bit = crate::compile::node_bit(want, cast::u8_from_index(i));
+            assert_eq!((w >> e) & 1, bit, "bit-sliced node {i} of element {e}");
+        }
+    }
+}
+
 /// Padding bits after `count` bits must be zero.
 fn check_padding(recv: &[u8], count: usize) -> Result<(), Error> {
     let used = count % 8;
@@ -1121,43 +1372,6 @@ fn check_padding(recv: &[u8], count: usize) -> Result<(), Error> {
         return Err(Error::Wire(crate::error::WireError::ReservedNonZero));
     }
     Ok(())
-}
-
-/// Bytes moved by a two-party run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Traffic {
-    /// Rounds.
-    pub rounds: usize,
-    /// Bytes each party sent.
-    pub bytes_per_party: usize,
-}
-
-/// Runs both parties of a gate in memory, exchanging messages through
-/// `buf0`/`buf1` (each at least the largest round's size). For tests and
-/// benchmarks; hosts run each party against a network instead.
-pub fn run_pair(
-    p0: &mut Eval<'_>,
-    p1: &mut Eval<'_>,
-    x0: &[u64],
-    x1: &[u64],
-    fss: &dyn BatchEval,
-    buf0: &mut [u8],
-    buf1: &mut [u8],
-) -> Result<Traffic, Error> {
-    let rounds = p0.rounds();
-    let mut bytes = 0;
-    for i in 0..rounds {
-        let len = p0.send_len(i);
-        p0.prepare(i, x0, &mut buf0[..len])?;
-        p1.prepare(i, x1, &mut buf1[..len])?;
-        p0.finish(i, &buf1[..len], fss)?;
-        p1.finish(i, &buf0[..len], fss)?;
-        bytes += len;
-    }
-    Ok(Traffic {
-        rounds,
-        bytes_per_party: bytes,
-    })
 }
 
 /// Test support: deal and run a gate in memory, reconstructing outputs.
@@ -1218,8 +1432,20 @@ pub(crate) mod testing {
             let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
             let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
             let ms = masks.map(|_| [&m0[..], &m1[..]]);
-            gate.deal(&aes, seeds, ms, 7, n, &mut d0, &mut d1, &mut explicit)
-                .unwrap();
+            // Three elements per PRF batch: every test crosses batch edges.
+            let mut prf = vec![Block::ZERO; 3 * gate.deal_scratch_min()];
+            gate.deal(
+                &aes,
+                seeds,
+                ms,
+                7,
+                n,
+                &mut d0,
+                &mut d1,
+                &mut explicit,
+                &mut prf,
+            )
+            .unwrap();
         }
         let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
         let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
@@ -1241,6 +1467,7 @@ pub(crate) mod testing {
                 dcf: r0,
                 explicit: &[],
             },
+            &x0,
             &mut s0,
         )
         .unwrap();
@@ -1256,14 +1483,15 @@ pub(crate) mod testing {
                 dcf: r1,
                 explicit: &explicit,
             },
+            &x1,
             &mut s1,
         )
         .unwrap();
-        let max = (0..e0.rounds()).map(|i| e0.send_len(i)).max().unwrap_or(0);
+        let max = protocol::max_send_len(&e0);
         let mut b0 = vec![0u8; max];
         let mut b1 = vec![0u8; max];
         let serial = Serial::new();
-        let traffic = run_pair(&mut e0, &mut e1, &x0, &x1, &serial, &mut b0, &mut b1).unwrap();
+        let traffic = run_pair(&mut e0, &mut e1, &serial, &mut b0, &mut b1).unwrap();
         let outs = gate.outputs();
         let nb = gate.bit_outputs();
         let mut a0 = vec![0u64; n * outs];
@@ -1413,6 +1641,7 @@ mod tests {
     use super::*;
     use crate::compile::View;
     use crate::phi::{Factor, Kappa, PolyMode, Public, Term};
+    use crate::prg::FixedKeyAes;
     use crate::suf::{Domain, Op, Pred, Program};
     use std::vec::Vec;
 
@@ -1486,6 +1715,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "compiled Φ Outputs differs from the interpreter")]
+    fn a_planted_fault_in_the_program_is_caught_by_the_oracle() {
+        let mut gate =
+            Gate::new(&spline(), N, Phi::poly(N, PolyMode::Beaver), Input::Shares).unwrap();
+        let p = &mut gate.program;
+        let at = p.outputs_at
+            + p.section(program::Section::Outputs)
+                .iter()
+                .position(|op| matches!(op, program::Op::Acc { .. }))
+                .unwrap();
+        if let program::Op::Acc { k, .. } = &mut p.ops[at] {
+            *k = k.wrapping_add(1);
+        }
+        let xs: Vec<u64> = (0..1u64 << N.bits()).collect();
+        run(&gate, &xs, None, 1);
     }
 
     #[test]
@@ -1574,5 +1821,39 @@ mod tests {
                 assert_eq!(out.arith[j], want, "x={x} r={r}");
             }
         }
+    }
+
+    /// Dealt keys in one-element PRF batches, with the least scratch,
+    /// equal those in full batches; less scratch than that is refused.
+    #[test]
+    fn deal_scratch_size_changes_nothing_but_batching() {
+        let gate = Gate::new(
+            &spline(),
+            N,
+            Phi::poly(N, PolyMode::Monomials),
+            Input::Shares,
+        )
+        .unwrap();
+        let n = 37;
+        let aes = FixedKeyAes::new();
+        let seeds = [[3; 16], [4; 16]];
+        let deal = |blocks: usize| {
+            let len = n * gate.key_params(0).key_len();
+            let (mut a, mut b) = (std::vec![0u8; len], std::vec![0u8; len]);
+            let mut ex = std::vec![0u64; n * gate.explicit_words()];
+            let mut d0: [&mut [u8]; MAX_KEYS] = [&mut a, &mut [], &mut []];
+            let mut d1: [&mut [u8]; MAX_KEYS] = [&mut b, &mut [], &mut []];
+            let mut prf = std::vec![Block::ZERO; blocks];
+            let r = gate.deal(&aes, seeds, None, 5, n, &mut d0, &mut d1, &mut ex, &mut prf);
+            r.map(|_| (a, b, ex))
+        };
+        assert_eq!(gate.compiled.key_count, 1);
+        let full = deal(gate.deal_scratch_blocks(n)).unwrap();
+        assert_eq!(deal(gate.deal_scratch_min()).unwrap(), full);
+        assert_eq!(
+            deal(gate.deal_scratch_min() - 1).unwrap_err(),
+            Error::BufferLength
+        );
+        assert!(gate.deal_scratch_blocks(n) >= n * gate.deal_scratch_min());
     }
 }

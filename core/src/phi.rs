@@ -29,6 +29,8 @@ use crate::error::SufError;
 use crate::ring::{Width, cast};
 use crate::suf::{MAX_ARITH, MAX_DEGREE};
 
+pub mod program;
+
 /// Most ring outputs of a gate.
 pub const MAX_OUTPUTS: usize = 2;
 /// Most terms per output.
@@ -735,7 +737,7 @@ impl Plan {
     }
 
     /// Entries of coefficient `(j, i)` before multiplying by x^i.
-    const fn coefficient_entries(&self, c: &Compiled, j: usize, i: usize) -> usize {
+    pub(crate) const fn coefficient_entries(&self, c: &Compiled, j: usize, i: usize) -> usize {
         if c.coefficient_is_public(j, i) {
             1
         } else if i >= 1 && self.beaver_index(j, i) != u8::MAX {

@@ -239,6 +239,12 @@ pub(crate) mod cast {
         x as usize
     }
 
+    /// A `u16` index as `usize` (lossless).
+    #[inline(always)]
+    pub(crate) const fn usize_from_u16(x: u16) -> usize {
+        x as usize
+    }
+
     /// A small count (an AES-call or word count) as `usize`.
     #[inline(always)]
     pub(crate) const fn usize_from_small_u64(x: u64) -> usize {

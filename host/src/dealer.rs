@@ -3,14 +3,16 @@
 //! Every step gets fresh per-party seeds from the operating system, and the
 //! key set a fresh random id, so no mask is ever reused across runs. Steps
 //! are dealt one at a time (large gates chunk by chunk, chunks in parallel
-//! on all cores) and written as they are produced, so memory is bounded by
-//! one step's chunk window, not by the model.
+//! on all cores) and handed to one writer thread per file, so generation,
+//! P0's writes and P1's writes overlap, and memory is bounded by one step's
+//! chunk window plus [`WRITE_AHEAD`] pieces per file, not by the model.
 
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use suffuse_accel_cpu::Backend;
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::keyfile::{Header, KeyFileError, KeyWriter, Summary};
@@ -45,6 +47,12 @@ pub enum DealerError {
     /// No randomness from the operating system.
     #[error("the operating system's random number generator failed: {0}")]
     Random(String),
+    /// A file's writer thread panicked.
+    #[error("the writer of P{party}'s key file stopped unexpectedly")]
+    Writer {
+        /// Whose file.
+        party: usize,
+    },
     /// A step wrote a different number of bytes than its layout says (a
     /// bug, reported rather than written).
     #[error("step {step}: dealt {got} bytes for party {party}, the layout says {want}")]
@@ -72,8 +80,14 @@ pub fn key_paths(dir: &Path) -> [PathBuf; 2] {
     [dir.join("p0.keys"), dir.join("p1.keys")]
 }
 
-/// Deals every step of `plan` into `dir/p0.keys` and `dir/p1.keys`.
-pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, DealerError> {
+/// Deals every step of `plan` into `dir/p0.keys` and `dir/p1.keys`, heavy
+/// operations on `fss`.
+pub fn deal(
+    plan: &Plan,
+    dir: &Path,
+    progress: bool,
+    fss: &dyn BatchEval,
+) -> Result<DealReport, DealerError> {
     std::fs::create_dir_all(dir).map_err(|source| KeyFileError::Io {
         path: dir.to_path_buf(),
         error: source,
@@ -89,7 +103,7 @@ pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, Deale
         seq: plan.seq,
         decode_steps: plan.shape().decode_steps,
     };
-    let mut writers = [
+    let writers = [
         KeyWriter::create(
             &files[0],
             &Header {
@@ -111,39 +125,102 @@ pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, Deale
             },
         )?,
     ];
-    let bar = if progress {
-        let b = ProgressBar::with_draw_target(Some(u64::from(steps)), ProgressDrawTarget::stderr());
-        if let Ok(style) =
-            ProgressStyle::with_template("dealing {bar:40} {pos}/{len} steps {elapsed}")
-        {
-            b.set_style(style);
-        }
-        b
-    } else {
-        ProgressBar::hidden()
-    };
-    let h = Backend::detect();
+    let bar = progress_bar(progress, steps);
     let mut by_category: Vec<(Category, [u64; 2])> =
         Category::ALL.iter().map(|c| (*c, [0, 0])).collect();
+    let [w0, w1] = writers;
+    let (dealt, written) = std::thread::scope(|s| {
+        let (tx0, rx0) = sync_channel(WRITE_AHEAD);
+        let (tx1, rx1) = sync_channel(WRITE_AHEAD);
+        let h0 = s.spawn(move || write_file(w0, rx0));
+        let h1 = s.spawn(move || write_file(w1, rx1));
+        let dealt = deal_steps(plan, fss, [tx0, tx1], &bar, &mut by_category);
+        let written = [h0, h1].map(|h| h.join());
+        (dealt, written)
+    });
+    bar.finish_and_clear();
+    // A writer's own error explains a failed hand-off better than the
+    // dealer's view of it.
+    let mut file_bytes = [0u64; 2];
+    for (party, w) in written.into_iter().enumerate() {
+        file_bytes[party] = w.map_err(|_| DealerError::Writer { party })??;
+    }
+    dealt?;
+    Ok(DealReport {
+        keygen_s: start.elapsed().as_secs_f64(),
+        file_bytes,
+        by_category,
+        key_set,
+        files,
+    })
+}
+
+/// Pieces queued per file ahead of its writer.
+pub const WRITE_AHEAD: usize = 8;
+
+/// What the dealer hands a file's writer, in file order.
+enum Piece {
+    /// A step's section header.
+    Section { step: u32, len: u64 },
+    /// Section bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A file's writer thread: writes pieces until the dealer hangs up, then
+/// finishes the file.
+fn write_file(mut w: KeyWriter, rx: Receiver<Piece>) -> Result<u64, KeyFileError> {
+    for piece in rx {
+        match piece {
+            Piece::Section { step, len } => w.section(step, len)?,
+            Piece::Bytes(b) => w.write(&b)?,
+        }
+    }
+    w.finish()
+}
+
+fn progress_bar(progress: bool, steps: u32) -> ProgressBar {
+    if !progress {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::with_draw_target(Some(u64::from(steps)), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template("dealing {bar:40} {pos}/{len} steps {elapsed}")
+    {
+        b.set_style(style);
+    }
+    b
+}
+
+/// Deals every step, sending both files' pieces to their writers.
+fn deal_steps(
+    plan: &Plan,
+    fss: &dyn BatchEval,
+    tx: [SyncSender<Piece>; 2],
+    bar: &ProgressBar,
+    by_category: &mut [(Category, [u64; 2])],
+) -> Result<(), DealerError> {
     for (op, s) in plan.step_of.iter().enumerate() {
         let Some(step) = *s else { continue };
         let lens = [
             proto::section_len(plan, op, Party::P0),
             proto::section_len(plan, op, Party::P1),
         ];
-        for (w, len) in writers.iter_mut().zip(lens) {
-            w.section(step, len)?;
+        for (party, (t, len)) in tx.iter().zip(lens).enumerate() {
+            // A closed channel means that writer failed: stop dealing. Its
+            // thread holds the reason, which the caller reports instead.
+            t.send(Piece::Section { step, len })
+                .map_err(|_| DealerError::Writer { party })?;
         }
         let seeds = [random::<16>()?, random::<16>()?];
         let mut written = [0u64; 2];
-        let mut emit = |parts: &[Vec<u8>; 2]| -> Result<(), KeyFileError> {
-            for p in 0..2 {
-                writers[p].write(&parts[p])?;
-                written[p] += parts[p].len() as u64;
+        let mut emit = |parts: [Vec<u8>; 2]| -> Result<(), KeyFileError> {
+            for (p, part) in parts.into_iter().enumerate() {
+                written[p] += part.len() as u64;
+                // A closed channel is noticed at the next section.
+                let _ = tx[p].send(Piece::Bytes(part));
             }
             Ok(())
         };
-        proto::deal(plan, op, &h, seeds, &mut emit)?;
+        proto::deal(plan, op, fss, seeds, &mut emit)?;
         for p in 0..2 {
             if written[p] != lens[p] {
                 return Err(DealerError::Layout {
@@ -161,14 +238,5 @@ pub fn deal(plan: &Plan, dir: &Path, progress: bool) -> Result<DealReport, Deale
         }
         bar.inc(1);
     }
-    bar.finish_and_clear();
-    let [w0, w1] = writers;
-    let file_bytes = [w0.finish()?, w1.finish()?];
-    Ok(DealReport {
-        keygen_s: start.elapsed().as_secs_f64(),
-        file_bytes,
-        by_category,
-        key_set,
-        files,
-    })
+    Ok(())
 }

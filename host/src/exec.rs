@@ -4,7 +4,7 @@
 //! offsets) are added once: by the reference, and by P0 only.
 
 use rayon::prelude::*;
-use suffuse_accel_cpu::linalg;
+use suffuse_core::batch::{BatchEval, MatShape};
 
 use crate::plan::{Kind, Plan};
 
@@ -42,17 +42,26 @@ pub enum ExecError {
         /// Found.
         got: usize,
     },
-    /// A matrix product was given inconsistent shapes.
-    #[error("matrix product: {0}")]
-    Linalg(linalg::LinalgError),
+    /// The backend refused a matrix product.
+    #[error("matrix product {shape:?}: {error}")]
+    MatMul {
+        /// Its shape.
+        shape: MatShape,
+        /// The backend's answer.
+        error: suffuse_core::Error,
+    },
 }
 
-// By hand, not `#[from]`: the message already quotes the cause, so it is not
-// also reported as the source (an error chain would print it twice).
-impl From<linalg::LinalgError> for ExecError {
-    fn from(e: linalg::LinalgError) -> ExecError {
-        ExecError::Linalg(e)
-    }
+/// Runs one product on the backend, naming the shape in any error.
+pub fn matmul(
+    la: &dyn BatchEval,
+    shape: MatShape,
+    a: &[u64],
+    b: &[u64],
+    c: &mut [u64],
+) -> Result<(), ExecError> {
+    la.matmul(&shape, a, b, c)
+        .map_err(|error| ExecError::MatMul { shape, error })
 }
 
 impl Store {
@@ -104,13 +113,14 @@ impl Store {
     }
 }
 
-/// Runs local operation `i`. `constants` adds public constants (the
-/// reference, and P0).
+/// Runs local operation `i` with products on `la`. `constants` adds public
+/// constants (the reference, and P0).
 pub fn run_local(
     plan: &Plan,
     i: usize,
     store: &mut Store,
     constants: bool,
+    la: &dyn BatchEval,
 ) -> Result<(), ExecError> {
     let t = &plan.tensors;
     let out = match &plan.ops[i].kind {
@@ -118,14 +128,15 @@ pub fn run_local(
             let l = &plan.linears[*linear];
             let rows = t[*x].rows;
             let mut y = vec![0u64; rows * l.outputs];
-            linalg::matmul(
-                store.get(plan, *x)?,
-                &l.w,
-                &mut y,
-                rows,
-                l.inputs,
-                l.outputs,
-            )?;
+            let shape = MatShape {
+                batches: 1,
+                m: rows,
+                k: l.inputs,
+                n: l.outputs,
+                transpose_b: false,
+                accumulate: false,
+            };
+            matmul(la, shape, store.get(plan, *x)?, &l.w, &mut y)?;
             if constants {
                 y.par_chunks_mut(l.outputs.max(1)).for_each(|row| {
                     for (v, b) in row.iter_mut().zip(&l.b) {
@@ -264,55 +275,22 @@ pub fn run_local(
     store.set(plan, o, out)
 }
 
-/// `out = a·b` for the shapes of a [`Kind::MatMul`], batch by batch, in
-/// parallel over batches.
-#[allow(clippy::too_many_arguments)]
-pub fn batched_matmul(
-    a: &[u64],
-    b: &[u64],
+/// The product of a [`Kind::MatMul`]: `batches` products of `m × k` by
+/// `k × n` (or its transpose), into or added to `m × n`.
+pub fn matmul_shape(
     transpose_b: bool,
     batches: usize,
     m: usize,
     k: usize,
     n: usize,
-    out: &mut [u64],
     accumulate: bool,
-) -> Result<(), ExecError> {
-    let check = |what: usize, want: usize| -> Result<(), ExecError> {
-        if what == want {
-            Ok(())
-        } else {
-            Err(ExecError::Length {
-                tensor: usize::MAX,
-                name: "matrix operand".into(),
-                want,
-                got: what,
-            })
-        }
-    };
-    check(a.len(), batches * m * k)?;
-    check(b.len(), batches * k * n)?;
-    check(out.len(), batches * m * n)?;
-    if m * n == 0 {
-        return Ok(());
+) -> MatShape {
+    MatShape {
+        batches,
+        m,
+        k,
+        n,
+        transpose_b,
+        accumulate,
     }
-    out.par_chunks_mut(m * n)
-        .enumerate()
-        .try_for_each(|(t, o)| -> Result<(), ExecError> {
-            let at = &a[t * m * k..(t + 1) * m * k];
-            let bt = &b[t * k * n..(t + 1) * k * n];
-            match (transpose_b, accumulate) {
-                (false, false) => linalg::matmul(at, bt, o, m, k, n)?,
-                (false, true) => linalg::matmul_acc(at, bt, o, m, k, n)?,
-                (true, false) => linalg::matmul_bt(at, bt, o, m, k, n)?,
-                (true, true) => {
-                    let mut tmp = vec![0u64; m * n];
-                    linalg::matmul_bt(at, bt, &mut tmp, m, k, n)?;
-                    for (x, y) in o.iter_mut().zip(tmp) {
-                        *x = x.wrapping_add(y);
-                    }
-                }
-            }
-            Ok(())
-        })
 }

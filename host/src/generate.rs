@@ -263,6 +263,7 @@ pub fn reference(
     plan: &Plan,
     prompt: &[u32],
     sampling: Sampling,
+    la: &dyn suffuse_core::batch::BatchEval,
 ) -> Result<Generated, GenerateError> {
     let layout = Layout::of(plan);
     let mut sampler = Sampler::new(sampling);
@@ -282,7 +283,7 @@ pub fn reference(
         };
         made.map_err(|e| failed = Some(e)).ok()
     };
-    let logits = reference::run_passes(plan, &mut next).map_err(GenerateError::Reference)?;
+    let logits = reference::run_passes(plan, &mut next, la).map_err(GenerateError::Reference)?;
     if let Some(e) = failed {
         return Err(e);
     }
@@ -485,7 +486,14 @@ mod tests {
             };
             let plan = plan::build(&model, shape).unwrap();
             assert_eq!(plan.passes.len(), 4);
-            let g = reference(&model, &plan, &[1, 40, 41, 42, 43], Sampling::default()).unwrap();
+            let g = reference(
+                &model,
+                &plan,
+                &[1, 40, 41, 42, 43],
+                Sampling::default(),
+                crate::backend::auto(),
+            )
+            .unwrap();
             assert!(!g.tokens.is_empty() && g.tokens.len() <= 4, "{name}");
             assert_eq!(g.logits.len(), g.tokens.len());
             assert_eq!(g.logits[0].len(), model.config.vocab_size);

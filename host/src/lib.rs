@@ -14,9 +14,11 @@
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
 //! | [`generate`] | private text generation: prompts, sampling, the KV-cache passes |
 //! | [`session`], [`report`] | a whole run in one process; the report |
+//! | [`backend`] | `--backend`: the one place a concrete accelerator is named |
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod client;
 pub mod dealer;
 pub mod exec;

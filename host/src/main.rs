@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand, ValueEnum};
 use suffuse_core::fss::Party;
+use suffuse_host::backend::{self, Choice};
 use suffuse_host::client;
 use suffuse_host::dealer;
 use suffuse_host::generate::{self, Sampling};
@@ -40,6 +41,11 @@ same computation as separate processes (see the README's walkthrough).";
 #[derive(Parser, Debug)]
 #[command(name = "suffuse", version, about = ABOUT, long_about = ABOUT)]
 struct Cli {
+    /// Where the heavy operations run (FSS evaluation, key generation,
+    /// matrix products); `auto` picks the fastest available here. Recorded
+    /// in the report.
+    #[arg(long, global = true, value_enum, default_value_t = Choice::Auto)]
+    backend: Choice,
     #[command(subcommand)]
     command: Command,
 }
@@ -282,8 +288,9 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    let choice = cli.backend;
     match cli.command {
-        Command::Demo { out } => demo(&out),
+        Command::Demo { out } => demo(&out, choice),
         Command::Embed {
             model,
             max_tokens,
@@ -291,7 +298,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keys_dir,
             out,
             texts,
-        } => embed(&model, max_tokens, compare, keys_dir, &out, &texts),
+        } => embed(&model, max_tokens, compare, keys_dir, &out, &texts, choice),
         Command::Dealer {
             model,
             seq,
@@ -308,7 +315,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 decode_steps,
             };
             let plan = plan::build(&model, shape)?;
-            let r = dealer::deal(&plan, &out, true)?;
+            let r = dealer::deal(&plan, &out, true, backend::resolve(choice)?)?;
             eprintln!(
                 "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
                 plan.hash_hex(),
@@ -354,7 +361,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 u8::from(party == Party::P1),
                 listener.local_addr()?
             );
-            let r = server::serve(&model, party, &keys, &listener, &peer, timeouts(timeout))?;
+            let fss = backend::resolve(choice)?;
+            let r = server::serve(
+                &model,
+                party,
+                &keys,
+                &listener,
+                &peer,
+                timeouts(timeout),
+                fss,
+            )?;
             eprintln!(
                 "P{}: done in {:.3} s, sent {}, {} rounds",
                 r.party,
@@ -562,7 +578,7 @@ fn finish_report(report: &Report, out: &Output) -> Result<()> {
     Ok(())
 }
 
-fn demo(out: &Output) -> Result<ExitCode> {
+fn demo(out: &Output, choice: Choice) -> Result<ExitCode> {
     let model = Model::demo();
     let texts: Vec<String> = [
         "Two servers compute on secret shares.",
@@ -586,6 +602,7 @@ fn demo(out: &Output) -> Result<ExitCode> {
         &batch,
         &Options {
             progress: true,
+            backend: choice,
             ..Options::default()
         },
     )?;
@@ -676,6 +693,7 @@ fn embed(
     keys_dir: Option<PathBuf>,
     out: &Output,
     texts: &[String],
+    choice: Choice,
 ) -> Result<ExitCode> {
     let model = load_model(model)?;
     let batch = tokenize(&model, texts, max_tokens)?;
@@ -686,6 +704,7 @@ fn embed(
             keys_dir,
             compare_float: compare.is_some(),
             progress: true,
+            backend: choice,
             ..Options::default()
         },
     )?;

@@ -10,7 +10,7 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use suffuse_accel_cpu::CpuEval;
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::exec::{self, ExecError, Store};
@@ -49,6 +49,12 @@ pub struct PartyReport {
     pub key_bytes: u64,
     /// Per category.
     pub breakdown: BTreeMap<Category, CategoryFigures>,
+    /// The backend that ran the heavy operations ([`BatchEval::name`]).
+    #[serde(default)]
+    pub backend: String,
+    /// Its AES path ([`BatchEval::aes_path`]).
+    #[serde(default)]
+    pub aes_path: String,
 }
 
 /// Why a party failed.
@@ -93,7 +99,7 @@ pub fn run(
     party: Party,
     keys: KeyReader,
     link: &mut Link,
-    fss: &CpuEval,
+    fss: &dyn BatchEval,
     inputs: InputShares,
 ) -> Result<(Vec<u64>, PartyReport), PartyError> {
     let mut io = OnePass(None);
@@ -139,7 +145,7 @@ pub fn run_passes(
     party: Party,
     keys: KeyReader,
     link: &mut Link,
-    fss: &CpuEval,
+    fss: &dyn BatchEval,
     first: InputShares,
     io: &mut dyn PassIo,
 ) -> Result<PartyReport, PartyError> {
@@ -152,6 +158,8 @@ pub fn run_passes(
     }
     let mut report = PartyReport {
         party: u8::from(party == Party::P1),
+        backend: fss.name().to_owned(),
+        aes_path: fss.aes_path().to_owned(),
         ..PartyReport::default()
     };
     let lens: Vec<(u32, u64)> = plan
@@ -218,7 +226,7 @@ pub fn run_passes(
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
                 }
-                None => exec::run_local(plan, i, &mut store, party == Party::P0)?,
+                None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }
             store.release_after(plan, i);
             let took = t.elapsed().as_secs_f64();

@@ -17,14 +17,13 @@
 //! | matmul, mulrows, square | seed_b · P1: its share of the triple's product (the rest is expanded from the seeds) |
 
 use rayon::prelude::*;
-use suffuse_accel_cpu::{Backend, CpuEval};
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step, step_seed};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
-use suffuse_core::gate::{Eval, Gate, PartyKeys};
-use suffuse_core::prg::{Hasher, Prg};
+use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::prg::{Block, Hasher, Prg};
 
 use crate::exec::{self, ExecError, Store};
 use crate::net::{Link, NetError, get_words, put_words};
@@ -275,7 +274,7 @@ fn chain_step_bytes(c: &Chain, s: usize, n: usize, party: Party) -> usize {
 }
 
 /// Receives both parties' section bytes as the dealer produces them.
-pub type Emit<'a> = dyn FnMut(&[Vec<u8>; 2]) -> Result<(), crate::keyfile::KeyFileError> + 'a;
+pub type Emit<'a> = dyn FnMut([Vec<u8>; 2]) -> Result<(), crate::keyfile::KeyFileError> + 'a;
 
 /// Deals step `op` with the per-party seeds; `emit` receives both parties'
 /// section bytes in order, in pieces (the seed first). Large gates are
@@ -283,14 +282,15 @@ pub type Emit<'a> = dyn FnMut(&[Vec<u8>; 2]) -> Result<(), crate::keyfile::KeyFi
 pub fn deal(
     plan: &Plan,
     op: usize,
-    h: &Backend,
+    fss: &dyn BatchEval,
     seeds: [[u8; 16]; 2],
     emit: &mut Emit<'_>,
 ) -> Result<(), DealError> {
+    let h: &(dyn Hasher + Sync) = fss;
     let t = &plan.tensors;
     let step = plan.step_of[op].unwrap_or(u32::MAX);
     let c = |e: suffuse_core::Error| DealError::Core { step, error: e };
-    emit(&[seeds[0].to_vec(), seeds[1].to_vec()])?;
+    emit([seeds[0].to_vec(), seeds[1].to_vec()])?;
     match (&plan.ops[op].kind, plan.built[op].as_ref()) {
         (Kind::Gate { x, .. }, Some(Built::Gate(g))) => {
             let list: Vec<(usize, usize)> = chunks(t[*x].len()).collect();
@@ -300,25 +300,27 @@ pub fn deal(
                     .par_iter()
                     .map(|&(first, count)| {
                         let mut out = [Vec::new(), Vec::new()];
+                        let mut prf = vec![Block::ZERO; g.deal_scratch_blocks(count)];
                         deal_material(g, count, &mut out, |k0, k1, ex| {
-                            g.deal(h, seeds, None, first as u64, count, k0, k1, ex)
+                            g.deal(h, seeds, None, first as u64, count, k0, k1, ex, &mut prf)
                         })?;
                         Ok(out)
                     })
                     .collect();
                 for p in parts {
-                    emit(&p.map_err(c)?)?;
+                    emit(p.map_err(c)?)?;
                 }
             }
         }
         (Kind::Inverse { x, .. }, Some(Built::Chain(chain))) => {
             let n = t[*x].len();
             let mut out = [Vec::new(), Vec::new()];
+            let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
             for s in 0..chain.count {
                 match &chain.steps[s] {
                     Step::Gate { gate, .. } => {
                         deal_material(gate, n, &mut out, |k0, k1, ex| {
-                            chain.deal_step(s, h, seeds, 0, n, k0, k1, ex)
+                            chain.deal_step(s, h, seeds, 0, n, k0, k1, ex, &mut prf)
                         })
                         .map_err(c)?;
                     }
@@ -327,24 +329,25 @@ pub fn deal(
                         let mut none0: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
                         let mut none1: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
                         chain
-                            .deal_step(s, h, seeds, 0, n, &mut none0, &mut none1, &mut ex)
+                            .deal_step(s, h, seeds, 0, n, &mut none0, &mut none1, &mut ex, &mut [])
                             .map_err(c)?;
                         put_words(&mut out[1], &ex);
                     }
                 }
             }
-            emit(&out)?;
+            emit(out)?;
         }
         (Kind::Max { x, .. }, Some(Built::Max(tree))) => {
             let rows = t[*x].rows;
+            let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
             for level in 0..tree.levels() {
                 let mut out = [Vec::new(), Vec::new()];
                 let count = rows * tree.pairs(level);
                 deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
-                    tree.deal_level(level, rows, h, seeds, k0, k1, ex)
+                    tree.deal_level(level, rows, h, seeds, k0, k1, ex, &mut prf)
                 })
                 .map_err(c)?;
-                emit(&out)?;
+                emit(out)?;
             }
         }
         (
@@ -371,13 +374,14 @@ pub fn deal(
                 .map(|(x, y)| x.wrapping_add(*y))
                 .collect();
             let mut c1 = vec![0u64; batches * m * n];
-            exec::batched_matmul(&a, &b, *transpose_b, *batches, *m, *k, *n, &mut c1, false)?;
+            let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, false);
+            exec::matmul(fss, shape, &a, &b, &mut c1)?;
             for (x, y) in c1.iter_mut().zip(&c0) {
                 *x = x.wrapping_sub(*y);
             }
             let mut out = [Vec::new(), Vec::new()];
             put_words(&mut out[1], &c1);
-            emit(&out)?;
+            emit(out)?;
         }
         (k @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {
             let (_, _, rows, cols) = row_product(plan, k);
@@ -398,7 +402,7 @@ pub fn deal(
             }
             let mut out = [Vec::new(), Vec::new()];
             put_words(&mut out[1], &c1);
-            emit(&out)?;
+            emit(out)?;
         }
         (Kind::Square { x, .. }, _) => {
             let n = t[*x].len();
@@ -412,7 +416,7 @@ pub fn deal(
                 .collect();
             let mut out = [Vec::new(), Vec::new()];
             put_words(&mut out[1], &c1);
-            emit(&out)?;
+            emit(out)?;
         }
         _ => {}
     }
@@ -514,8 +518,8 @@ pub struct Online<'a> {
     pub party: Party,
     /// The connection to the other server.
     pub link: &'a mut Link,
-    /// The FSS evaluator.
-    pub fss: &'a CpuEval,
+    /// The backend: FSS evaluation, seed expansion, matrix products.
+    pub fss: &'a dyn BatchEval,
 }
 
 impl std::fmt::Debug for Online<'_> {
@@ -554,8 +558,8 @@ pub fn run(
     let seed = cur.seed()?;
     let party = on.party;
     let p0 = party == Party::P0;
-    let h: &(dyn Hasher + Sync) = on.fss.backend();
-    let fss: &dyn BatchEval = on.fss;
+    let fss = on.fss;
+    let h: &(dyn Hasher + Sync) = fss;
     let out = match (&plan.ops[op].kind, plan.built[op].as_ref()) {
         (Kind::Gate { x, .. }, Some(Built::Gate(g))) => {
             let input = store.get(plan, *x)?;
@@ -586,12 +590,12 @@ pub fn run(
                 *k = m.party_keys();
             }
             let mut scratch = vec![0u64; chain.scratch_words(n)];
-            let mut ev = ChainEval::new(chain, h, party, seed, 0, n, keys, &mut scratch)
+            let input = store.get(plan, *x)?;
+            let mut ev = ChainEval::new(chain, h, party, seed, 0, n, keys, input, &mut scratch)
                 .map_err(core(step))?;
-            let input = store.get(plan, *x)?.to_vec();
             for i in 0..ev.rounds() {
                 let mut send = vec![0u8; ev.send_len(i)];
-                ev.prepare(i, &input, &mut send).map_err(core(step))?;
+                ev.prepare(i, &mut send).map_err(core(step))?;
                 let recv = on.exchange(step, &send)?;
                 ev.finish(i, &recv, fss).map_err(core(step))?;
             }
@@ -652,8 +656,9 @@ pub fn run(
                 tb
             };
             let mut z = c_b;
-            exec::batched_matmul(e, &right, *transpose_b, *batches, *m, *k, *n, &mut z, true)?;
-            exec::batched_matmul(&ta, f, *transpose_b, *batches, *m, *k, *n, &mut z, true)?;
+            let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, true);
+            exec::matmul(fss, shape, e, &right, &mut z)?;
+            exec::matmul(fss, shape, &ta, f, &mut z)?;
             z
         }
         (kind @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {
@@ -758,8 +763,8 @@ fn run_gate(
     input: &[u64],
 ) -> Result<Vec<u64>, ProtoError> {
     let party = on.party;
-    let h: &(dyn Hasher + Sync) = on.fss.backend();
-    let fss: &(dyn BatchEval + Sync) = on.fss;
+    let fss = on.fss;
+    let h: &(dyn Hasher + Sync) = fss;
     let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
     let t0 = std::time::Instant::now();
     let mut marks: Vec<(&'static str, f64)> = Vec::new();
@@ -801,6 +806,7 @@ fn run_gate(
                 *first as u64,
                 *count,
                 mat.party_keys(),
+                &input[*first..*first + *count],
                 scratch,
             )?;
             Ok((*first, *count, ev))
@@ -824,9 +830,7 @@ fn run_gate(
             evals
                 .par_iter_mut()
                 .zip(parts)
-                .try_for_each(|((first, count, ev), buf)| {
-                    ev.prepare(i, &input[*first..*first + *count], buf)
-                })
+                .try_for_each(|((_, _, ev), buf)| ev.prepare(i, buf))
                 .map_err(core(step))?;
         }
         let recv = on.exchange(step, &send)?;
@@ -893,7 +897,7 @@ fn run_max(
     values: &[u64],
     keys: [PartyKeys<'_>; MAX_LEVELS],
 ) -> Result<Vec<u64>, ProtoError> {
-    let fss: &dyn BatchEval = on.fss;
+    let fss = on.fss;
     let mut scratch = vec![0u64; tree.scratch_words(rows)];
     let mut ev = MaxEval::new(tree, h, on.party, seed, rows, values, keys, &mut scratch)
         .map_err(core(step))?;

@@ -10,6 +10,7 @@
 //! something else).
 
 use rayon::prelude::*;
+use suffuse_core::batch::BatchEval;
 
 use crate::exec::{self, ExecError, Store};
 use crate::plan::{Built, Kind, Plan};
@@ -49,8 +50,13 @@ pub struct ClearInputs {
     pub mask: Option<Vec<u64>>,
 }
 
-/// Runs the plan in the clear; returns the output tensor.
-pub fn run(plan: &Plan, inputs: &ClearInputs) -> Result<Vec<u64>, ReferenceError> {
+/// Runs the plan in the clear, matrix products on `la`; returns the output
+/// tensor.
+pub fn run(
+    plan: &Plan,
+    inputs: &ClearInputs,
+    la: &dyn BatchEval,
+) -> Result<Vec<u64>, ReferenceError> {
     let mut store = Store::new(plan);
     store.set(plan, plan.inputs.x, inputs.x.clone())?;
     store.set(plan, plan.inputs.bias, inputs.bias.clone())?;
@@ -68,17 +74,17 @@ pub fn run(plan: &Plan, inputs: &ClearInputs) -> Result<Vec<u64>, ReferenceError
         check(plan, &store, t)?;
     }
     for i in 0..plan.ops.len() {
-        op(plan, i, &mut store)?;
+        op(plan, i, &mut store, la)?;
     }
     Ok(store.take(plan, plan.output)?)
 }
 
 /// One operation in the clear, its output checked against its bound.
-fn op(plan: &Plan, i: usize, store: &mut Store) -> Result<(), ReferenceError> {
+fn op(plan: &Plan, i: usize, store: &mut Store, la: &dyn BatchEval) -> Result<(), ReferenceError> {
     if plan.ops[i].kind.is_step() {
-        step(plan, i, store)?;
+        step(plan, i, store, la)?;
     } else {
-        exec::run_local(plan, i, store, true)?;
+        exec::run_local(plan, i, store, true, la)?;
     }
     check(plan, store, plan.ops[i].kind.output())?;
     store.release_after(plan, i);
@@ -100,7 +106,11 @@ pub type NextPass<'a> = dyn FnMut(usize, &[Vec<u64>]) -> Option<PassInputs> + 'a
 /// Runs a multi-pass plan in the clear. `next(p, outputs)` gives pass p's
 /// inputs from the outputs of the passes before it, or `None` to stop.
 /// Returns every pass's output.
-pub fn run_passes(plan: &Plan, next: &mut NextPass<'_>) -> Result<Vec<Vec<u64>>, ReferenceError> {
+pub fn run_passes(
+    plan: &Plan,
+    next: &mut NextPass<'_>,
+    la: &dyn BatchEval,
+) -> Result<Vec<Vec<u64>>, ReferenceError> {
     let mut store = Store::new(plan);
     let mut outputs = Vec::new();
     for (p, pass) in plan.passes.iter().enumerate() {
@@ -116,7 +126,7 @@ pub fn run_passes(plan: &Plan, next: &mut NextPass<'_>) -> Result<Vec<Vec<u64>>,
             .get(p + 1)
             .map_or(plan.ops.len(), |q| q.first_op);
         for i in pass.first_op..end {
-            op(plan, i, &mut store)?;
+            op(plan, i, &mut store, la)?;
         }
         outputs.push(store.take(plan, pass.output)?);
     }
@@ -142,7 +152,12 @@ fn check(plan: &Plan, store: &Store, t: usize) -> Result<(), ReferenceError> {
 }
 
 /// One step in the clear.
-fn step(plan: &Plan, i: usize, store: &mut Store) -> Result<(), ReferenceError> {
+fn step(
+    plan: &Plan,
+    i: usize,
+    store: &mut Store,
+    la: &dyn BatchEval,
+) -> Result<(), ReferenceError> {
     let t = &plan.tensors;
     let built = plan.built[i].as_ref();
     let out: Vec<u64> = match (&plan.ops[i].kind, built) {
@@ -184,16 +199,13 @@ fn step(plan: &Plan, i: usize, store: &mut Store) -> Result<(), ReferenceError> 
             _,
         ) => {
             let mut y = vec![0u64; t[*out].len()];
-            exec::batched_matmul(
+            let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, false);
+            exec::matmul(
+                la,
+                shape,
                 store.get(plan, *a)?,
                 store.get(plan, *b)?,
-                *transpose_b,
-                *batches,
-                *m,
-                *k,
-                *n,
                 &mut y,
-                false,
             )?;
             y
         }

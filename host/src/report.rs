@@ -62,6 +62,10 @@ pub struct Report {
     pub generation: Option<crate::generate::Figures>,
     /// The plan's hash.
     pub plan_hash: String,
+    /// The backend the servers ran on (`--backend`), as P0 reports it.
+    pub backend: String,
+    /// Its AES path: `vaes512`, `vaes256`, `aesni` or `portable` on CPUs.
+    pub aes_path: String,
     /// Per layer kind.
     pub breakdown: BTreeMap<&'static str, Breakdown>,
 }
@@ -74,6 +78,8 @@ impl Report {
         dealer: Option<&DealReport>,
     ) -> Report {
         self.comm_bytes_per_party = [parties[0].comm_bytes, parties[1].comm_bytes];
+        self.backend.clone_from(&parties[0].backend);
+        self.aes_path.clone_from(&parties[0].aes_path);
         self.rounds = parties[0].rounds.max(parties[1].rounds);
         for c in Category::ALL {
             let mut b = Breakdown::default();
@@ -142,6 +148,9 @@ impl Report {
             bytes(self.key_bytes_per_party[0]),
             bytes(self.key_bytes_per_party[1]),
         );
+        if !self.backend.is_empty() {
+            let _ = writeln!(s, "backend {} (AES: {})", self.backend, self.aes_path);
+        }
         // Zero when the keys came from a separate `suffuse dealer` run.
         if self.keygen_s > 0.0 {
             let _ = writeln!(s, "key generation {:.3} s", self.keygen_s);

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use suffuse_accel_cpu::CpuEval;
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello};
@@ -53,8 +53,9 @@ fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
     }
 }
 
-/// Serves one query with the keys at `keys` and returns this party's
-/// figures. `peer` is P0's address (used by P1 only).
+/// Serves one query with the keys at `keys`, heavy operations on `fss`, and
+/// returns this party's figures. `peer` is P0's address (used by P1 only).
+#[allow(clippy::too_many_arguments)]
 pub fn serve<'a>(
     model: impl Into<ModelRef<'a>>,
     party: Party,
@@ -62,6 +63,7 @@ pub fn serve<'a>(
     listener: &Listener,
     peer: &str,
     timeouts: Timeouts,
+    fss: &dyn BatchEval,
 ) -> Result<PartyReport, ServeError> {
     let reader = KeyReader::open_unspent(keys)?;
     let summary = reader.header.summary.clone();
@@ -93,7 +95,7 @@ pub fn serve<'a>(
             (p, c)
         }
     };
-    let result = run_query(&plan, party, reader, &mut peer_link, &mut client_link);
+    let result = run_query(&plan, party, reader, &mut peer_link, &mut client_link, fss);
     if let Err(e) = &result {
         let why = e.to_string();
         peer_link.abort(&why);
@@ -108,6 +110,7 @@ fn run_query(
     reader: KeyReader,
     peer: &mut Link,
     client_link: &mut Link,
+    fss: &dyn BatchEval,
 ) -> Result<PartyReport, ServeError> {
     let x_len = plan.tensors[plan.inputs.x].len();
     let b_len = plan.tensors[plan.inputs.bias].len();
@@ -124,13 +127,12 @@ fn run_query(
         mask: plan.inputs.mask.map(|_| mask.to_vec()),
     };
     reader.spend()?;
-    let fss = CpuEval::new();
     let mut io = ClientPasses {
         plan,
         link: client_link,
         failed: None,
     };
-    let report = party::run_passes(plan, party, reader, peer, &fss, inputs, &mut io);
+    let report = party::run_passes(plan, party, reader, peer, fss, inputs, &mut io);
     match io.failed {
         Some(e) => Err(e),
         None => Ok(report?),

@@ -6,8 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
+use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
+use crate::backend::{self, BackendError, Choice};
 use crate::client::{self, ClientError, QueryOutcome};
 use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
@@ -37,6 +39,8 @@ pub struct Options {
     /// Generation: the prompt bucket to deal for (default: the next power
     /// of two from 8 on, see [`crate::plan::decoder::bucket`]).
     pub prompt_bucket: Option<usize>,
+    /// The backend of the dealer, both servers and the reference.
+    pub backend: Choice,
 }
 
 impl Default for Options {
@@ -48,6 +52,7 @@ impl Default for Options {
             progress: false,
             timeouts: Timeouts::default(),
             prompt_bucket: None,
+            backend: Choice::Auto,
         }
     }
 }
@@ -100,6 +105,9 @@ pub enum SessionError {
     /// The generation.
     #[error(transparent)]
     Generate(#[from] GenerateError),
+    /// The backend.
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     /// A thread died.
     #[error("a server thread panicked")]
     Panicked,
@@ -134,8 +142,9 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
             &temp.0
         }
     };
-    let deal = dealer::deal(&plan, dir, opts.progress)?;
-    let (served, query) = query_pair(model, &deal.files, batch, opts.timeouts)?;
+    let fss = backend::resolve(opts.backend)?;
+    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
+    let (served, query) = query_pair(model, &deal.files, batch, opts.timeouts, fss)?;
     // A server's own error explains more than the client's view of it.
     for (i, r) in served.into_iter().enumerate() {
         if let Err(error) = r {
@@ -158,7 +167,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
     .with_parties(&query.reports, Some(&deal));
     if opts.reference {
         let inputs = client::clear_inputs(model, &client::ClientView::of(&plan), batch)?;
-        let want = reference::run(&plan, &inputs)?;
+        let want = reference::run(&plan, &inputs, fss)?;
         report.bit_exact = Some(want == query.output);
     }
     let float = if opts.compare_float {
@@ -189,15 +198,17 @@ pub type PairOutcome = (
     Result<QueryOutcome, ClientError>,
 );
 
-/// Runs both servers on `keys` (threads, loopback TCP) and a client that
-/// asks them for `batch`: one query, each side's result kept.
+/// Runs both servers on `keys` (threads, loopback TCP, heavy operations on
+/// `fss`) and a client that asks them for `batch`: one query, each side's
+/// result kept.
 pub fn query_pair(
     model: &Model,
     keys: &[PathBuf; 2],
     batch: &[Vec<u32>],
     timeouts: Timeouts,
+    fss: &dyn BatchEval,
 ) -> Result<PairOutcome, SessionError> {
-    serve_pair(model, keys, timeouts, |addrs| {
+    serve_pair(model, keys, timeouts, fss, |addrs| {
         client::query(model, addrs, batch, timeouts)
     })
 }
@@ -242,8 +253,9 @@ pub fn generate(
             &temp.0
         }
     };
-    let deal = dealer::deal(&plan, dir, opts.progress)?;
-    let (served, outcome) = serve_pair(model, &deal.files, opts.timeouts, |addrs| {
+    let fss = backend::resolve(opts.backend)?;
+    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
+    let (served, outcome) = serve_pair(model, &deal.files, opts.timeouts, fss, |addrs| {
         generate::query(model, addrs, prompt, sampling, opts.timeouts, on_token)
     })?;
     for (i, r) in served.into_iter().enumerate() {
@@ -268,7 +280,7 @@ pub fn generate(
     }
     .with_parties(&last, Some(&deal));
     if opts.reference {
-        let want = generate::reference(model, &plan, prompt, sampling)?;
+        let want = generate::reference(model, &plan, prompt, sampling, fss)?;
         report.bit_exact = Some(want.logits == outcome.generated.logits);
     }
     Ok(Generation { outcome, report })
@@ -280,6 +292,7 @@ fn serve_pair<'a, T>(
     model: impl Into<ModelRef<'a>>,
     keys: &[PathBuf; 2],
     timeouts: Timeouts,
+    fss: &dyn BatchEval,
     client: impl FnOnce([&str; 2]) -> T,
 ) -> Result<([Result<PartyReport, ServeError>; 2], T), SessionError> {
     let model = model.into();
@@ -295,7 +308,7 @@ fn serve_pair<'a, T>(
         let servers = [Party::P0, Party::P1].map(|party| {
             let i = usize::from(party == Party::P1);
             let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
-            s.spawn(move || server::serve(model, party, keys, listener, peer, timeouts))
+            s.spawn(move || server::serve(model, party, keys, listener, peer, timeouts, fss))
         });
         let out = client([&addrs[0], &addrs[1]]);
         let [a, b] = servers.map(|h| h.join().map_err(|_| SessionError::Panicked));

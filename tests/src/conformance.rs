@@ -16,15 +16,21 @@
 //!   lane and rayon chunk boundary, including keys whose points straddle two
 //!   chunks;
 //! * full-domain DPF evaluation for k ∈ [`FULL_DOMAINS`];
-//! * buffer-length errors and full-domain requests on DCF keys.
+//! * buffer-length errors and full-domain requests on DCF keys;
+//! * seed expansion ([`Hasher::hash_many`]) in every domain at
+//!   [`HASH_LENGTHS`] blocks, against the `aes` crate;
+//! * batched key generation for every shape at [`GEN_COUNTS`] keys, byte
+//!   for byte and AES call for AES call;
+//! * ring matrix products in every layout ([`MAT_SHAPES`] × transposed ×
+//!   accumulating), against the triple loop, and their shape errors.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, Serial};
-use suffuse_core::fss::{KeyBatch, Kind, Output, Params, Party};
-use suffuse_core::prg::{FixedKeyAes, Prg};
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Serial, matmul_reference};
+use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
+use suffuse_core::prg::{Block, Domain, FixedKeyAes, Prg};
 use suffuse_core::ring::Width;
 
 use crate::keys::{self, DealtBatch, PARTIES};
@@ -45,6 +51,28 @@ pub const LARGE_QUERIES: usize = 20_000;
 pub const FULL_DOMAINS: [u32; 5] = [1, 5, 7, 8, 12];
 /// Keys per full-domain batch.
 pub const FULL_DOMAIN_KEYS: [usize; 4] = [0, 1, 3, 9];
+
+/// Blocks per seed-expansion case: around every register and group width
+/// of the AES paths (2, 4, 8, 16, 32, 64 blocks).
+pub const HASH_LENGTHS: [usize; 14] = [0, 1, 2, 3, 4, 7, 8, 15, 16, 17, 33, 64, 65, 1000];
+/// Key pairs per generation case: around the 32-key lockstep group and,
+/// for a few shapes, across several 512-key tasks.
+pub const GEN_COUNTS: [usize; 6] = [0, 1, 31, 32, 33, 65];
+/// Key pairs of the large generation cases.
+pub const GEN_LARGE: usize = 1100;
+/// `(batches, m, k, n)` of the matrix cases: empty, vectors, odd sizes and
+/// sizes that cross register and cache tiles.
+pub const MAT_SHAPES: [(usize, usize, usize, usize); 9] = [
+    (1, 0, 3, 4),
+    (1, 3, 0, 4),
+    (2, 1, 1, 1),
+    (1, 1, 17, 5),
+    (3, 5, 7, 9),
+    (1, 17, 33, 65),
+    (2, 64, 64, 64),
+    (1, 130, 40, 300),
+    (4, 9, 64, 128),
+];
 
 /// What filling `out` with this before a call catches: an evaluator that
 /// leaves some outputs unwritten. It is no canonical output of any shape
@@ -127,7 +155,93 @@ pub fn run(eval: &dyn BatchEval) -> Report {
         check_full_domain_case(eval, case, &mut report);
     }
     check_errors(eval, suite, &mut report);
+    for gate in phi_gates() {
+        check_phi(eval, &gate, &mut report);
+    }
+    check_hashes(eval, &mut report);
+    check_generation(eval, &mut report);
+    check_matmul(eval, &mut report);
     report
+}
+
+/// Gates whose Φ programs cover every operation: Beaver-style spline
+/// (GeLU), wraps and mask constants (exact truncation), monomials (ReLU),
+/// and a ring narrower than the word.
+fn phi_gates() -> Vec<suffuse_core::gate::Gate> {
+    use suffuse_core::gate::activation::{GeluForm, gelu};
+    use suffuse_core::gate::relu::relu;
+    use suffuse_core::gate::trunc::{Range, Shift, trunc};
+    let n = Width::W64;
+    vec![
+        gelu(GeluForm::Erf, n, Width::of(26), 12).unwrap(),
+        trunc(n, Width::of(40), 12, Shift::Arithmetic, Range::Exact).unwrap(),
+        relu(n, Width::of(26)).unwrap(),
+        trunc(
+            Width::of(20),
+            Width::of(16),
+            4,
+            Shift::Arithmetic,
+            Range::Exact,
+        )
+        .unwrap(),
+    ]
+}
+
+/// Both sections of `gate`'s Φ program for both parties, on pseudorandom
+/// inputs over a batch with a partial last block, against core's
+/// evaluator.
+fn check_phi(eval: &dyn BatchEval, gate: &suffuse_core::gate::Gate, report: &mut Report) {
+    use suffuse_core::phi::program::{self, Inputs, Section};
+    let prog = &gate.program;
+    let n = 2 * program::BLOCK + 7;
+    let mut rng = Prg::new(b"conformance phi\0");
+    let mut words = |len: usize| -> Vec<u64> { (0..len).map(|_| rng.next_u64()).collect() };
+    let x_hat = words(n);
+    let e: Vec<u64> = words(n * prog.bits).iter().map(|b| b & 1).collect();
+    let (u, a, shares) = (
+        words(n * prog.beaver),
+        words(n * prog.beaver),
+        words(n * prog.monos),
+    );
+    let input = Inputs {
+        x_hat: &x_hat,
+        e: &e,
+        u: &u,
+        a: &a,
+        shares: &shares,
+    };
+    for section in [Section::Beaver, Section::Outputs] {
+        let width = match section {
+            Section::Beaver => prog.beaver,
+            Section::Outputs => prog.outputs,
+        };
+        for party in PARTIES {
+            let what = format!("eval_phi {section:?} {party:?} ({} ops)", prog.len);
+            let mut cols = vec![UNWRITTEN; prog.scratch_words()];
+            let mut want = vec![UNWRITTEN; n * width];
+            program::run(prog, section, party, &input, &mut want, &mut cols).unwrap();
+            let mut got = vec![UNWRITTEN; n * width];
+            report.calls += 1;
+            match guarded(|| eval.eval_phi(prog, section, party, &input, &mut got, &mut cols)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    report.fail(format!("{what}: returned error {e:?}"));
+                    continue;
+                }
+                Err(panic) => {
+                    report.fail(format!("{what}: panicked: {panic}"));
+                    continue;
+                }
+            }
+            report.outputs += got.len();
+            if let Some(q) = (0..got.len()).find(|&q| got[q] != want[q]) {
+                report.fail(format!(
+                    "{what}: word {q} differs: core {:#x}, got {:#x}",
+                    want[q], got[q]
+                ));
+            }
+        }
+    }
 }
 
 /// One shape's keys with points and `Serial`'s answers for every
@@ -534,4 +648,218 @@ fn check_errors(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
     expect_error(report, "full domain at k = 50", BufferLength, || {
         eval.eval_full_domain(&wide, &mut long)
     });
+}
+
+// ---------------------------------------------------------------------------
+// Seed expansion, key generation and matrix products.
+// ---------------------------------------------------------------------------
+
+fn random_blocks(n: usize, rng: &mut Prg) -> Vec<Block> {
+    (0..n).map(|_| rng.next_block()).collect()
+}
+
+fn blocks_equal(a: &[Block], b: &[Block]) -> Option<usize> {
+    (0..a.len()).find(|&i| a[i].to_bytes() != b[i].to_bytes())
+}
+
+fn check_hashes(eval: &dyn BatchEval, report: &mut Report) {
+    let aes = FixedKeyAes::new();
+    let mut rng = Prg::new(b"conformance hash");
+    for d in [Domain::Tree, Domain::Leaf, Domain::Value, Domain::Prf] {
+        for n in HASH_LENGTHS {
+            let input = random_blocks(n, &mut rng);
+            let mut want = input.clone();
+            aes.hash_many(d, &mut want);
+            let mut got = input;
+            report.calls += 1;
+            let what = format!("hash_many {d:?}, {n} blocks");
+            let calls = match guarded(|| eval.hash_many(d, &mut got)) {
+                Ok(calls) => calls,
+                Err(panic) => {
+                    report.fail(format!("{what}: panicked: {panic}"));
+                    continue;
+                }
+            };
+            report.outputs += n;
+            if let Some(i) = blocks_equal(&want, &got) {
+                report.fail(format!("{what}: block {i} differs from the aes crate"));
+            }
+            if calls != u64_from(n) {
+                report.fail(format!("{what}: reported {calls} AES calls"));
+            }
+        }
+    }
+}
+
+/// A generation case's secret inputs.
+struct GenInputs {
+    alphas: Vec<u64>,
+    betas: Vec<u64>,
+    roots: Vec<[Block; 2]>,
+    random: Vec<u64>,
+}
+
+impl GenInputs {
+    fn new(params: &Params, count: usize, rng: &mut Prg) -> GenInputs {
+        GenInputs {
+            alphas: (0..count).map(|_| keys::edgy_alpha(params, rng)).collect(),
+            betas: (0..count).map(|_| rng.next_u64()).collect(),
+            roots: (0..count)
+                .map(|_| [rng.next_block(), rng.next_block()])
+                .collect(),
+            random: (0..count * params.gen_random_words())
+                .map(|_| rng.next_u64())
+                .collect(),
+        }
+    }
+
+    fn batch(&self, params: Params) -> GenBatch<'_> {
+        GenBatch::new(params, &self.alphas, &self.betas, &self.roots, &self.random).unwrap()
+    }
+}
+
+fn generate_with(
+    eval: &dyn BatchEval,
+    batch: &GenBatch<'_>,
+) -> Result<([Vec<u8>; 2], u64), String> {
+    let len = batch.params().key_len() * batch.count();
+    let mut keys = [vec![0xA5u8; len], vec![0x5Au8; len]];
+    let [k0, k1] = &mut keys;
+    match guarded(|| eval.generate(batch, k0, k1)) {
+        Ok(Ok(stats)) => Ok((keys, stats.aes_calls)),
+        Ok(Err(e)) => Err(format!("returned error {e:?}")),
+        Err(panic) => Err(format!("panicked: {panic}")),
+    }
+}
+
+fn check_generation(eval: &dyn BatchEval, report: &mut Report) {
+    let mut rng = Prg::new(b"conformance gen\0");
+    let large = [Params::dcf_bit(Width::of(50)), {
+        Params::new(Kind::Dcf, Width::of(24), Output::Ring(Width::of(13)))
+    }];
+    let mut cases: Vec<(Params, usize)> = Vec::new();
+    for params in keys::shapes(&DOMAINS, &RING_WIDTHS) {
+        cases.extend(GEN_COUNTS.iter().map(|&c| (params, c)));
+    }
+    cases.extend(large.iter().map(|&p| (p, GEN_LARGE)));
+    for (params, count) in cases {
+        let inputs = GenInputs::new(&params, count, &mut rng);
+        let batch = inputs.batch(params);
+        let what = format!("generate {params:?}, {count} keys");
+        report.calls += 1;
+        let (want, _) = match generate_with(&Serial::new(), &batch) {
+            Ok(w) => w,
+            Err(e) => panic!("Serial failed to {what}: {e}"),
+        };
+        let (got, calls) = match generate_with(eval, &batch) {
+            Ok(g) => g,
+            Err(e) => {
+                report.fail(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        report.outputs += count;
+        let len = params.key_len().max(1);
+        for p in 0..2 {
+            if let Some(i) = (0..want[p].len()).find(|&i| want[p][i] != got[p][i]) {
+                report.fail(format!(
+                    "{what}: P{p}'s key {} differs from Serial at byte {}",
+                    i / len,
+                    i % len
+                ));
+            }
+        }
+        let predicted = params.aes_per_gen() * u64_from(count);
+        if calls != predicted {
+            report.fail(format!(
+                "{what}: reported {calls} AES calls, Params::aes_per_gen predicts {predicted}"
+            ));
+        }
+    }
+    let params = Params::dcf_bit(Width::of(8));
+    let inputs = GenInputs::new(&params, 3, &mut rng);
+    let batch = inputs.batch(params);
+    let len = params.key_len();
+    let (mut short, mut long) = (vec![0u8; 3 * len - 1], vec![0u8; 3 * len]);
+    expect_error(
+        report,
+        "generate: key0 one byte short",
+        Error::BufferLength,
+        || eval.generate(&batch, &mut short, &mut long),
+    );
+    let mut other = vec![0u8; 3 * len];
+    let mut longer = vec![0u8; 3 * len + len];
+    expect_error(
+        report,
+        "generate: key1 a key too long",
+        Error::BufferLength,
+        || eval.generate(&batch, &mut other, &mut longer),
+    );
+}
+
+fn check_matmul(eval: &dyn BatchEval, report: &mut Report) {
+    let mut rng = Prg::new(b"conformance mat\0");
+    for (batches, m, k, n) in MAT_SHAPES {
+        for transpose_b in [false, true] {
+            for accumulate in [false, true] {
+                let shape = MatShape {
+                    batches,
+                    m,
+                    k,
+                    n,
+                    transpose_b,
+                    accumulate,
+                };
+                check_one_product(eval, &shape, &mut rng, report);
+            }
+        }
+    }
+    let shape = MatShape {
+        batches: 2,
+        m: 3,
+        k: 4,
+        n: 5,
+        transpose_b: false,
+        accumulate: false,
+    };
+    let (a, b) = (vec![1u64; 24], vec![1u64; 40]);
+    let mut c = vec![0u64; 31];
+    report.calls += 1;
+    match guarded(|| eval.matmul(&shape, &a, &b, &mut c)) {
+        Ok(Err(Error::BufferLength)) => {}
+        other => report.fail(format!(
+            "matmul: c one word long: expected Err(BufferLength), got {other:?}"
+        )),
+    }
+    report.calls += 1;
+    match guarded(|| eval.matmul(&shape, &a[..23], &b, &mut c[..30])) {
+        Ok(Err(Error::BufferLength)) => {}
+        other => report.fail(format!(
+            "matmul: a one word short: expected Err(BufferLength), got {other:?}"
+        )),
+    }
+}
+
+fn check_one_product(eval: &dyn BatchEval, shape: &MatShape, rng: &mut Prg, report: &mut Report) {
+    let [la, lb, lc] = shape.lens().unwrap();
+    let a: Vec<u64> = (0..la).map(|_| rng.next_u64()).collect();
+    let b: Vec<u64> = (0..lb).map(|_| rng.next_u64()).collect();
+    let c0: Vec<u64> = (0..lc).map(|_| rng.next_u64()).collect();
+    let mut want = c0.clone();
+    matmul_reference(shape, &a, &b, &mut want).unwrap();
+    let mut got = c0;
+    let what = format!("matmul {shape:?}");
+    report.calls += 1;
+    match guarded(|| eval.matmul(shape, &a, &b, &mut got)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
+        Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
+    }
+    report.outputs += lc;
+    if let Some(i) = (0..lc).find(|&i| want[i] != got[i]) {
+        report.fail(format!(
+            "{what}: entry {i} is {:#x}, the triple loop gives {:#x}",
+            got[i], want[i]
+        ));
+    }
 }

@@ -4,9 +4,10 @@
 #![allow(clippy::unwrap_used)]
 
 use suffuse_accel_cpu::{Backend, CpuEval};
-use suffuse_core::batch::{BatchEval, Serial};
-use suffuse_core::fss::{KeyBatch, Output, Params, Party};
-use suffuse_core::prg::FixedKeyAes;
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Serial};
+use suffuse_core::fss::{GenBatch, KeyBatch, Output, Params, Party};
+use suffuse_core::phi::program::{self, Inputs, Program, Section};
+use suffuse_core::prg::{Block, Domain, FixedKeyAes, Hasher};
 use suffuse_core::ring::Width;
 use suffuse_tests::conformance;
 
@@ -22,18 +23,20 @@ fn print_report(label: &str, report: &conformance::Report) {
     );
 }
 
-/// Every lanes × threads configuration of `CpuEval` on `backend`; all are
-/// run before any failure is reported.
+/// Every lanes × threads configuration of `CpuEval` on `backend`, with its
+/// SIMD walk and with core's walk; all are run before any failure is
+/// reported.
 fn check_cpu_backend(make_backend: impl Fn() -> Backend) {
     let mut failures = Vec::new();
     for threads in THREADS {
-        for lanes in LANES {
+        for (lanes, core_walk) in LANES.map(|l| (l, false)).into_iter().chain([(64, true)]) {
             let eval = CpuEval::with_threads(threads)
                 .unwrap()
                 .with_backend(make_backend())
                 .lanes(lanes);
+            let eval = if core_walk { eval.core_walk() } else { eval };
             let label = format!(
-                "cpu/{} lanes={lanes} threads={threads}",
+                "cpu/{} lanes={lanes} threads={threads} core_walk={core_walk}",
                 eval.backend().name()
             );
             let report = conformance::run(&eval);
@@ -70,6 +73,31 @@ fn cpu_aesni_conforms() {
     match AesNi::detect() {
         Some(h) => check_cpu_backend(|| Backend::AesNi(h)),
         None => println!("note: no AES-NI on this CPU; the AesNi backend was not checked"),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn cpu_vaes256_conforms() {
+    use suffuse_accel_cpu::x86::Vaes256;
+    match Vaes256::detect() {
+        Some(h) => check_cpu_backend(|| Backend::Vaes256(h)),
+        None => println!("note: no VAES-256 on this CPU; the Vaes256 backend was not checked"),
+    }
+}
+
+/// Every path `Backend::available` offers here is one of those checked
+/// above, so a new path cannot ship without its conformance test.
+#[test]
+fn every_available_backend_has_a_conformance_test() {
+    let checked = ["vaes512", "vaes256", "aesni", "portable"];
+    for b in Backend::available() {
+        assert!(
+            checked.contains(&b.name()),
+            "no conformance test for {}",
+            b.name()
+        );
+        println!("available here: {}", b.name());
     }
 }
 
@@ -139,6 +167,30 @@ enum Fault {
     PanicsOnEmptyOutput,
     /// Accepts an output buffer longer than the points.
     AcceptsLongOutput,
+    /// Runs Φ programs but skips the partial last block.
+    SkipsPhiTail,
+    /// Hashes the 33rd block of a long run with the wrong domain.
+    HashesOneBlockWrong,
+    /// Swaps two parties' keys beyond the first lockstep group.
+    SwapsKeysPastAGroup,
+    /// Reports AES calls for one party's generation only.
+    MiscountsGeneration,
+    /// Ignores `accumulate` on transposed products.
+    OverwritesTransposedAccumulate,
+    /// Accepts a `c` longer than the shape.
+    AcceptsLongProduct,
+}
+
+impl Hasher for Faulty {
+    fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
+        let n = Serial::new().hash_many(d, blocks);
+        if let (Fault::HashesOneBlockWrong, Some(b)) = (self.fault, blocks.get_mut(32)) {
+            let mut one = [*b];
+            Serial::new().hash_many(Domain::Tree, &mut one);
+            *b = one[0];
+        }
+        n
+    }
 }
 
 impl BatchEval for Faulty {
@@ -146,12 +198,20 @@ impl BatchEval for Faulty {
         "faulty"
     }
 
+    fn aes_path(&self) -> &'static str {
+        "aes-crate"
+    }
+
+    fn preferred_batch(&self) -> usize {
+        1
+    }
+
     fn eval(
         &self,
         keys: &KeyBatch<'_>,
         points: &[u64],
         out: &mut [u64],
-    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+    ) -> Result<EvalStats, suffuse_core::Error> {
         let n = points.len();
         let (out, _) = match self.fault {
             Fault::AcceptsLongOutput if out.len() > n => out.split_at_mut(n),
@@ -176,11 +236,70 @@ impl BatchEval for Faulty {
         &self,
         keys: &KeyBatch<'_>,
         out: &mut [u64],
-    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+    ) -> Result<EvalStats, suffuse_core::Error> {
         if let Fault::PanicsOnEmptyOutput = self.fault {
             assert!(!out.is_empty(), "empty output");
         }
         Serial::new().eval_full_domain(keys, out)
+    }
+
+    fn eval_phi(
+        &self,
+        prog: &Program,
+        section: Section,
+        party: Party,
+        input: &Inputs<'_>,
+        out: &mut [u64],
+        cols: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        let saved = out.to_vec();
+        program::run(prog, section, party, input, out, cols)?;
+        if let Fault::SkipsPhiTail = self.fault {
+            let full = input.x_hat.len() / program::BLOCK * program::BLOCK;
+            let width = out.len().checked_div(input.x_hat.len()).unwrap_or(0);
+            out[full * width..].copy_from_slice(&saved[full * width..]);
+        }
+        Ok(())
+    }
+
+    fn generate(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<EvalStats, suffuse_core::Error> {
+        let mut stats = Serial::new().generate(batch, key0, key1)?;
+        let len = batch.params().key_len();
+        match self.fault {
+            Fault::SwapsKeysPastAGroup if batch.count() > 32 => {
+                key0[32 * len..33 * len].swap_with_slice(&mut key1[32 * len..33 * len]);
+            }
+            Fault::MiscountsGeneration => stats.aes_calls /= 2,
+            _ => {}
+        }
+        Ok(stats)
+    }
+
+    fn matmul(
+        &self,
+        shape: &MatShape,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        let mut shape = *shape;
+        let c = match self.fault {
+            Fault::OverwritesTransposedAccumulate if shape.transpose_b => {
+                shape.accumulate = false;
+                c
+            }
+            Fault::AcceptsLongProduct => {
+                let want = shape.lens().map_or(c.len(), |l| l[2]).min(c.len());
+                &mut c[..want]
+            }
+            _ => c,
+        };
+        Serial::new().matmul(&shape, a, b, c)
     }
 }
 
@@ -192,6 +311,12 @@ fn harness_catches_planted_faults() {
         Fault::SkipsLastOutput,
         Fault::PanicsOnEmptyOutput,
         Fault::AcceptsLongOutput,
+        Fault::SkipsPhiTail,
+        Fault::HashesOneBlockWrong,
+        Fault::SwapsKeysPastAGroup,
+        Fault::MiscountsGeneration,
+        Fault::OverwritesTransposedAccumulate,
+        Fault::AcceptsLongProduct,
     ] {
         let report = conformance::run(&Faulty { fault });
         assert!(!report.passed(), "the harness missed {fault:?}");

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use suffuse_core::fss::Party;
+use suffuse_host::backend;
 use suffuse_host::client;
 use suffuse_host::dealer;
 use suffuse_host::keyfile::KeyFileError;
@@ -79,7 +80,7 @@ fn padding_changes_no_bit_of_any_embedding() {
     let seq = batch.iter().map(Vec::len).max().unwrap();
     let plan = bert::build(&model, batch.len(), seq).unwrap();
     let inputs = client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap();
-    let together = reference::run(&plan, &inputs).unwrap();
+    let together = reference::run(&plan, &inputs, backend::auto()).unwrap();
     let d = model.config.hidden;
     for (i, t) in batch.iter().enumerate() {
         let alone_plan = bert::build(&model, 1, t.len()).unwrap();
@@ -89,7 +90,7 @@ fn padding_changes_no_bit_of_any_embedding() {
             std::slice::from_ref(t),
         )
         .unwrap();
-        let alone = reference::run(&alone_plan, &alone_inputs).unwrap();
+        let alone = reference::run(&alone_plan, &alone_inputs, backend::auto()).unwrap();
         assert_eq!(
             alone,
             together[i * d..(i + 1) * d],
@@ -125,7 +126,9 @@ fn cls_pooling_and_tanh_gelu_are_bit_exact() {
 /// Deals keys for `model` into a folder.
 fn deal(model: &Model, seq: usize, name: &str) -> [PathBuf; 2] {
     let plan = bert::build(model, 1, seq).unwrap();
-    dealer::deal(&plan, &temp(name), false).unwrap().files
+    dealer::deal(&plan, &temp(name), false, backend::auto())
+        .unwrap()
+        .files
 }
 
 #[test]
@@ -134,7 +137,8 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let files = deal(&model, 6, "spent");
     // The client rejects its own input after the hellos (7 tokens > 6): it
     // tells both servers, and no key has been used.
-    let (served, q) = session::query_pair(&model, &files, &[vec![2u32; 7]], short()).unwrap();
+    let (served, q) =
+        session::query_pair(&model, &files, &[vec![2u32; 7]], short(), backend::auto()).unwrap();
     assert!(
         matches!(q, Err(client::ClientError::TooLong { .. })),
         "{q:?}"
@@ -145,7 +149,8 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     }
     // So the same keys still serve a query, bit-exact.
     let batch = tokens(&model, &["fine"]);
-    let (served, q) = session::query_pair(&model, &files, &batch, short()).unwrap();
+    let (served, q) =
+        session::query_pair(&model, &files, &batch, short(), backend::auto()).unwrap();
     for r in served {
         r.unwrap();
     }
@@ -153,12 +158,21 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let want = reference::run(
         &plan,
         &client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap(),
+        backend::auto(),
     );
     assert_eq!(q.unwrap().output, want.unwrap());
     // And then never again.
     let listener = Listener::bind("127.0.0.1:0").unwrap();
     for (party, file) in [Party::P0, Party::P1].into_iter().zip(&files) {
-        let again = server::serve(&model, party, file, &listener, "unused", short());
+        let again = server::serve(
+            &model,
+            party,
+            file,
+            &listener,
+            "unused",
+            short(),
+            backend::auto(),
+        );
         assert!(
             matches!(
                 again,
@@ -175,7 +189,15 @@ fn keys_for_another_model_are_refused_before_any_work() {
     let files = deal(&model, 4, "wrong-model");
     let other = Model::generated(Config::demo(), 7);
     let listener = Listener::bind("127.0.0.1:0").unwrap();
-    let r = server::serve(&other, Party::P0, &files[0], &listener, "unused", short());
+    let r = server::serve(
+        &other,
+        Party::P0,
+        &files[0],
+        &listener,
+        "unused",
+        short(),
+        backend::auto(),
+    );
     assert!(
         matches!(
             r,
@@ -184,7 +206,15 @@ fn keys_for_another_model_are_refused_before_any_work() {
         "{r:?}"
     );
     // And a server given the other party's keys.
-    let r = server::serve(&model, Party::P0, &files[1], &listener, "unused", short());
+    let r = server::serve(
+        &model,
+        Party::P0,
+        &files[1],
+        &listener,
+        "unused",
+        short(),
+        backend::auto(),
+    );
     assert!(
         matches!(r, Err(ServeError::KeyFile(KeyFileError::Party { .. }))),
         "{r:?}"
@@ -202,7 +232,15 @@ fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
         io: Duration::from_millis(500),
     };
     let start = Instant::now();
-    let r = server::serve(&model, Party::P1, &files[1], &listener, "127.0.0.1:9", t);
+    let r = server::serve(
+        &model,
+        Party::P1,
+        &files[1],
+        &listener,
+        "127.0.0.1:9",
+        t,
+        backend::auto(),
+    );
     assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(10));
     // A peer that connects and vanishes without a word.
@@ -212,7 +250,15 @@ fn an_absent_peer_times_out_and_a_vanished_one_is_reported() {
         let s = TcpStream::connect(addr).unwrap();
         drop(s);
     });
-    let r = server::serve(&model, Party::P0, &files[0], &listener, "unused", t);
+    let r = server::serve(
+        &model,
+        Party::P0,
+        &files[0],
+        &listener,
+        "unused",
+        t,
+        backend::auto(),
+    );
     ghost.join().unwrap();
     assert!(matches!(r, Err(ServeError::Net { .. })), "{r:?}");
 }
@@ -228,9 +274,28 @@ fn servers_with_keys_from_different_dealer_runs_refuse_each_other() {
     ];
     let p0_addr = listeners[0].local_addr().unwrap().to_string();
     let (r0, r1) = std::thread::scope(|s| {
-        let h0 = s.spawn(|| server::serve(&model, Party::P0, &a[0], &listeners[0], "", short()));
-        let h1 =
-            s.spawn(|| server::serve(&model, Party::P1, &b[1], &listeners[1], &p0_addr, short()));
+        let h0 = s.spawn(|| {
+            server::serve(
+                &model,
+                Party::P0,
+                &a[0],
+                &listeners[0],
+                "",
+                short(),
+                backend::auto(),
+            )
+        });
+        let h1 = s.spawn(|| {
+            server::serve(
+                &model,
+                Party::P1,
+                &b[1],
+                &listeners[1],
+                &p0_addr,
+                short(),
+                backend::auto(),
+            )
+        });
         (h0.join().unwrap(), h1.join().unwrap())
     });
     for r in [r0, r1] {

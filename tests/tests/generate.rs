@@ -53,7 +53,14 @@ fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
     };
     let plan = plan::build(&other, shape).unwrap();
     let prompt = [1, 40, 41, 42, 43];
-    let theirs = generate::reference(&other, &plan, &prompt, Sampling::default()).unwrap();
+    let theirs = generate::reference(
+        &other,
+        &plan,
+        &prompt,
+        Sampling::default(),
+        suffuse_host::backend::auto(),
+    )
+    .unwrap();
     assert_ne!(theirs.logits[0], g.outcome.generated.logits[0]);
 }
 
@@ -82,9 +89,15 @@ fn padding_changes_nothing_but_rounding_and_logits_track_the_position() {
         };
         let plan = plan::build(&model, shape).unwrap();
         outs.push(
-            generate::reference(&model, &plan, &prompt, Sampling::default())
-                .unwrap()
-                .tokens,
+            generate::reference(
+                &model,
+                &plan,
+                &prompt,
+                Sampling::default(),
+                suffuse_host::backend::auto(),
+            )
+            .unwrap()
+            .tokens,
         );
     }
     assert_eq!(outs[0], outs[1]);
@@ -103,7 +116,14 @@ fn generation_stops_at_eos_and_the_servers_stop_with_it() {
         decode_steps: 4,
     };
     let plan = plan::build(&model, shape).unwrap();
-    let free = generate::reference(&model, &plan, &prompt, Sampling::default()).unwrap();
+    let free = generate::reference(
+        &model,
+        &plan,
+        &prompt,
+        Sampling::default(),
+        suffuse_host::backend::auto(),
+    )
+    .unwrap();
     model.config.eos = Some(free.tokens[0]);
     let want: Vec<u32> = free.tokens[..1].to_vec();
     let g = session::generate(

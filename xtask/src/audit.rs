@@ -6,7 +6,8 @@
 //!   local, then `cargo deny --offline check bans licenses sources` against
 //!   `deny.toml`.
 //!   Advisories are left out: they need the RustSec database, which needs
-//!   the network.
+//!   the network. The same for the firmware's own lock file
+//!   (`examples/mcu`, a separate workspace), against the same `deny.toml`.
 //! * core's normal dependency tree for the bare-metal target enables no
 //!   `std` or `alloc` feature anywhere, and core type-checks for that target
 //!   (which has no `std`, so no std-only crate can hide in the tree).
@@ -16,6 +17,9 @@
 use anyhow::{Context, Result, bail};
 
 use crate::command::{self, NO_STD_TARGET, cargo};
+
+/// The firmware's manifest, relative to the workspace root.
+const FIRMWARE_MANIFEST: &str = "examples/mcu/Cargo.toml";
 
 pub fn run() -> Result<()> {
     let mut failures = Vec::new();
@@ -38,6 +42,31 @@ pub fn run() -> Result<()> {
         "licenses",
         "sources",
     ])) {
+        failures.push(format!("{e:#}"));
+    }
+
+    eprintln!("\n==> cargo deny, the firmware ({FIRMWARE_MANIFEST})");
+    let firmware = command::run(&mut cargo([
+        "fetch",
+        "--locked",
+        "--manifest-path",
+        FIRMWARE_MANIFEST,
+    ]))
+    .and_then(|_| {
+        command::run(&mut cargo([
+            "deny",
+            "--manifest-path",
+            FIRMWARE_MANIFEST,
+            "--config",
+            "deny.toml",
+            "--offline",
+            "check",
+            "bans",
+            "licenses",
+            "sources",
+        ]))
+    });
+    if let Err(e) = firmware {
         failures.push(format!("{e:#}"));
     }
 

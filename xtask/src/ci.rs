@@ -97,6 +97,7 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
         crate::audit::run()?;
         Ok(Outcome::Passed(start.elapsed()))
     })?;
+    step("firmware under QEMU (xtask mcu)", &mut firmware)?;
     step("fuzz smoke run", &mut fuzz_smoke)?;
     step("constant time (xtask ct)", &mut || {
         let start = Instant::now();
@@ -108,6 +109,25 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
 
 fn passed(result: Result<Duration>) -> Result<Outcome> {
     result.map(Outcome::Passed)
+}
+
+/// The firmware's checks under QEMU. CI installs QEMU (`.ci/run`), so there
+/// its absence is a failure; a developer without it gets a skip that says
+/// how to install it.
+fn firmware() -> Result<Outcome> {
+    if !crate::mcu::qemu_available() {
+        let why = format!(
+            "{} is not installed; `apt-get install qemu-system-arm`",
+            crate::mcu::QEMU
+        );
+        if in_ci() {
+            anyhow::bail!("{why} (CI must run the firmware: .ci/run installs it)");
+        }
+        return Ok(Outcome::Skipped(why));
+    }
+    let start = Instant::now();
+    crate::mcu::run()?;
+    Ok(Outcome::Passed(start.elapsed()))
 }
 
 /// Whether this run is CI's (`CI` set and not `false`), where every tool

@@ -3,12 +3,13 @@
 //!
 //! | command | what it does |
 //! | --- | --- |
-//! | `ci` | fmt, clippy, tests, doc tests, the no_std build of core, a fuzz smoke run, `ct` |
+//! | `ci` | fmt, clippy, tests, doc tests, the no_std build of core, `mcu`, a fuzz smoke run, `ct` |
 //! | `ct` | the constant-time check under valgrind memcheck |
 //! | `audit` | licences, bans and sources (`cargo deny`), and core's no_std/no-unsafe properties |
 //! | `vectors` | regenerates the versioned test vectors in `tests/vectors/v1` |
 //! | `fit` | refits the gates' spline approximations into `core/src/gate/splines.rs` |
 //! | `bench [NAME...]` | builds the benchmarks in release and runs them (all when no name is given) |
+//! | `mcu` | builds the Cortex-M firmware (`examples/mcu`) and runs its checks under QEMU |
 
 mod audit;
 mod bench;
@@ -17,6 +18,7 @@ mod command;
 mod ct;
 mod fetch_model;
 mod fit;
+mod mcu;
 mod vectors;
 
 use std::process::ExitCode;
@@ -27,10 +29,12 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci              fmt, clippy, tests, doc tests, no_std build, fuzz smoke run, ct
+  ci              fmt, clippy, tests, doc tests, no_std build, mcu, fuzz smoke run, ct
   ct              constant-time check: secrets marked undefined under valgrind memcheck
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
-  vectors         regenerate tests/vectors/v1
+  vectors         regenerate tests/vectors/v1 and the firmware's examples/mcu/src/kat.rs
+  mcu             build examples/mcu and run it under qemu-system-arm: known answers,
+                  one party's gate rounds, key parsing, stack high-water marks
   fit             refit the gates' splines into core/src/gate/splines.rs
   fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
@@ -65,6 +69,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "audit" => no_arguments("audit").and_then(|()| audit::run()),
         "vectors" => no_arguments("vectors").and_then(|()| vectors::run()),
         "fit" => no_arguments("fit").and_then(|()| fit::run()),
+        "mcu" => no_arguments("mcu").and_then(|()| mcu::run()),
         "fetch-model" => fetch_model::run(rest),
         "bench" => bench::run(rest),
         // What `bench` re-invokes in a release build; not for direct use.

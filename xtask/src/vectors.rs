@@ -1,4 +1,6 @@
-//! `cargo xtask vectors`: regenerates the versioned known-answer vectors.
+//! `cargo xtask vectors`: regenerates the versioned known-answer vectors
+//! and, from them, the firmware's built-in known answers
+//! (`examples/mcu/src/kat.rs`).
 //!
 //! The vectors are written by `suffuse_tests::vectors::write_all`, run
 //! through the `write_vectors` binary of `suffuse-tests` rather than linked
@@ -12,6 +14,9 @@ use crate::command::{self, cargo};
 /// The vectors root, relative to the workspace root; `write_all` writes the
 /// current version's folder (`v1/`) under it.
 const VECTORS_ROOT: &str = "tests/vectors";
+
+/// The firmware's known answers, relative to the workspace root.
+const MCU_KAT: &str = "examples/mcu/src/kat.rs";
 
 pub fn run() -> Result<()> {
     let crate_has_vectors = command::workspace_root()
@@ -32,8 +37,9 @@ pub fn run() -> Result<()> {
         "write_vectors",
         "--",
         VECTORS_ROOT,
+        MCU_KAT,
     ]))
     .context("regenerating the test vectors")?;
-    eprintln!("vectors: review the change with `git diff {VECTORS_ROOT}`");
+    eprintln!("vectors: review the change with `git diff {VECTORS_ROOT} {MCU_KAT}`");
     Ok(())
 }

@@ -12,7 +12,7 @@ use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
 use crate::fss::Party;
-use crate::gate::{Eval, Gate, PartyKeys};
+use crate::gate::{Eval, Gate, PartyKeys, Protocol};
 use crate::mpc;
 use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};
@@ -244,13 +244,12 @@ impl Chain {
         }
     }
 
-    /// Scratch words an evaluator needs for `n` elements.
+    /// Scratch words an evaluator needs for `n` elements: the values area,
+    /// then the step area.
     pub const fn scratch_words(&self, n: usize) -> usize {
-        let mut values = 1;
         let mut step = 0;
         let mut s = 0;
         while s < self.count {
-            values += self.outs(s);
             let w = match &self.steps[s] {
                 Step::Gate { gate, .. } => gate.scratch_words(n),
                 Step::Mul { .. } => 5 * n,
@@ -260,7 +259,19 @@ impl Chain {
             }
             s += 1;
         }
-        n * values + n + step
+        self.values_words(n) + step
+    }
+
+    /// The values area: the input, every step's outputs and a step-input
+    /// area, `n` words each.
+    const fn values_words(&self, n: usize) -> usize {
+        let mut values = 1;
+        let mut s = 0;
+        while s < self.count {
+            values += self.outs(s);
+            s += 1;
+        }
+        n * values + n
     }
 
     /// Bytes sent in chain round `i` for `n` elements.
@@ -318,7 +329,25 @@ impl Chain {
         read(&values, self.output)
     }
 
-    /// Deals step `s` for `count` elements from element `first`.
+    /// PRF scratch blocks [`Chain::deal_step`] wants for `count` elements:
+    /// the most any gate step asks for (see [`Gate::deal_scratch_blocks`]).
+    pub const fn deal_scratch_blocks(&self, count: usize) -> usize {
+        let mut most = 0;
+        let mut s = 0;
+        while s < self.count {
+            if let Step::Gate { gate, .. } = &self.steps[s] {
+                let b = gate.deal_scratch_blocks(count);
+                if b > most {
+                    most = b;
+                }
+            }
+            s += 1;
+        }
+        most
+    }
+
+    /// Deals step `s` for `count` elements from element `first`; `prf` is
+    /// the PRF scratch of a gate step ([`Gate::deal`]).
     #[allow(clippy::too_many_arguments)]
     pub fn deal_step(
         &self,
@@ -330,11 +359,12 @@ impl Chain {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        prf: &mut [Block],
     ) -> Result<u64, Error> {
         let step_seeds = [step_seed(h, &seeds[0], s), step_seed(h, &seeds[1], s)];
         match &self.steps[s] {
             Step::Gate { gate, .. } => {
-                gate.deal(h, step_seeds, None, first, count, dcf0, dcf1, explicit)
+                gate.deal(h, step_seeds, None, first, count, dcf0, dcf1, explicit, prf)
             }
             Step::Mul { .. } => {
                 if explicit.len() != count {
@@ -394,8 +424,11 @@ fn triple_words(h: &dyn Hasher, seed: &[u8; 16], first: u64, n: usize, out: &mut
     calls
 }
 
-/// One party's evaluation of a chain; the same prepare/finish protocol as
-/// [`Eval`].
+/// One party's evaluation of a chain, a [`Protocol`].
+///
+/// Scratch is split once: the values area (the input, every step's
+/// outputs, a step-input area) and the step area, which a running gate step
+/// borrows as its evaluator's scratch and hands back when it ends.
 pub struct ChainEval<'a> {
     chain: &'a Chain,
     h: &'a (dyn Hasher + Sync),
@@ -404,7 +437,11 @@ pub struct ChainEval<'a> {
     first: u64,
     n: usize,
     keys: [PartyKeys<'a>; MAX_STEPS],
-    s: &'a mut [u64],
+    values: &'a mut [u64],
+    /// The step area while no gate step holds it.
+    free: Option<&'a mut [u64]>,
+    /// The gate step in progress.
+    current: Option<Eval<'a>>,
     next: usize,
 }
 
@@ -413,12 +450,13 @@ impl core::fmt::Debug for ChainEval<'_> {
         f.debug_struct("ChainEval")
             .field("party", &self.party)
             .field("n", &self.n)
+            .field("next", &self.next)
             .finish_non_exhaustive()
     }
 }
 
 impl<'a> ChainEval<'a> {
-    /// Prepares party `party` for `n` elements.
+    /// Prepares party `party` for `n` elements on its `input` shares.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         chain: &'a Chain,
@@ -428,10 +466,11 @@ impl<'a> ChainEval<'a> {
         first: u64,
         n: usize,
         keys: [PartyKeys<'a>; MAX_STEPS],
+        input: &[u64],
         scratch: &'a mut [u64],
     ) -> Result<ChainEval<'a>, Error> {
         chain.validate()?;
-        if scratch.len() < chain.scratch_words(n) {
+        if scratch.len() < chain.scratch_words(n) || input.len() != n {
             return Err(Error::BufferLength);
         }
         for s in 0..chain.count {
@@ -444,6 +483,8 @@ impl<'a> ChainEval<'a> {
                 return Err(Error::BufferLength);
             }
         }
+        let (values, step) = scratch.split_at_mut(chain.values_words(n));
+        values[..n].copy_from_slice(input);
         Ok(ChainEval {
             chain,
             h,
@@ -452,19 +493,11 @@ impl<'a> ChainEval<'a> {
             first,
             n,
             keys,
-            s: scratch,
+            values,
+            free: Some(step),
+            current: None,
             next: 0,
         })
-    }
-
-    /// Total rounds.
-    pub fn rounds(&self) -> usize {
-        self.chain.rounds()
-    }
-
-    /// Bytes this party sends in round `i`.
-    pub fn send_len(&self, i: usize) -> usize {
-        self.chain.round_bytes(i, self.n)
     }
 
     fn value_offset(&self, src: Source) -> usize {
@@ -480,165 +513,226 @@ impl<'a> ChainEval<'a> {
         }
     }
 
-    fn regions(&mut self) -> (usize, usize) {
-        let mut values = 1;
-        for s in 0..self.chain.count {
-            values += self.chain.outs(s);
-        }
-        let input = values * self.n;
-        (input, input + self.n)
+    /// Where a step's input is assembled.
+    fn step_input(&self) -> usize {
+        self.chain.values_words(self.n) - self.n
     }
 
-    /// Evaluates an affine combination into the step-input region.
-    fn lin(&mut self, l: &Lin, at: usize) {
+    /// Evaluates an affine combination into the step-input area.
+    fn lin(&mut self, l: &Lin) {
         let w = self.chain.ring;
         let pb = self.party.index();
+        let at = self.step_input();
         for e in 0..self.n {
             let mut v = if pb == 0 { l.constant } else { 0 };
             for t in 0..l.len {
                 let (src, c) = l.terms[t];
-                v = w.add(v, w.mul(c, self.s[self.value_offset(src) + e]));
+                v = w.add(v, w.mul(c, self.values[self.value_offset(src) + e]));
             }
-            self.s[at + e] = v;
+            self.values[at + e] = v;
         }
     }
 
-    /// Writes what this party sends in round `i`; round 0 takes the input.
-    pub fn prepare(&mut self, i: usize, input: &[u64], send: &mut [u8]) -> Result<(), Error> {
-        if i != self.next || i >= self.rounds() {
-            return Err(Error::Unsupported);
-        }
-        let n = self.n;
-        if i == 0 {
-            if input.len() != n {
-                return Err(Error::BufferLength);
+    /// Starts gate step `s`: its evaluator takes the step area.
+    fn start_gate(&mut self, s: usize, gate: &'a Gate, input: &Lin) -> Result<(), Error> {
+        self.lin(input);
+        let area = self.free.take().ok_or(Error::Unsupported)?;
+        let step_seed = step_seed(self.h, &self.seed, s);
+        let at = self.step_input();
+        let x = &self.values[at..at + self.n];
+        let ev = Eval::new(
+            gate,
+            self.h,
+            self.party,
+            &step_seed,
+            None,
+            self.first,
+            self.n,
+            self.keys[s],
+            x,
+            area,
+        );
+        match ev {
+            Ok(ev) => {
+                self.current = Some(ev);
+                Ok(())
             }
-            self.s[..n].copy_from_slice(input);
+            Err(e) => Err(e),
         }
-        let (s, j) = self.chain.locate(i);
-        let (tmp, step_at) = self.regions();
+    }
+
+    /// Mul step `s`, first half: `x − a` and `y − b` into the message.
+    fn prepare_mul(&mut self, s: usize, a: &Lin, b: &Lin, send: &mut [u8]) -> Result<(), Error> {
+        let n = self.n;
         let w = self.chain.ring;
-        match self.chain.steps[s] {
-            Step::Gate { ref gate, input } => {
-                if j == 0 {
-                    self.lin(&input, tmp);
-                }
-                let (head, tail) = self.s.split_at_mut(step_at);
-                let step_seed = step_seed(self.h, &self.seed, s);
-                let keys = self.keys[s];
-                let mut ev = if j == 0 {
-                    Eval::new(
-                        gate, self.h, self.party, &step_seed, None, self.first, n, keys, tail,
-                    )?
+        let tmp = self.step_input();
+        // x and y into the step area, then d = x − a and e = y − b; the
+        // triple shares a, b, c stay there for finish.
+        for (half, l) in [a, b].into_iter().enumerate() {
+            self.lin(l);
+            let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+            area[half * n..(half + 1) * n].copy_from_slice(&self.values[tmp..tmp + n]);
+        }
+        let step_seed = step_seed(self.h, &self.seed, s);
+        let (h, first, party) = (self.h, self.first, self.party);
+        let explicit = self.keys[s].explicit;
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let mut trip = [0u64; 4 * 64];
+        let mut done = 0;
+        while done < n {
+            let c = 64.min(n - done);
+            triple_words(
+                h,
+                &step_seed,
+                first + cast::u64_from_usize(done),
+                c,
+                &mut trip,
+            );
+            for e in 0..c {
+                let idx = done + e;
+                let c_share = if party == Party::P0 {
+                    w.reduce(trip[4 * e + 2])
                 } else {
-                    Eval::resume(gate, self.party, n, keys, tail, j)?
+                    explicit[idx]
                 };
-                ev.prepare(j, &head[tmp..tmp + n], send)?;
+                area[2 * n + idx] = w.reduce(trip[4 * e]);
+                area[3 * n + idx] = w.reduce(trip[4 * e + 1]);
+                area[4 * n + idx] = c_share;
+                area[idx] = w.sub(area[idx], area[2 * n + idx]);
+                area[n + idx] = w.sub(area[n + idx], area[3 * n + idx]);
             }
-            Step::Mul { a, b } => {
-                self.lin(&a, tmp);
-                // x and y, then d = x − a, e = y − b, in the step region.
-                let (xa, xb) = (step_at, step_at + n);
-                for e in 0..n {
-                    self.s[xa + e] = self.s[tmp + e];
-                }
-                self.lin(&b, tmp);
-                for e in 0..n {
-                    self.s[xb + e] = self.s[tmp + e];
-                }
-                let step_seed = step_seed(self.h, &self.seed, s);
-                let mut trip = [0u64; 4 * 64];
-                let mut done = 0;
-                while done < n {
-                    let c = 64.min(n - done);
-                    triple_words(
-                        self.h,
-                        &step_seed,
-                        self.first + cast::u64_from_usize(done),
-                        c,
-                        &mut trip,
-                    );
-                    for e in 0..c {
-                        let idx = done + e;
-                        let c_share = if self.party == Party::P0 {
-                            w.reduce(trip[4 * e + 2])
-                        } else {
-                            self.keys[s].explicit[idx]
-                        };
-                        // Triple shares, kept for finish: a, b, c.
-                        self.s[step_at + 2 * n + idx] = w.reduce(trip[4 * e]);
-                        self.s[step_at + 3 * n + idx] = w.reduce(trip[4 * e + 1]);
-                        self.s[step_at + 4 * n + idx] = c_share;
-                        self.s[xa + idx] = w.sub(self.s[xa + idx], self.s[step_at + 2 * n + idx]);
-                        self.s[xb + idx] = w.sub(self.s[xb + idx], self.s[step_at + 3 * n + idx]);
-                    }
-                    done += c;
-                }
-                mpc::open_prepare(w, &self.s[step_at..step_at + 2 * n], send)?;
-            }
+            done += c;
         }
-        Ok(())
+        mpc::open_prepare(w, &area[..2 * n], send)
     }
 
-    /// Consumes the peer's message of round `i`.
-    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
-        if i != self.next || i >= self.rounds() {
-            return Err(Error::Unsupported);
-        }
+    /// Gate step `s`'s round `j` finished: on its last round, its outputs
+    /// go to the values area (output-major) and the step area comes back.
+    fn finish_gate(
+        &mut self,
+        s: usize,
+        j: usize,
+        recv: &[u8],
+        fss: &dyn BatchEval,
+    ) -> Result<(), Error> {
         let n = self.n;
-        let (s, j) = self.chain.locate(i);
-        let (_, step_at) = self.regions();
-        let w = self.chain.ring;
         let out_at = self.value_offset(Source::Output {
             step: cast::u8_from_index(s),
             index: 0,
         });
-        match self.chain.steps[s] {
-            Step::Gate { ref gate, .. } => {
+        let ev = self.current.as_mut().ok_or(Error::Unsupported)?;
+        ev.finish(j, recv, fss)?;
+        if j + 1 < ev.rounds() {
+            return Ok(());
+        }
+        let outs = match &self.chain.steps[s] {
+            Step::Gate { gate, .. } => gate.outputs(),
+            Step::Mul { .. } => return Err(Error::Unsupported),
+        };
+        ev.outputs(&mut self.values[out_at..out_at + n * outs], &mut [])?;
+        let area = match self.current.take() {
+            Some(ev) => ev.into_scratch(),
+            None => return Err(Error::Unsupported),
+        };
+        if outs > 1 {
+            // Element-major to output-major, through the free step area.
+            let v = &mut self.values[out_at..out_at + n * outs];
+            for e in 0..n {
+                for o in 0..outs {
+                    area[o * n + e] = v[e * outs + o];
+                }
+            }
+            v.copy_from_slice(&area[..n * outs]);
+        }
+        self.free = Some(area);
+        Ok(())
+    }
+
+    /// Mul step, second half: this party's share of the product.
+    fn finish_mul(&mut self, s: usize, recv: &[u8]) -> Result<(), Error> {
+        let n = self.n;
+        let w = self.chain.ring;
+        let pb = self.party.index();
+        let out_at = self.value_offset(Source::Output {
+            step: cast::u8_from_index(s),
+            index: 0,
+        });
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let (opened, triple) = area.split_at_mut(2 * n);
+        // Own differences plus the peer's: d = x − a and e = y − b.
+        crate::gate::wire_add(w, opened, recv)?;
+        for e in 0..n {
+            let (a, b, c) = (triple[e], triple[n + e], triple[2 * n + e]);
+            self.values[out_at + e] = mpc::beaver_share(w, pb, opened[e], opened[n + e], a, b, c);
+        }
+        Ok(())
+    }
+}
+
+impl Protocol for ChainEval<'_> {
+    fn rounds(&self) -> usize {
+        self.chain.rounds()
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        if round < self.rounds() {
+            self.chain.round_bytes(round, self.n)
+        } else {
+            0
+        }
+    }
+
+    fn output_len(&self) -> usize {
+        self.n
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        if round != self.next || round >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        if send.len() != self.send_len(round) {
+            return Err(Error::BufferLength);
+        }
+        let (s, j) = self.chain.locate(round);
+        let chain = self.chain;
+        match &chain.steps[s] {
+            Step::Gate { gate, input } => {
+                if j == 0 {
+                    self.start_gate(s, gate, input)?;
+                }
+                self.current
+                    .as_mut()
+                    .ok_or(Error::Unsupported)?
+                    .prepare(j, send)
+            }
+            Step::Mul { a, b } => self.prepare_mul(s, a, b, send),
+        }
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        if round != self.next || round >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        if recv.len() != self.send_len(round) {
+            return Err(Error::BufferLength);
+        }
+        let (s, j) = self.chain.locate(round);
+        match &self.chain.steps[s] {
+            Step::Gate { gate, .. } => {
                 if gate.bit_outputs() != 0 {
                     // Chains carry ring values only.
                     return Err(Error::Unsupported);
                 }
-                let keys = self.keys[s];
-                let outs = gate.outputs();
-                let last = j + 1 == gate.schedule().1;
-                {
-                    let (head, tail) = self.s.split_at_mut(step_at);
-                    let mut ev = Eval::resume(gate, self.party, n, keys, tail, j)?;
-                    ev.finish(j, recv, fss)?;
-                    if last {
-                        ev.outputs(&mut head[out_at..out_at + n * outs], &mut [])?;
-                    }
-                }
-                if last && outs > 1 {
-                    // Element-major to output-major, through the free step region.
-                    let (head, tail) = self.s.split_at_mut(step_at);
-                    for e in 0..n {
-                        for o in 0..outs {
-                            tail[o * n + e] = head[out_at + e * outs + o];
-                        }
-                    }
-                    head[out_at..out_at + n * outs].copy_from_slice(&tail[..n * outs]);
-                }
+                self.finish_gate(s, j, recv, fss)?;
             }
-            Step::Mul { .. } => {
-                let pb = self.party.index();
-                let (head, tail) = self.s.split_at_mut(step_at);
-                let (opened, triple) = tail.split_at_mut(2 * n);
-                // Own differences plus the peer's: d = x − a and e = y − b.
-                crate::gate::wire_add(w, opened, recv)?;
-                for e in 0..n {
-                    let (a, b, c) = (triple[e], triple[n + e], triple[2 * n + e]);
-                    head[out_at + e] = mpc::beaver_share(w, pb, opened[e], opened[n + e], a, b, c);
-                }
-            }
+            Step::Mul { .. } => self.finish_mul(s, recv)?,
         }
         self.next += 1;
         Ok(())
     }
 
-    /// Writes the chain output (n words).
-    pub fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+    /// The chain output (n words).
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
         if self.next != self.rounds() {
             return Err(Error::Unsupported);
         }
@@ -646,7 +740,7 @@ impl<'a> ChainEval<'a> {
             return Err(Error::BufferLength);
         }
         let at = self.value_offset(self.chain.output);
-        out.copy_from_slice(&self.s[at..at + self.n]);
+        out.copy_from_slice(&self.values[at..at + self.n]);
         Ok(())
     }
 }
@@ -693,8 +787,9 @@ pub(crate) mod testing {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+                let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
                 chain
-                    .deal_step(s, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex)
+                    .deal_step(s, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex, &mut prf)
                     .unwrap();
             }
             dcf.push([k0, k1]);
@@ -716,20 +811,34 @@ pub(crate) mod testing {
         };
         let mut s0 = vec![0u64; chain.scratch_words(n)];
         let mut s1 = vec![0u64; chain.scratch_words(n)];
-        let mut e0 =
-            ChainEval::new(chain, &aes, Party::P0, seeds[0], 11, n, keys(0), &mut s0).unwrap();
-        let mut e1 =
-            ChainEval::new(chain, &aes, Party::P1, seeds[1], 11, n, keys(1), &mut s1).unwrap();
+        let mut e0 = ChainEval::new(
+            chain,
+            &aes,
+            Party::P0,
+            seeds[0],
+            11,
+            n,
+            keys(0),
+            &x0,
+            &mut s0,
+        )
+        .unwrap();
+        let mut e1 = ChainEval::new(
+            chain,
+            &aes,
+            Party::P1,
+            seeds[1],
+            11,
+            n,
+            keys(1),
+            &x1,
+            &mut s1,
+        )
+        .unwrap();
         let serial = Serial::new();
-        for i in 0..e0.rounds() {
-            let len = e0.send_len(i);
-            let mut b0 = vec![0u8; len];
-            let mut b1 = vec![0u8; len];
-            e0.prepare(i, &x0, &mut b0).unwrap();
-            e1.prepare(i, &x1, &mut b1).unwrap();
-            e0.finish(i, &b1, &serial).unwrap();
-            e1.finish(i, &b0, &serial).unwrap();
-        }
+        let len = crate::gate::protocol::max_send_len(&e0);
+        let (mut b0, mut b1) = (vec![0u8; len], vec![0u8; len]);
+        crate::gate::run_pair(&mut e0, &mut e1, &serial, &mut b0, &mut b1).unwrap();
         let mut y0 = vec![0u64; n];
         let mut y1 = vec![0u64; n];
         e0.output(&mut y0).unwrap();

@@ -15,8 +15,8 @@ use crate::error::{Error, SufError};
 use crate::fss::Party;
 use crate::gate::chain::step_seed;
 use crate::gate::relu::relu_value;
-use crate::gate::{Eval, Gate, PartyKeys};
-use crate::prg::Hasher;
+use crate::gate::{Eval, Gate, PartyKeys, Protocol};
+use crate::prg::{Block, Hasher};
 use crate::ring::Width;
 
 /// Row maxima of `rows × len` values.
@@ -72,8 +72,15 @@ impl MaxTree {
         2 * self.levels()
     }
 
+    /// PRF scratch blocks [`MaxTree::deal_level`] wants for `rows` rows
+    /// (its widest level, see [`Gate::deal_scratch_blocks`]).
+    pub const fn deal_scratch_blocks(&self, rows: usize) -> usize {
+        self.relu.deal_scratch_blocks(rows * self.pairs(0))
+    }
+
     /// Deals `level` for `rows` rows: ReLU keys for `rows · pairs(level)`
-    /// elements, seeded from the level's derived seeds.
+    /// elements, seeded from the level's derived seeds; `prf` is
+    /// [`Gate::deal`]'s scratch.
     #[allow(clippy::too_many_arguments)]
     pub fn deal_level(
         &self,
@@ -84,6 +91,7 @@ impl MaxTree {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        prf: &mut [Block],
     ) -> Result<u64, Error> {
         let s = [
             step_seed(h, &seeds[0], level),
@@ -98,6 +106,7 @@ impl MaxTree {
             dcf0,
             dcf1,
             explicit,
+            prf,
         )
     }
 
@@ -110,7 +119,9 @@ impl MaxTree {
 /// Most levels (rows of up to 2^16 values).
 pub const MAX_LEVELS: usize = 16;
 
-/// One party's evaluation of a [`MaxTree`].
+/// One party's evaluation of a [`MaxTree`], a [`Protocol`]: each level is
+/// one ReLU evaluation over every pair of every row, which borrows the
+/// ReLU area of scratch while it runs.
 pub struct MaxEval<'a> {
     tree: &'a MaxTree,
     h: &'a (dyn Hasher + Sync),
@@ -118,7 +129,12 @@ pub struct MaxEval<'a> {
     seed: [u8; 16],
     rows: usize,
     keys: [PartyKeys<'a>; MAX_LEVELS],
-    s: &'a mut [u64],
+    /// The current values (`rows × width`), then the differences.
+    values: &'a mut [u64],
+    /// The ReLU area while no level holds it.
+    free: Option<&'a mut [u64]>,
+    /// The level in progress.
+    current: Option<Eval<'a>>,
     next: usize,
 }
 
@@ -127,6 +143,7 @@ impl core::fmt::Debug for MaxEval<'_> {
         f.debug_struct("MaxEval")
             .field("party", &self.party)
             .field("rows", &self.rows)
+            .field("next", &self.next)
             .finish_non_exhaustive()
     }
 }
@@ -150,7 +167,8 @@ impl<'a> MaxEval<'a> {
         if values.len() != rows * tree.len || scratch.len() < tree.scratch_words(rows) {
             return Err(Error::BufferLength);
         }
-        scratch[..values.len()].copy_from_slice(values);
+        let (head, relu) = scratch.split_at_mut(rows * tree.len + rows * tree.pairs(0));
+        head[..values.len()].copy_from_slice(values);
         Ok(MaxEval {
             tree,
             h,
@@ -158,64 +176,50 @@ impl<'a> MaxEval<'a> {
             seed,
             rows,
             keys,
-            s: scratch,
+            values: head,
+            free: Some(relu),
+            current: None,
             next: 0,
         })
     }
 
-    /// Total rounds.
-    pub fn rounds(&self) -> usize {
-        self.tree.rounds()
-    }
-
-    /// Bytes sent in round `i`.
-    pub fn send_len(&self, i: usize) -> usize {
-        let g = &self.tree.relu;
-        let n = self.rows * self.tree.pairs(i / 2);
-        g.round_bytes(g.schedule().0[i % 2], n)
-    }
-
-    /// Writes this party's message of round `i`.
-    pub fn prepare(&mut self, i: usize, send: &mut [u8]) -> Result<(), Error> {
-        if i != self.next || i >= self.rounds() {
-            return Err(Error::Unsupported);
-        }
-        let (level, j) = (i / 2, i % 2);
+    /// Starts `level`: differences a − b of each pair, row by row, are the
+    /// ReLU's input.
+    fn start_level(&mut self, level: usize) -> Result<(), Error> {
         let t = self.tree;
         let w = t.relu.ring();
         let cur = t.width_at(level);
         let pairs = t.pairs(level);
         let n = self.rows * pairs;
         let diff_at = self.rows * t.len;
-        let relu_at = diff_at + self.rows * t.pairs(0);
-        if j == 0 {
-            // Differences a − b of each pair, row by row.
-            for r in 0..self.rows {
-                for p in 0..pairs {
-                    let a = self.s[r * cur + 2 * p];
-                    let b = self.s[r * cur + 2 * p + 1];
-                    self.s[diff_at + r * pairs + p] = w.sub(a, b);
-                }
+        for r in 0..self.rows {
+            for p in 0..pairs {
+                let a = self.values[r * cur + 2 * p];
+                let b = self.values[r * cur + 2 * p + 1];
+                self.values[diff_at + r * pairs + p] = w.sub(a, b);
             }
         }
-        let keys = self.keys[level];
-        let (head, tail) = self.s.split_at_mut(relu_at);
-        let diffs = &head[diff_at..diff_at + n];
-        let mut ev = if j == 0 {
-            let seed = step_seed(self.h, &self.seed, level);
-            Eval::new(&t.relu, self.h, self.party, &seed, None, 0, n, keys, tail)?
-        } else {
-            Eval::resume(&t.relu, self.party, n, keys, tail, j)?
-        };
-        ev.prepare(j, diffs, send)
+        let area = self.free.take().ok_or(Error::Unsupported)?;
+        let seed = step_seed(self.h, &self.seed, level);
+        let diffs = &self.values[diff_at..diff_at + n];
+        let ev = Eval::new(
+            &t.relu,
+            self.h,
+            self.party,
+            &seed,
+            None,
+            0,
+            n,
+            self.keys[level],
+            diffs,
+            area,
+        )?;
+        self.current = Some(ev);
+        Ok(())
     }
 
-    /// Consumes the peer's message of round `i`.
-    pub fn finish(&mut self, i: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
-        if i != self.next || i >= self.rounds() {
-            return Err(Error::Unsupported);
-        }
-        let (level, j) = (i / 2, i % 2);
+    /// Ends `level`: max = b + ReLU(a − b); rows compact to the next width.
+    fn end_level(&mut self, level: usize) -> Result<(), Error> {
         let t = self.tree;
         let w = t.relu.ring();
         let cur = t.width_at(level);
@@ -223,40 +227,79 @@ impl<'a> MaxEval<'a> {
         let next_w = t.width_at(level + 1);
         let n = self.rows * pairs;
         let diff_at = self.rows * t.len;
-        let relu_at = diff_at + self.rows * t.pairs(0);
-        let keys = self.keys[level];
-        {
-            let (head, tail) = self.s.split_at_mut(relu_at);
-            let mut ev = Eval::resume(&t.relu, self.party, n, keys, tail, j)?;
-            ev.finish(j, recv, fss)?;
-            if j == 1 {
-                // ReLU(a − b) over the differences, in place.
-                ev.outputs(&mut head[diff_at..diff_at + n], &mut [])?;
+        let ev = self.current.take().ok_or(Error::Unsupported)?;
+        // ReLU(a − b) over the differences, in place.
+        ev.outputs(&mut self.values[diff_at..diff_at + n], &mut [])?;
+        self.free = Some(ev.into_scratch());
+        for r in 0..self.rows {
+            for p in 0..pairs {
+                let b = self.values[r * cur + 2 * p + 1];
+                let m = w.add(b, self.values[diff_at + r * pairs + p]);
+                self.values[r * next_w + p] = m;
+            }
+            if cur % 2 == 1 {
+                self.values[r * next_w + pairs] = self.values[r * cur + cur - 1];
             }
         }
-        if j == 1 {
-            // max = b + ReLU(a − b); rows compact to the next width.
-            for r in 0..self.rows {
-                for p in 0..pairs {
-                    let b = self.s[r * cur + 2 * p + 1];
-                    let m = w.add(b, self.s[diff_at + r * pairs + p]);
-                    self.s[r * next_w + p] = m;
-                }
-                if cur % 2 == 1 {
-                    self.s[r * next_w + pairs] = self.s[r * cur + cur - 1];
-                }
-            }
+        Ok(())
+    }
+}
+
+impl Protocol for MaxEval<'_> {
+    fn rounds(&self) -> usize {
+        self.tree.rounds()
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        if round >= self.rounds() {
+            return 0;
+        }
+        let g = &self.tree.relu;
+        let n = self.rows * self.tree.pairs(round / 2);
+        g.round_bytes(g.schedule().0[round % 2], n)
+    }
+
+    fn output_len(&self) -> usize {
+        self.rows
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        if round != self.next || round >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        let (level, j) = (round / 2, round % 2);
+        if j == 0 {
+            self.start_level(level)?;
+        }
+        self.current
+            .as_mut()
+            .ok_or(Error::Unsupported)?
+            .prepare(j, send)
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        if round != self.next || round >= self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        let (level, j) = (round / 2, round % 2);
+        let ev = self.current.as_mut().ok_or(Error::Unsupported)?;
+        ev.finish(j, recv, fss)?;
+        if j + 1 == ev.rounds() {
+            self.end_level(level)?;
         }
         self.next += 1;
         Ok(())
     }
 
-    /// Writes this party's shares of the row maxima.
-    pub fn output(&self, out: &mut [u64]) -> Result<(), Error> {
-        if self.next != self.rounds() || out.len() != self.rows {
+    /// This party's shares of the row maxima.
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if self.next != self.rounds() {
+            return Err(Error::Unsupported);
+        }
+        if out.len() != self.rows {
             return Err(Error::BufferLength);
         }
-        out.copy_from_slice(&self.s[..self.rows]);
+        out.copy_from_slice(&self.values[..self.rows]);
         Ok(())
     }
 }
@@ -304,7 +347,8 @@ mod tests {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
-                tree.deal_level(l, rows, &aes, seeds, &mut d0, &mut d1, &mut ex)
+                let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+                tree.deal_level(l, rows, &aes, seeds, &mut d0, &mut d1, &mut ex, &mut prf)
                     .unwrap();
             }
             store.push(([k0, k1], ex));
@@ -330,14 +374,9 @@ mod tests {
         let mut e1 =
             MaxEval::new(tree, &aes, Party::P1, seeds[1], rows, &v1, keys(1), &mut s1).unwrap();
         let serial = Serial::new();
-        for i in 0..e0.rounds() {
-            let len = e0.send_len(i);
-            let (mut b0, mut b1) = (vec![0u8; len], vec![0u8; len]);
-            e0.prepare(i, &mut b0).unwrap();
-            e1.prepare(i, &mut b1).unwrap();
-            e0.finish(i, &b1, &serial).unwrap();
-            e1.finish(i, &b0, &serial).unwrap();
-        }
+        let len = crate::gate::protocol::max_send_len(&e0);
+        let (mut b0, mut b1) = (vec![0u8; len], vec![0u8; len]);
+        crate::gate::run_pair(&mut e0, &mut e1, &serial, &mut b0, &mut b1).unwrap();
         let (mut o0, mut o1) = (vec![0u64; rows], vec![0u64; rows]);
         e0.output(&mut o0).unwrap();
         e1.output(&mut o1).unwrap();

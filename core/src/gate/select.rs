@@ -9,8 +9,10 @@
 //! One round; n + 1 bits sent; P1 holds `[ρ]` and `[ρ·a]` explicitly, every
 //! other share comes from the seeds.
 
+use crate::batch::BatchEval;
 use crate::error::Error;
 use crate::fss::Party;
+use crate::gate::Protocol;
 use crate::mpc;
 use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};
@@ -25,10 +27,13 @@ pub struct Select {
 /// Explicit words P1 holds per element: `[ρ]` and `[ρ·a]`.
 pub const EXPLICIT_WORDS: usize = 2;
 
+/// Elements per PRF batch: 2 KiB of blocks and 2 KiB of words per party on
+/// the stack, small enough for a microcontroller's call budget.
+const CHUNK: usize = 64;
+
 /// Seeded words per element: ρ's XOR share (bit 0), `[a]`, P0's `[ρ]` and
 /// `[ρ·a]`.
 fn seeded(h: &dyn Hasher, seed: &[u8; 16], first: u64, n: usize, out: &mut [[u64; 4]]) {
-    const CHUNK: usize = 256;
     let s = Block::from_bytes(*seed);
     let mut blocks = [Block::ZERO; 2 * CHUNK];
     let mut done = 0;
@@ -73,11 +78,11 @@ impl Select {
         if explicit.len() != n * EXPLICIT_WORDS {
             return Err(Error::BufferLength);
         }
-        let mut s0 = [[0u64; 4]; 256];
-        let mut s1 = [[0u64; 4]; 256];
+        let mut s0 = [[0u64; 4]; CHUNK];
+        let mut s1 = [[0u64; 4]; CHUNK];
         let mut done = 0;
         while done < n {
-            let c = 256.min(n - done);
+            let c = CHUNK.min(n - done);
             seeded(h, &seeds[0], first + cast::u64_from_usize(done), c, &mut s0);
             seeded(h, &seeds[1], first + cast::u64_from_usize(done), c, &mut s1);
             for e in 0..c {
@@ -95,7 +100,7 @@ impl Select {
 
     /// This party's message: `b ⊕ ρ` bits, then `y − a` words.
     #[allow(clippy::too_many_arguments)]
-    pub fn prepare(
+    fn prepare(
         &self,
         h: &dyn Hasher,
         seed: &[u8; 16],
@@ -110,10 +115,10 @@ impl Select {
         if y.len() != n || scratch.len() < 2 * n || send.len() != self.send_len(n) {
             return Err(Error::BufferLength);
         }
-        let mut words = [[0u64; 4]; 256];
+        let mut words = [[0u64; 4]; CHUNK];
         let mut done = 0;
         while done < n {
-            let c = 256.min(n - done);
+            let c = CHUNK.min(n - done);
             seeded(h, seed, first + cast::u64_from_usize(done), c, &mut words);
             for e in 0..c {
                 scratch[done + e] = (bits[done + e] ^ words[e][0]) & 1;
@@ -128,7 +133,7 @@ impl Select {
 
     /// Finishes: this party's shares of `b·y` into `out`.
     #[allow(clippy::too_many_arguments)]
-    pub fn finish(
+    fn finish(
         &self,
         h: &dyn Hasher,
         party: Party,
@@ -158,10 +163,10 @@ impl Select {
         let d_area = &mut d_area[..n];
         crate::gate::wire_add(w, d_area, d)?;
         let pb = party.index();
-        let mut words = [[0u64; 4]; 256];
+        let mut words = [[0u64; 4]; CHUNK];
         let mut done = 0;
         while done < n {
-            let c = 256.min(n - done);
+            let c = CHUNK.min(n - done);
             seeded(h, seed, first + cast::u64_from_usize(done), c, &mut words);
             for k in 0..c {
                 let i = done + k;
@@ -188,9 +193,148 @@ impl Select {
     }
 }
 
+/// Scratch words a [`SelectEval`] needs for `n` elements: the inputs, the
+/// opened values and the output.
+pub const fn scratch_words(n: usize) -> usize {
+    5 * n
+}
+
+/// One party's select over a batch, a one-round [`Protocol`].
+pub struct SelectEval<'a> {
+    sel: &'a Select,
+    h: &'a dyn Hasher,
+    party: Party,
+    seed: [u8; 16],
+    first: u64,
+    explicit: &'a [u64],
+    n: usize,
+    /// Bits, y, the opened `e` and `d`, the output; `n` words each.
+    s: &'a mut [u64],
+    done: bool,
+}
+
+impl core::fmt::Debug for SelectEval<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SelectEval")
+            .field("party", &self.party)
+            .field("n", &self.n)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> SelectEval<'a> {
+    /// Prepares party `party` to select on its XOR shares `bits` and
+    /// additive shares `y` of elements `first..`, with P1's `explicit`
+    /// words (empty for P0).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        sel: &'a Select,
+        h: &'a dyn Hasher,
+        party: Party,
+        seed: [u8; 16],
+        first: u64,
+        explicit: &'a [u64],
+        bits: &[u64],
+        y: &[u64],
+        scratch: &'a mut [u64],
+    ) -> Result<SelectEval<'a>, Error> {
+        let n = bits.len();
+        let want = if party == Party::P1 {
+            n * EXPLICIT_WORDS
+        } else {
+            0
+        };
+        if y.len() != n || explicit.len() != want || scratch.len() < scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        scratch[..n].copy_from_slice(bits);
+        scratch[n..2 * n].copy_from_slice(y);
+        Ok(SelectEval {
+            sel,
+            h,
+            party,
+            seed,
+            first,
+            explicit,
+            n,
+            s: scratch,
+            done: false,
+        })
+    }
+}
+
+impl Protocol for SelectEval<'_> {
+    fn rounds(&self) -> usize {
+        1
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        if round == 0 {
+            self.sel.send_len(self.n)
+        } else {
+            0
+        }
+    }
+
+    fn output_len(&self) -> usize {
+        self.n
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        if round != 0 || self.done {
+            return Err(Error::Unsupported);
+        }
+        let n = self.n;
+        let (inputs, rest) = self.s.split_at_mut(2 * n);
+        let (bits, y) = inputs.split_at(n);
+        self.sel.prepare(
+            self.h,
+            &self.seed,
+            self.first,
+            bits,
+            y,
+            &mut rest[..2 * n],
+            send,
+        )
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], _: &dyn BatchEval) -> Result<(), Error> {
+        if round != 0 || self.done {
+            return Err(Error::Unsupported);
+        }
+        let n = self.n;
+        let (opened, out) = self.s[2 * n..5 * n].split_at_mut(2 * n);
+        self.sel.finish(
+            self.h,
+            self.party,
+            &self.seed,
+            self.first,
+            self.explicit,
+            opened,
+            recv,
+            out,
+        )?;
+        self.done = true;
+        Ok(())
+    }
+
+    /// This party's shares of `b·y`.
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if !self.done {
+            return Err(Error::Unsupported);
+        }
+        if out.len() != self.n {
+            return Err(Error::BufferLength);
+        }
+        out.copy_from_slice(&self.s[4 * self.n..5 * self.n]);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batch::Serial;
     use crate::prg::{FixedKeyAes, Prg};
     use std::vec;
     use std::vec::Vec;
@@ -212,27 +356,30 @@ mod tests {
             let b1: Vec<u64> = b.iter().zip(&b0).map(|(x, r)| x ^ r).collect();
             let y0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
             let y1: Vec<u64> = y.iter().zip(&y0).map(|(x, r)| w.sub(*x, *r)).collect();
-            let len = sel.send_len(n);
-            let (mut m0, mut m1) = (vec![0u8; len], vec![0u8; len]);
-            let (mut s0, mut s1) = (vec![0u64; 2 * n], vec![0u64; 2 * n]);
-            sel.prepare(&aes, &seeds[0], 5, &b0, &y0, &mut s0, &mut m0)
-                .unwrap();
-            sel.prepare(&aes, &seeds[1], 5, &b1, &y1, &mut s1, &mut m1)
-                .unwrap();
-            let (mut z0, mut z1) = (vec![0u64; n], vec![0u64; n]);
-            sel.finish(&aes, Party::P0, &seeds[0], 5, &[], &mut s0, &m1, &mut z0)
-                .unwrap();
-            sel.finish(
+            let (mut s0, mut s1) = (vec![0u64; scratch_words(n)], vec![0u64; scratch_words(n)]);
+            let mut e0 =
+                SelectEval::new(&sel, &aes, Party::P0, seeds[0], 5, &[], &b0, &y0, &mut s0)
+                    .unwrap();
+            let mut e1 = SelectEval::new(
+                &sel,
                 &aes,
                 Party::P1,
-                &seeds[1],
+                seeds[1],
                 5,
                 &explicit,
+                &b1,
+                &y1,
                 &mut s1,
-                &m0,
-                &mut z1,
             )
             .unwrap();
+            let len = sel.send_len(n);
+            let (mut m0, mut m1) = (vec![0u8; len], vec![0u8; len]);
+            let traffic =
+                crate::gate::run_pair(&mut e0, &mut e1, &Serial::new(), &mut m0, &mut m1).unwrap();
+            assert_eq!((traffic.rounds, traffic.bytes_per_party), (1, len));
+            let (mut z0, mut z1) = (vec![0u64; n], vec![0u64; n]);
+            e0.output(&mut z0).unwrap();
+            e1.output(&mut z1).unwrap();
             for i in 0..n {
                 assert_eq!(w.add(z0[i], z1[i]), if b[i] == 1 { y[i] } else { 0 });
             }

@@ -23,7 +23,7 @@ const REPS: usize = 5;
 /// AES costs measured in this run.
 #[derive(Debug, Clone)]
 pub struct AesFloor {
-    /// The backend `CpuEval` uses here.
+    /// The AES path measured.
     pub backend: &'static str,
     /// ns per block for the backend's `hash_many` on a large buffer: the
     /// floor the evaluation walk is compared with.
@@ -58,8 +58,8 @@ fn ns_per_block(reps: usize, blocks: usize, mut f: impl FnMut() -> u64) -> Resul
     Ok(secs * 1e9 / blocks as f64)
 }
 
-pub fn measure_aes() -> Result<AesFloor> {
-    let backend = Backend::detect();
+/// The floors of `backend`'s AES path.
+pub fn measure_aes(backend: &Backend) -> Result<AesFloor> {
     let portable = FixedKeyAes::new();
     let mut buffer = sample_blocks(BUFFER_BLOCKS);
     let total = BUFFER_BLOCKS * PASSES;

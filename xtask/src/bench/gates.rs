@@ -9,6 +9,11 @@
 //! (per party, P1 — the larger), AES calls per element (one party, online),
 //! rounds, communication bits per element (one party), dealer key
 //! generation elements/s (two threads), and the spec's accuracy.
+//!
+//! For GeLU it also runs the online phase with Φ evaluated by the
+//! per-element interpreter instead of the compiled block program (the
+//! `interpreter` feature of suffuse-core, which only this tool enables),
+//! and times both Φ paths alone on the same state, all in the same run.
 
 use std::sync::mpsc;
 use std::time::Instant;
@@ -29,8 +34,9 @@ use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::gate::width::extend;
-use suffuse_core::gate::{Eval, Gate, PartyKeys};
-use suffuse_core::prg::{Hasher, Prg};
+use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::phi::program::Section;
+use suffuse_core::prg::{Block, Hasher, Prg};
 use suffuse_core::ring::{Width, pow2};
 
 /// The activation shape: 128 tokens × 3072 (BERT-base intermediate size).
@@ -58,7 +64,17 @@ struct Record {
     max_rel_err: Option<f64>,
     out_scale: u32,
     note: String,
+    /// Online elements/s with Φ run by the per-element interpreter.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    interpreter_online_elems_per_s: Option<f64>,
+    /// Seconds one party spends in Φ (Beaver section and outputs) for all
+    /// elements, compiled program and interpreter, on the same state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    phi_s: Option<[f64; 2]>,
 }
+
+/// Gates whose Φ is also run by the interpreter, for comparison.
+const COMPARE_INTERPRETER: &[&str] = &["gelu"];
 
 /// Both parties' DCF keys and P1's explicit words for one gate.
 struct Dealt {
@@ -124,8 +140,19 @@ fn deal(gate: &Gate, h: &Backend, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dea
             parts.push(s.spawn(move || -> Result<()> {
                 let mut a: [&mut [u8]; MAX_KEYS] = a.try_into().map_err(|_| anyhow!("keys"))?;
                 let mut b: [&mut [u8]; MAX_KEYS] = b.try_into().map_err(|_| anyhow!("keys"))?;
-                gate.deal(h, seeds, None, first as u64, count, &mut a, &mut b, e)
-                    .map_err(|e| anyhow!("deal: {e}"))?;
+                let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(count)];
+                gate.deal(
+                    h,
+                    seeds,
+                    None,
+                    first as u64,
+                    count,
+                    &mut a,
+                    &mut b,
+                    e,
+                    &mut prf,
+                )
+                .map_err(|e| anyhow!("deal: {e}"))?;
                 Ok(())
             }));
         }
@@ -151,10 +178,35 @@ struct Online {
     load_s: f64,
     aes_per_elem: f64,
     bytes_per_party: usize,
+    /// P0's Φ seconds: compiled, interpreted.
+    phi_s: [f64; 2],
+}
+
+/// One party's side of a two-party run.
+struct PartyRun {
+    arith: Vec<u64>,
+    online: f64,
+    load_s: f64,
+    aes: u64,
+    sent: usize,
+    phi_s: [f64; 2],
+}
+
+/// How Φ runs in a two-party run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PhiPath {
+    Compiled,
+    Interpreted,
 }
 
 /// Both parties of one gate on two threads.
-fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Result<Online> {
+fn run_gate(
+    gate: &Gate,
+    dealt: &Dealt,
+    seeds: [[u8; 16]; 2],
+    xs: &[u64],
+    phi: PhiPath,
+) -> Result<Online> {
     let n = xs.len();
     let w = gate.ring();
     let mut prg = Prg::new(&[7; 16]);
@@ -169,7 +221,7 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
                  x: Vec<u64>,
                  tx: mpsc::Sender<Vec<u8>>,
                  rx: mpsc::Receiver<Vec<u8>>|
-     -> Result<(Vec<u64>, f64, f64, u64, usize)> {
+     -> Result<PartyRun> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let h = cpu.backend().clone();
         let mut scratch = vec![0u64; gate.scratch_words(n)];
@@ -184,35 +236,19 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
             0,
             n,
             dealt.keys(p),
+            &x,
             &mut scratch,
         )
         .map_err(|e| anyhow!("eval: {e}"))?;
+        if phi == PhiPath::Interpreted {
+            ev.use_interpreter();
+        }
         let load_s = load.elapsed().as_secs_f64();
         let counting = Counting::new(&cpu);
         ready.wait();
         let start = Instant::now();
-        let mut sent = 0;
         let trace = std::env::var_os("SUFFUSE_BENCH_TRACE").is_some();
-        for i in 0..ev.rounds() {
-            let t = Instant::now();
-            let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &x, &mut buf)
-                .map_err(|e| anyhow!("prepare: {e}"))?;
-            let prepared = t.elapsed().as_secs_f64();
-            sent += buf.len();
-            tx.send(buf).context("peer gone")?;
-            let recv = rx.recv().context("peer gone")?;
-            let received = t.elapsed().as_secs_f64();
-            ev.finish(i, &recv, &counting)
-                .map_err(|e| anyhow!("finish: {e}"))?;
-            if trace {
-                eprintln!(
-                    "  P{p} round {i}: prepare {prepared:.3} s, wait {:.3} s, finish {:.3} s",
-                    received - prepared,
-                    t.elapsed().as_secs_f64() - received
-                );
-            }
-        }
+        let sent = drive(&mut ev, &counting, &tx, &rx, trace.then_some(p))?;
         let t = Instant::now();
         let mut arith = vec![0u64; n * outs];
         let mut bits = vec![0u64; n * gate.bit_outputs()];
@@ -225,15 +261,30 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
                 t.elapsed().as_secs_f64()
             );
         }
-        Ok((arith, online, load_s, counting.calls(), sent))
+        let phi_s = if p == 0 {
+            phi_seconds(&mut ev, gate, n, &cpu)?
+        } else {
+            [0.0; 2]
+        };
+        Ok(PartyRun {
+            arith,
+            online,
+            load_s,
+            aes: counting.calls(),
+            sent,
+            phi_s,
+        })
     };
     let (r0, r1) = std::thread::scope(|s| {
         let a = s.spawn(|| party(0, x0, to1, from1));
         let b = s.spawn(|| party(1, x1, to0, from0));
         (a.join(), b.join())
     });
-    let (a0, t0, l0, aes0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
-    let (a1, t1, l1, _, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    let p0 = r0.map_err(|_| anyhow!("party 0 panicked"))??;
+    let p1 = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    let (a0, t0, l0, aes0, sent, phi_s) =
+        (p0.arith, p0.online, p0.load_s, p0.aes, p0.sent, p0.phi_s);
+    let (a1, t1, l1) = (p1.arith, p1.online, p1.load_s);
     let outputs = a0
         .iter()
         .zip(&a1)
@@ -246,7 +297,62 @@ fn run_gate(gate: &Gate, dealt: &Dealt, seeds: [[u8; 16]; 2], xs: &[u64]) -> Res
         load_s: l0.max(l1),
         aes_per_elem: aes0 as f64 / n as f64,
         bytes_per_party: sent,
+        phi_s,
     })
+}
+
+/// Seconds Φ takes for all elements of a finished evaluation, compiled and
+/// interpreted, on the same state. The Beaver section overwrites the opened
+/// values the outputs read, so it runs last.
+fn phi_seconds(ev: &mut Eval<'_>, gate: &Gate, n: usize, cpu: &CpuEval) -> Result<[f64; 2]> {
+    let err = |e: suffuse_core::Error| anyhow!("Φ: {e}");
+    let mut buf = vec![0u64; n * gate.outputs().max(gate.plan.beaver_count)];
+    let t = Instant::now();
+    ev.outputs_interpreted(0, &mut buf[..n * gate.outputs()])
+        .map_err(err)?;
+    ev.beaver_interpreted(0, &mut buf[..n * gate.plan.beaver_count])
+        .map_err(err)?;
+    let interpreted = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    ev.run_section(Section::Outputs, cpu).map_err(err)?;
+    if gate.plan.beaver_count > 0 {
+        ev.run_section(Section::Beaver, cpu).map_err(err)?;
+    }
+    Ok([t.elapsed().as_secs_f64(), interpreted])
+}
+
+/// One party's online phase over a channel pair: every round of `ev`
+/// (gate, chain or max tree alike). Returns the bytes sent; with `trace`
+/// (the party index), prints each round's timing.
+fn drive(
+    ev: &mut dyn Protocol,
+    backend: &dyn BatchEval,
+    tx: &mpsc::Sender<Vec<u8>>,
+    rx: &mpsc::Receiver<Vec<u8>>,
+    trace: Option<usize>,
+) -> Result<usize> {
+    let mut sent = 0;
+    for i in 0..ev.rounds() {
+        let t = Instant::now();
+        let mut buf = vec![0u8; ev.send_len(i)];
+        ev.prepare(i, &mut buf)
+            .map_err(|e| anyhow!("round {i}: prepare: {e}"))?;
+        let prepared = t.elapsed().as_secs_f64();
+        sent += buf.len();
+        tx.send(buf).context("peer gone")?;
+        let recv = rx.recv().context("peer gone")?;
+        let received = t.elapsed().as_secs_f64();
+        ev.finish(i, &recv, backend)
+            .map_err(|e| anyhow!("round {i}: finish: {e}"))?;
+        if let Some(p) = trace {
+            eprintln!(
+                "  P{p} round {i}: prepare {prepared:.3} s, wait {:.3} s, finish {:.3} s",
+                received - prepared,
+                t.elapsed().as_secs_f64() - received
+            );
+        }
+    }
+    Ok(sent)
 }
 
 /// A BatchEval that counts the AES calls the evaluator reports.
@@ -268,9 +374,46 @@ impl<'a> Counting<'a> {
     }
 }
 
+impl suffuse_core::prg::Hasher for Counting<'_> {
+    fn hash_many(
+        &self,
+        d: suffuse_core::prg::Domain,
+        blocks: &mut [suffuse_core::prg::Block],
+    ) -> u64 {
+        self.inner.hash_many(d, blocks)
+    }
+}
+
 impl BatchEval for Counting<'_> {
     fn name(&self) -> &'static str {
         "counting"
+    }
+
+    fn aes_path(&self) -> &'static str {
+        self.inner.aes_path()
+    }
+
+    fn preferred_batch(&self) -> usize {
+        self.inner.preferred_batch()
+    }
+
+    fn generate(
+        &self,
+        batch: &suffuse_core::fss::GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<suffuse_core::batch::EvalStats, suffuse_core::Error> {
+        self.inner.generate(batch, key0, key1)
+    }
+
+    fn matmul(
+        &self,
+        shape: &suffuse_core::batch::MatShape,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        self.inner.matmul(shape, a, b, c)
     }
 
     fn eval(
@@ -370,12 +513,22 @@ fn measure(
     let (dealt, gen_s) = deal(gate, &backend, seeds, n)?;
     // The machine is shared and noisy: the median of three online runs
     // (the same keys, which only a benchmark may reuse).
-    let mut runs = Vec::new();
-    for _ in 0..3 {
-        runs.push(run_gate(gate, &dealt, seeds, xs)?);
-    }
-    runs.sort_by(|a, b| a.online_s.total_cmp(&b.online_s));
-    let on = runs.swap_remove(1);
+    let median = |phi: PhiPath| -> Result<Online> {
+        let mut runs = Vec::new();
+        for _ in 0..3 {
+            runs.push(run_gate(gate, &dealt, seeds, xs, phi)?);
+        }
+        runs.sort_by(|a, b| a.online_s.total_cmp(&b.online_s));
+        Ok(runs.swap_remove(1))
+    };
+    let compare = COMPARE_INTERPRETER.contains(&name);
+    // Interleaved so that both see the same machine load.
+    let interpreted = if compare {
+        Some(median(PhiPath::Interpreted)?)
+    } else {
+        None
+    };
+    let on = median(PhiPath::Compiled)?;
     // Bit-exact against the cleartext reference, on a sample.
     let outs = gate.outputs();
     let mut want = [0u64; 2];
@@ -404,8 +557,20 @@ fn measure(
         max_rel_err: None,
         out_scale,
         note: note.to_string(),
+        interpreter_online_elems_per_s: interpreted.as_ref().map(|i| n as f64 / i.online_s),
+        phi_s: compare.then_some(on.phi_s),
     };
     print_record(&rec);
+    if let (Some(i), Some([c, p])) = (&interpreted, rec.phi_s) {
+        println!(
+            "  {name}: online {:.0} el/s compiled vs {:.0} el/s interpreted ({:.2}×); \
+             Φ alone (P0, all elements) {c:.3} s compiled vs {p:.3} s interpreted ({:.2}×)",
+            rec.online_elems_per_s,
+            n as f64 / i.online_s,
+            i.online_s / on.online_s,
+            p / c
+        );
+    }
     Ok(Some(rec))
 }
 
@@ -703,8 +868,9 @@ fn run_chain_bench(
                 .collect::<Vec<_>>()
                 .try_into()
                 .map_err(|_| anyhow!("keys"))?;
+            let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
             chain
-                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex)
+                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex, &mut prf)
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {
@@ -732,18 +898,10 @@ fn run_chain_bench(
         }
         let mut scratch = vec![0u64; chain.scratch_words(n)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
-        let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &mut scratch)
+        let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &x, &mut scratch)
             .map_err(|e| anyhow!("{e}"))?;
         let start = Instant::now();
-        let mut sent = 0;
-        for i in 0..ev.rounds() {
-            let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &x, &mut buf).map_err(|e| anyhow!("{e}"))?;
-            sent += buf.len();
-            tx.send(buf).context("peer gone")?;
-            let recv = rx.recv().context("peer gone")?;
-            ev.finish(i, &recv, &cpu).map_err(|e| anyhow!("{e}"))?;
-        }
+        let sent = drive(&mut ev, &cpu, &tx, &rx, None)?;
         let mut y = vec![0u64; n];
         ev.output(&mut y).map_err(|e| anyhow!("{e}"))?;
         Ok((y, start.elapsed().as_secs_f64(), sent))
@@ -779,6 +937,8 @@ fn run_chain_bench(
         max_rel_err: Some(rel),
         out_scale,
         note: note.to_string(),
+        interpreter_online_elems_per_s: None,
+        phi_s: None,
     };
     print_record(&rec);
     Ok(Some(rec))
@@ -818,7 +978,8 @@ fn max_record() -> Result<Option<Record>> {
                 .collect::<Vec<_>>()
                 .try_into()
                 .map_err(|_| anyhow!("keys"))?;
-            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex)
+            let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex, &mut prf)
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {
@@ -853,15 +1014,7 @@ fn max_record() -> Result<Option<Record>> {
         let mut ev = MaxEval::new(tree, h, role, seeds[p], rows, &v, keys, &mut scratch)
             .map_err(|e| anyhow!("{e}"))?;
         let start = Instant::now();
-        let mut sent = 0;
-        for i in 0..ev.rounds() {
-            let mut buf = vec![0u8; ev.send_len(i)];
-            ev.prepare(i, &mut buf).map_err(|e| anyhow!("{e}"))?;
-            sent += buf.len();
-            tx.send(buf).context("peer gone")?;
-            let recv = rx.recv().context("peer gone")?;
-            ev.finish(i, &recv, &cpu).map_err(|e| anyhow!("{e}"))?;
-        }
+        let sent = drive(&mut ev, &cpu, &tx, &rx, None)?;
         let mut y = vec![0u64; rows];
         ev.output(&mut y).map_err(|e| anyhow!("{e}"))?;
         Ok((y, start.elapsed().as_secs_f64(), sent))
@@ -904,6 +1057,8 @@ fn max_record() -> Result<Option<Record>> {
         max_rel_err: None,
         out_scale: FRAC,
         note: format!("{rows} rows of {len} (BERT-base attention: 12 heads × 128 rows)"),
+        interpreter_online_elems_per_s: None,
+        phi_s: None,
     };
     print_record(&rec);
     Ok(Some(rec))

@@ -1,0 +1,157 @@
+//! The bit-output DCF/DPF walk on AES-NI, one evaluation per register: the
+//! 128-bit counterpart of `walk256.rs` for CPUs without VAES.
+//!
+//! It computes exactly what core's `fss::eval_queries` computes (the
+//! conformance harness checks that bit for bit), with control bits as
+//! arithmetic masks and each key's correction words prefetched a few levels
+//! ahead, which core's walk cannot do.
+
+use core::arch::x86_64::*;
+use suffuse_core::fss::{KeyBatch, Kind};
+
+use super::AesNi;
+
+/// Evaluations per lockstep group: sixteen blocks in flight per level,
+/// twice AES-NI's latency × throughput.
+const GROUP: usize = 16;
+/// How many levels ahead correction words are prefetched.
+const PREFETCH_LEVELS: u32 = 6;
+
+/// Bit-output evaluation of queries `first..first + points.len()`, query `q`
+/// being key `q / per_key` at `points[q − first]`, in whole groups; returns
+/// how many queries it did (a multiple of the group size) and the AES calls.
+///
+/// Callers check `walk::supports`, the buffer lengths and the key count.
+pub(crate) fn eval_bits(
+    h: &AesNi,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    points: &[u64],
+    out: &mut [u64],
+) -> (usize, u64) {
+    let mut calls = 0;
+    let mut q = 0;
+    while q + GROUP <= points.len() {
+        // SAFETY: an `AesNi` exists only after AES-NI was detected.
+        calls += unsafe {
+            walk_group(
+                h,
+                keys,
+                per_key,
+                first + q,
+                &points[q..q + GROUP],
+                &mut out[q..q + GROUP],
+            )
+        };
+        q += GROUP;
+    }
+    (q, calls)
+}
+
+/// All ones if the block's low bit is set, else zero.
+#[target_feature(enable = "sse2")]
+#[inline]
+fn lsb_mask(s: __m128i, lsb_lo: __m128i) -> __m128i {
+    let t = _mm_sub_epi64(_mm_setzero_si128(), _mm_and_si128(s, lsb_lo));
+    _mm_shuffle_epi32(t, 0x44)
+}
+
+/// `H(s)` for every lane: the fixed-key hash with round keys `rk`.
+#[target_feature(enable = "aes,sse2")]
+#[inline]
+fn hash(s: &[__m128i; GROUP], rk: &[__m128i; 11]) -> [__m128i; GROUP] {
+    let mut y = [_mm_setzero_si128(); GROUP];
+    let mut b = [_mm_setzero_si128(); GROUP];
+    for q in 0..GROUP {
+        y[q] = super::sigma128(s[q]);
+        b[q] = _mm_xor_si128(y[q], rk[0]);
+    }
+    for k in &rk[1..10] {
+        for v in b.iter_mut() {
+            *v = _mm_aesenc_si128(*v, *k);
+        }
+    }
+    for q in 0..GROUP {
+        b[q] = _mm_xor_si128(_mm_aesenclast_si128(b[q], rk[10]), y[q]);
+    }
+    b
+}
+
+/// # Safety
+/// The CPU must support AES-NI; `points` and `out` hold `GROUP` entries and
+/// keys `first / per_key ..` cover them.
+#[target_feature(enable = "aes,sse2")]
+unsafe fn walk_group(
+    h: &AesNi,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    points: &[u64],
+    out: &mut [u64],
+) -> u64 {
+    let p = keys.params();
+    let k = p.domain().bits();
+    let levels = p.levels();
+    let dcf = p.kind() == Kind::Dcf;
+    let rk_tree = &h.keys[0].0;
+    let rk_leaf = &h.keys[1].0;
+
+    let mut key_ptr = [core::ptr::null::<u8>(); GROUP];
+    let mut x = [0u64; GROUP];
+    let mut s = [_mm_setzero_si128(); GROUP];
+    for j in 0..GROUP {
+        key_ptr[j] = keys.key((first + j) / per_key).as_ptr();
+        x[j] = points[j] & p.domain().mask();
+        // SAFETY: every key is `key_len ≥ 32` bytes; the root is its first 16.
+        s[j] = unsafe { _mm_loadu_si128(key_ptr[j].cast()) };
+    }
+    let lsb_lo = _mm_set_epi64x(0, 1);
+    let mut acc = [0u64; GROUP];
+
+    for level in 0..levels {
+        let off = p.cw_offset(level);
+        if level + PREFETCH_LEVELS < levels {
+            let ahead = p.cw_offset(level + PREFETCH_LEVELS);
+            for ptr in key_ptr {
+                // SAFETY: prefetching never faults; the address is inside the key.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.add(ahead).cast()) };
+            }
+        }
+        let shift = k - 1 - level;
+        let hs = hash(&s, rk_tree);
+        for j in 0..GROUP {
+            // SAFETY: level < levels, so `off + 16 ≤ key_len` for every key.
+            let cw = unsafe { _mm_loadu_si128(key_ptr[j].add(off).cast()) };
+            let t = lsb_mask(s[j], lsb_lo);
+            let left = _mm_xor_si128(hs[j], _mm_and_si128(cw, t));
+            let right = _mm_xor_si128(left, s[j]);
+            // The point is public: its bit may steer a scalar mask.
+            let xb = 0u64.wrapping_sub((x[j] >> shift) & 1);
+            if dcf {
+                // x_i = 0: the right sibling's control bit shares [x < α].
+                acc[j] ^= (_mm_cvtsi128_si64(right) as u64) & 1 & !xb;
+            }
+            let m = _mm_set1_epi64x(xb as i64);
+            s[j] = _mm_or_si128(_mm_andnot_si128(m, left), _mm_and_si128(m, right));
+        }
+    }
+
+    // Leaf: H_leaf(s) ⊕ t·LCW, then the bit at x mod 2^ν.
+    let leaf_off = p.leaf_offset();
+    let hs = hash(&s, rk_leaf);
+    let lane_mask = (1u64 << p.leaf_bits()) - 1;
+    for j in 0..GROUP {
+        // SAFETY: the leaf correction is the key's last 16 bytes.
+        let lcw = unsafe { _mm_loadu_si128(key_ptr[j].add(leaf_off).cast()) };
+        let t = lsb_mask(s[j], lsb_lo);
+        let v = _mm_xor_si128(hs[j], _mm_and_si128(lcw, t));
+        let mut words = [0u64; 2];
+        // SAFETY: `words` has room for 16 bytes.
+        unsafe { _mm_storeu_si128(words.as_mut_ptr().cast(), v) };
+        let lane = x[j] & lane_mask;
+        let word = words[usize::from(lane >= 64)];
+        out[j] = ((word >> (lane & 63)) & 1) ^ acc[j];
+    }
+    GROUP as u64 * u64::from(levels + 1)
+}

@@ -1,0 +1,201 @@
+//! The bit-output DCF/DPF walk on AVX2 with VAES, two evaluations per
+//! register: the VAES-256 counterpart of `walk.rs`.
+//!
+//! It computes exactly what core's `fss::eval_queries` computes (the
+//! conformance harness checks that bit for bit). Control bits become
+//! all-ones or all-zero 128-bit masks (AVX2 has no mask registers), and each
+//! key's correction words are prefetched a few levels ahead: with one key
+//! per evaluation every lane is its own memory stream, and core's walk, which
+//! cannot prefetch, waits on those streams at every level.
+
+use core::arch::x86_64::*;
+use suffuse_core::fss::{KeyBatch, Kind};
+
+use super::Vaes256;
+
+/// Evaluations per lockstep group: eight registers of two.
+const GROUP: usize = 16;
+const PAIRS: usize = GROUP / 2;
+/// How many levels ahead correction words are prefetched.
+const PREFETCH_LEVELS: u32 = 6;
+
+/// Bit-output evaluation of queries `first..first + points.len()`, query `q`
+/// being key `q / per_key` at `points[q − first]`, in whole groups; returns
+/// how many queries it did (a multiple of the group size) and the AES calls.
+///
+/// Callers check `walk::supports`, the buffer lengths and the key count.
+pub(crate) fn eval_bits(
+    h: &Vaes256,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    points: &[u64],
+    out: &mut [u64],
+) -> (usize, u64) {
+    let mut calls = 0;
+    let mut q = 0;
+    while q + GROUP <= points.len() {
+        // SAFETY: a `Vaes256` exists only after AVX2 and VAES were detected.
+        calls += unsafe {
+            walk_group(
+                h,
+                keys,
+                per_key,
+                first + q,
+                &points[q..q + GROUP],
+                &mut out[q..q + GROUP],
+            )
+        };
+        q += GROUP;
+    }
+    (q, calls)
+}
+
+/// Two 16-byte blocks at `a` (low lane) and `b` (high lane) as one register.
+///
+/// # Safety
+/// 16 readable bytes at each pointer; the CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn load2(a: *const u8, b: *const u8) -> __m256i {
+    // SAFETY: as documented.
+    unsafe { _mm256_loadu2_m128i(b.cast(), a.cast()) }
+}
+
+/// σ(x) = `(x_L ⊕ x_R) ‖ x_L` per 128-bit lane, as the hashes apply it.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn sigma(x: __m256i, hi_half: __m256i) -> __m256i {
+    _mm256_xor_si256(_mm256_shuffle_epi32(x, 0x4e), _mm256_and_si256(x, hi_half))
+}
+
+/// All ones in each 128-bit lane whose block has its low bit set.
+#[target_feature(enable = "avx2")]
+#[inline]
+fn lsb_mask(s: __m256i, lsb_lo: __m256i) -> __m256i {
+    let t = _mm256_sub_epi64(_mm256_setzero_si256(), _mm256_and_si256(s, lsb_lo));
+    // Copy the low word's mask to the high word of the same lane.
+    _mm256_shuffle_epi32(t, 0x44)
+}
+
+/// `H(s)` for every register: the fixed-key hash with round keys `rk`.
+#[target_feature(enable = "avx2,vaes")]
+#[inline]
+fn hash(s: &[__m256i; PAIRS], rk: &[__m256i; 11], hi_half: __m256i) -> [__m256i; PAIRS] {
+    let mut y = [_mm256_setzero_si256(); PAIRS];
+    let mut b = [_mm256_setzero_si256(); PAIRS];
+    for q in 0..PAIRS {
+        y[q] = sigma(s[q], hi_half);
+        b[q] = _mm256_xor_si256(y[q], rk[0]);
+    }
+    for k in &rk[1..10] {
+        for v in b.iter_mut() {
+            *v = _mm256_aesenc_epi128(*v, *k);
+        }
+    }
+    for q in 0..PAIRS {
+        b[q] = _mm256_xor_si256(_mm256_aesenclast_epi128(b[q], rk[10]), y[q]);
+    }
+    b
+}
+
+/// # Safety
+/// The CPU must support AVX2 and VAES; `points` and `out` hold `GROUP`
+/// entries and keys `first / per_key ..` cover them.
+#[target_feature(enable = "avx2,vaes")]
+unsafe fn walk_group(
+    h: &Vaes256,
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    points: &[u64],
+    out: &mut [u64],
+) -> u64 {
+    let p = keys.params();
+    let k = p.domain().bits();
+    let levels = p.levels();
+    let dcf = p.kind() == Kind::Dcf;
+    let rk_tree = &h.keys[0];
+    let rk_leaf = &h.keys[1];
+
+    let mut key_ptr = [core::ptr::null::<u8>(); GROUP];
+    let mut x = [0u64; GROUP];
+    for j in 0..GROUP {
+        key_ptr[j] = keys.key((first + j) / per_key).as_ptr();
+        x[j] = points[j] & p.domain().mask();
+    }
+    let lsb_lo = _mm256_set_epi64x(0, 1, 0, 1);
+    let hi_half = _mm256_set_epi64x(-1, 0, -1, 0);
+    let ones = _mm256_set1_epi64x(1);
+
+    let mut s = [_mm256_setzero_si256(); PAIRS];
+    let mut xv = [_mm256_setzero_si256(); PAIRS];
+    for q in 0..PAIRS {
+        let b = 2 * q;
+        // SAFETY: every key is `key_len ≥ 32` bytes; the root is its first 16.
+        s[q] = unsafe { load2(key_ptr[b], key_ptr[b + 1]) };
+        // Both 64-bit halves of a lane carry that lane's point.
+        xv[q] = _mm256_set_epi64x(x[b + 1] as i64, x[b + 1] as i64, x[b] as i64, x[b] as i64);
+    }
+    // DCF accumulator per lane, in the low bit of each lane's low half.
+    let mut acc = [_mm256_setzero_si256(); PAIRS];
+
+    for level in 0..levels {
+        let off = p.cw_offset(level);
+        if level + PREFETCH_LEVELS < levels {
+            let ahead = p.cw_offset(level + PREFETCH_LEVELS);
+            for ptr in key_ptr {
+                // SAFETY: prefetching never faults; the address is inside the key.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.add(ahead).cast()) };
+            }
+        }
+        let shift = _mm_set_epi64x(0, i64::from(k - 1 - level));
+        let hs = hash(&s, rk_tree, hi_half);
+        for q in 0..PAIRS {
+            let b = 2 * q;
+            // SAFETY: level < levels, so `off + 16 ≤ key_len` for every key.
+            let cw = unsafe { load2(key_ptr[b].add(off), key_ptr[b + 1].add(off)) };
+            let t = lsb_mask(s[q], lsb_lo);
+            let left = _mm256_xor_si256(hs[q], _mm256_and_si256(cw, t));
+            let right = _mm256_xor_si256(left, s[q]);
+            // All ones where x_i = 1 (both halves carry x).
+            let xb = _mm256_sub_epi64(
+                _mm256_setzero_si256(),
+                _mm256_and_si256(_mm256_srl_epi64(xv[q], shift), ones),
+            );
+            if dcf {
+                // x_i = 0: the right sibling's control bit shares [x < α]
+                // here.
+                let bit = _mm256_and_si256(right, lsb_lo);
+                acc[q] = _mm256_xor_si256(acc[q], _mm256_andnot_si256(xb, bit));
+            }
+            s[q] = _mm256_blendv_epi8(left, right, xb);
+        }
+    }
+
+    // Leaf: H_leaf(s) ⊕ t·LCW, then the bit at x mod 2^ν.
+    let leaf_off = p.leaf_offset();
+    let hs = hash(&s, rk_leaf, hi_half);
+    let lane_mask = (1u64 << p.leaf_bits()) - 1;
+    let mut leaf = [0u64; 2 * GROUP];
+    let mut accs = [0u64; 2 * GROUP];
+    for q in 0..PAIRS {
+        let b = 2 * q;
+        // SAFETY: the leaf correction is the key's last 16 bytes.
+        let lcw = unsafe { load2(key_ptr[b].add(leaf_off), key_ptr[b + 1].add(leaf_off)) };
+        let t = lsb_mask(s[q], lsb_lo);
+        let v = _mm256_xor_si256(hs[q], _mm256_and_si256(lcw, t));
+        // SAFETY: `leaf` and `accs` have room for four words at 4q.
+        unsafe {
+            _mm256_storeu_si256(leaf.as_mut_ptr().add(4 * q).cast(), v);
+            _mm256_storeu_si256(accs.as_mut_ptr().add(4 * q).cast(), acc[q]);
+        }
+    }
+    for j in 0..GROUP {
+        let lane = x[j] & lane_mask;
+        let word = leaf[2 * j + usize::from(lane >= 64)];
+        let bit = (word >> (lane & 63)) & 1;
+        out[j] = bit ^ (accs[2 * j] & 1);
+    }
+    GROUP as u64 * u64::from(levels + 1)
+}

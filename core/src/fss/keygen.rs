@@ -1,0 +1,280 @@
+//! Key generation, one key or a batch of keys walked level by level.
+//!
+//! Generating one key is a dependent chain: each level hashes both
+//! parties' seeds (two AES blocks) and the next level needs the result. A
+//! batch of `L` keys walked in lockstep puts `2L` independent blocks in
+//! flight per level, which is what pipelined AES needs; the maths per key is
+//! the same code with one lane.
+
+use super::{Kind, Output, Params, cond_neg, ct_eq, ct_lt, select_u64, write_word};
+use crate::error::Error;
+use crate::prg::{Block, Domain, HASH_CHUNK, Hasher};
+use crate::ring::Width;
+
+/// Keys walked in lockstep by [`generate`]: two hash blocks per key fill one
+/// `hash_many` call.
+pub const GEN_LANES: usize = HASH_CHUNK / 2;
+
+/// The secret inputs of a batch of key pairs: per key α, β, both parties'
+/// root seeds, and the uniform words ring-output DCFs draw.
+///
+/// Every field is secret; `Debug` shows only the shape.
+#[derive(Clone, Copy)]
+pub struct GenBatch<'a> {
+    params: Params,
+    alphas: &'a [u64],
+    betas: &'a [u64],
+    roots: &'a [[Block; 2]],
+    random: &'a [u64],
+}
+
+impl core::fmt::Debug for GenBatch<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GenBatch")
+            .field("params", &self.params)
+            .field("count", &self.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> GenBatch<'a> {
+    /// A batch of `alphas.len()` keys. `betas` and `roots` have one entry per
+    /// key (β is ignored for bit outputs); `random` has
+    /// [`Params::gen_random_words`] words per key, key-major.
+    pub fn new(
+        params: Params,
+        alphas: &'a [u64],
+        betas: &'a [u64],
+        roots: &'a [[Block; 2]],
+        random: &'a [u64],
+    ) -> Result<GenBatch<'a>, Error> {
+        let n = alphas.len();
+        let words = n.checked_mul(params.gen_random_words());
+        if betas.len() != n || roots.len() != n || words != Some(random.len()) {
+            return Err(Error::BufferLength);
+        }
+        Ok(GenBatch {
+            params,
+            alphas,
+            betas,
+            roots,
+            random,
+        })
+    }
+
+    /// The common parameters.
+    pub fn params(&self) -> Params {
+        self.params
+    }
+
+    /// The number of key pairs.
+    pub fn count(&self) -> usize {
+        self.alphas.len()
+    }
+
+    /// The sub-batch of keys `start..end`; panics if out of range.
+    pub fn slice(&self, start: usize, end: usize) -> GenBatch<'a> {
+        let w = self.params.gen_random_words();
+        GenBatch {
+            params: self.params,
+            alphas: &self.alphas[start..end],
+            betas: &self.betas[start..end],
+            roots: &self.roots[start..end],
+            random: &self.random[start * w..end * w],
+        }
+    }
+}
+
+/// Generates every key pair of `batch` into `key0` and `key1`
+/// (`count · key_len` bytes each, key-major), walking up to `lanes` keys in
+/// lockstep. `lanes = 1` is the one-at-a-time reference; any lane count
+/// writes the same bytes. Returns the AES calls made.
+pub fn generate<H: Hasher + ?Sized>(
+    aes: &H,
+    batch: &GenBatch<'_>,
+    key0: &mut [u8],
+    key1: &mut [u8],
+    lanes: usize,
+) -> Result<u64, Error> {
+    let len = batch.params.key_len();
+    let n = batch.count();
+    if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
+        return Err(Error::BufferLength);
+    }
+    let lanes = lanes.clamp(1, GEN_LANES);
+    let mut calls = 0;
+    let mut start = 0;
+    while start < n {
+        let end = n.min(start + lanes);
+        let part = batch.slice(start, end);
+        let (k0, k1) = (
+            &mut key0[start * len..end * len],
+            &mut key1[start * len..end * len],
+        );
+        calls += if lanes == 1 {
+            gen_group::<H, 1>(aes, &part, k0, k1)
+        } else {
+            gen_group::<H, GEN_LANES>(aes, &part, k0, k1)
+        };
+        start = end;
+    }
+    Ok(calls)
+}
+
+/// Per-lane state of a lockstep generation group.
+struct Lanes<const L: usize> {
+    s: [[Block; 2]; L],
+    delta: [Block; L],
+    a_hi: [u64; L],
+    a_lo: [u64; L],
+    beta: [u64; L],
+}
+
+/// One lockstep group of at most `L` key pairs.
+fn gen_group<H: Hasher + ?Sized, const L: usize>(
+    aes: &H,
+    batch: &GenBatch<'_>,
+    key0: &mut [u8],
+    key1: &mut [u8],
+) -> u64 {
+    let p = batch.params;
+    let n = batch.count();
+    let len = p.key_len();
+    let ring = match p.output {
+        Output::Bit => None,
+        Output::Ring(w) => Some(w),
+    };
+    let nu = p.leaf_bits();
+    let mut st = Lanes::<L> {
+        s: [[Block::ZERO; 2]; L],
+        delta: [Block::ZERO; L],
+        a_hi: [0; L],
+        a_lo: [0; L],
+        beta: [0; L],
+    };
+    for j in 0..n {
+        // α and β are secret: reduce them instead of branching on a range check.
+        let alpha = p.domain.reduce(batch.alphas[j]);
+        st.a_hi[j] = alpha >> nu;
+        st.a_lo[j] = alpha & ((1u64 << nu) - 1);
+        st.beta[j] = ring.map_or(1, |w| w.reduce(batch.betas[j]));
+        let [r0, r1] = batch.roots[j];
+        st.s[j] = [r0.with_lsb(0), r1.with_lsb(1)];
+        st.delta[j] = st.s[j][0] ^ st.s[j][1];
+        st.s[j][0].write(&mut key0[j * len..]);
+        st.s[j][1].write(&mut key1[j * len..]);
+    }
+    let mut calls = 0;
+    for level in 0..p.levels() {
+        calls += gen_level(aes, batch, &mut st, level, key0);
+    }
+    calls += gen_leaf(aes, batch, &st, key0);
+    for j in 0..n {
+        key1[j * len + 16..(j + 1) * len].copy_from_slice(&key0[j * len + 16..(j + 1) * len]);
+    }
+    calls
+}
+
+/// One tree level of every lane: the seed correction word and, for ring
+/// DCFs, the value correction.
+fn gen_level<H: Hasher + ?Sized, const L: usize>(
+    aes: &H,
+    batch: &GenBatch<'_>,
+    st: &mut Lanes<L>,
+    level: u32,
+    key0: &mut [u8],
+) -> u64 {
+    let p = batch.params;
+    let n = batch.count();
+    let len = p.key_len();
+    let levels = p.levels();
+    let off = p.cw_offset(level);
+    // Both parties' nodes of every lane in one call.
+    let mut h = [[Block::ZERO; 2]; L];
+    h[..n].copy_from_slice(&st.s[..n]);
+    let mut calls = aes.hash_many(Domain::Tree, h[..n].as_flattened_mut());
+    let mut right = [[Block::ZERO; 2]; L];
+    let mut a_i = [0u64; L];
+    for j in 0..n {
+        let [s0, s1] = st.s[j];
+        let [h0, h1] = h[j];
+        a_i[j] = (st.a_hi[j] >> (levels - 1 - level)) & 1;
+        // Keeps the child toward α on the path (difference Δ) and makes the
+        // other child's seeds equal.
+        let cw = h0 ^ h1 ^ (st.delta[j] & Block::mask(a_i[j] ^ 1));
+        cw.write(&mut key0[j * len + off..]);
+        let l0 = h0 ^ (cw & Block::mask(s0.lsb()));
+        let l1 = h1 ^ (cw & Block::mask(s1.lsb()));
+        right[j] = [l0 ^ s0, l1 ^ s1];
+        st.s[j] = [
+            l0 ^ (s0 & Block::mask(a_i[j])),
+            l1 ^ (s1 & Block::mask(a_i[j])),
+        ];
+    }
+    if let (Kind::Dcf, Output::Ring(w)) = (p.kind, p.output) {
+        let t0: [u64; L] = core::array::from_fn(|j| right[j][0].lsb());
+        calls += aes.hash_many(Domain::Value, right[..n].as_flattened_mut());
+        let words = p.gen_random_words();
+        for j in 0..n {
+            let random = batch.random[j * words + crate::ring::cast::usize_from_u32(level)];
+            let vcw = value_cw(w, right[j], t0[j], st.beta[j], a_i[j], random);
+            let at = j * len + off + 16;
+            write_word(&mut key0[at..at + p.value_bytes()], vcw);
+        }
+    }
+    calls
+}
+
+/// The value correction of one level from the hashed right siblings.
+fn value_cw(w: Width, hashed: [Block; 2], t0: u64, beta: u64, a_i: u64, random: u64) -> u64 {
+    let (v0, v1) = (hashed[0].low64(), hashed[1].low64());
+    // On path (α_i = 1): P0's +(v0 + t0·V) and P1's −(v1 + t1·V) must sum to
+    // β, so V = (β − v0 + v1)·(t0 − t1) with t0 − t1 = ±1.
+    let on = w.add(w.sub(beta, v0), v1);
+    let on = cond_neg(w, on, t0 ^ 1);
+    // Off path the siblings' seeds are equal and V cancels; a random V makes
+    // the two cases look alike.
+    select_u64(a_i, w.reduce(random), on)
+}
+
+/// The leaf correction block of every lane.
+fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
+    aes: &H,
+    batch: &GenBatch<'_>,
+    st: &Lanes<L>,
+    key0: &mut [u8],
+) -> u64 {
+    let p = batch.params;
+    let n = batch.count();
+    let len = p.key_len();
+    let dcf = p.kind == Kind::Dcf;
+    let lane_bits = p.lane_bits();
+    let mut g = [[Block::ZERO; 2]; L];
+    g[..n].copy_from_slice(&st.s[..n]);
+    let calls = aes.hash_many(Domain::Leaf, g[..n].as_flattened_mut());
+    for j in 0..n {
+        let a_lo = st.a_lo[j];
+        let payload_bit = |i: u32| -> u64 {
+            let i = u64::from(i);
+            if dcf { ct_lt(i, a_lo) } else { ct_eq(i, a_lo) }
+        };
+        let [g0, g1] = g[j];
+        let lcw = match p.output {
+            Output::Bit => g0 ^ g1 ^ Block::from_lanes(1, payload_bit),
+            Output::Ring(w) => {
+                let flip = st.s[j][0].lsb() ^ 1;
+                let beta = st.beta[j];
+                Block::from_lanes(lane_bits, |i| {
+                    let pj = beta & 0u64.wrapping_sub(payload_bit(i));
+                    let v = w.add(
+                        w.sub(pj, w.reduce(g0.lane(lane_bits, i))),
+                        w.reduce(g1.lane(lane_bits, i)),
+                    );
+                    cond_neg(w, v, flip)
+                })
+            }
+        };
+        lcw.write(&mut key0[j * len + p.leaf_offset()..]);
+    }
+    calls
+}

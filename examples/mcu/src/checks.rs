@@ -1,0 +1,402 @@
+//! The checks: each returns how many answers were wrong and records the
+//! stack every core call used.
+
+use cortex_m_semihosting::hprintln;
+use suffuse_core::batch::{BatchEval, Serial};
+use suffuse_core::compile::MAX_KEYS;
+use suffuse_core::error::{Error, WireError};
+use suffuse_core::fss::{Kind, Output, Params, Party};
+use suffuse_core::gate::{Eval, Gate, PartyKeys};
+use suffuse_core::prg::FixedKeyAes;
+use suffuse_core::ring::Width;
+use suffuse_core::{dcf, dpf, wire};
+
+use crate::Marks;
+use crate::kat::{FSS, GATES};
+use crate::known::{FssVector, GateTranscript};
+use crate::stack::high_water;
+
+/// Largest transcript batch, gate DCF key, key-batch key, scratch and
+/// message (checked at run time).
+const MAX_ELEMENTS: usize = 8;
+const MAX_KEY: usize = 256;
+const MAX_BATCH_KEY: usize = 2048;
+const MAX_SCRATCH: usize = 1024;
+const MAX_MESSAGE: usize = 128;
+/// What the `plant-wrong-answer` feature adds to the first expected value.
+const PLANTED: u64 = if cfg!(feature = "plant-wrong-answer") {
+    1
+} else {
+    0
+};
+
+/// DPF full-domain evaluation runs for k up to this (2^k output words).
+const FULL_DOMAIN_BITS: u32 = 5;
+
+/// Memory too large for the stack: one party's buffers, reused by every
+/// transcript.
+struct Buffers {
+    keys: [[u8; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
+    scratch: [u64; MAX_SCRATCH],
+    send: [u8; MAX_MESSAGE],
+    batch: [u8; wire::KEY_HEADER_LEN + MAX_BATCH_KEY + 1],
+}
+
+static mut BUFFERS: Buffers = Buffers {
+    keys: [[0; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
+    scratch: [0; MAX_SCRATCH],
+    send: [0; MAX_MESSAGE],
+    batch: [0; wire::KEY_HEADER_LEN + MAX_BATCH_KEY + 1],
+};
+
+/// The buffers; called once, from [`gates`] or [`key_parser`] in turn.
+fn buffers() -> &'static mut Buffers {
+    // SAFETY: single core, no interrupt handler touches BUFFERS, and each
+    // caller's borrow ends before the next call (main runs the checks in
+    // sequence), so no two live references exist.
+    unsafe { &mut *core::ptr::addr_of_mut!(BUFFERS) }
+}
+
+const PARTIES: [Party; 2] = [Party::P0, Party::P1];
+
+fn params_of(v: &FssVector) -> Params {
+    Params::new(v.kind, Width::of(v.k), v.output)
+}
+
+fn reconstruct(output: Output, a: u64, b: u64) -> u64 {
+    match output {
+        Output::Bit => a ^ b,
+        Output::Ring(w) => w.add(a, b),
+    }
+}
+
+/// Every vector: both parties at every point, the reconstruction, and the
+/// full domain of small DPFs.
+pub fn fss_vectors(marks: &mut Marks) -> usize {
+    let aes = FixedKeyAes::new();
+    let mut wrong = 0;
+    let mut points = 0;
+    for (index, v) in FSS.iter().enumerate() {
+        let p = params_of(v);
+        let mut bad = 0;
+        for (point, &x) in v.points.iter().enumerate() {
+            let mut y = [0u64; 2];
+            for (i, (party, out)) in PARTIES.into_iter().zip(&mut y).enumerate() {
+                let key = v.keys[i];
+                let (r, used) = match v.kind {
+                    Kind::Dcf => high_water(|| dcf::eval(&aes, &p, party, key, x)),
+                    Kind::Dpf => high_water(|| dpf::eval(&aes, &p, party, key, x)),
+                };
+                marks.record(eval_name(v.kind), used);
+                *out = r.unwrap_or(u64::MAX);
+                bad += usize::from(*out != v.outs[i][point]);
+            }
+            let planted = if index == 0 && point == 0 { PLANTED } else { 0 };
+            bad += usize::from(reconstruct(v.output, y[0], y[1]) != v.values[point] ^ planted);
+            points += 1;
+        }
+        if v.kind == Kind::Dpf && v.k <= FULL_DOMAIN_BITS {
+            bad += full_domain(&aes, v, &p, marks);
+        }
+        if bad != 0 {
+            hprintln!("fss vector {}: {} wrong answers", v.name, bad);
+        }
+        wrong += bad;
+    }
+    hprintln!(
+        "fss vectors: {} of {} passed ({} points, both parties)",
+        FSS.len() - usize::from(wrong != 0).min(FSS.len()),
+        FSS.len(),
+        points
+    );
+    wrong
+}
+
+fn eval_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Dcf => "dcf::eval",
+        Kind::Dpf => "dpf::eval",
+    }
+}
+
+/// A small DPF over its whole domain must agree with its point outputs.
+fn full_domain(aes: &FixedKeyAes, v: &FssVector, p: &Params, marks: &mut Marks) -> usize {
+    let mut bad = 0;
+    let mut outs = [[0u64; 1 << FULL_DOMAIN_BITS]; 2];
+    let size = 1usize << v.k;
+    for (i, party) in PARTIES.into_iter().enumerate() {
+        let out = &mut outs[i][..size];
+        let key = v.keys[i];
+        let (r, used) = high_water(|| dpf::eval_full_domain(aes, p, party, key, out));
+        marks.record("dpf::eval_full_domain", used);
+        bad += usize::from(r.is_err());
+    }
+    for (i, &x) in v.points.iter().enumerate() {
+        let x = usize::try_from(x).unwrap_or(0) % size;
+        bad += usize::from(reconstruct(v.output, outs[0][x], outs[1][x]) != v.values[i]);
+    }
+    bad
+}
+
+/// The corruptions of a valid key batch and the error each must produce.
+const CORRUPTIONS: [(&str, Corruption, WireError); 10] = [
+    ("magic", Corruption::Byte(0, b'X'), WireError::BadMagic),
+    (
+        "version 2",
+        Corruption::Byte(4, 2),
+        WireError::UnsupportedVersion,
+    ),
+    ("kind tag 7", Corruption::Byte(6, 7), WireError::UnknownTag),
+    ("input width 0", Corruption::Byte(8, 0), WireError::BadWidth),
+    (
+        "input width 65",
+        Corruption::Byte(8, 65),
+        WireError::BadWidth,
+    ),
+    ("party 2", Corruption::Byte(10, 2), WireError::UnknownTag),
+    (
+        "reserved byte",
+        Corruption::Byte(11, 1),
+        WireError::ReservedNonZero,
+    ),
+    (
+        "count 2^64-1",
+        Corruption::Count(u64::MAX),
+        WireError::CountOverflow,
+    ),
+    (
+        "one byte short",
+        Corruption::Length(-1),
+        WireError::Truncated,
+    ),
+    (
+        "one byte extra",
+        Corruption::Length(1),
+        WireError::TrailingBytes,
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum Corruption {
+    Byte(usize, u8),
+    Count(u64),
+    Length(isize),
+}
+
+/// The key-batch parser: a valid batch parses and evaluates to the
+/// vector's outputs; each corruption gives its typed error.
+pub fn key_parser(marks: &mut Marks) -> usize {
+    let b = buffers();
+    let Some(v) = FSS.iter().find(|v| v.kind == Kind::Dcf && v.k == 64) else {
+        hprintln!("key parser: no k = 64 DCF vector");
+        return 1;
+    };
+    let p = params_of(v);
+    let key = v.keys[1];
+    let len = wire::KEY_HEADER_LEN + key.len();
+    if len + 1 > b.batch.len() {
+        hprintln!("key parser: the batch buffer is too small");
+        return 1;
+    }
+    let valid = {
+        let mut bytes = [0u8; wire::KEY_HEADER_LEN];
+        bytes.copy_from_slice(&wire::write_key_header(&p, Party::P1, 1));
+        bytes
+    };
+    let mut wrong = 0;
+    let serial = Serial::new();
+    b.batch[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
+    b.batch[wire::KEY_HEADER_LEN..len].copy_from_slice(key);
+    let (parsed, used) = high_water(|| wire::parse_key_batch(&b.batch[..len]));
+    marks.record("wire::parse_key_batch", used);
+    match parsed {
+        Ok(keys) => {
+            let mut out = [0u64; 16];
+            let out = &mut out[..v.points.len()];
+            let (r, used) = high_water(|| serial.eval(&keys, v.points, out));
+            marks.record("Serial::eval (BatchEval)", used);
+            let ok = r.is_ok() && out == v.outs[1];
+            wrong += usize::from(!ok);
+            hprintln!(
+                "key parser: valid {} batch parsed, {} points evaluated: {}",
+                v.name,
+                v.points.len(),
+                if ok { "equal to the vector" } else { "WRONG" }
+            );
+        }
+        Err(e) => {
+            hprintln!("key parser: valid batch refused: {:?}", e);
+            wrong += 1;
+        }
+    }
+    for (name, corruption, want) in CORRUPTIONS {
+        b.batch[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
+        b.batch[len] = 0;
+        let end = match corruption {
+            Corruption::Byte(at, value) => {
+                b.batch[at] = value;
+                len
+            }
+            Corruption::Count(c) => {
+                b.batch[12..20].copy_from_slice(&c.to_le_bytes());
+                len
+            }
+            Corruption::Length(d) => len.saturating_add_signed(d),
+        };
+        let (got, used) = high_water(|| wire::parse_key_batch(&b.batch[..end]).map(|_| ()));
+        marks.record("wire::parse_key_batch", used);
+        let ok = got == Err(want);
+        wrong += usize::from(!ok);
+        hprintln!(
+            "key parser: {:<15} -> {:?} ({})",
+            name,
+            got.err(),
+            if ok { "expected" } else { "WRONG" }
+        );
+    }
+    wrong
+}
+
+/// Every recorded gate transcript, played from this party's side.
+pub fn gates(marks: &mut Marks) -> usize {
+    GATES.iter().map(|t| gate_transcript(t, marks)).sum()
+}
+
+fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
+    let b = buffers();
+    let gate = match t.gate {
+        Ok(g) => g,
+        Err(e) => {
+            hprintln!("gate {}: construction failed: {:?}", t.name, e);
+            return 1;
+        }
+    };
+    match run_party(gate, t, &mut b.keys, &mut b.scratch, &mut b.send, marks) {
+        Ok(wrong) => wrong,
+        Err(e) => {
+            hprintln!("gate {}: core error {:?}", t.name, e);
+            1
+        }
+    }
+}
+
+/// Plays one party of a transcript; returns the number of wrong answers.
+fn run_party(
+    gate: &Gate,
+    t: &GateTranscript,
+    keys: &mut [[u8; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
+    scratch: &mut [u64; MAX_SCRATCH],
+    send: &mut [u8; MAX_MESSAGE],
+    marks: &mut Marks,
+) -> Result<usize, Error> {
+    let aes = FixedKeyAes::new();
+    let serial = Serial::new();
+    let party = if t.party == 0 { Party::P0 } else { Party::P1 };
+    let n = t.input.len();
+    let words = gate.scratch_words(n);
+    if n > MAX_ELEMENTS || words > scratch.len() {
+        hprintln!(
+            "gate {}: {} elements need {} scratch words",
+            t.name,
+            n,
+            words
+        );
+        return Ok(1);
+    }
+    // Key bodies as a key file holds them; the roots come from the seed.
+    let [k0, k1, k2] = keys;
+    let mut dcf: [&mut [u8]; MAX_KEYS] = [
+        &mut k0[..t.dcf[0].len()],
+        &mut k1[..t.dcf[1].len()],
+        &mut k2[..t.dcf[2].len()],
+    ];
+    for (d, s) in dcf.iter_mut().zip(&t.dcf) {
+        d.copy_from_slice(s);
+    }
+    let (r, used) = high_water(|| gate.fill_roots(&aes, party, &t.seed, t.first, &mut dcf));
+    marks.record("Gate::fill_roots", used);
+    r?;
+    let [d0, d1, d2] = dcf;
+    let keys = PartyKeys {
+        dcf: [&*d0, &*d1, &*d2],
+        explicit: t.explicit,
+    };
+    let scratch = &mut scratch[..words];
+    let (ev, used) =
+        high_water(|| Eval::new(gate, &aes, party, &t.seed, None, t.first, n, keys, scratch));
+    marks.record("Eval::new", used);
+    let mut ev = ev?;
+    let mut messages_wrong = 0;
+    if ev.rounds() != t.sent.len() || ev.rounds() != t.received.len() {
+        hprintln!(
+            "gate {}: {} rounds, transcript has {}",
+            t.name,
+            ev.rounds(),
+            t.sent.len()
+        );
+        return Ok(1);
+    }
+    for i in 0..ev.rounds() {
+        let len = ev.send_len(i);
+        let out = &mut send[..len];
+        let (r, used) = high_water(|| ev.prepare(i, t.input, out));
+        marks.record("Eval::prepare", used);
+        r?;
+        messages_wrong += usize::from(*out != *t.sent[i]);
+        let (r, used) = high_water(|| ev.finish(i, t.received[i], &serial));
+        marks.record("Eval::finish", used);
+        r?;
+    }
+    let mut arith = [0u64; 2 * MAX_ELEMENTS];
+    let mut bits = [0u64; 4 * MAX_ELEMENTS];
+    let arith = &mut arith[..n * gate.outputs()];
+    let bits = &mut bits[..n * gate.bit_outputs()];
+    let (r, used) = high_water(|| ev.outputs(arith, bits));
+    marks.record("Eval::outputs", used);
+    r?;
+    let shares_ok = *arith == *t.arith && *bits == *t.bits;
+    let reference_ok = reference_agrees(gate, t, arith, bits, marks);
+    let verdict = |ok: bool| if ok { "equal" } else { "WRONG" };
+    hprintln!(
+        "gate {} P{}: {} elements, {} rounds; sent messages {} to the host's, output shares {} to the host's, reconstruction {} to the reference",
+        t.name,
+        t.party,
+        n,
+        ev.rounds(),
+        verdict(messages_wrong == 0),
+        verdict(shares_ok),
+        verdict(reference_ok)
+    );
+    Ok(messages_wrong + usize::from(!shares_ok) + usize::from(!reference_ok))
+}
+
+/// My shares plus the peer's recorded ones equal `Gate::reference`,
+/// computed on this target.
+fn reference_agrees(
+    gate: &Gate,
+    t: &GateTranscript,
+    arith: &[u64],
+    bits: &[u64],
+    marks: &mut Marks,
+) -> bool {
+    let (outs, nb) = (gate.outputs(), gate.bit_outputs());
+    let mut ok = t.peer_arith.len() == arith.len() && t.peer_bits.len() == bits.len();
+    for (j, &x) in t.xs.iter().enumerate() {
+        let mut want = [0u64; 2];
+        let (bitmask, used) = high_water(|| gate.reference(x, &mut want));
+        marks.record("Gate::reference", used);
+        for o in 0..outs {
+            let ring = gate.phi.outputs[o].ring;
+            let got = ring.add(
+                arith[j * outs + o],
+                t.peer_arith.get(j * outs + o).copied().unwrap_or(0),
+            );
+            ok &= got == want[o];
+        }
+        for o in 0..nb {
+            let got = bits[j * nb + o] ^ t.peer_bits.get(j * nb + o).copied().unwrap_or(0);
+            ok &= got == u64::from((bitmask >> o) & 1);
+        }
+    }
+    ok
+}
