@@ -1016,7 +1016,7 @@ impl Plan {
 }
 
 /// `C(n, k)` for `n ≤ MAX_DEGREE`.
-const fn binomial(n: usize, k: usize) -> u64 {
+pub(crate) const fn binomial(n: usize, k: usize) -> u64 {
     const TABLE: [[u64; 4]; 4] = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 2, 1, 0], [1, 3, 3, 1]];
     TABLE[n][k]
 }

@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest as _, Sha256};
 
+pub mod chat;
 mod checkpoint;
 mod decoder;
 mod generate;
+pub mod gguf;
 mod tokenizer;
 
 pub use decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer, RopeStyle};
@@ -474,6 +476,12 @@ pub enum ModelError {
     /// A sequence with no tokens, which has no embedding.
     #[error("empty token sequence (a sequence needs at least one token)")]
     EmptySequence,
+    /// A GGUF file is malformed or lacks what the model needs.
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    /// A chat template does not compile or does not render.
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
 }
 
 impl Model {

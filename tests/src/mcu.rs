@@ -21,7 +21,7 @@ use suffuse_core::batch::Serial;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::{Eval, Gate, Input, PartyKeys, relu};
+use suffuse_core::gate::{Eval, Gate, Input, PartyKeys, Protocol, relu};
 use suffuse_core::phi::{Phi, PolyMode};
 use suffuse_core::prg::{Block, FixedKeyAes, Prg};
 use suffuse_core::ring::Width;
@@ -242,7 +242,10 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
             dcf: full[i].each_ref().map(Vec::as_slice),
             explicit: explicit_of(p),
         };
-        Eval::new(&gate, &aes, p, &seeds[i], None, FIRST, n, keys, s).unwrap()
+        Eval::new(
+            &gate, &aes, p, &seeds[i], None, FIRST, n, keys, &inputs[i], s,
+        )
+        .unwrap()
     });
     let serial = Serial::new();
     let mut sent: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
@@ -250,7 +253,7 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
         let len = evals[0].send_len(i);
         for p in 0..2 {
             let mut buf = vec![0u8; len];
-            evals[p].prepare(i, &inputs[p], &mut buf).unwrap();
+            evals[p].prepare(i, &mut buf).unwrap();
             sent[p].push(buf);
         }
         for p in 0..2 {

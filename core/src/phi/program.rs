@@ -32,7 +32,9 @@
 use crate::compile::Compiled;
 use crate::error::{Error, SufError};
 use crate::fss::Party;
-use crate::phi::{Factor, MAX_B2A, MAX_BEAVER, MAX_FACTORS, MAX_OUTPUTS, Phi, Plan, Public};
+use crate::phi::{
+    Factor, MAX_B2A, MAX_BEAVER, MAX_FACTORS, MAX_OUTPUTS, Phi, Plan, Public, binomial,
+};
 use crate::ring::{Width, cast};
 use crate::suf::{MAX_ARITH, MAX_DEGREE};
 
@@ -607,12 +609,6 @@ const fn public_eq(a: Public, b: Public) -> bool {
         }
         _ => false,
     }
-}
-
-/// `C(n, k)` for `n ≤ MAX_DEGREE`.
-const fn binomial(n: usize, k: usize) -> u64 {
-    const TABLE: [[u64; 4]; 4] = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 2, 1, 0], [1, 3, 3, 1]];
-    TABLE[n][k]
 }
 
 /// What a section reads, for `n` elements.

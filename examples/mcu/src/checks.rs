@@ -6,7 +6,7 @@ use suffuse_core::batch::{BatchEval, Serial};
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::error::{Error, WireError};
 use suffuse_core::fss::{Kind, Output, Params, Party};
-use suffuse_core::gate::{Eval, Gate, PartyKeys};
+use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::prg::FixedKeyAes;
 use suffuse_core::ring::Width;
 use suffuse_core::{dcf, dpf, wire};
@@ -21,7 +21,9 @@ use crate::stack::high_water;
 const MAX_ELEMENTS: usize = 8;
 const MAX_KEY: usize = 256;
 const MAX_BATCH_KEY: usize = 2048;
-const MAX_SCRATCH: usize = 1024;
+// The compiled Φ program's columns are one 64-element block long whatever
+// the batch, so a GeLU of 8 elements needs 1472 words.
+const MAX_SCRATCH: usize = 2048;
 const MAX_MESSAGE: usize = 128;
 /// What the `plant-wrong-answer` feature adds to the first expected value.
 const PLANTED: u64 = if cfg!(feature = "plant-wrong-answer") {
@@ -322,8 +324,11 @@ fn run_party(
         explicit: t.explicit,
     };
     let scratch = &mut scratch[..words];
-    let (ev, used) =
-        high_water(|| Eval::new(gate, &aes, party, &t.seed, None, t.first, n, keys, scratch));
+    let (ev, used) = high_water(|| {
+        Eval::new(
+            gate, &aes, party, &t.seed, None, t.first, n, keys, t.input, scratch,
+        )
+    });
     marks.record("Eval::new", used);
     let mut ev = ev?;
     let mut messages_wrong = 0;
@@ -339,7 +344,7 @@ fn run_party(
     for i in 0..ev.rounds() {
         let len = ev.send_len(i);
         let out = &mut send[..len];
-        let (r, used) = high_water(|| ev.prepare(i, t.input, out));
+        let (r, used) = high_water(|| ev.prepare(i, out));
         marks.record("Eval::prepare", used);
         r?;
         messages_wrong += usize::from(*out != *t.sent[i]);
