@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::dealer::random;
 use crate::fixed::{FRAC, decode, encode};
-use crate::model::{Model, ModelError};
+use crate::model::{Model, ModelError, ModelRef};
 use crate::net::{FrameKind as Frame, Link, NetError, Timeouts, get_words, put_words};
 use crate::party::{InputShares, PartyReport};
-use crate::plan::{Finish, Plan, PlanError, bert, hex};
+use crate::plan::{Finish, Plan, PlanError, hex};
 use crate::reference::ClearInputs;
 
 /// Why the client failed.
@@ -75,7 +75,7 @@ pub enum ClientError {
 /// The cleartext inputs for sentences padded to the plan's shape.
 pub fn clear_inputs(
     model: &Model,
-    plan: &Plan,
+    plan: &ClientView,
     batch: &[Vec<u32>],
 ) -> Result<ClearInputs, ClientError> {
     let (b, l, d) = (plan.batch, plan.seq, plan.hidden);
@@ -117,7 +117,7 @@ pub fn clear_inputs(
     Ok(ClearInputs {
         x,
         bias,
-        mask: plan.inputs.mask.map(|_| mask),
+        mask: plan.mask.then_some(mask),
     })
 }
 
@@ -155,7 +155,7 @@ pub fn share(inputs: &ClearInputs) -> Result<[InputShares; 2], ClientError> {
 
 /// Turns the reconstructed output tensor into embeddings, one per given
 /// sentence.
-pub fn finish(plan: &Plan, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> {
+pub fn finish(plan: &ClientView, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> {
     let d = plan.hidden;
     batch
         .iter()
@@ -182,6 +182,56 @@ pub fn finish(plan: &Plan, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> 
         .collect()
 }
 
+/// What the client needs from a plan, sent in the servers' hellos so that
+/// the client never builds the plan (spectral bounds and all). Every field
+/// is derived from the plan and covered by its hash; the two servers must
+/// send the same view, and the model digest must be the client's own.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClientView {
+    /// The model's digest (hex).
+    pub model_digest: String,
+    /// Sentences per run (1 for a decoder).
+    pub batch: usize,
+    /// Tokens per sentence, or a decoder's prompt bucket.
+    pub seq: usize,
+    /// Width of an embedding row.
+    pub hidden: usize,
+    /// Whether the client sends a pooling mask.
+    pub mask: bool,
+    /// The attention bias of a padded position.
+    pub pad_bias: u64,
+    /// How the output is finished (encoders).
+    pub finish: Finish,
+    /// Whether the embedding is L2-normalized (encoders).
+    pub normalize: bool,
+    /// Decode passes after the prefill (decoders).
+    pub decode_steps: usize,
+    /// Words of the output tensor.
+    pub output_len: usize,
+    /// Fraction bits of the output tensor.
+    pub output_scale: u32,
+}
+
+impl ClientView {
+    /// The view of a plan.
+    pub fn of(plan: &Plan) -> ClientView {
+        let out = &plan.tensors[plan.output];
+        ClientView {
+            model_digest: hex(&plan.model_digest),
+            batch: plan.batch,
+            seq: plan.seq,
+            hidden: plan.hidden,
+            mask: plan.inputs.mask.is_some(),
+            pad_bias: plan.pad_bias,
+            finish: plan.finish,
+            normalize: plan.normalize,
+            decode_steps: plan.shape().decode_steps,
+            output_len: out.len(),
+            output_scale: out.scale,
+        }
+    }
+}
+
 /// A client's hello and a server's answer.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -202,6 +252,8 @@ pub enum Hello {
         seq: usize,
         /// The model.
         model: String,
+        /// What the client needs from the plan.
+        view: ClientView,
     },
 }
 
@@ -239,13 +291,30 @@ pub struct QueryOutcome {
 /// for one query.
 pub struct Connected {
     links: [Link; 2],
-    plan: std::sync::Arc<Plan>,
+    view: ClientView,
+    plan_hash: String,
 }
 
 impl Connected {
     /// Tokens per sentence (the padded length the keys were dealt for).
     pub fn seq(&self) -> usize {
-        self.plan.seq
+        self.view.seq
+    }
+
+    /// What the servers' plan tells the client.
+    pub fn view(&self) -> &ClientView {
+        &self.view
+    }
+
+    /// The connections to P0 and P1, for a protocol on top of the hello
+    /// (generation).
+    pub fn links(&mut self) -> &mut [Link; 2] {
+        &mut self.links
+    }
+
+    /// The plan both servers run (hex).
+    pub fn plan_hash(&self) -> &str {
+        &self.plan_hash
     }
 
     /// Runs the query on `batch` (token ids). On an error the servers are
@@ -262,7 +331,7 @@ impl Connected {
     }
 
     fn exchange(&mut self, model: &Model, batch: &[Vec<u32>]) -> Result<QueryOutcome, ClientError> {
-        let plan = &self.plan;
+        let plan = &self.view;
         let inputs = clear_inputs(model, plan, batch)?;
         let shares = share(&inputs)?;
         let start = Instant::now();
@@ -273,7 +342,7 @@ impl Connected {
             }
             link.send(Frame::Input, 0, &payload).map_err(net(i))?;
         }
-        let out_len = plan.tensors[plan.output].len();
+        let out_len = plan.output_len;
         let mut outputs = Vec::new();
         let mut reports = Vec::new();
         for (i, link) in self.links.iter_mut().enumerate() {
@@ -298,7 +367,7 @@ impl Connected {
             output,
             reports: [r0, r1],
             online_s,
-            plan_hash: hex(&plan.hash),
+            plan_hash: self.plan_hash.clone(),
         })
     }
 }
@@ -311,12 +380,16 @@ fn net(server: usize) -> impl Fn(NetError) -> ClientError {
 }
 
 /// Connects to both servers, exchanges hellos and checks that they hold
-/// the same key set for the plan that `model` gives at their shape.
-pub fn connect(
-    model: &Model,
+/// the same key set and plan, for `model` (by its digest).
+pub fn connect<'a>(
+    model: impl Into<ModelRef<'a>>,
     servers: [&str; 2],
     timeouts: Timeouts,
 ) -> Result<Connected, ClientError> {
+    let digest = match model.into() {
+        ModelRef::Encoder(m) => hex(&m.digest()),
+        ModelRef::Decoder(m) => hex(&m.digest()),
+    };
     let mut links = [
         Link::connect(servers[0], timeouts).map_err(net(0))?,
         Link::connect(servers[1], timeouts).map_err(net(1))?,
@@ -329,10 +402,9 @@ pub fn connect(
                 party,
                 plan_hash,
                 key_set,
-                batch,
-                seq,
+                view,
                 ..
-            }) if usize::from(party) == i => shapes.push((plan_hash, key_set, batch, seq)),
+            }) if usize::from(party) == i => shapes.push((plan_hash, key_set, view)),
             Ok(other) => {
                 return Err(ClientError::Mismatch(format!(
                     "server {i} ({}) introduced itself as {other:?}",
@@ -348,15 +420,18 @@ pub fn connect(
             shapes[0], shapes[1]
         )));
     }
-    let (hash, _, b, seq) = shapes.swap_remove(0);
-    let plan = bert::build(model, b, seq)?;
-    if plan.hash_hex() != hash {
+    let (plan_hash, _, view) = shapes.swap_remove(0);
+    if view.model_digest != digest {
         return Err(ClientError::Mismatch(format!(
-            "the servers run plan {hash}, but this model and shape give {}: a different model?",
-            plan.hash_hex()
+            "the servers run model {}, but this client's model is {digest}: a different model?",
+            view.model_digest
         )));
     }
-    Ok(Connected { links, plan })
+    Ok(Connected {
+        links,
+        view,
+        plan_hash,
+    })
 }
 
 /// Asks two servers for the embeddings of `batch` (token ids).
@@ -379,7 +454,7 @@ pub fn output_frame(share: &[u64], report: &PartyReport) -> Vec<u8> {
     out
 }
 
-fn split_output(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), String> {
+pub(crate) fn split_output(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), String> {
     if bytes.len() < 4 {
         return Err("output frame too short".into());
     }

@@ -8,6 +8,8 @@ use suffuse_core::batch::{BatchEval, MatShape};
 
 use crate::plan::{Kind, Plan};
 
+mod layout;
+
 /// Tensor values by slot; a slot is empty before it is written and after
 /// its last use.
 #[derive(Debug, Default)]
@@ -263,8 +265,11 @@ pub fn run_local(
                 .flat_map(|row| row.iter().copied())
                 .collect()
         }
-        // Steps are not local.
-        _ => return Ok(()),
+        kind => match layout::run(plan, kind, store) {
+            Some(out) => out?,
+            // Steps are not local.
+            None => return Ok(()),
+        },
     };
     let o = plan.ops[i].kind.output();
     store.set(plan, o, out)

@@ -15,10 +15,10 @@ use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello};
 use crate::keyfile::{KeyFileError, KeyReader};
-use crate::model::Model;
+use crate::model::ModelRef;
 use crate::net::{FrameKind as Frame, Link, Listener, NetError, Timeouts, get_words};
-use crate::party::{self, InputShares, PartyError, PartyReport};
-use crate::plan::{PlanError, bert, hex};
+use crate::party::{self, InputShares, PartyError, PartyReport, PassIo};
+use crate::plan::{self, Plan, PlanError, Shape, hex};
 
 /// Why a server failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +56,8 @@ fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
 /// Serves one query with the keys at `keys`, heavy operations on `fss`, and
 /// returns this party's figures. `peer` is P0's address (used by P1 only).
 #[allow(clippy::too_many_arguments)]
-pub fn serve(
-    model: &Model,
+pub fn serve<'a>(
+    model: impl Into<ModelRef<'a>>,
     party: Party,
     keys: &Path,
     listener: &Listener,
@@ -67,7 +67,12 @@ pub fn serve(
 ) -> Result<PartyReport, ServeError> {
     let reader = KeyReader::open_unspent(keys)?;
     let summary = reader.header.summary.clone();
-    let plan = bert::build(model, summary.batch, summary.seq)?;
+    let shape = Shape {
+        batch: summary.batch,
+        seq: summary.seq,
+        decode_steps: summary.decode_steps,
+    };
+    let plan = plan::build(model, shape)?;
     let me = u8::from(party == Party::P1);
     reader.check(me, &plan.hash)?;
     let hello = Hello::Server {
@@ -77,6 +82,7 @@ pub fn serve(
         batch: plan.batch,
         seq: plan.seq,
         model: plan.model.clone(),
+        view: client::ClientView::of(&plan),
     };
     let (mut peer_link, mut client_link) = match party {
         Party::P0 => accept_both(listener, &hello, timeouts)?,
@@ -121,11 +127,78 @@ fn run_query(
         mask: plan.inputs.mask.map(|_| mask.to_vec()),
     };
     reader.spend()?;
-    let (share, report) = party::run(plan, party, reader, peer, fss, inputs)?;
-    client_link
-        .send(Frame::Output, 0, &client::output_frame(&share, &report))
-        .map_err(net("sending the output share"))?;
-    Ok(report)
+    let mut io = ClientPasses {
+        plan,
+        link: client_link,
+        failed: None,
+    };
+    let report = party::run_passes(plan, party, reader, peer, fss, inputs, &mut io);
+    match io.failed {
+        Some(e) => Err(e),
+        None => Ok(report?),
+    }
+}
+
+/// The client's link as the source of later passes' inputs and the sink
+/// of every pass's output share. An input frame with no payload stops the
+/// generation.
+struct ClientPasses<'a> {
+    plan: &'a Plan,
+    link: &'a mut Link,
+    /// The network error behind a [`PartyError::Client`], kept whole.
+    failed: Option<ServeError>,
+}
+
+impl ClientPasses<'_> {
+    fn fail(&mut self, e: ServeError) -> PartyError {
+        let why = e.to_string();
+        self.failed = Some(e);
+        PartyError::Client(why)
+    }
+}
+
+impl PassIo for ClientPasses<'_> {
+    fn input(&mut self, pass: usize) -> Result<Option<InputShares>, PartyError> {
+        let p = self.plan.passes[pass];
+        let (x_len, b_len) = (
+            self.plan.tensors[p.x].len(),
+            self.plan.tensors[p.bias].len(),
+        );
+        let bytes = match self.link.recv(Frame::Input, pass as u32, None) {
+            Ok(b) => b,
+            Err(e) => return Err(self.fail(net("receiving the client's input")(e))),
+        };
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        if bytes.len() != 8 * (x_len + b_len) {
+            let why = format!(
+                "pass {pass}: the client sent {} bytes of input, the plan needs {}",
+                bytes.len(),
+                8 * (x_len + b_len)
+            );
+            return Err(self.fail(ServeError::Mismatch(why)));
+        }
+        let words = get_words(&bytes);
+        let (x, bias) = words.split_at(x_len);
+        Ok(Some(InputShares {
+            x: x.to_vec(),
+            bias: bias.to_vec(),
+            mask: None,
+        }))
+    }
+
+    fn output(
+        &mut self,
+        pass: usize,
+        share: Vec<u64>,
+        so_far: &PartyReport,
+    ) -> Result<(), PartyError> {
+        let frame = client::output_frame(&share, so_far);
+        self.link
+            .send(Frame::Output, pass as u32, &frame)
+            .map_err(|e| self.fail(net("sending the output share")(e)))
+    }
 }
 
 /// P0: accepts connections until it has met its peer and a client.

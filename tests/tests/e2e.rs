@@ -79,13 +79,17 @@ fn padding_changes_no_bit_of_any_embedding() {
     );
     let seq = batch.iter().map(Vec::len).max().unwrap();
     let plan = bert::build(&model, batch.len(), seq).unwrap();
-    let inputs = client::clear_inputs(&model, &plan, &batch).unwrap();
+    let inputs = client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap();
     let together = reference::run(&plan, &inputs, backend::auto()).unwrap();
     let d = model.config.hidden;
     for (i, t) in batch.iter().enumerate() {
         let alone_plan = bert::build(&model, 1, t.len()).unwrap();
-        let alone_inputs =
-            client::clear_inputs(&model, &alone_plan, std::slice::from_ref(t)).unwrap();
+        let alone_inputs = client::clear_inputs(
+            &model,
+            &client::ClientView::of(&alone_plan),
+            std::slice::from_ref(t),
+        )
+        .unwrap();
         let alone = reference::run(&alone_plan, &alone_inputs, backend::auto()).unwrap();
         assert_eq!(
             alone,
@@ -153,7 +157,7 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let plan = bert::build(&model, 1, 6).unwrap();
     let want = reference::run(
         &plan,
-        &client::clear_inputs(&model, &plan, &batch).unwrap(),
+        &client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap(),
         backend::auto(),
     );
     assert_eq!(q.unwrap().output, want.unwrap());
