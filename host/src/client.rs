@@ -14,12 +14,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::dealer::random;
 use crate::fixed::{FRAC, decode, encode};
-use crate::model::{Model, ModelError};
+use crate::model::{Model, ModelError, ModelRef};
 use crate::net::{
     FrameKind as Frame, Link, NetError, Role, Security, Timeouts, get_words, put_words,
 };
 use crate::party::{InputShares, PartyReport};
-use crate::plan::{Finish, Plan, PlanError, bert, hex};
+use crate::plan::{Finish, Plan, PlanError, hex};
 use crate::reference::ClearInputs;
 
 /// Why the client failed.
@@ -77,7 +77,7 @@ pub enum ClientError {
 /// The cleartext inputs for sentences padded to the plan's shape.
 pub fn clear_inputs(
     model: &Model,
-    plan: &Plan,
+    plan: &ClientView,
     batch: &[Vec<u32>],
 ) -> Result<ClearInputs, ClientError> {
     let (b, l, d) = (plan.batch, plan.seq, plan.hidden);
@@ -121,7 +121,7 @@ pub fn clear_inputs(
     Ok(ClearInputs {
         x,
         bias,
-        mask: plan.inputs.mask.map(|_| mask),
+        mask: plan.mask.then_some(mask),
     })
 }
 
@@ -159,7 +159,7 @@ pub fn share(inputs: &ClearInputs) -> Result<[InputShares; 2], ClientError> {
 
 /// Turns the reconstructed output tensor into embeddings, one per given
 /// sentence.
-pub fn finish(plan: &Plan, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> {
+pub fn finish(plan: &ClientView, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> {
     let d = plan.hidden;
     batch
         .iter()
@@ -186,6 +186,56 @@ pub fn finish(plan: &Plan, output: &[u64], batch: &[Vec<u32>]) -> Vec<Vec<f32>> 
         .collect()
 }
 
+/// What the client needs from a plan, sent in the servers' hellos so that
+/// the client never builds the plan (spectral bounds and all). Every field
+/// is derived from the plan and covered by its hash; the two servers must
+/// send the same view, and the model digest must be the client's own.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ClientView {
+    /// The model's digest (hex).
+    pub model_digest: String,
+    /// Sentences per run (1 for a decoder).
+    pub batch: usize,
+    /// Tokens per sentence, or a decoder's prompt bucket.
+    pub seq: usize,
+    /// Width of an embedding row.
+    pub hidden: usize,
+    /// Whether the client sends a pooling mask.
+    pub mask: bool,
+    /// The attention bias of a padded position.
+    pub pad_bias: u64,
+    /// How the output is finished (encoders).
+    pub finish: Finish,
+    /// Whether the embedding is L2-normalized (encoders).
+    pub normalize: bool,
+    /// Decode passes after the prefill (decoders).
+    pub decode_steps: usize,
+    /// Words of the output tensor.
+    pub output_len: usize,
+    /// Fraction bits of the output tensor.
+    pub output_scale: u32,
+}
+
+impl ClientView {
+    /// The view of a plan.
+    pub fn of(plan: &Plan) -> ClientView {
+        let out = &plan.tensors[plan.output];
+        ClientView {
+            model_digest: hex(&plan.model_digest),
+            batch: plan.batch,
+            seq: plan.seq,
+            hidden: plan.hidden,
+            mask: plan.inputs.mask.is_some(),
+            pad_bias: plan.pad_bias,
+            finish: plan.finish,
+            normalize: plan.normalize,
+            decode_steps: plan.shape().decode_steps,
+            output_len: out.len(),
+            output_scale: out.scale,
+        }
+    }
+}
+
 /// A client's hello and a server's answer.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(tag = "role", rename_all = "snake_case")]
@@ -206,6 +256,8 @@ pub enum Hello {
         seq: usize,
         /// The model.
         model: String,
+        /// What the client needs from the plan.
+        view: ClientView,
     },
 }
 
@@ -243,13 +295,30 @@ pub struct QueryOutcome {
 /// for one query.
 pub struct Connected {
     links: [Link; 2],
-    plan: std::sync::Arc<Plan>,
+    view: ClientView,
+    plan_hash: String,
 }
 
 impl Connected {
     /// Tokens per sentence (the padded length the keys were dealt for).
     pub fn seq(&self) -> usize {
-        self.plan.seq
+        self.view.seq
+    }
+
+    /// What the servers' plan tells the client.
+    pub fn view(&self) -> &ClientView {
+        &self.view
+    }
+
+    /// The connections to P0 and P1, for a protocol on top of the hello
+    /// (generation).
+    pub fn links(&mut self) -> &mut [Link; 2] {
+        &mut self.links
+    }
+
+    /// The plan both servers run (hex).
+    pub fn plan_hash(&self) -> &str {
+        &self.plan_hash
     }
 
     /// Runs the query on `batch` (token ids). On an error the servers are
@@ -266,7 +335,7 @@ impl Connected {
     }
 
     fn exchange(&mut self, model: &Model, batch: &[Vec<u32>]) -> Result<QueryOutcome, ClientError> {
-        let plan = &self.plan;
+        let plan = &self.view;
         let inputs = clear_inputs(model, plan, batch)?;
         let shares = share(&inputs)?;
         let start = Instant::now();
@@ -277,7 +346,7 @@ impl Connected {
             }
             link.send(Frame::Input, 0, &payload).map_err(net(i))?;
         }
-        let out_len = plan.tensors[plan.output].len();
+        let out_len = plan.output_len;
         let mut outputs = Vec::new();
         let mut reports = Vec::new();
         for (i, link) in self.links.iter_mut().enumerate() {
@@ -302,7 +371,7 @@ impl Connected {
             output,
             reports: [r0, r1],
             online_s,
-            plan_hash: hex(&plan.hash),
+            plan_hash: self.plan_hash.clone(),
         })
     }
 }
@@ -326,15 +395,19 @@ pub struct Expect {
 }
 
 /// Connects to both servers, exchanges hellos and checks that they hold
-/// the same key set, at the shape `expect` allows, for the plan that
-/// `model` gives at that shape.
-pub fn connect(
-    model: &Model,
+/// the same key set and plan, for `model` (by its digest), at the shape
+/// `expect` allows.
+pub fn connect<'a>(
+    model: impl Into<ModelRef<'a>>,
     servers: [&str; 2],
     timeouts: Timeouts,
     sec: &Security,
     expect: Expect,
 ) -> Result<Connected, ClientError> {
+    let (digest, hidden) = match model.into() {
+        ModelRef::Encoder(m) => (hex(&m.digest()), m.config.hidden),
+        ModelRef::Decoder(m) => (hex(&m.digest()), m.config.hidden),
+    };
     // One server at a time, hello included: P0 serves one connection at a
     // time, and P1 accepts only once it has met P0.
     let mut links = Vec::with_capacity(2);
@@ -347,10 +420,9 @@ pub fn connect(
                 party,
                 plan_hash,
                 key_set,
-                batch,
-                seq,
+                view,
                 ..
-            }) if usize::from(party) == i => shapes.push((plan_hash, key_set, batch, seq)),
+            }) if usize::from(party) == i => shapes.push((plan_hash, key_set, view)),
             Ok(other) => {
                 return Err(ClientError::Mismatch(format!(
                     "server {i} ({}) introduced itself as {other:?}",
@@ -370,25 +442,51 @@ pub fn connect(
             shapes[0], shapes[1]
         )));
     }
-    let (hash, _, b, seq) = shapes.swap_remove(0);
-    if b != expect.batch || expect.seq.is_some_and(|s| s != seq) {
+    let (plan_hash, _, view) = shapes.swap_remove(0);
+    check_view(&view, expect, hidden)?;
+    if view.model_digest != digest {
         return Err(ClientError::Mismatch(format!(
-            "the servers' keys are for {b} sentence(s) × {seq} tokens; this query expects {} \
+            "the servers run model {}, but this client's model is {digest}: a different model?",
+            view.model_digest
+        )));
+    }
+    Ok(Connected {
+        links,
+        view,
+        plan_hash,
+    })
+}
+
+/// Checks the shape the servers announce against what this client expects
+/// and can hold, before anything is allocated for it: a server could
+/// announce any numbers.
+fn check_view(view: &ClientView, expect: Expect, hidden: usize) -> Result<(), ClientError> {
+    if view.batch != expect.batch || expect.seq.is_some_and(|s| s != view.seq) {
+        return Err(ClientError::Mismatch(format!(
+            "the servers' keys are for {} sentence(s) × {} tokens; this query expects {} \
              sentence(s){}",
+            view.batch,
+            view.seq,
             expect.batch,
             expect
                 .seq
                 .map_or(String::new(), |s| format!(" × {s} tokens"))
         )));
     }
-    let plan = bert::build(model, b, seq)?;
-    if plan.hash_hex() != hash {
+    let rows = view.batch.checked_mul(view.seq);
+    let elements = rows.and_then(|r| r.checked_mul(hidden));
+    let fits = |n: Option<usize>| {
+        n.and_then(|n| u64::try_from(n).ok())
+            .is_some_and(|n| n <= crate::plan::MAX_ELEMENTS)
+    };
+    if view.hidden != hidden || !fits(elements) || !fits(Some(view.output_len)) {
         return Err(ClientError::Mismatch(format!(
-            "the servers run plan {hash}, but this model and shape give {}: a different model?",
-            plan.hash_hex()
+            "the servers announce hidden {} and {} output words for {} × {} tokens; this \
+             model's hidden size is {hidden}",
+            view.hidden, view.output_len, view.batch, view.seq
         )));
     }
-    Ok(Connected { links, plan })
+    Ok(())
 }
 
 /// Asks two servers for the embeddings of `batch` (token ids).
@@ -416,7 +514,7 @@ pub fn output_frame(share: &[u64], report: &PartyReport) -> Vec<u8> {
     out
 }
 
-fn split_output(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), String> {
+pub(crate) fn split_output(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), String> {
     if bytes.len() < 4 {
         return Err("output frame too short".into());
     }

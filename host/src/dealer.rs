@@ -108,6 +108,7 @@ pub fn deal(
         model_digest: hex(&plan.model_digest),
         batch: plan.batch,
         seq: plan.seq,
+        decode_steps: plan.shape().decode_steps,
     };
     let writers = [
         KeyWriter::create(

@@ -9,6 +9,8 @@ use zeroize::Zeroize;
 
 use crate::plan::{Kind, Plan};
 
+mod layout;
+
 /// Tensor values by slot; a slot is empty before it is written and after
 /// its last use. On a party the values are shares: a freed slot and the
 /// whole store are wiped, and `Debug` shows only which slots are held.
@@ -282,8 +284,11 @@ pub fn run_local(
                 .flat_map(|row| row.iter().copied())
                 .collect()
         }
-        // Steps are not local.
-        _ => return Ok(()),
+        kind => match layout::run(plan, kind, store) {
+            Some(out) => out?,
+            // Steps are not local.
+            None => return Ok(()),
+        },
     };
     let o = plan.ops[i].kind.output();
     store.set(plan, o, out)

@@ -60,8 +60,11 @@ pub struct Summary {
     pub model_digest: String,
     /// Sentences per run.
     pub batch: usize,
-    /// Tokens per sentence.
+    /// Tokens per sentence (a decoder's prompt bucket).
     pub seq: usize,
+    /// A decoder's decode passes after the prefill (0 for an encoder).
+    #[serde(default)]
+    pub decode_steps: usize,
 }
 
 /// A key file's header.
@@ -696,6 +699,7 @@ mod tests {
                 model_digest: "00".into(),
                 batch: 1,
                 seq: 3,
+                decode_steps: 0,
             },
         }
     }

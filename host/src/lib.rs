@@ -12,6 +12,7 @@
 //! | [`proto`] | every interactive step: key layout, dealer side, party side |
 //! | [`keyfile`], [`dealer`], [`ledger`] | key files, the dealer that streams them, the spent-key ledger |
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
+//! | [`generate`] | private text generation: prompts, sampling, the KV-cache passes |
 //! | [`session`], [`report`] | a whole run in one process; the report |
 //! | [`backend`] | `--backend`: the one place a concrete accelerator is named |
 
@@ -23,6 +24,7 @@ pub mod dealer;
 pub mod exec;
 pub mod fixed;
 pub mod float;
+pub mod generate;
 pub mod keyfile;
 pub mod ledger;
 pub mod model;

@@ -11,11 +11,12 @@ use suffuse_core::fss::Party;
 use suffuse_host::backend::{self, Choice};
 use suffuse_host::client;
 use suffuse_host::dealer;
+use suffuse_host::generate::{self, Sampling};
 use suffuse_host::keyfile::KeyReader;
 use suffuse_host::ledger::{Ledger, LedgerError};
-use suffuse_host::model::Model;
+use suffuse_host::model::{Decoder, Model, Transformer};
 use suffuse_host::net::{Listener, Role, Security, Timeouts, TlsConfig, make_certs};
-use suffuse_host::plan::{bert, hex};
+use suffuse_host::plan::{self, Shape, bert, hex};
 use suffuse_host::report::{Report, bytes, cosine};
 use suffuse_host::server::{self, ServeOptions};
 use suffuse_host::session::{self, Options};
@@ -100,6 +101,11 @@ enum Command {
         /// Sentences per query.
         #[arg(long, default_value_t = 1)]
         batch: usize,
+        /// A decoder: deal for generating up to this many tokens (the
+        /// prefill and K − 1 decode passes); `--seq` is then the prompt
+        /// bucket.
+        #[arg(long)]
+        max_new_tokens: Option<usize>,
         /// Output folder.
         #[arg(long)]
         out: PathBuf,
@@ -166,11 +172,42 @@ enum Command {
         seq: Option<usize>,
         #[command(flatten)]
         transport: Transport,
+        /// Generate text from the prompt with a decoder whose keys the
+        /// servers hold (instead of embedding texts).
+        #[arg(long)]
+        generate: bool,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         #[command(flatten)]
         out: Output,
-        /// The texts.
+        /// The texts (with --generate: the prompt).
         #[arg(required = true)]
         texts: Vec<String>,
+    },
+    /// Private text generation with a decoder, all on this machine: the
+    /// tokens stream to stdout, the report goes to stderr.
+    Generate {
+        /// A built-in decoder: `tiny-llama`, `tiny-gpt2` or
+        /// `generated-gpt2` (GPT-2-small's shape, random weights).
+        #[arg(long)]
+        model: String,
+        /// Tokens to generate at most (fewer when the model ends the
+        /// text).
+        #[arg(long, default_value_t = 32)]
+        max_new_tokens: usize,
+        /// The prompt bucket to deal for (default: the next power of two
+        /// from 8 on); the servers learn it, not the prompt's length.
+        #[arg(long)]
+        seq: Option<usize>,
+        #[command(flatten)]
+        sampling: SamplingArgs,
+        /// Keep the key files in this folder.
+        #[arg(long)]
+        keys_dir: Option<PathBuf>,
+        #[command(flatten)]
+        out: Output,
+        /// The prompt.
+        prompt: String,
     },
     /// Makes a CA and one certificate per role (p0, p1, client) in OUT, for
     /// `--tls OUT`; copy ca.pem and each role's .pem and .key to that
@@ -241,6 +278,33 @@ enum Compare {
 }
 
 #[derive(clap::Args, Debug)]
+struct SamplingArgs {
+    /// Sampling temperature; 0 (the default) is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Sample among the K most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Sample from the smallest set of tokens with this much probability.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f64,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn get(&self) -> Sampling {
+        Sampling {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
+}
+
+#[derive(clap::Args, Debug)]
 struct Output {
     /// Print the report as JSON on stdout instead of the table.
     #[arg(long)]
@@ -275,6 +339,21 @@ fn load_model(spec: &str) -> Result<Model> {
     Model::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }
 
+/// A model of either kind: a built-in name, or a BERT folder.
+fn load_any(spec: &str) -> Result<Transformer> {
+    if let Some(model) = Transformer::builtin(spec) {
+        return Ok(model);
+    }
+    Ok(Transformer::Encoder(load_model(spec)?))
+}
+
+fn load_decoder(spec: &str) -> Result<Decoder> {
+    match load_any(spec)? {
+        Transformer::Decoder(d) => Ok(d),
+        Transformer::Encoder(_) => bail!("{spec} is an encoder; generation needs a decoder"),
+    }
+}
+
 fn timeouts(secs: u64) -> Timeouts {
     Timeouts {
         connect: Duration::from_secs(secs),
@@ -306,11 +385,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             model,
             seq,
             batch,
+            max_new_tokens,
             out,
             report_json,
         } => {
-            let model = load_model(&model)?;
-            let plan = bert::build(&model, batch, seq)?;
+            let model = load_any(&model)?;
+            let decode_steps = max_new_tokens.map_or(0, |k| k.max(1) - 1);
+            let shape = Shape {
+                batch,
+                seq,
+                decode_steps,
+            };
+            let plan = plan::build(&model, shape)?;
             let r = dealer::deal(&plan, &out, true, backend::resolve(choice)?)?;
             eprintln!(
                 "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
@@ -352,7 +438,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 1 => Party::P1,
                 p => bail!("--party must be 0 or 1, not {p}"),
             };
-            let model = load_model(&model)?;
+            let model = load_any(&model)?;
             let listener = Listener::bind(listen.as_str())
                 .with_context(|| format!("listening on {listen}"))?;
             eprintln!(
@@ -389,18 +475,25 @@ fn run(cli: Cli) -> Result<ExitCode> {
             batch,
             seq,
             transport,
+            generate,
+            sampling,
             out,
             texts,
         } => {
-            let model = load_model(&model)?;
             let Some((a, b)) = servers.split_once(',') else {
                 bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
             };
+            let sec = transport.security(Role::Client)?;
+            if generate {
+                let model = load_decoder(&model)?;
+                let prompt = texts.join(" ");
+                return query_generate(&model, [a, b], &prompt, &sampling, timeout, &sec, &out);
+            }
+            let model = load_model(&model)?;
             let expect = client::Expect {
                 batch: batch.unwrap_or(texts.len()),
                 seq,
             };
-            let sec = transport.security(Role::Client)?;
             let servers = client::connect(&model, [a, b], timeouts(timeout), &sec, expect)?;
             // The servers' keys fix the padded length: texts are truncated to
             // it, as `embed --max-tokens` does.
@@ -421,6 +514,39 @@ fn run(cli: Cli) -> Result<ExitCode> {
             finish_report(&report, &out)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Generate {
+            model,
+            max_new_tokens,
+            seq,
+            sampling,
+            keys_dir,
+            out,
+            prompt,
+        } => {
+            let model = load_decoder(&model)?;
+            let opts = Options {
+                keys_dir,
+                prompt_bucket: seq,
+                progress: true,
+                ..Options::default()
+            };
+            let ids = prompt_ids(&model, &prompt, max_new_tokens)?;
+            let g = session::generate(
+                &model,
+                &ids,
+                max_new_tokens,
+                sampling.get(),
+                &opts,
+                &mut stream_to(&model),
+            )?;
+            println!();
+            finish_report(&g.report, &out)?;
+            if g.report.bit_exact == Some(false) {
+                eprintln!("generate: the secure logits do NOT equal the fixed-point reference");
+                return Ok(ExitCode::FAILURE);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Inspect { keyfile, state } => inspect(&keyfile, &state),
         Command::Certs { out } => {
             make_certs(&out)?;
@@ -431,6 +557,72 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The prompt's token ids, leaving room for `max_new` positions.
+fn prompt_ids(model: &Decoder, prompt: &str, max_new: usize) -> Result<Vec<u32>> {
+    let room = model
+        .config
+        .max_positions
+        .saturating_sub(max_new.max(1) - 1);
+    let ids = model
+        .tokenizer
+        .encode(prompt, room)
+        .with_context(|| format!("tokenizing {prompt:?}"))?;
+    if ids.is_empty() {
+        bail!("the prompt is empty");
+    }
+    Ok(ids)
+}
+
+/// Prints each token's text as it arrives.
+fn stream_to(model: &Decoder) -> impl FnMut(u32) + '_ {
+    move |t| {
+        use std::io::Write as _;
+        let text = model
+            .tokenizer
+            .decode(&[t])
+            .unwrap_or_else(|_| format!("<{t}>"));
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+    }
+}
+
+fn query_generate(
+    model: &Decoder,
+    servers: [&str; 2],
+    prompt: &str,
+    sampling: &SamplingArgs,
+    timeout: u64,
+    sec: &Security,
+    out: &Output,
+) -> Result<ExitCode> {
+    let ids = prompt_ids(model, prompt, 1)?;
+    let o = generate::query(
+        model,
+        servers,
+        &ids,
+        sampling.get(),
+        timeouts(timeout),
+        sec,
+        &mut stream_to(model),
+    )?;
+    println!();
+    let bucket = o.bucket;
+    let last = o.reports.last().cloned().unwrap_or_default();
+    let report = Report {
+        model: model.name.clone(),
+        tokens: bucket,
+        batch: 1,
+        real_tokens: vec![ids.len()],
+        online_s: o.pass_s.iter().sum(),
+        plan_hash: o.plan_hash.clone(),
+        generation: Some(generate::Figures::of(&ids, bucket, &o)),
+        ..Report::default()
+    }
+    .with_parties(&last, None);
+    finish_report(&report, out)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn tokenize(model: &Model, texts: &[String], max_tokens: Option<usize>) -> Result<Vec<Vec<u32>>> {
@@ -519,19 +711,61 @@ fn demo(out: &Output, choice: Choice) -> Result<ExitCode> {
         },
     )?;
     let report = &outcome.report;
-    if out.json {
-        println!("{}", serde_json::to_string_pretty(report)?);
-    } else {
+    if !out.json {
         print!("{}", report.table());
         print_widths(&model, &batch)?;
     }
-    write_json(&out.report_json, report)?;
-    if report.bit_exact == Some(true) {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!("demo: the secure output does NOT equal the fixed-point reference");
-        Ok(ExitCode::FAILURE)
+    let decoder = demo_generate(out)?;
+    // One JSON document: the encoder's report with the decoder's inside.
+    let mut json = serde_json::to_value(report)?;
+    json["decoder"] = serde_json::to_value(&decoder)?;
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
     }
+    write_json(&out.report_json, &json)?;
+    if report.bit_exact != Some(true) {
+        eprintln!("demo: the secure output does NOT equal the fixed-point reference");
+        return Ok(ExitCode::FAILURE);
+    }
+    if decoder.bit_exact != Some(true) {
+        eprintln!("demo: the secure logits do NOT equal the fixed-point reference");
+        return Ok(ExitCode::FAILURE);
+    }
+    if !out.json {
+        println!("decoder: every pass bit-exact against the fixed-point reference");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The demo's second half: 8 greedy tokens from the built-in Llama-style
+/// decoder, every pass compared with the fixed-point reference.
+fn demo_generate(out: &Output) -> Result<Report> {
+    let Some(model) = Decoder::builtin("tiny-llama") else {
+        bail!("the built-in decoder is missing");
+    };
+    let ids = prompt_ids(&model, "private prompt", 8)?;
+    let c = &model.config;
+    eprintln!(
+        "demo: built-in decoder ({} layers, hidden {}, {} query / {} key-value heads), prompt of {} tokens, 8 greedy tokens",
+        c.layers,
+        c.hidden,
+        c.heads,
+        c.kv_heads,
+        ids.len()
+    );
+    let opts = Options::default();
+    let g = session::generate(&model, &ids, 8, Sampling::default(), &opts, &mut |_| {})?;
+    let fig = g.report.generation.clone().unwrap_or_default();
+    if !out.json {
+        println!(
+            "decoder: generated token ids {:?}; prefill {:.3} s, decode {:.3} s/token (median), {} rounds/token",
+            fig.generated_token_ids,
+            fig.prefill_online_s,
+            fig.decode_online_s_per_token,
+            fig.rounds_per_token
+        );
+    }
+    Ok(g.report)
 }
 
 fn print_widths(model: &Model, batch: &[Vec<u32>]) -> Result<()> {

@@ -19,9 +19,12 @@ use sha2::{Digest as _, Sha256};
 
 pub mod chat;
 mod checkpoint;
+mod decoder;
 mod generate;
 pub mod gguf;
 mod tokenizer;
+
+pub use decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer, RopeStyle};
 
 pub use tokenizer::Tokenizer;
 
@@ -290,6 +293,93 @@ pub struct Model {
     pub layers: Vec<Layer>,
     /// Text to token ids.
     pub tokenizer: Tokenizer,
+}
+
+/// Any model this crate runs: the plan, the servers and the CLI dispatch on
+/// it and name no architecture.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(clippy::large_enum_variant)] // one per process, held by reference
+pub enum Transformer {
+    /// A BERT encoder (sentence embeddings).
+    Encoder(Model),
+    /// A causal decoder (text generation).
+    Decoder(Decoder),
+}
+
+impl Transformer {
+    /// The built-in models of both kinds, by name ([`Model::builtin`],
+    /// [`Decoder::builtin`]).
+    pub fn builtin(name: &str) -> Option<Transformer> {
+        Model::builtin(name)
+            .map(Transformer::Encoder)
+            .or_else(|| Decoder::builtin(name).map(Transformer::Decoder))
+    }
+
+    /// The model's label.
+    pub fn name(&self) -> &str {
+        match self {
+            Transformer::Encoder(m) => &m.name,
+            Transformer::Decoder(m) => &m.name,
+        }
+    }
+
+    /// The model's digest (see [`Model::digest`], [`Decoder::digest`]).
+    pub fn digest(&self) -> [u8; 32] {
+        match self {
+            Transformer::Encoder(m) => m.digest(),
+            Transformer::Decoder(m) => m.digest(),
+        }
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        match self {
+            Transformer::Encoder(m) => &m.tokenizer,
+            Transformer::Decoder(m) => &m.tokenizer,
+        }
+    }
+}
+
+/// A borrowed model of either kind: what the plan, the servers and the
+/// client take, so that callers holding a [`Model`] or a [`Decoder`] pass
+/// it as it is.
+#[derive(Clone, Copy, Debug)]
+pub enum ModelRef<'a> {
+    /// A BERT encoder.
+    Encoder(&'a Model),
+    /// A causal decoder.
+    Decoder(&'a Decoder),
+}
+
+impl ModelRef<'_> {
+    /// The model's label.
+    pub fn name(&self) -> &str {
+        match self {
+            ModelRef::Encoder(m) => &m.name,
+            ModelRef::Decoder(m) => &m.name,
+        }
+    }
+}
+
+impl<'a> From<&'a Model> for ModelRef<'a> {
+    fn from(m: &'a Model) -> ModelRef<'a> {
+        ModelRef::Encoder(m)
+    }
+}
+
+impl<'a> From<&'a Decoder> for ModelRef<'a> {
+    fn from(m: &'a Decoder) -> ModelRef<'a> {
+        ModelRef::Decoder(m)
+    }
+}
+
+impl<'a> From<&'a Transformer> for ModelRef<'a> {
+    fn from(m: &'a Transformer) -> ModelRef<'a> {
+        match m {
+            Transformer::Encoder(m) => ModelRef::Encoder(m),
+            Transformer::Decoder(m) => ModelRef::Decoder(m),
+        }
+    }
 }
 
 /// Why a model could not be loaded, written or run.

@@ -71,6 +71,9 @@ pub enum PartyError {
     /// The interpreter.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The client's side of a pass (its input or the output's delivery).
+    #[error("client: {0}")]
+    Client(String),
     /// The key reader thread stopped early.
     #[error("the key reader stopped before step {step}")]
     Reader {
@@ -110,24 +113,72 @@ impl Drop for InputShares {
     }
 }
 
-/// Runs the plan as `party`; returns the output share and the figures.
-/// `keys` must be positioned after the header (already checked).
+/// Runs a one-pass plan as `party`; returns the output share and the
+/// figures. `keys` must be positioned after the header (already checked).
 pub fn run(
     plan: &Plan,
     party: Party,
     keys: KeyReader,
     link: &mut Link,
     fss: &dyn BatchEval,
-    mut inputs: InputShares,
+    inputs: InputShares,
 ) -> Result<(Vec<u64>, PartyReport), PartyError> {
+    let mut io = OnePass(None);
+    let report = run_passes(plan, party, keys, link, fss, inputs, &mut io)?;
+    let share = io.0.ok_or(PartyError::Reader { step: 0 })?;
+    Ok((share, report))
+}
+
+/// The client's side of a multi-pass plan, as a party sees it.
+pub trait PassIo {
+    /// This party's shares of pass `pass`'s embeddings and key bias, or
+    /// `None` when the client stops (end of sequence): the remaining
+    /// passes are not run and their keys are never used.
+    fn input(&mut self, pass: usize) -> Result<Option<InputShares>, PartyError>;
+    /// This party's share of pass `pass`'s output, with the figures so far.
+    fn output(
+        &mut self,
+        pass: usize,
+        share: Vec<u64>,
+        so_far: &PartyReport,
+    ) -> Result<(), PartyError>;
+}
+
+/// Keeps the output of a one-pass plan.
+struct OnePass(Option<Vec<u64>>);
+
+impl PassIo for OnePass {
+    fn input(&mut self, _: usize) -> Result<Option<InputShares>, PartyError> {
+        Ok(None)
+    }
+
+    fn output(&mut self, _: usize, share: Vec<u64>, _: &PartyReport) -> Result<(), PartyError> {
+        self.0 = Some(share);
+        Ok(())
+    }
+}
+
+/// Runs the plan pass by pass as `party`: `first` are the first pass's
+/// inputs, `io` gives the later ones and takes every pass's output share.
+/// Returns the figures.
+pub fn run_passes(
+    plan: &Plan,
+    party: Party,
+    keys: KeyReader,
+    link: &mut Link,
+    fss: &dyn BatchEval,
+    first: InputShares,
+    io: &mut dyn PassIo,
+) -> Result<PartyReport, PartyError> {
     let start = Instant::now();
     // Only this run's traffic: not the hellos or the servers' ready round.
     let before = link.traffic();
     let mut store = Store::new(plan);
     // Moved into the store, which wipes them in its turn.
-    store.set(plan, plan.inputs.x, std::mem::take(&mut inputs.x))?;
-    store.set(plan, plan.inputs.bias, std::mem::take(&mut inputs.bias))?;
-    if let (Some(t), Some(m)) = (plan.inputs.mask, inputs.mask.take()) {
+    let mut first = first;
+    store.set(plan, plan.inputs.x, std::mem::take(&mut first.x))?;
+    store.set(plan, plan.inputs.bias, std::mem::take(&mut first.bias))?;
+    if let (Some(t), Some(m)) = (plan.inputs.mask, first.mask.take()) {
         store.set(plan, t, m)?;
     }
     let mut report = PartyReport {
@@ -163,7 +214,27 @@ pub fn run(
         let mut times: BTreeMap<Category, f64> = BTreeMap::new();
         // Per-operation timings on stderr, for profiling.
         let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
+        // Dropped on an early stop, which ends the reader thread.
+        let rx = rx;
+        let mut pass = 0;
+        let mut stopped = false;
         for i in 0..plan.ops.len() {
+            if pass + 1 < plan.passes.len() && plan.passes[pass + 1].first_op == i {
+                let p = &plan.passes[pass];
+                let share = store.take(plan, p.output)?;
+                report.online_s = start.elapsed().as_secs_f64();
+                report.rounds = on.link.traffic().rounds - before.rounds;
+                report.comm_bytes = on.link.traffic().sent - before.sent;
+                io.output(pass, share, &report)?;
+                pass += 1;
+                let Some(mut next) = io.input(pass)? else {
+                    stopped = true;
+                    break;
+                };
+                let p = &plan.passes[pass];
+                store.set(plan, p.x, std::mem::take(&mut next.x))?;
+                store.set(plan, p.bias, std::mem::take(&mut next.bias))?;
+            }
             let t = Instant::now();
             match plan.step_of[i] {
                 Some(step) => {
@@ -206,16 +277,18 @@ pub fn run(
             }
         }
         // The end marker: a file with extra sections or bytes is refused.
-        let steps = plan.steps() as u32;
-        rx.recv()
-            .map_err(|_| PartyError::Reader { step: steps })??;
+        // After an early stop the rest of the file is never read.
+        if !stopped {
+            let steps = plan.steps() as u32;
+            rx.recv()
+                .map_err(|_| PartyError::Reader { step: steps })??;
+        }
         for (c, s) in times {
             report.breakdown.entry(c).or_default().online_s = s;
         }
-        Ok::<_, PartyError>(())
+        Ok::<_, PartyError>(!stopped)
     });
-    result?;
-    let output = store.take(plan, plan.output)?;
+    let finished = result?;
     for (step, traffic) in link.traffic_by_step() {
         if let Some(op) = plan.op_of_step(*step) {
             let f = report.breakdown.entry(plan.ops[op].category).or_default();
@@ -228,5 +301,9 @@ pub fn run(
     report.recv_bytes = total.received - before.received;
     report.rounds = total.rounds - before.rounds;
     report.online_s = start.elapsed().as_secs_f64();
-    Ok((output, report))
+    if finished {
+        let last = plan.passes.len().saturating_sub(1);
+        io.output(last, store.take(plan, plan.output)?, &report)?;
+    }
+    Ok(report)
 }

@@ -14,8 +14,10 @@
 //! shape, every tensor and every operation with its parameters, so a dealer
 //! and a party that disagree on anything are stopped before any work.
 
+pub mod attention;
 pub mod bert;
 pub mod bound;
+pub mod decoder;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -138,6 +140,11 @@ pub enum GateSpec {
         /// The tanh form (GPT-2) instead of erf (BERT).
         tanh: bool,
     },
+    /// SiLU `x·σ(x)` at input scale FRAC; output at 2·FRAC + 12.
+    Silu {
+        /// Effective input width.
+        k: u32,
+    },
     /// e^(−z) for z ≥ 0 at input scale FRAC; output at 2·FRAC + 12.
     Nexp {
         /// Effective input width.
@@ -158,6 +165,7 @@ impl GateSpec {
                 activation::gelu(form, RING, w(k)?, fixed::FRAC)?
             }
             GateSpec::Nexp { k } => activation::nexp(RING, w(k)?, fixed::FRAC)?,
+            GateSpec::Silu { k } => activation::silu(RING, w(k)?, fixed::FRAC)?,
         };
         Ok(g)
     }
@@ -165,7 +173,10 @@ impl GateSpec {
     /// The input width.
     pub fn k(&self) -> u32 {
         match *self {
-            GateSpec::Trunc { k, .. } | GateSpec::Gelu { k, .. } | GateSpec::Nexp { k } => k,
+            GateSpec::Trunc { k, .. }
+            | GateSpec::Gelu { k, .. }
+            | GateSpec::Nexp { k }
+            | GateSpec::Silu { k } => k,
         }
     }
 }
@@ -372,6 +383,110 @@ pub enum Kind {
         /// Output.
         out: usize,
     },
+    /// `out = a ⊙ b` elementwise, both secret, Beaver (step).
+    Mul {
+        /// First factor.
+        a: usize,
+        /// Second factor, of the same shape.
+        b: usize,
+        /// Output.
+        out: usize,
+    },
+    /// The lower triangles (`j ≤ i`) of the square `[L × L]` blocks of
+    /// `x`, packed row by row into `[blocks·L(L+1)/2 × 1]` (local).
+    Triangle {
+        /// Input `[blocks·L × L]`.
+        x: usize,
+        /// Output.
+        out: usize,
+    },
+    /// The inverse of [`Kind::Triangle`]: entries `j > i` become the row's
+    /// diagonal value (`diagonal`) or 0 (local).
+    Spread {
+        /// Packed input.
+        x: usize,
+        /// Fill with the diagonal instead of 0.
+        diagonal: bool,
+        /// Output `[blocks·L × L]`.
+        out: usize,
+    },
+    /// RoPE on the first `rotated` columns of `x` (whole heads of
+    /// `head_dim`), row `r` by the angles of row `r` of the tables; the
+    /// other columns are multiplied by `2^frac` so that every column leaves
+    /// at the input scale plus `frac` (local: the rotation is public).
+    Rope {
+        /// Input.
+        x: usize,
+        /// Columns rotated (queries and keys).
+        rotated: usize,
+        /// Width of one head.
+        head_dim: usize,
+        /// Pairs `(2i, 2i+1)` (GGUF) instead of `(i, i + d_h/2)` (HF).
+        adjacent: bool,
+        /// `cos` per row and frequency, `[rows × d_h/2]`, at `frac`.
+        cos: Vec<u64>,
+        /// `sin` likewise.
+        sin: Vec<u64>,
+        /// Fraction bits of the tables.
+        frac: u32,
+        /// Output.
+        out: usize,
+    },
+    /// Columns `from..from + heads·d_h` of `[rows × ·]` rearranged to
+    /// `[heads·rows × d_h]`, one block per head (local).
+    Heads {
+        /// Input.
+        x: usize,
+        /// First column.
+        from: usize,
+        /// Heads.
+        heads: usize,
+        /// Output.
+        out: usize,
+    },
+    /// The inverse of [`Kind::Heads`]: `[heads·rows × d_h]` to
+    /// `[rows × heads·d_h]` (local).
+    Unheads {
+        /// Input.
+        x: usize,
+        /// Heads.
+        heads: usize,
+        /// Output.
+        out: usize,
+    },
+    /// Per head, the rows of `cache` then those of `new` (local): the KV
+    /// cache growing by one decode step.
+    Append {
+        /// `[heads·n × d_h]`.
+        cache: usize,
+        /// `[heads·m × d_h]`.
+        new: usize,
+        /// Heads.
+        heads: usize,
+        /// `[heads·(n + m) × d_h]`.
+        out: usize,
+    },
+    /// Each head block repeated `times` times in place (local): the shared
+    /// key/value heads of grouped-query attention.
+    Repeat {
+        /// `[heads·n × d_h]`.
+        x: usize,
+        /// Heads of `x`.
+        heads: usize,
+        /// Copies of each.
+        times: usize,
+        /// `[heads·times·n × d_h]`.
+        out: usize,
+    },
+    /// Rows `first..first + out.rows` (local).
+    Rows {
+        /// Input.
+        x: usize,
+        /// First row.
+        first: usize,
+        /// Output.
+        out: usize,
+    },
 }
 
 impl Kind {
@@ -385,6 +500,7 @@ impl Kind {
                 | Kind::MatMul { .. }
                 | Kind::MulRows { .. }
                 | Kind::Square { .. }
+                | Kind::Mul { .. }
         )
     }
 
@@ -400,8 +516,18 @@ impl Kind {
             | Kind::Gate { x, .. }
             | Kind::Inverse { x, .. }
             | Kind::Max { x, .. }
-            | Kind::Square { x, .. } => vec![x],
-            Kind::Add { a, b, .. } | Kind::MatMul { a, b, .. } => vec![a, b],
+            | Kind::Square { x, .. }
+            | Kind::Triangle { x, .. }
+            | Kind::Spread { x, .. }
+            | Kind::Rope { x, .. }
+            | Kind::Heads { x, .. }
+            | Kind::Unheads { x, .. }
+            | Kind::Repeat { x, .. }
+            | Kind::Rows { x, .. } => vec![x],
+            Kind::Add { a, b, .. } | Kind::MatMul { a, b, .. } | Kind::Mul { a, b, .. } => {
+                vec![a, b]
+            }
+            Kind::Append { cache, new, .. } => vec![cache, new],
             Kind::AddBias { x, bias, .. } => vec![x, bias],
             Kind::RowMinus { v, x, .. }
             | Kind::MinusRow { x, v, .. }
@@ -429,7 +555,16 @@ impl Kind {
             | Kind::Max { out, .. }
             | Kind::MatMul { out, .. }
             | Kind::MulRows { out, .. }
-            | Kind::Square { out, .. } => out,
+            | Kind::Square { out, .. }
+            | Kind::Mul { out, .. }
+            | Kind::Triangle { out, .. }
+            | Kind::Spread { out, .. }
+            | Kind::Rope { out, .. }
+            | Kind::Heads { out, .. }
+            | Kind::Unheads { out, .. }
+            | Kind::Append { out, .. }
+            | Kind::Repeat { out, .. }
+            | Kind::Rows { out, .. } => out,
         }
     }
 }
@@ -480,7 +615,7 @@ pub struct EncodedLinear {
 }
 
 /// How the client's pooled output is finished.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Finish {
     /// The output is a sum over real tokens: divide by their count.
@@ -499,6 +634,23 @@ pub struct Inputs {
     pub bias: usize,
     /// Pooling mask `[B × L]` at scale 0 (mean pooling only).
     pub mask: Option<usize>,
+}
+
+/// One round trip with the client: its inputs arrive before operation
+/// `first_op`, the operations up to the next pass run, and `output` goes
+/// back. An encoder has one pass; a decoder's generation has the prefill
+/// and then one pass per decode step, whose KV cache tensors are read
+/// across passes (the parties keep their shares of them in between).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Pass {
+    /// The first operation of the pass.
+    pub first_op: usize,
+    /// The client's embeddings for this pass.
+    pub x: usize,
+    /// The client's additive key bias for this pass.
+    pub bias: usize,
+    /// The tensor returned to the client.
+    pub output: usize,
 }
 
 /// A complete plan.
@@ -526,8 +678,10 @@ pub struct Plan {
     pub linears: Vec<EncodedLinear>,
     /// The client's inputs.
     pub inputs: Inputs,
-    /// The output tensor `[B × d]`.
+    /// The output tensor `[B × d]` (of the last pass).
     pub output: usize,
+    /// The client round trips, in order (one for an encoder).
+    pub passes: Vec<Pass>,
     /// The attention bias of a padding position (a ring element).
     pub pad_bias: u64,
     /// How the client finishes the output.
@@ -542,6 +696,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The shape the plan was built for.
+    pub fn shape(&self) -> Shape {
+        Shape {
+            batch: self.batch,
+            seq: self.seq,
+            decode_steps: self.passes.len().saturating_sub(1),
+        }
+    }
+
     /// Number of steps.
     pub fn steps(&self) -> usize {
         self.step_of.iter().flatten().count()
@@ -586,8 +749,64 @@ fn gate_name(g: &GateSpec) -> &'static str {
     match g {
         GateSpec::Trunc { .. } => "trunc",
         GateSpec::Gelu { .. } => "gelu",
+        GateSpec::Silu { .. } => "silu",
         GateSpec::Nexp { .. } => "nexp",
     }
+}
+
+/// The shape a plan is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Sentences per run (encoders; 1 for a decoder).
+    pub batch: usize,
+    /// Tokens per sentence, or a decoder's prompt bucket.
+    pub seq: usize,
+    /// A decoder's decode passes after the prefill (0 for an encoder).
+    pub decode_steps: usize,
+}
+
+/// Builds (or reuses) the plan of `model` at `shape`, with the planner of
+/// the model's architecture.
+pub fn build<'a>(
+    model: impl Into<crate::model::ModelRef<'a>>,
+    shape: Shape,
+) -> Result<std::sync::Arc<Plan>, PlanError> {
+    match model.into() {
+        crate::model::ModelRef::Encoder(m) => bert::build(m, shape.batch, shape.seq),
+        crate::model::ModelRef::Decoder(m) => decoder::build(
+            m,
+            decoder::Generation {
+                prompt: shape.seq,
+                steps: shape.decode_steps,
+            },
+        ),
+    }
+}
+
+/// Plans built in this process, shared while anyone holds them: the
+/// dealer, both servers and the client of an in-process run plan the same
+/// model and shape, and a plan holds the encoded weights. Keyed by the
+/// model's digest and two shape numbers.
+type PlanCache = std::sync::Mutex<Vec<(([u8; 32], usize, usize), std::sync::Weak<Plan>)>>;
+static PLANS: PlanCache = std::sync::Mutex::new(Vec::new());
+
+/// The plan for `key`, built by `build` unless one is alive.
+pub(crate) fn memoized(
+    key: ([u8; 32], usize, usize),
+    build: impl FnOnce() -> Result<Plan, PlanError>,
+) -> Result<std::sync::Arc<Plan>, PlanError> {
+    let mut cache = PLANS.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(p) = cache
+        .iter()
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Ok(p);
+    }
+    let plan = std::sync::Arc::new(build()?);
+    cache.push((key, std::sync::Arc::downgrade(&plan)));
+    Ok(plan)
 }
 
 /// Lower-case hex.
@@ -682,6 +901,7 @@ struct Canonical<'a> {
     linears: &'a [EncodedLinear],
     inputs: Inputs,
     output: usize,
+    passes: &'a [Pass],
     pad_bias: u64,
     finish: Finish,
     normalize: bool,
@@ -700,6 +920,7 @@ pub struct Builder {
     /// part of planning.
     memo_linears: Vec<EncodedLinear>,
     memo_bounds: std::collections::HashMap<String, f64>,
+    passes: Vec<Pass>,
 }
 
 impl Builder {
@@ -779,6 +1000,24 @@ impl Builder {
         Ok(self.tensors.len() - 1)
     }
 
+    /// Starts a client round trip: the operations that follow read its
+    /// inputs `x` and `bias`.
+    pub fn begin_pass(&mut self, x: usize, bias: usize) {
+        self.passes.push(Pass {
+            first_op: self.ops.len(),
+            x,
+            bias,
+            output: usize::MAX,
+        });
+    }
+
+    /// Ends the current round trip: `output` goes back to the client.
+    pub fn end_pass(&mut self, output: usize) {
+        if let Some(p) = self.passes.last_mut() {
+            p.output = output;
+        }
+    }
+
     /// A tensor's metadata.
     pub fn info(&self, t: usize) -> &TensorInfo {
         &self.tensors[t]
@@ -788,6 +1027,13 @@ impl Builder {
     pub fn linear_layer(&mut self, l: EncodedLinear) -> usize {
         self.linears.push(l);
         self.linears.len() - 1
+    }
+
+    /// The index of the layer `name` already encoded at `bias_scale`.
+    pub fn find_linear(&self, name: &str, bias_scale: u32) -> Option<usize> {
+        self.linears
+            .iter()
+            .position(|l| l.name == name && l.bias_scale == bias_scale)
     }
 
     /// A linear layer.
@@ -863,7 +1109,19 @@ impl Builder {
                 last_use[t] = i;
             }
         }
-        last_use[output] = usize::MAX;
+        let passes = if self.passes.is_empty() {
+            vec![Pass {
+                first_op: 0,
+                x: inputs.x,
+                bias: inputs.bias,
+                output,
+            }]
+        } else {
+            self.passes
+        };
+        for p in &passes {
+            last_use[p.output] = usize::MAX;
+        }
         let canonical = Canonical {
             version: PLAN_VERSION,
             model,
@@ -875,6 +1133,7 @@ impl Builder {
             linears: &self.linears,
             inputs,
             output,
+            passes: &passes,
             pad_bias,
             finish,
             normalize,
@@ -896,6 +1155,7 @@ impl Builder {
             linears: self.linears,
             inputs,
             output,
+            passes,
             pad_bias,
             finish,
             normalize,

@@ -253,7 +253,11 @@ pub fn section_len(plan: &Plan, op: usize, party: Party) -> u64 {
                 .sum()
         }
         (Kind::MatMul { out, .. }, _) if p1 => words_bytes(t[*out].len()),
-        (Kind::MulRows { out, .. }, _) | (Kind::Square { out, .. }, _) if p1 => {
+        (Kind::MulRows { out, .. }, _)
+        | (Kind::Square { out, .. }, _)
+        | (Kind::Mul { out, .. }, _)
+            if p1 =>
+        {
             words_bytes(t[*out].len())
         }
         _ => 0,
@@ -379,8 +383,8 @@ pub fn deal(
             put_words(&mut out[1], &c1);
             emit(out)?;
         }
-        (Kind::MulRows { x, .. }, _) => {
-            let (rows, cols) = (t[*x].rows, t[*x].cols);
+        (k @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {
+            let (_, _, rows, cols) = row_product(plan, k);
             let (a0, b0, c0) = mulrows_triple(&seeds[0], rows, cols, true);
             let (a1, b1, _) = mulrows_triple(&seeds[1], rows, cols, false);
             let mut c1 = Vec::with_capacity(rows * cols);
@@ -464,6 +468,17 @@ fn matmul_triple(
         Vec::new()
     };
     (a, b, c)
+}
+
+/// The operands and shape of a row product: `x[r, c]·v[r]` over
+/// `rows × cols`. An elementwise product is one with a single column.
+fn row_product(plan: &Plan, kind: &Kind) -> (usize, usize, usize, usize) {
+    let t = &plan.tensors;
+    match *kind {
+        Kind::Mul { a, b, .. } => (a, b, t[a].len(), 1),
+        Kind::MulRows { x, v, .. } => (x, v, t[x].rows, t[x].cols),
+        _ => (0, 0, 0, 0),
+    }
 }
 
 /// A party's row-product triple material: `(a_b, b_b, c_0)`.
@@ -646,8 +661,8 @@ pub fn run(
             exec::matmul(fss, shape, &ta, f, &mut z)?;
             z
         }
-        (Kind::MulRows { x, v, .. }, _) => {
-            let (rows, cols) = (t[*x].rows, t[*x].cols);
+        (kind @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {
+            let (x, v, rows, cols) = row_product(plan, kind);
             let c1 = if p0 {
                 Vec::new()
             } else {
@@ -656,8 +671,8 @@ pub fn run(
             cur.done()?;
             let (ta, tb, c0) = mulrows_triple(&seed, rows, cols, p0);
             let c = if p0 { c0 } else { c1 };
-            let xs = store.get(plan, *x)?;
-            let vs = store.get(plan, *v)?;
+            let xs = store.get(plan, x)?;
+            let vs = store.get(plan, v)?;
             let mut mine: Vec<u64> = xs
                 .iter()
                 .zip(&ta)

@@ -74,15 +74,63 @@ pub fn run(
         check(plan, &store, t)?;
     }
     for i in 0..plan.ops.len() {
-        if plan.ops[i].kind.is_step() {
-            step(plan, i, &mut store, la)?;
-        } else {
-            exec::run_local(plan, i, &mut store, true, la)?;
-        }
-        check(plan, &store, plan.ops[i].kind.output())?;
-        store.release_after(plan, i);
+        op(plan, i, &mut store, la)?;
     }
     Ok(store.take(plan, plan.output)?)
+}
+
+/// One operation in the clear, its output checked against its bound.
+fn op(plan: &Plan, i: usize, store: &mut Store, la: &dyn BatchEval) -> Result<(), ReferenceError> {
+    if plan.ops[i].kind.is_step() {
+        step(plan, i, store, la)?;
+    } else {
+        exec::run_local(plan, i, store, true, la)?;
+    }
+    check(plan, store, plan.ops[i].kind.output())?;
+    store.release_after(plan, i);
+    Ok(())
+}
+
+/// One pass's cleartext inputs: embeddings and key bias.
+#[derive(Clone, Debug)]
+pub struct PassInputs {
+    /// Embeddings.
+    pub x: Vec<u64>,
+    /// Additive key bias.
+    pub bias: Vec<u64>,
+}
+
+/// Gives a pass's inputs from the outputs of the passes before it.
+pub type NextPass<'a> = dyn FnMut(usize, &[Vec<u64>]) -> Option<PassInputs> + 'a;
+
+/// Runs a multi-pass plan in the clear. `next(p, outputs)` gives pass p's
+/// inputs from the outputs of the passes before it, or `None` to stop.
+/// Returns every pass's output.
+pub fn run_passes(
+    plan: &Plan,
+    next: &mut NextPass<'_>,
+    la: &dyn BatchEval,
+) -> Result<Vec<Vec<u64>>, ReferenceError> {
+    let mut store = Store::new(plan);
+    let mut outputs = Vec::new();
+    for (p, pass) in plan.passes.iter().enumerate() {
+        let Some(inputs) = next(p, &outputs) else {
+            break;
+        };
+        store.set(plan, pass.x, inputs.x)?;
+        store.set(plan, pass.bias, inputs.bias)?;
+        check(plan, &store, pass.x)?;
+        check(plan, &store, pass.bias)?;
+        let end = plan
+            .passes
+            .get(p + 1)
+            .map_or(plan.ops.len(), |q| q.first_op);
+        for i in pass.first_op..end {
+            op(plan, i, &mut store, la)?;
+        }
+        outputs.push(store.take(plan, pass.output)?);
+    }
+    Ok(outputs)
 }
 
 /// Checks a tensor against its proven bound.
@@ -169,6 +217,15 @@ fn step(
                 .chunks(cols.max(1))
                 .zip(vs)
                 .flat_map(|(row, f)| row.iter().map(move |e| e.wrapping_mul(*f)))
+                .collect()
+        }
+        (Kind::Mul { a, b, .. }, _) => {
+            let bs = store.get(plan, *b)?;
+            store
+                .get(plan, *a)?
+                .iter()
+                .zip(bs)
+                .map(|(x, y)| x.wrapping_mul(*y))
                 .collect()
         }
         (Kind::Square { x, .. }, _) => store

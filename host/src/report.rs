@@ -57,6 +57,9 @@ pub struct Report {
     /// Per sentence (when compared).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cosine_to_float_each: Vec<f64>,
+    /// Generation figures (decoders).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<crate::generate::Figures>,
     /// The plan's hash.
     pub plan_hash: String,
     /// The backend the servers ran on (`--backend`), as P0 reports it.

@@ -17,12 +17,12 @@ use suffuse_core::fss::Party;
 use crate::client::{self, Hello};
 use crate::keyfile::{KeyFileError, KeyReader};
 use crate::ledger::Ledger;
-use crate::model::Model;
+use crate::model::ModelRef;
 use crate::net::{
     FrameKind as Frame, Link, Listener, NetError, Role, Security, Timeouts, get_words,
 };
-use crate::party::{self, InputShares, PartyError, PartyReport};
-use crate::plan::{PlanError, bert, hex};
+use crate::party::{self, InputShares, PartyError, PartyReport, PassIo};
+use crate::plan::{self, Plan, PlanError, Shape, hex};
 use zeroize::Zeroizing;
 
 /// Why a server failed.
@@ -85,8 +85,8 @@ pub const READY_STEP: u32 = u32::MAX - 1;
 /// returns this party's figures. `peer` is P0's address (used by P1 only).
 /// Every failure is an error within the timeouts, told to the peer and the
 /// client where a link to them exists.
-pub fn serve(
-    model: &Model,
+pub fn serve<'a>(
+    model: impl Into<ModelRef<'a>>,
     party: Party,
     keys: &Path,
     listener: &Listener,
@@ -96,7 +96,12 @@ pub fn serve(
 ) -> Result<PartyReport, ServeError> {
     let reader = KeyReader::open_unspent(keys, &opts.ledger)?;
     let summary = reader.header.summary.clone();
-    let plan = bert::build(model, summary.batch, summary.seq)?;
+    let shape = Shape {
+        batch: summary.batch,
+        seq: summary.seq,
+        decode_steps: summary.decode_steps,
+    };
+    let plan = plan::build(model, shape)?;
     let me = u8::from(party == Party::P1);
     reader.check(me, &plan.hash)?;
     let hello = Hello::Server {
@@ -106,6 +111,7 @@ pub fn serve(
         batch: plan.batch,
         seq: plan.seq,
         model: plan.model.clone(),
+        view: client::ClientView::of(&plan),
     };
     let meet = Meeting {
         listener,
@@ -180,11 +186,78 @@ fn run_query(
     peer.exchange(READY_STEP, b"ready", 5)
         .map_err(net("confirming the input with the peer"))?;
     reader.spend(&opts.ledger, opts.keep_spent)?;
-    let (share, report) = party::run(plan, party, reader, peer, fss, inputs)?;
-    client_link
-        .send(Frame::Output, 0, &client::output_frame(&share, &report))
-        .map_err(net("sending the output share"))?;
-    Ok(report)
+    let mut io = ClientPasses {
+        plan,
+        link: client_link,
+        failed: None,
+    };
+    let report = party::run_passes(plan, party, reader, peer, fss, inputs, &mut io);
+    match io.failed {
+        Some(e) => Err(e),
+        None => Ok(report?),
+    }
+}
+
+/// The client's link as the source of later passes' inputs and the sink
+/// of every pass's output share. An input frame with no payload stops the
+/// generation.
+struct ClientPasses<'a> {
+    plan: &'a Plan,
+    link: &'a mut Link,
+    /// The network error behind a [`PartyError::Client`], kept whole.
+    failed: Option<ServeError>,
+}
+
+impl ClientPasses<'_> {
+    fn fail(&mut self, e: ServeError) -> PartyError {
+        let why = e.to_string();
+        self.failed = Some(e);
+        PartyError::Client(why)
+    }
+}
+
+impl PassIo for ClientPasses<'_> {
+    fn input(&mut self, pass: usize) -> Result<Option<InputShares>, PartyError> {
+        let p = self.plan.passes[pass];
+        let (x_len, b_len) = (
+            self.plan.tensors[p.x].len(),
+            self.plan.tensors[p.bias].len(),
+        );
+        let bytes = match self.link.recv(Frame::Input, pass as u32, None) {
+            Ok(b) => b,
+            Err(e) => return Err(self.fail(net("receiving the client's input")(e))),
+        };
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        if bytes.len() != 8 * (x_len + b_len) {
+            let why = format!(
+                "pass {pass}: the client sent {} bytes of input, the plan needs {}",
+                bytes.len(),
+                8 * (x_len + b_len)
+            );
+            return Err(self.fail(ServeError::Mismatch(why)));
+        }
+        let words = get_words(&bytes);
+        let (x, bias) = words.split_at(x_len);
+        Ok(Some(InputShares {
+            x: x.to_vec(),
+            bias: bias.to_vec(),
+            mask: None,
+        }))
+    }
+
+    fn output(
+        &mut self,
+        pass: usize,
+        share: Vec<u64>,
+        so_far: &PartyReport,
+    ) -> Result<(), PartyError> {
+        let frame = client::output_frame(&share, so_far);
+        self.link
+            .send(Frame::Output, pass as u32, &frame)
+            .map_err(|e| self.fail(net("sending the output share")(e)))
+    }
 }
 
 /// A connection that introduced itself.

@@ -14,11 +14,12 @@ use crate::backend::{self, BackendError, Choice};
 use crate::client::{self, ClientError, QueryOutcome};
 use crate::dealer::{self, DealReport, DealerError};
 use crate::float;
+use crate::generate::{self, GenerateError};
 use crate::ledger::Ledger;
-use crate::model::{Model, ModelError};
+use crate::model::{Decoder, Model, ModelError, ModelRef};
 use crate::net::{Listener, NetError, Security, Timeouts};
 use crate::party::PartyReport;
-use crate::plan::{PlanError, bert};
+use crate::plan::{self, PlanError, Shape, bert};
 use crate::reference::{self, ReferenceError};
 use crate::report::{Report, cosine};
 use crate::server::{self, ServeError, ServeOptions};
@@ -37,6 +38,9 @@ pub struct Options {
     pub progress: bool,
     /// Network timeouts.
     pub timeouts: Timeouts,
+    /// Generation: the prompt bucket to deal for (default: the next power
+    /// of two from 8 on, see [`crate::plan::decoder::bucket`]).
+    pub prompt_bucket: Option<usize>,
     /// The backend of the dealer, both servers and the reference.
     pub backend: Choice,
 }
@@ -49,6 +53,7 @@ impl Default for Options {
             compare_float: true,
             progress: false,
             timeouts: Timeouts::default(),
+            prompt_bucket: None,
             backend: Choice::Auto,
         }
     }
@@ -99,6 +104,9 @@ pub enum SessionError {
     /// Setting up sockets.
     #[error(transparent)]
     Net(#[from] NetError),
+    /// The generation.
+    #[error(transparent)]
+    Generate(#[from] GenerateError),
     /// The backend.
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -141,13 +149,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
     };
     let fss = backend::resolve(opts.backend)?;
     let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
-    let serve = ServeOptions {
-        timeouts: opts.timeouts,
-        ledger: Ledger::open(&dir.join("spent")).map_err(SessionError::Ledger)?,
-        keep_spent: false,
-        // One process: the links never leave loopback.
-        security: Security::Insecure,
-    };
+    let serve = local_serve(dir, opts.timeouts)?;
     let (served, query) = query_pair(model, &deal.files, batch, &serve, fss)?;
     // A server's own error explains more than the client's view of it.
     for (i, r) in served.into_iter().enumerate() {
@@ -170,7 +172,7 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
     }
     .with_parties(&query.reports, Some(&deal));
     if opts.reference {
-        let inputs = client::clear_inputs(model, &plan, batch)?;
+        let inputs = client::clear_inputs(model, &client::ClientView::of(&plan), batch)?;
         let want = reference::run(&plan, &inputs, fss)?;
         report.bit_exact = Some(want == query.output);
     }
@@ -212,6 +214,114 @@ pub fn query_pair(
     opts: &ServeOptions,
     fss: &dyn BatchEval,
 ) -> Result<PairOutcome, SessionError> {
+    serve_pair(model, keys, opts, fss, |addrs| {
+        client::query(model, addrs, batch, opts.timeouts, &opts.security)
+    })
+}
+
+/// How servers run inside one process: a ledger beside the keys, and plain
+/// TCP, because the links never leave loopback.
+fn local_serve(dir: &Path, timeouts: Timeouts) -> Result<ServeOptions, SessionError> {
+    Ok(ServeOptions {
+        timeouts,
+        ledger: Ledger::open(&dir.join("spent")).map_err(SessionError::Ledger)?,
+        keep_spent: false,
+        security: Security::Insecure,
+    })
+}
+
+/// A finished generation.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    /// What the client saw.
+    pub outcome: generate::Outcome,
+    /// The report, generation figures included.
+    pub report: Report,
+}
+
+/// Generates up to `max_new` tokens after `prompt` through dealer, servers
+/// and client: keys for the prompt's bucket and `max_new − 1` decode
+/// passes. With `opts.reference`, the fixed-point reference runs the same
+/// generation and every pass's logits are compared bit for bit.
+pub fn generate(
+    model: &Decoder,
+    prompt: &[u32],
+    max_new: usize,
+    sampling: generate::Sampling,
+    opts: &Options,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<Generation, SessionError> {
+    let steps = max_new.max(1) - 1;
+    let room = model.config.max_positions.saturating_sub(steps);
+    let bucket = opts
+        .prompt_bucket
+        .unwrap_or_else(|| crate::plan::decoder::bucket(prompt.len(), room));
+    let shape = Shape {
+        batch: 1,
+        seq: bucket,
+        decode_steps: steps,
+    };
+    let plan = plan::build(model, shape)?;
+    let temp;
+    let dir: &Path = match &opts.keys_dir {
+        Some(d) => d,
+        None => {
+            temp = TempDir::new()?;
+            &temp.0
+        }
+    };
+    let fss = backend::resolve(opts.backend)?;
+    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
+    let serve = local_serve(dir, opts.timeouts)?;
+    let (served, outcome) = serve_pair(model, &deal.files, &serve, fss, |addrs| {
+        generate::query(
+            model,
+            addrs,
+            prompt,
+            sampling,
+            opts.timeouts,
+            &serve.security,
+            on_token,
+        )
+    })?;
+    for (i, r) in served.into_iter().enumerate() {
+        if let Err(error) = r {
+            return Err(SessionError::Server {
+                party: i as u8,
+                error,
+            });
+        }
+    }
+    let outcome = outcome?;
+    let last = outcome.reports.last().cloned().unwrap_or_default();
+    let mut report = Report {
+        model: model.name.clone(),
+        tokens: bucket,
+        batch: 1,
+        real_tokens: vec![prompt.len()],
+        online_s: outcome.pass_s.iter().sum(),
+        plan_hash: outcome.plan_hash.clone(),
+        generation: Some(generate::Figures::of(prompt, bucket, &outcome)),
+        ..Report::default()
+    }
+    .with_parties(&last, Some(&deal));
+    if opts.reference {
+        let want = generate::reference(model, &plan, prompt, sampling, fss)?;
+        report.bit_exact = Some(want.logits == outcome.generated.logits);
+    }
+    Ok(Generation { outcome, report })
+}
+
+/// Runs both servers on `keys` (threads, loopback TCP) and `client` with
+/// their addresses; each side's result kept.
+fn serve_pair<'a, T>(
+    model: impl Into<ModelRef<'a>>,
+    keys: &[PathBuf; 2],
+    opts: &ServeOptions,
+    fss: &dyn BatchEval,
+    client: impl FnOnce([&str; 2]) -> T,
+) -> Result<([Result<PartyReport, ServeError>; 2], T), SessionError> {
+    let model = model.into();
     let listeners = [
         Listener::bind("127.0.0.1:0")?,
         Listener::bind("127.0.0.1:0")?,
@@ -226,15 +336,9 @@ pub fn query_pair(
             let (listener, keys, peer) = (&listeners[i], &keys[i], &addrs[0]);
             s.spawn(move || server::serve(model, party, keys, listener, peer, opts, fss))
         });
-        let query = client::query(
-            model,
-            [&addrs[0], &addrs[1]],
-            batch,
-            opts.timeouts,
-            &opts.security,
-        );
+        let out = client([&addrs[0], &addrs[1]]);
         let [a, b] = servers.map(|h| h.join().map_err(|_| SessionError::Panicked));
-        Ok(([a?, b?], query))
+        Ok(([a?, b?], out))
     })
 }
 

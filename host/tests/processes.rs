@@ -35,13 +35,17 @@ fn run(args: &[&str]) -> Output {
 /// Starts a server and returns it with the address it listens on (read
 /// from its first line on stderr).
 fn serve(party: u8, keys: &Path, peer: &str, report: &Path) -> (Child, String) {
+    serve_model("demo", party, keys, peer, report)
+}
+
+fn serve_model(model: &str, party: u8, keys: &Path, peer: &str, report: &Path) -> (Child, String) {
     let mut child = Command::new(BIN)
         .args([
             "serve",
             "--party",
             &party.to_string(),
             "--model",
-            "demo",
+            model,
             "--keys",
             keys.to_str().unwrap(),
             "--listen",
@@ -213,6 +217,78 @@ fn three_processes_give_the_in_process_answer() {
     assert!(!again.status.success());
     let msg = String::from_utf8_lossy(&again.stderr);
     assert!(msg.contains("already spent"), "{msg}");
+}
+
+#[test]
+fn three_process_generation_gives_the_in_process_tokens() {
+    let dir = temp("generate");
+    let prompt = "a private prompt";
+    run(&[
+        "dealer",
+        "--model",
+        "tiny-llama",
+        "--seq",
+        "32",
+        "--max-new-tokens",
+        "4",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let (p0, addr0) = serve_model(
+        "tiny-llama",
+        0,
+        &dir.join("p0.keys"),
+        "unused",
+        &dir.join("p0.json"),
+    );
+    let (p1, addr1) = serve_model(
+        "tiny-llama",
+        1,
+        &dir.join("p1.keys"),
+        &addr0,
+        &dir.join("p1.json"),
+    );
+    let remote = dir.join("query.json");
+    run(&[
+        "query",
+        "--model",
+        "tiny-llama",
+        "--generate",
+        "--servers",
+        &format!("{addr0},{addr1}"),
+        "--report-json",
+        remote.to_str().unwrap(),
+        prompt,
+    ]);
+    assert!(wait(p0, Duration::from_secs(60)), "P0 failed");
+    assert!(wait(p1, Duration::from_secs(60)), "P1 failed");
+    let local = dir.join("local.json");
+    run(&[
+        "generate",
+        "--model",
+        "tiny-llama",
+        "--max-new-tokens",
+        "4",
+        "--report-json",
+        local.to_str().unwrap(),
+        prompt,
+    ]);
+    let read = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    let (r, l) = (read(&remote), read(&local));
+    assert_eq!(l["bit_exact"], serde_json::Value::Bool(true));
+    assert_eq!(r["generated_token_ids"], l["generated_token_ids"]);
+    assert_eq!(r["prompt_token_ids"], l["prompt_token_ids"]);
+    for field in [
+        "prefill_online_s",
+        "decode_online_s_per_token",
+        "comm_bytes_per_token_per_party",
+        "rounds_per_token",
+        "key_bytes_per_token_per_party",
+    ] {
+        assert!(r[field].as_f64().is_some(), "report lacks {field}: {r}");
+    }
 }
 
 #[test]

@@ -92,13 +92,17 @@ fn padding_changes_no_bit_of_any_embedding() {
     );
     let seq = batch.iter().map(Vec::len).max().unwrap();
     let plan = bert::build(&model, batch.len(), seq).unwrap();
-    let inputs = client::clear_inputs(&model, &plan, &batch).unwrap();
+    let inputs = client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap();
     let together = reference::run(&plan, &inputs, backend::auto()).unwrap();
     let d = model.config.hidden;
     for (i, t) in batch.iter().enumerate() {
         let alone_plan = bert::build(&model, 1, t.len()).unwrap();
-        let alone_inputs =
-            client::clear_inputs(&model, &alone_plan, std::slice::from_ref(t)).unwrap();
+        let alone_inputs = client::clear_inputs(
+            &model,
+            &client::ClientView::of(&alone_plan),
+            std::slice::from_ref(t),
+        )
+        .unwrap();
         let alone = reference::run(&alone_plan, &alone_inputs, backend::auto()).unwrap();
         assert_eq!(
             alone,
@@ -178,7 +182,7 @@ fn keys_are_spent_by_a_query_not_by_a_failed_start() {
     let plan = bert::build(&model, 1, 6).unwrap();
     let want = reference::run(
         &plan,
-        &client::clear_inputs(&model, &plan, &batch).unwrap(),
+        &client::clear_inputs(&model, &client::ClientView::of(&plan), &batch).unwrap(),
         backend::auto(),
     );
     assert_eq!(q.unwrap().output, want.unwrap());
@@ -359,7 +363,12 @@ fn a_corrupt_key_section_stops_the_query_before_any_output() {
 #[test]
 fn a_client_refuses_a_shape_it_did_not_ask_for_without_allocating() {
     let model = Model::demo();
+    let real = client::ClientView::of(&bert::build(&model, 1, 4).unwrap());
     for batch in [1usize << 61, 1_000_000, 2] {
+        let view = client::ClientView {
+            batch,
+            ..real.clone()
+        };
         let listeners = [
             Listener::bind("127.0.0.1:0").unwrap(),
             Listener::bind("127.0.0.1:0").unwrap(),
@@ -369,6 +378,7 @@ fn a_client_refuses_a_shape_it_did_not_ask_for_without_allocating() {
             .map(|l| l.local_addr().unwrap().to_string());
         let r = std::thread::scope(|s| {
             for (party, l) in listeners.iter().enumerate() {
+                let view = view.clone();
                 s.spawn(move || {
                     let mut link = l.accept(short()).unwrap();
                     let _ = client::recv_hello(&mut link).unwrap();
@@ -379,6 +389,7 @@ fn a_client_refuses_a_shape_it_did_not_ask_for_without_allocating() {
                         batch,
                         seq: 4,
                         model: "demo".into(),
+                        view,
                     };
                     client::send_hello(&mut link, &fake).unwrap();
                 });

@@ -74,10 +74,10 @@ pub(super) fn model(config: Config, seed: u64) -> Model {
 
 /// SplitMix64 (Steele, Lea, Flood 2014): tiny, fast and plenty for test
 /// weights. Not for anything secret.
-struct Stream(u64);
+pub(super) struct Stream(u64);
 
 impl Stream {
-    fn new(seed: u64, name: &str) -> Stream {
+    pub(super) fn new(seed: u64, name: &str) -> Stream {
         let mut h = Sha256::new();
         h.update(b"suffuse generated model v1\0");
         h.update(seed.to_le_bytes());
@@ -97,7 +97,7 @@ impl Stream {
     }
 
     /// Uniform in [0, 1) with 53 random bits.
-    fn uniform(&mut self) -> f64 {
+    pub(super) fn uniform(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
 
@@ -109,11 +109,11 @@ impl Stream {
         (sum - 2.0) * 3f64.sqrt()
     }
 
-    fn normals(mut self, n: usize, std: f64) -> Vec<f32> {
+    pub(super) fn normals(mut self, n: usize, std: f64) -> Vec<f32> {
         (0..n).map(|_| (self.normal() * std) as f32).collect()
     }
 
-    fn take(mut self, n: usize, mut f: impl FnMut(&mut Stream) -> f64) -> Vec<f32> {
+    pub(super) fn take(mut self, n: usize, mut f: impl FnMut(&mut Stream) -> f64) -> Vec<f32> {
         (0..n).map(|_| f(&mut self) as f32).collect()
     }
 }

@@ -156,6 +156,14 @@ impl Tokenizer {
             .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
     }
 
+    /// The text of token ids, special tokens included (a generated token
+    /// is shown as the model produced it).
+    pub fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))
+    }
+
     /// The id of a token string, if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)

@@ -21,6 +21,7 @@
 //! padded key's exponent lands in nExp's zero tail: its probability is
 //! exactly 0, and nothing overflows.
 
+use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::{
     Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, InverseSpec, Kind, Plan, PlanError,
@@ -32,7 +33,7 @@ use suffuse_core::gate::splines;
 
 /// The narrowest width a spline gate compiles at: its knots must be
 /// representable on the k-bit view.
-fn spline_width(spline: &suffuse_core::gate::spline::Spline) -> u32 {
+pub(super) fn spline_width(spline: &suffuse_core::gate::spline::Spline) -> u32 {
     let reach = spline
         .pieces
         .iter()
@@ -41,41 +42,28 @@ fn spline_width(spline: &suffuse_core::gate::spline::Spline) -> u32 {
 }
 
 /// Output scale of the spline gates (GeLU, nExp) at input scale FRAC.
-fn spline_scale() -> u32 {
+pub(super) fn spline_scale() -> u32 {
     out_scale(&splines::NEXP, FRAC, COEFF_BITS)
 }
 
 /// Worst absolute error of the GeLU spline (core's accuracy test enforces
 /// 2^-8).
-const GELU_ERR: f64 = 1.0 / 256.0;
+pub(super) const GELU_ERR: f64 = 1.0 / 256.0;
 /// Worst relative error of the reciprocal and rsqrt chains (core's tests
 /// enforce 2^-7), rounded up.
-const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
+pub(super) const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
 /// Lowest octave of LayerNorm's rsqrt input (at scale 2·FRAC): Σy² below
 /// 2^-16 saturates, i.e. rows whose values all agree to about 2^-8·√(1/d).
-const RSQRT_LO_BITS: u32 = 8;
-
-/// Plans built in this process, shared while anyone holds them: the
-/// dealer, both servers and the client of an in-process run plan the same
-/// model and shape, and a plan holds the encoded weights.
-type PlanCache = std::sync::Mutex<Vec<(([u8; 32], usize, usize), std::sync::Weak<Plan>)>>;
-static PLANS: PlanCache = std::sync::Mutex::new(Vec::new());
+pub(super) const RSQRT_LO_BITS: u32 = 8;
+/// The widest rsqrt input planned (MiniLM's widest is 56 bits).
+const RSQRT_MAX_K: u32 = 56;
 
 /// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
 pub fn build(model: &Model, batch: usize, seq: usize) -> Result<std::sync::Arc<Plan>, PlanError> {
-    let key = (model.digest(), batch, seq);
-    let mut cache = PLANS.lock().unwrap_or_else(|e| e.into_inner());
-    cache.retain(|(_, w)| w.strong_count() > 0);
-    if let Some(p) = cache
-        .iter()
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, w)| w.upgrade())
-    {
-        return Ok(p);
-    }
-    let plan = std::sync::Arc::new(build_uncached(model, key.0, batch, seq)?);
-    cache.push((key, std::sync::Arc::downgrade(&plan)));
-    Ok(plan)
+    let digest = model.digest();
+    super::memoized((digest, batch, seq), || {
+        build_uncached(model, digest, batch, seq)
+    })
 }
 
 fn build_uncached(
@@ -226,13 +214,13 @@ fn plan_with(
 }
 
 /// One unit in the last place at `scale`.
-fn ulp(scale: u32) -> f64 {
+pub(super) fn ulp(scale: u32) -> f64 {
     1.0 / pow2(scale)
 }
 
 /// Bound of a LayerNorm output `γ·n + β` with `Σnᵢ² ≤ d`, `slack` a
 /// relative allowance on n.
-fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
+pub(super) fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
     let d = norm.gamma.len();
     let root = ((d.max(1) - 1) as f64).sqrt() * slack;
     let abs: Vec<f64> = norm
@@ -258,7 +246,7 @@ fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
 
 /// Encodes a linear layer for an input at `in_scale`; `prescale` multiplies
 /// the weights and bias of the first `prescale.1` outputs by `prescale.0`.
-fn encode_linear(
+pub(super) fn encode_linear(
     name: String,
     parts: &[&model::Linear],
     in_scale: u32,
@@ -294,7 +282,7 @@ fn encode_linear(
 }
 
 /// The real values of an encoded layer, for bounds.
-fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
+pub(super) fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
     (
         l.w.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)).collect(),
         l.b.iter()
@@ -309,7 +297,26 @@ fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
 /// one truncation rescales both; otherwise it is truncated first. `norm`
 /// describes a LayerNorm-output input for a tighter bound.
 #[allow(clippy::too_many_arguments)]
-fn linear_to_frac(
+pub(super) fn linear_to_frac(
+    b: &mut Builder,
+    x: usize,
+    norm: Option<&NormForm>,
+    name: String,
+    parts: &[&model::Linear],
+    query_scale: f64,
+    group: usize,
+    layer: usize,
+) -> Result<(usize, usize), PlanError> {
+    let (y, linear) = linear_product(b, x, norm, name.clone(), parts, query_scale, group, layer)?;
+    b.at(Category::Truncation, Some(layer));
+    Ok((truncate(b, y, FRAC, name)?, linear))
+}
+
+/// `x·W + b` at the product's scale, without the truncation: see
+/// [`linear_to_frac`]. A layer already encoded in this plan at the same
+/// scale (an earlier decode pass) is reused, not encoded again.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn linear_product(
     b: &mut Builder,
     x: usize,
     norm: Option<&NormForm>,
@@ -329,9 +336,7 @@ fn linear_to_frac(
     };
     let xi = b.info(x).clone();
     let try_scale = xi.scale + WEIGHT_FRAC;
-    let enc = b
-        .take_memo(&name, try_scale)
-        .unwrap_or_else(|| encode_linear(name.clone(), parts, xi.scale, query_scale));
+    let enc = encoded(b, &name, parts, xi.scale, query_scale);
     let out = bound_of(&xi.bound, &enc);
     let fits = bound::width(out.max_abs(), try_scale) <= 62;
     let (x, enc, out) = if fits || xi.scale == FRAC {
@@ -340,9 +345,7 @@ fn linear_to_frac(
         b.at(Category::Truncation, Some(layer));
         let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
         let xi = b.info(x).clone();
-        let enc = b
-            .take_memo(&name, xi.scale + WEIGHT_FRAC)
-            .unwrap_or_else(|| encode_linear(name.clone(), parts, xi.scale, query_scale));
+        let enc = encoded(b, &name, parts, xi.scale, query_scale);
         let out = bound_of(&xi.bound, &enc);
         (x, enc, out)
     };
@@ -350,11 +353,30 @@ fn linear_to_frac(
     let scale = b.info(x).scale + WEIGHT_FRAC;
     b.at(Category::Linear, Some(layer));
     let outputs = enc.outputs;
-    let linear = b.linear_layer(enc);
+    let linear = match b.find_linear(&name, scale) {
+        Some(i) => i,
+        None => b.linear_layer(enc),
+    };
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
     b.push(Kind::Linear { x, linear, out: y });
-    b.at(Category::Truncation, Some(layer));
-    Ok((truncate(b, y, FRAC, name)?, linear))
+    Ok((y, linear))
+}
+
+/// The layer `name` encoded for an input at `in_scale`: from this plan,
+/// from an earlier pass's memo, or encoded now.
+fn encoded(
+    b: &mut Builder,
+    name: &str,
+    parts: &[&model::Linear],
+    in_scale: u32,
+    query_scale: f64,
+) -> EncodedLinear {
+    let scale = in_scale + WEIGHT_FRAC;
+    if let Some(i) = b.find_linear(name, scale) {
+        return b.linear_ref(i).clone();
+    }
+    b.take_memo(name, scale)
+        .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale))
 }
 
 /// The largest attention score of a layer, by heads: with the layer input
@@ -403,7 +425,7 @@ fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
 /// The exact range of the nExp gate's fixed-point output over its whole
 /// domain (evaluated once): the spline may dip a little below 0 near its
 /// cut-off.
-fn nexp_range() -> Result<(f64, f64), PlanError> {
+pub(super) fn nexp_range() -> Result<(f64, f64), PlanError> {
     static RANGE: std::sync::OnceLock<(f64, f64)> = std::sync::OnceLock::new();
     if let Some(r) = RANGE.get() {
         return Ok(*r);
@@ -431,7 +453,12 @@ fn nexp_range() -> Result<(f64, f64), PlanError> {
 }
 
 /// Arithmetic truncation of `x` down to `to` fraction bits.
-fn truncate(b: &mut Builder, x: usize, to: u32, name: String) -> Result<usize, PlanError> {
+pub(super) fn truncate(
+    b: &mut Builder,
+    x: usize,
+    to: u32,
+    name: String,
+) -> Result<usize, PlanError> {
     let xi = b.info(x).clone();
     let shift = xi.scale - to;
     let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
@@ -499,7 +526,6 @@ fn encoder_layer(
     let [q, k, v] = split;
 
     // Scores, bounded through the bilinear form of the weights.
-    b.at(Category::AttentionMatmul, Some(l));
     let qn = b.info(q).bound.row_l2();
     let kn = b.info(k).bound.row_l2();
     let bilinear = {
@@ -508,175 +534,22 @@ fn encoder_layer(
             score_bound(&enc, x_norm, heads)
         })
     };
-    let score_max = (qn * kn).min(bilinear);
-    let s2 = b.tensor(
-        format!("layer {l} scores product"),
-        bh * seq,
-        seq,
-        2 * FRAC,
-        Bound::uniform(seq, score_max),
-    )?;
-    b.push(Kind::MatMul {
-        a: q,
-        b: k,
-        transpose_b: true,
-        batches: bh,
-        m: seq,
-        k: dh,
-        n: seq,
-        out: s2,
-    });
-    b.at(Category::Truncation, Some(l));
-    let s = truncate(b, s2, FRAC, format!("layer {l} scores"))?;
-    let score_abs = b.info(s).bound.max_abs();
-
-    // Softmax numerators with the padding bias: e = nExp(max − s).
-    b.at(Category::Softmax, Some(l));
-    let sb = b.tensor(
-        format!("layer {l} biased scores"),
-        bh * seq,
-        seq,
-        FRAC,
-        Bound::uniform(seq, score_abs + c),
-    )?;
-    b.push(Kind::AddBias {
-        x: s,
+    let (o, score_abs) = attention::attend(
+        b,
+        attention::Heads {
+            q,
+            k,
+            v,
+            blocks: bh,
+            queries: seq,
+            keys: seq,
+            causal: false,
+        },
+        (qn * kn).min(bilinear),
         bias,
-        rows_per: heads * seq,
-        out: sb,
-    });
-    let kmax = bound::width(2.0 * (score_abs + c) + 4.0 * ulp(FRAC), FRAC);
-    // Every row has a real key (the first token), so its max is a real
-    // score.
-    let m = b.tensor(
-        format!("layer {l} row max"),
-        bh * seq,
-        1,
-        FRAC,
-        Bound::uniform(1, score_abs),
+        c,
+        l,
     )?;
-    b.push(Kind::Max {
-        x: sb,
-        k: kmax,
-        out: m,
-    });
-    let z_abs = 2.0 * score_abs + c;
-    let z = b.tensor(
-        format!("layer {l} max − score"),
-        bh * seq,
-        seq,
-        FRAC,
-        Bound::uniform(seq, z_abs),
-    )?;
-    b.push(Kind::RowMinus {
-        v: m,
-        x: sb,
-        out: z,
-    });
-    let e_scale = spline_scale();
-    let (e_min, e_max) = nexp_range()?;
-    let e_abs = e_max.max(-e_min);
-    let e = b.tensor(
-        format!("layer {l} exponents"),
-        bh * seq,
-        seq,
-        e_scale,
-        Bound::uniform(seq, e_abs),
-    )?;
-    b.push(Kind::Gate {
-        x: z,
-        gate: GateSpec::Nexp {
-            k: bound::width(z_abs, FRAC).max(spline_width(&splines::NEXP)),
-        },
-        out: e,
-    });
-    let neg = (-e_min).max(0.0);
-    let sum_max = seq as f64 * e_abs;
-    let sum = b.tensor(
-        format!("layer {l} exponent sums"),
-        bh * seq,
-        1,
-        e_scale,
-        Bound::uniform(1, sum_max),
-    )?;
-    b.push(Kind::RowSum { x: e, out: sum });
-    // The max's own column contributes nExp(0) ≈ 1; the lowest octave of
-    // the reciprocal starts at 1/2, below which it saturates.
-    let mut at_zero = [0u64; 2];
-    let e0 = {
-        let k = spline_width(&splines::NEXP) + 1;
-        let g = GateSpec::Nexp { k }
-            .build()
-            .map_err(|source| PlanError::Gate {
-                tensor: "nExp(0)".into(),
-                spec: format!("nexp k={k}"),
-                error: source,
-            })?;
-        g.reference(0, &mut at_zero);
-        fixed::decode(at_zero[0], e_scale)
-    };
-    let sum_min = (e0 - (seq as f64 - 1.0) * neg).max(0.5);
-    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(RECIP_FRAC);
-    let inv = b.tensor(
-        format!("layer {l} 1/sum"),
-        bh * seq,
-        1,
-        RECIP_FRAC,
-        Bound::uniform(1, inv_max),
-    )?;
-    b.push(Kind::Inverse {
-        x: sum,
-        spec: InverseSpec {
-            rsqrt: false,
-            frac_in: e_scale,
-            k_in: bound::width(sum_max, e_scale),
-            lo_bits: e_scale - 1,
-            frac_out: RECIP_FRAC,
-        },
-        out: inv,
-    });
-
-    // Unnormalized outputs E·V (|Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|), truncated, then
-    // scaled by 1/Σe: normalizing after the product touches L·d_h values
-    // per row instead of L·L.
-    b.at(Category::AttentionMatmul, Some(l));
-    let vb = b.info(v).bound.clone();
-    let ev_bound = vb.scale(sum_max, 0.0);
-    let ev = b.tensor(
-        format!("layer {l} weighted values product"),
-        bh * seq,
-        dh,
-        e_scale + FRAC,
-        ev_bound,
-    )?;
-    b.push(Kind::MatMul {
-        a: e,
-        b: v,
-        transpose_b: false,
-        batches: bh,
-        m: seq,
-        k: seq,
-        n: dh,
-        out: ev,
-    });
-    b.at(Category::Truncation, Some(l));
-    let evt = truncate(b, ev, FRAC, format!("layer {l} weighted values"))?;
-    b.at(Category::Softmax, Some(l));
-    // |oᵢ| ≤ inv·Σⱼ|eᵢⱼ|·|vⱼ| ≤ (inv·Σe + inv·2L·|e_min|)·|v| + inv·ulp.
-    let o_scale = 1.0 + INVERSE_REL_ERR + inv_max * 2.0 * seq as f64 * neg;
-    let ob = vb.scale(o_scale, inv_max * ulp(FRAC));
-    let o = b.tensor(
-        format!("layer {l} attention heads"),
-        bh * seq,
-        dh,
-        FRAC + RECIP_FRAC,
-        ob,
-    )?;
-    b.push(Kind::MulRows {
-        x: evt,
-        v: inv,
-        out: o,
-    });
     b.at(Category::Linear, Some(l));
     let ob = b.info(o).bound.clone();
     let mut merged = Bound::from_abs((0..d).map(|j| ob.abs[j % dh]).collect(), dh);
@@ -773,47 +646,29 @@ fn residual_norm(
     let r_bound = xi.bound.regroup(d).add(&b.info(a).bound.regroup(d));
     let r = b.tensor(format!("{name} residual"), rows, d, FRAC, r_bound.clone())?;
     b.push(Kind::Add { a: x, b: a, out: r });
+    normalize(b, r, norm, name, l, true)
+}
 
-    // Mean: Σr·⌊2^16/d⌉ truncated; |Σr| ≤ √d·‖r‖.
-    let r_l2 = r_bound.row_l2();
-    let sum_abs = (d as f64).sqrt() * r_l2;
-    let s = b.tensor(
-        format!("{name} row sums"),
-        rows,
-        1,
-        FRAC,
-        Bound::uniform(1, sum_abs),
-    )?;
-    b.push(Kind::RowSum { x: r, out: s });
-    let gain = encode(1.0 / d as f64, MEAN_FRAC);
-    let gain_real = fixed::decode(gain, MEAN_FRAC);
-    let sm = b.tensor(
-        format!("{name} mean product"),
-        rows,
-        1,
-        FRAC + MEAN_FRAC,
-        Bound::uniform(1, sum_abs * gain_real),
-    )?;
-    b.push(Kind::Affine {
-        x: s,
-        gain: vec![gain],
-        offset: vec![0],
-        out: sm,
-    });
-    let mu = truncate(b, sm, FRAC, format!("{name} mean"))?;
+/// LayerNorm (`centre`) or RMSNorm of `r`: `y = r − mean` (LayerNorm
+/// only), `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`.
+pub(super) fn normalize(
+    b: &mut Builder,
+    r: usize,
+    norm: &model::Norm,
+    name: String,
+    l: usize,
+    centre: bool,
+) -> Result<(usize, NormForm), PlanError> {
     b.at(Category::LayerNorm, Some(l));
-    let mu_abs = b.info(mu).bound.max_abs();
-    // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.
-    let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(FRAC);
-    let y_l2 = r_l2 + (d as f64).sqrt() * delta;
-    let mut yb = Bound::from_abs(r_bound.abs.iter().map(|a| a + mu_abs).collect(), d);
-    yb.l2[0] = yb.l2[0].min(y_l2);
-    let y = b.tensor(format!("{name} centred"), rows, d, FRAC, yb.clone())?;
-    b.push(Kind::MinusRow {
-        x: r,
-        v: mu,
-        out: y,
-    });
+    let ri = b.info(r).clone();
+    let (rows, d) = (ri.rows, ri.cols);
+    let r_bound = ri.bound.regroup(d);
+    let r_l2 = r_bound.row_l2();
+    let (y, yb, y_l2) = if centre {
+        centre_rows(b, r, &r_bound, &name, l)?
+    } else {
+        (r, r_bound.clone(), r_l2)
+    };
     let sq = b.tensor(
         format!("{name} squares"),
         rows,
@@ -851,7 +706,23 @@ fn residual_norm(
     } else {
         v
     };
-    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((2 * FRAC - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
+    // The rsqrt chain's range reduction needs its input below 2^56: a wider
+    // proven range (deep pre-LN residual streams) is truncated first, which
+    // only raises the saturation floor 2^(lo_bits − frac_in).
+    let (v, frac_in) = match bound::width(v_max, 2 * FRAC).checked_sub(RSQRT_MAX_K) {
+        Some(shift) if shift > 0 => {
+            let vt = truncate(
+                b,
+                v,
+                2 * FRAC - shift,
+                format!("{name} sum of squares (narrowed)"),
+            )?;
+            b.at(Category::LayerNorm, Some(l));
+            (vt, 2 * FRAC - shift)
+        }
+        _ => (v, 2 * FRAC),
+    };
+    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
     let rho = b.tensor(
         format!("{name} 1/√Σy²"),
         rows,
@@ -863,8 +734,8 @@ fn residual_norm(
         x: v,
         spec: InverseSpec {
             rsqrt: true,
-            frac_in: 2 * FRAC,
-            k_in: bound::width(v_max, 2 * FRAC),
+            frac_in,
+            k_in: bound::width(v_max, frac_in),
             lo_bits: RSQRT_LO_BITS,
             frac_out: RSQRT_FRAC,
         },
@@ -938,4 +809,59 @@ fn residual_norm(
         delta: ulp(FRAC),
     };
     Ok((out, form))
+}
+
+/// `y = r − trunc(Σr·⌊2^16/d⌉)`; returns y, its bound and its row-norm
+/// bound.
+fn centre_rows(
+    b: &mut Builder,
+    r: usize,
+    r_bound: &Bound,
+    name: &str,
+    l: usize,
+) -> Result<(usize, Bound, f64), PlanError> {
+    let ri = b.info(r).clone();
+    let (rows, d) = (ri.rows, ri.cols);
+
+    // Mean: Σr·⌊2^16/d⌉ truncated; |Σr| ≤ √d·‖r‖.
+    let r_l2 = r_bound.row_l2();
+    let sum_abs = (d as f64).sqrt() * r_l2;
+    let s = b.tensor(
+        format!("{name} row sums"),
+        rows,
+        1,
+        FRAC,
+        Bound::uniform(1, sum_abs),
+    )?;
+    b.push(Kind::RowSum { x: r, out: s });
+    let gain = encode(1.0 / d as f64, MEAN_FRAC);
+    let gain_real = fixed::decode(gain, MEAN_FRAC);
+    let sm = b.tensor(
+        format!("{name} mean product"),
+        rows,
+        1,
+        FRAC + MEAN_FRAC,
+        Bound::uniform(1, sum_abs * gain_real),
+    )?;
+    b.push(Kind::Affine {
+        x: s,
+        gain: vec![gain],
+        offset: vec![0],
+        out: sm,
+    });
+    let mu = truncate(b, sm, FRAC, format!("{name} mean"))?;
+    b.at(Category::LayerNorm, Some(l));
+    let mu_abs = b.info(mu).bound.max_abs();
+    // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.
+    let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(FRAC);
+    let y_l2 = r_l2 + (d as f64).sqrt() * delta;
+    let mut yb = Bound::from_abs(r_bound.abs.iter().map(|a| a + mu_abs).collect(), d);
+    yb.l2[0] = yb.l2[0].min(y_l2);
+    let y = b.tensor(format!("{name} centred"), rows, d, FRAC, yb.clone())?;
+    b.push(Kind::MinusRow {
+        x: r,
+        v: mu,
+        out: y,
+    });
+    Ok((y, yb, y_l2))
 }

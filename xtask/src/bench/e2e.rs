@@ -8,7 +8,10 @@
 //! all-MiniLM-L6-v2 runs when `models/all-MiniLM-L6-v2` is present (`cargo
 //! xtask fetch-model minilm`); BERT-base runs on `generated-bert-base`, a
 //! model with BERT-base's shape and random weights, since no BERT-base
-//! checkpoint ships with the repository.
+//! checkpoint ships with the repository. GPT-2 runs on `generated-gpt2`
+//! (GPT-2-small's shape, random weights) through `suffuse generate`: the
+//! prefill of a 128-token bucket alone, one forward pass, which is what
+//! FuseFSS and SIGMA time.
 
 use std::path::{Path, PathBuf};
 
@@ -53,7 +56,15 @@ struct Case {
     tokens: usize,
     runs: usize,
     anchors: &'static [Anchor],
+    /// A decoder: `suffuse generate` with the prompt bucket `tokens` and
+    /// this many new tokens (1: the prefill alone, one forward pass).
+    generate: Option<usize>,
 }
+
+/// 119 characters: with [CLS] and [SEP], a prompt that fits a 128-token
+/// bucket of the generated models' character tokenizer.
+const PROMPT_120: &str = "Two servers run a decoder on secret shares of a prompt; neither \
+    learns the text, the logits or the tokens picked next!!";
 
 const SPU_MINILM_128: Anchor = Anchor {
     system: "SecretFlow SPU SEMI2K",
@@ -86,6 +97,23 @@ const SIGMA_BERT_BASE: Anchor = Anchor {
     ..FUSEFSS_BERT_BASE
 };
 
+const FUSEFSS_GPT2: Anchor = Anchor {
+    system: "FuseFSS",
+    setting: "GPUs, GPT-2, 128 tokens",
+    online_s: 1.073,
+    comm_bytes: Some(0.777e9),
+    key_bytes: Some(11.92e9),
+    source: "seeds/001 Table 1",
+};
+
+const SIGMA_GPT2: Anchor = Anchor {
+    system: "SIGMA",
+    online_s: 1.424,
+    comm_bytes: Some(0.885e9),
+    key_bytes: Some(15.35e9),
+    ..FUSEFSS_GPT2
+};
+
 const CASES: &[Case] = &[
     Case {
         name: "minilm-17",
@@ -94,6 +122,7 @@ const CASES: &[Case] = &[
         tokens: 17,
         runs: 1,
         anchors: &[SPU_MINILM_17],
+        generate: None,
     },
     Case {
         name: "minilm-128",
@@ -102,6 +131,7 @@ const CASES: &[Case] = &[
         tokens: 128,
         runs: 3,
         anchors: &[SPU_MINILM_128],
+        generate: None,
     },
     Case {
         name: "bert-base-shape-128",
@@ -110,6 +140,16 @@ const CASES: &[Case] = &[
         tokens: 128,
         runs: 1,
         anchors: &[FUSEFSS_BERT_BASE, SIGMA_BERT_BASE],
+        generate: None,
+    },
+    Case {
+        name: "gpt2-shape-128",
+        model: "generated-gpt2",
+        text: PROMPT_120,
+        tokens: 128,
+        runs: 1,
+        anchors: &[FUSEFSS_GPT2, SIGMA_GPT2],
+        generate: Some(1),
     },
 ];
 
@@ -181,18 +221,35 @@ pub fn run() -> Result<String> {
 
 fn embed(bin: &Path, model: &str, case: &Case, report: &PathBuf) -> Result<Report> {
     let tokens = case.tokens.to_string();
-    let out = command::capture(std::process::Command::new(bin).args([
-        "embed",
-        "--model",
-        model,
-        "--max-tokens",
-        &tokens,
-        "--compare",
-        "float",
-        "--report-json",
-        &report.to_string_lossy(),
-        case.text,
-    ]))?;
+    let path = report.to_string_lossy();
+    let mut cmd = std::process::Command::new(bin);
+    match case.generate {
+        Some(new) => cmd.args([
+            "generate",
+            "--model",
+            model,
+            "--seq",
+            &tokens,
+            "--max-new-tokens",
+            &new.to_string(),
+            "--report-json",
+            &path,
+            case.text,
+        ]),
+        None => cmd.args([
+            "embed",
+            "--model",
+            model,
+            "--max-tokens",
+            &tokens,
+            "--compare",
+            "float",
+            "--report-json",
+            &path,
+            case.text,
+        ]),
+    };
+    let out = command::capture(&mut cmd)?;
     if !out.status.success() {
         bail!(
             "{} failed ({}):\n{}",

@@ -1,0 +1,209 @@
+//! The local operations of decoders: rearranging heads, the KV cache,
+//! causal triangles and RoPE. All linear over Z_2^64 (RoPE multiplies by
+//! public constants), so parties run them on shares unchanged.
+
+use crate::plan::{Kind, Plan};
+
+use super::{ExecError, Store};
+
+/// Runs one of the layout operations; `None` for any other kind.
+pub(super) fn run(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<u64>, ExecError>> {
+    let t = &plan.tensors;
+    let get = |x: usize| store.get(plan, x);
+    let out = match *kind {
+        Kind::Triangle { x, .. } => get(x).map(|v| triangle(v, t[x].cols)),
+        Kind::Spread { x, diagonal, out } => get(x).map(|v| spread(v, t[out].cols, diagonal)),
+        Kind::Rope {
+            x,
+            rotated,
+            head_dim,
+            adjacent,
+            ref cos,
+            ref sin,
+            frac,
+            ..
+        } => get(x).map(|v| {
+            let shape = RopeShape {
+                cols: t[x].cols,
+                rotated,
+                head_dim,
+                adjacent,
+                frac,
+            };
+            rope(v, &shape, cos, sin)
+        }),
+        Kind::Heads {
+            x,
+            from,
+            heads,
+            out,
+        } => get(x).map(|v| split_heads(v, t[x].cols, from, heads, t[out].cols)),
+        Kind::Unheads { x, heads, .. } => get(x).map(|v| merge_heads(v, heads, t[x].cols)),
+        Kind::Append {
+            cache, new, heads, ..
+        } => get(cache).and_then(|c| get(new).map(|n| append(c, n, heads))),
+        Kind::Repeat {
+            x, heads, times, ..
+        } => get(x).map(|v| repeat(v, heads, times)),
+        Kind::Rows { x, first, out } => get(x).map(|v| {
+            let cols = t[x].cols;
+            v[first * cols..(first + t[out].rows) * cols].to_vec()
+        }),
+        _ => return None,
+    };
+    Some(out)
+}
+
+/// Row `i` of each `[l × l]` block keeps columns `0..=i`.
+fn triangle(x: &[u64], l: usize) -> Vec<u64> {
+    let mut y = Vec::with_capacity(x.len().div_ceil(2) + l);
+    for row in x.chunks_exact(l.max(1)).enumerate() {
+        let i = row.0 % l;
+        y.extend_from_slice(&row.1[..=i]);
+    }
+    y
+}
+
+fn spread(x: &[u64], l: usize, diagonal: bool) -> Vec<u64> {
+    let blocks = x.len() / (l * (l + 1) / 2).max(1);
+    let mut y = Vec::with_capacity(blocks * l * l);
+    let mut at = 0;
+    for _ in 0..blocks * l {
+        let i = (y.len() / l.max(1)) % l;
+        let row = &x[at..at + i + 1];
+        at += i + 1;
+        y.extend_from_slice(row);
+        let fill = if diagonal { row[i] } else { 0 };
+        y.extend(std::iter::repeat_n(fill, l - i - 1));
+    }
+    y
+}
+
+/// The geometry of a [`Kind::Rope`].
+struct RopeShape {
+    cols: usize,
+    rotated: usize,
+    head_dim: usize,
+    adjacent: bool,
+    frac: u32,
+}
+
+/// `(a, b) ↦ (a·cos − b·sin, a·sin + b·cos)` on every pair of the rotated
+/// heads; the other columns times `2^frac`.
+fn rope(x: &[u64], s: &RopeShape, cos: &[u64], sin: &[u64]) -> Vec<u64> {
+    let half = s.head_dim / 2;
+    let mut y = x.to_vec();
+    for (r, row) in y.chunks_exact_mut(s.cols.max(1)).enumerate() {
+        let (c, sn) = (
+            &cos[r * half..(r + 1) * half],
+            &sin[r * half..(r + 1) * half],
+        );
+        for head in row[..s.rotated].chunks_exact_mut(s.head_dim.max(1)) {
+            for i in 0..half {
+                let (ia, ib) = if s.adjacent {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                let (a, b) = (head[ia], head[ib]);
+                head[ia] = a.wrapping_mul(c[i]).wrapping_sub(b.wrapping_mul(sn[i]));
+                head[ib] = a.wrapping_mul(sn[i]).wrapping_add(b.wrapping_mul(c[i]));
+            }
+        }
+        for v in &mut row[s.rotated..] {
+            *v = v.wrapping_shl(s.frac);
+        }
+    }
+    y
+}
+
+fn split_heads(x: &[u64], cols: usize, from: usize, heads: usize, dh: usize) -> Vec<u64> {
+    let rows = x.len() / cols.max(1);
+    let mut y = Vec::with_capacity(heads * rows * dh);
+    for h in 0..heads {
+        for r in 0..rows {
+            let at = r * cols + from + h * dh;
+            y.extend_from_slice(&x[at..at + dh]);
+        }
+    }
+    y
+}
+
+fn merge_heads(x: &[u64], heads: usize, dh: usize) -> Vec<u64> {
+    let rows = x.len() / (heads * dh).max(1);
+    let mut y = vec![0u64; x.len()];
+    for (i, chunk) in x.chunks_exact(dh.max(1)).enumerate() {
+        let (h, r) = (i / rows.max(1), i % rows.max(1));
+        let at = r * heads * dh + h * dh;
+        y[at..at + dh].copy_from_slice(chunk);
+    }
+    y
+}
+
+fn append(cache: &[u64], new: &[u64], heads: usize) -> Vec<u64> {
+    let (n, m) = (cache.len() / heads.max(1), new.len() / heads.max(1));
+    let mut y = Vec::with_capacity(cache.len() + new.len());
+    for h in 0..heads {
+        y.extend_from_slice(&cache[h * n..(h + 1) * n]);
+        y.extend_from_slice(&new[h * m..(h + 1) * m]);
+    }
+    y
+}
+
+fn repeat(x: &[u64], heads: usize, times: usize) -> Vec<u64> {
+    let block = x.len() / heads.max(1);
+    let mut y = Vec::with_capacity(x.len() * times);
+    for h in x.chunks_exact(block.max(1)) {
+        for _ in 0..times {
+            y.extend_from_slice(h);
+        }
+    }
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn triangle_and_spread_round_trip() {
+        let l = 3;
+        let x: Vec<u64> = (0..(2 * l * l) as u64).collect();
+        let p = triangle(&x, l);
+        assert_eq!(p, [0, 3, 4, 6, 7, 8, 9, 12, 13, 15, 16, 17]);
+        let z = spread(&p, l, false);
+        assert_eq!(&z[..9], &[0, 0, 0, 3, 4, 0, 6, 7, 8]);
+        let d = spread(&p, l, true);
+        assert_eq!(&d[9..], &[9, 9, 9, 12, 13, 13, 15, 16, 17]);
+    }
+
+    #[test]
+    fn heads_round_trip_and_cache_layout() {
+        let x: Vec<u64> = (0..2 * 8).collect(); // 2 rows × (2 heads of 2 + 4 more)
+        let h = split_heads(&x, 8, 4, 2, 2);
+        assert_eq!(h, [4, 5, 12, 13, 6, 7, 14, 15]);
+        let back = merge_heads(&h, 2, 2);
+        assert_eq!(back, [4, 5, 6, 7, 12, 13, 14, 15]);
+        let a = append(&[1, 2, 3, 4], &[9, 8], 2);
+        assert_eq!(a, [1, 2, 9, 3, 4, 8]);
+        assert_eq!(repeat(&[1, 2, 3, 4], 2, 2), [1, 2, 1, 2, 3, 4, 3, 4]);
+    }
+
+    #[test]
+    fn rope_styles_pair_different_columns() {
+        // cos = 0, sin = 1 (at scale 0): (a, b) ↦ (−b, a).
+        let x = [1u64, 2, 3, 4, 7];
+        let shape = |adjacent| RopeShape {
+            cols: 5,
+            rotated: 4,
+            head_dim: 4,
+            adjacent,
+            frac: 0,
+        };
+        let neg = |v: u64| v.wrapping_neg();
+        let y = rope(&x, &shape(true), &[0, 0], &[1, 1]);
+        assert_eq!(y, [neg(2), 1, neg(4), 3, 7]);
+        let y = rope(&x, &shape(false), &[0, 0], &[1, 1]);
+        assert_eq!(y, [neg(3), neg(4), 1, 2, 7]);
+    }
+}

@@ -1,0 +1,334 @@
+//! Scaled dot-product attention on secret heads, shared by every
+//! architecture: scores `trunc(Q·Kᵀ)`, the additive key bias, softmax as
+//! max tree → nExp → row sum → reciprocal, and `trunc(E·V)` scaled by the
+//! reciprocal (normalizing after the product touches `rows·d_h` values
+//! instead of `rows·keys`).
+//!
+//! **Causal attention** computes the scores of the entries `j ≤ i` only:
+//! after the (local) product, the lower triangle of each block is packed
+//! into a flat tensor, and the truncation and nExp run on those
+//! `L(L+1)/2` elements per block. No −∞ mask is ever added. The max tree
+//! still wants rectangular rows, so each row is spread back to `L` values
+//! with the entries `j > i` set to the row's own diagonal score, a real
+//! value that changes no maximum; the exponents of those entries are 0
+//! (public), so the row sums and `E·V` see exact zeros there.
+
+use super::bert::{INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, ulp};
+use super::bound::{self, Bound};
+use super::{Builder, Category, GateSpec, InverseSpec, Kind, PlanError};
+use crate::fixed::{self, FRAC, RECIP_FRAC};
+use suffuse_core::gate::splines;
+
+/// The secret heads of one attention: `blocks` independent (query, key)
+/// blocks, each with `queries` query rows and `keys` key rows.
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    /// Queries `[blocks·queries × d_h]` at FRAC.
+    pub q: usize,
+    /// Keys `[blocks·keys × d_h]` at FRAC.
+    pub k: usize,
+    /// Values `[blocks·keys × d_h]` at FRAC.
+    pub v: usize,
+    /// Independent blocks (sentences × heads).
+    pub blocks: usize,
+    /// Query rows per block.
+    pub queries: usize,
+    /// Key rows per block.
+    pub keys: usize,
+    /// Query row `i` sees keys `j ≤ i` only (needs `queries == keys`).
+    pub causal: bool,
+}
+
+/// Plans attention with scores bounded by `score_max` in magnitude and
+/// the additive key bias `bias` (`[bias rows × keys]`, rows spread evenly
+/// over the blocks; padding carries `−c`). Returns the heads' outputs
+/// `[blocks·queries × d_h]` at FRAC + RECIP_FRAC and the score bound.
+pub fn attend(
+    b: &mut Builder,
+    h: Heads,
+    score_max: f64,
+    bias: usize,
+    c: f64,
+    l: usize,
+) -> Result<(usize, f64), PlanError> {
+    let (rows, keys) = (h.blocks * h.queries, h.keys);
+    let dh = b.info(h.q).cols;
+    b.at(Category::AttentionMatmul, Some(l));
+    let s2 = b.tensor(
+        format!("layer {l} scores product"),
+        rows,
+        keys,
+        2 * FRAC,
+        Bound::uniform(keys, score_max),
+    )?;
+    b.push(Kind::MatMul {
+        a: h.q,
+        b: h.k,
+        transpose_b: true,
+        batches: h.blocks,
+        m: h.queries,
+        k: dh,
+        n: keys,
+        out: s2,
+    });
+    b.at(Category::Truncation, Some(l));
+    let s2 = if h.causal {
+        triangle(b, s2, format!("layer {l} causal scores product"))?
+    } else {
+        s2
+    };
+    let s = truncate(b, s2, FRAC, format!("layer {l} scores"))?;
+    let score_abs = b.info(s).bound.max_abs();
+
+    b.at(Category::Softmax, Some(l));
+    let s = if h.causal {
+        spread(b, s, rows, keys, false, format!("layer {l} scores (j ≤ i)"))?
+    } else {
+        s
+    };
+    let sb = b.tensor(
+        format!("layer {l} biased scores"),
+        rows,
+        keys,
+        FRAC,
+        Bound::uniform(keys, score_abs + c),
+    )?;
+    let bias_rows = b.info(bias).rows.max(1);
+    b.push(Kind::AddBias {
+        x: s,
+        bias,
+        rows_per: rows / bias_rows,
+        out: sb,
+    });
+    let (z, z_abs) = minus_row_max(b, sb, h, score_abs, c, l)?;
+    let e_scale = spline_scale();
+    let (e_min, e_max) = nexp_range()?;
+    let e_abs = e_max.max(-e_min);
+    let z = if h.causal {
+        triangle(b, z, format!("layer {l} causal max − score"))?
+    } else {
+        z
+    };
+    let e = b.tensor(
+        format!("layer {l} exponents"),
+        b.info(z).rows,
+        b.info(z).cols,
+        e_scale,
+        Bound::uniform(b.info(z).cols, e_abs),
+    )?;
+    b.push(Kind::Gate {
+        x: z,
+        gate: GateSpec::Nexp {
+            k: bound::width(z_abs, FRAC).max(spline_width(&splines::NEXP)),
+        },
+        out: e,
+    });
+    let e = if h.causal {
+        spread(
+            b,
+            e,
+            rows,
+            keys,
+            false,
+            format!("layer {l} exponents (j ≤ i)"),
+        )?
+    } else {
+        e
+    };
+    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, e_abs, e_min, l)?;
+
+    // |Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|, truncated, then scaled by 1/Σe.
+    b.at(Category::AttentionMatmul, Some(l));
+    let vb = b.info(h.v).bound.clone();
+    let sum_max = keys as f64 * e_abs;
+    let ev = b.tensor(
+        format!("layer {l} weighted values product"),
+        rows,
+        dh,
+        e_scale + FRAC,
+        vb.scale(sum_max, 0.0),
+    )?;
+    b.push(Kind::MatMul {
+        a: e,
+        b: h.v,
+        transpose_b: false,
+        batches: h.blocks,
+        m: h.queries,
+        k: keys,
+        n: dh,
+        out: ev,
+    });
+    b.at(Category::Truncation, Some(l));
+    let evt = truncate(b, ev, FRAC, format!("layer {l} weighted values"))?;
+    b.at(Category::Softmax, Some(l));
+    // |oᵢ| ≤ inv·Σⱼ|eᵢⱼ|·|vⱼ| ≤ (inv·Σe + inv·2L·|e_min|)·|v| + inv·ulp.
+    let neg = (-e_min).max(0.0);
+    let o_scale = 1.0 + INVERSE_REL_ERR + inv_max * 2.0 * keys as f64 * neg;
+    let o = b.tensor(
+        format!("layer {l} attention heads"),
+        rows,
+        dh,
+        FRAC + RECIP_FRAC,
+        vb.scale(o_scale, inv_max * ulp(FRAC)),
+    )?;
+    b.push(Kind::MulRows {
+        x: evt,
+        v: inv,
+        out: o,
+    });
+    Ok((o, score_abs))
+}
+
+/// `z = max(row) − s` for the biased scores `sb`, with its bound.
+fn minus_row_max(
+    b: &mut Builder,
+    sb: usize,
+    h: Heads,
+    score_abs: f64,
+    c: f64,
+    l: usize,
+) -> Result<(usize, f64), PlanError> {
+    let (rows, keys) = (h.blocks * h.queries, h.keys);
+    let kmax = bound::width(2.0 * (score_abs + c) + 4.0 * ulp(FRAC), FRAC);
+    // A row with a real key (every row of a non-causal block: the first
+    // token is real; a causal row at a real position: its own key) has a
+    // real maximum. A causal row at a left-padding position sees padded
+    // keys only, its maximum lies c lower.
+    let m_abs = if h.causal { score_abs + c } else { score_abs };
+    let max_in = if h.causal {
+        let packed = triangle(b, sb, format!("layer {l} causal biased scores"))?;
+        spread(
+            b,
+            packed,
+            rows,
+            keys,
+            true,
+            format!("layer {l} rows for the max"),
+        )?
+    } else {
+        sb
+    };
+    let m = b.tensor(
+        format!("layer {l} row max"),
+        rows,
+        1,
+        FRAC,
+        Bound::uniform(1, m_abs),
+    )?;
+    b.push(Kind::Max {
+        x: max_in,
+        k: kmax,
+        out: m,
+    });
+    let z_abs = 2.0 * score_abs + c;
+    let z = b.tensor(
+        format!("layer {l} max − score"),
+        rows,
+        keys,
+        FRAC,
+        Bound::uniform(keys, z_abs),
+    )?;
+    b.push(Kind::RowMinus {
+        v: m,
+        x: sb,
+        out: z,
+    });
+    Ok((z, z_abs))
+}
+
+/// Row sums of the exponents `e` and their reciprocal; returns it and its
+/// bound.
+fn reciprocal_of_sums(
+    b: &mut Builder,
+    e: usize,
+    keys: usize,
+    e_abs: f64,
+    e_min: f64,
+    l: usize,
+) -> Result<(usize, f64), PlanError> {
+    let rows = b.info(e).rows;
+    let e_scale = spline_scale();
+    let neg = (-e_min).max(0.0);
+    let sum_max = keys as f64 * e_abs;
+    let sum = b.tensor(
+        format!("layer {l} exponent sums"),
+        rows,
+        1,
+        e_scale,
+        Bound::uniform(1, sum_max),
+    )?;
+    b.push(Kind::RowSum { x: e, out: sum });
+    // The max's own column contributes nExp(0) ≈ 1; the lowest octave of
+    // the reciprocal starts at 1/2, below which it saturates.
+    let k = spline_width(&splines::NEXP) + 1;
+    let g = GateSpec::Nexp { k }
+        .build()
+        .map_err(|source| PlanError::Gate {
+            tensor: "nExp(0)".into(),
+            spec: format!("nexp k={k}"),
+            error: source,
+        })?;
+    let mut at_zero = [0u64; 2];
+    g.reference(0, &mut at_zero);
+    let e0 = fixed::decode(at_zero[0], e_scale);
+    let sum_min = (e0 - (keys as f64 - 1.0) * neg).max(0.5);
+    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(RECIP_FRAC);
+    let inv = b.tensor(
+        format!("layer {l} 1/sum"),
+        rows,
+        1,
+        RECIP_FRAC,
+        Bound::uniform(1, inv_max),
+    )?;
+    b.push(Kind::Inverse {
+        x: sum,
+        spec: InverseSpec {
+            rsqrt: false,
+            frac_in: e_scale,
+            k_in: bound::width(sum_max, e_scale),
+            lo_bits: e_scale - 1,
+            frac_out: RECIP_FRAC,
+        },
+        out: inv,
+    });
+    Ok((inv, inv_max))
+}
+
+/// The lower triangles (`j ≤ i`) of the square blocks of `x`, packed.
+fn triangle(b: &mut Builder, x: usize, name: String) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let l = xi.cols;
+    let blocks = xi.rows / l.max(1);
+    let abs = xi.bound.max_abs();
+    let out = b.tensor(
+        name,
+        blocks * l * (l + 1) / 2,
+        1,
+        xi.scale,
+        Bound::uniform(1, abs),
+    )?;
+    b.push(Kind::Triangle { x, out });
+    Ok(out)
+}
+
+/// Packed lower triangles back to `[rows × keys]`; the entries `j > i` are
+/// the row's diagonal (`diagonal`) or 0.
+fn spread(
+    b: &mut Builder,
+    x: usize,
+    rows: usize,
+    keys: usize,
+    diagonal: bool,
+    name: String,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let out = b.tensor(
+        name,
+        rows,
+        keys,
+        xi.scale,
+        Bound::uniform(keys, xi.bound.max_abs()),
+    )?;
+    b.push(Kind::Spread { x, diagonal, out });
+    Ok(out)
+}

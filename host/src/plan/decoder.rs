@@ -1,0 +1,677 @@
+//! The plan of a causal decoder generating text: one pass for the prefill
+//! of the padded prompt, then one pass per decode step (see
+//! [`super::Pass`]). Per block (pre-norm):
+//!
+//! ```text
+//! n    = norm₁(x)                          RMSNorm (Llama) or LayerNorm (GPT-2)
+//! qkv  = trunc(rope(n·[Wq/√d_h | Wk | Wv]))   one product, RoPE on the product, one truncation
+//! K, V = cache ++ k, v                     the KV cache: shares kept across passes
+//! a    = attend(q, repeat(K), repeat(V))   grouped-query heads share K, V; causal in the prefill
+//! x    = x + trunc(merge(a)·Wo)
+//! n    = norm₂(x)
+//! x    = x + trunc(trunc(SiLU(n·Wg) ⊙ n·Wu)·Wd)   Llama: one Beaver product
+//! x    = x + trunc(GeLU(trunc(n·W1 + b1))·W2 + b2) GPT-2
+//! ```
+//!
+//! The logits of the pass's last row, `final_norm(x)·Wₕ`, go back to the
+//! client at scale 2·FRAC, untruncated.
+//!
+//! **Padding.** Prompts are left-padded to the bucket length P, so the
+//! last prompt token always sits in slot P − 1 and decode step t in slot
+//! P + t − 1: every position the servers use is public. Padded keys carry
+//! the secret bias −C (as in BERT), which puts their exponents in nExp's
+//! zero tail. RoPE scores depend on relative positions only, so shifting
+//! the prompt right changes nothing but rounding; GPT-2's learned
+//! positions are added by the client, which knows the real positions.
+
+use std::sync::Arc;
+
+use super::attention::{self, Heads};
+use super::bert::{
+    GELU_ERR, linear_product, linear_to_frac, normalize, spline_width, truncate, ulp,
+};
+use super::bound::{self, Bound, NormForm};
+use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
+use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
+use crate::model::{Architecture, Decoder, DecoderLayer, RopeStyle};
+use suffuse_core::gate::activation::{COEFF_BITS, GeluForm, gelu_spline, out_scale};
+use suffuse_core::gate::splines;
+
+/// Fraction bits of RoPE's cos/sin tables.
+pub const ROPE_FRAC: u32 = 16;
+
+/// The shape of a generation: the prompt bucket and the decode passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Generation {
+    /// Padded prompt length P.
+    pub prompt: usize,
+    /// Decode passes after the prefill (new tokens − 1).
+    pub steps: usize,
+}
+
+/// The public prompt bucket for a prompt of `len` tokens: the next power
+/// of two from 8 on (8, 16, 32, …), capped at `max`.
+pub fn bucket(len: usize, max: usize) -> usize {
+    len.max(8).next_power_of_two().min(max)
+}
+
+/// Builds (or reuses) the plan of a generation.
+pub fn build(model: &Decoder, g: Generation) -> Result<Arc<Plan>, PlanError> {
+    let digest = model.digest();
+    super::memoized((digest, g.prompt, g.steps), || {
+        build_uncached(model, digest, g)
+    })
+}
+
+fn build_uncached(model: &Decoder, digest: [u8; 32], g: Generation) -> Result<Plan, PlanError> {
+    let cfg = &model.config;
+    if g.prompt == 0 {
+        return Err(PlanError::EmptyShape {
+            batch: 1,
+            seq: g.prompt,
+        });
+    }
+    if g.prompt + g.steps > cfg.max_positions {
+        return Err(PlanError::SequenceTooLong {
+            seq: g.prompt + g.steps,
+            max: cfg.max_positions,
+        });
+    }
+    // Plan once to learn the score bounds, then with the padding bias
+    // beyond them (as for BERT).
+    let (first, scores) = plan_with(model, digest, g, 0.0, Builder::default())?;
+    let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
+    let c = (2.0 * scores + cutoff + 1.0).log2().ceil().exp2();
+    let memo = Builder::with_memo(first.linears, Default::default());
+    Ok(plan_with(model, digest, g, c, memo)?.0)
+}
+
+/// Per layer, the key and value cache tensors.
+type Cache = Vec<(usize, usize)>;
+
+fn plan_with(
+    model: &Decoder,
+    digest: [u8; 32],
+    g: Generation,
+    c: f64,
+    mut b: Builder,
+) -> Result<(Plan, f64), PlanError> {
+    let cfg = &model.config;
+    let d = cfg.hidden;
+    let x_bound = embedding_bound(model);
+    let mut cache: Cache = Vec::new();
+    let mut scores = 0.0f64;
+    let mut first = None;
+    let mut output = 0;
+    let head_w = model.head();
+    for pass in 0..=g.steps {
+        let (rows, ctx) = if pass == 0 {
+            (g.prompt, g.prompt)
+        } else {
+            (1, g.prompt + pass)
+        };
+        b.at(Category::Linear, None);
+        let x = b.tensor(
+            format!("pass {pass} embeddings"),
+            rows,
+            d,
+            FRAC,
+            x_bound.clone(),
+        )?;
+        let bias = b.tensor(
+            format!("pass {pass} key bias"),
+            1,
+            ctx,
+            FRAC,
+            Bound::uniform(ctx, c),
+        )?;
+        first.get_or_insert((x, bias));
+        b.begin_pass(x, bias);
+        let at = Position {
+            first: ctx - rows,
+            rows,
+            ctx,
+        };
+        let mut h = x;
+        for (l, layer) in model.layers.iter().enumerate() {
+            let (out, s) = block(&mut b, model, l, layer, h, bias, c, at, &mut cache)?;
+            h = out;
+            scores = scores.max(s);
+        }
+        output = head(&mut b, model, &head_w, h, rows)?;
+        b.end_pass(output);
+    }
+    let (x, bias) = first.unwrap_or_default();
+    let plan = b.finish(
+        &model.name,
+        digest,
+        1,
+        g.prompt,
+        d,
+        Inputs {
+            x,
+            bias,
+            mask: None,
+        },
+        output,
+        encode(-c, FRAC),
+        Finish::AsIs,
+        false,
+    )?;
+    Ok((plan, scores))
+}
+
+/// Where a pass's rows sit: slots `first..first + rows` of a context of
+/// `ctx` keys.
+#[derive(Clone, Copy, Debug)]
+struct Position {
+    first: usize,
+    rows: usize,
+    ctx: usize,
+}
+
+/// The client's inputs: any token's embedding (plus any learned position),
+/// encoded at FRAC.
+fn embedding_bound(model: &Decoder) -> Bound {
+    let d = model.config.hidden;
+    let col_max = |table: &[f32]| -> (Vec<f64>, f64) {
+        let mut abs = vec![0.0f64; d];
+        let mut l2 = 0.0f64;
+        for row in table.chunks_exact(d.max(1)) {
+            let mut n = 0.0;
+            for (a, v) in abs.iter_mut().zip(row) {
+                let v = f64::from(v.abs());
+                *a = a.max(v);
+                n += v * v;
+            }
+            l2 = l2.max(n.sqrt());
+        }
+        (abs, l2)
+    };
+    let (mut abs, mut l2) = col_max(&model.embed);
+    if let Some(p) = &model.positions {
+        let (pa, pl) = col_max(p);
+        for (a, b) in abs.iter_mut().zip(pa) {
+            *a += b;
+        }
+        l2 += pl;
+    }
+    // f32 sums and the encoding's rounding.
+    let slack = |v: f64| v * (1.0 + 1e-6) + ulp(FRAC);
+    let mut bound = Bound::from_abs(abs.into_iter().map(slack).collect(), d);
+    bound.l2[0] = bound.l2[0].min(slack(l2) + (d as f64).sqrt() * ulp(FRAC));
+    bound
+}
+
+/// One pre-norm block; returns its output and its score bound.
+#[allow(clippy::too_many_arguments)]
+fn block(
+    b: &mut Builder,
+    model: &Decoder,
+    l: usize,
+    layer: &DecoderLayer,
+    x: usize,
+    bias: usize,
+    c: f64,
+    at: Position,
+    cache: &mut Cache,
+) -> Result<(usize, f64), PlanError> {
+    let cfg = &model.config;
+    let centre = cfg.architecture == Architecture::Gpt2;
+    let (n1, n1_form) = normalize(
+        b,
+        x,
+        &layer.attn_norm,
+        format!("layer {l} attention"),
+        l,
+        centre,
+    )?;
+    let (q, k, v) = projections(b, model, l, layer, n1, &n1_form, at)?;
+    let (kc, vc) = match cache.get(l) {
+        Some(&(kp, vp)) => (
+            append(b, kp, k, cfg.kv_heads, l, "keys")?,
+            append(b, vp, v, cfg.kv_heads, l, "values")?,
+        ),
+        None => (k, v),
+    };
+    if l < cache.len() {
+        cache[l] = (kc, vc);
+    } else {
+        cache.push((kc, vc));
+    }
+    let groups = cfg.heads / cfg.kv_heads;
+    let kr = repeat(b, kc, cfg.kv_heads, groups)?;
+    let vr = repeat(b, vc, cfg.kv_heads, groups)?;
+    let score_max = b.info(q).bound.row_l2() * b.info(kr).bound.row_l2();
+    let (o, score_abs) = attention::attend(
+        b,
+        Heads {
+            q,
+            k: kr,
+            v: vr,
+            blocks: cfg.heads,
+            queries: at.rows,
+            keys: at.ctx,
+            causal: at.rows > 1,
+        },
+        score_max,
+        bias,
+        c,
+        l,
+    )?;
+    b.at(Category::Linear, Some(l));
+    let oi = b.info(o).clone();
+    let width = cfg.heads * cfg.head_dim;
+    let mut merged = Bound::from_abs(
+        (0..width).map(|j| oi.bound.abs[j % cfg.head_dim]).collect(),
+        cfg.head_dim,
+    );
+    for g in &mut merged.l2 {
+        *g = g.min(oi.bound.row_l2());
+    }
+    let om = b.tensor(
+        format!("layer {l} attention"),
+        at.rows,
+        width,
+        oi.scale,
+        merged,
+    )?;
+    b.push(Kind::Unheads {
+        x: o,
+        heads: cfg.heads,
+        out: om,
+    });
+    let (a, _) = linear_to_frac(
+        b,
+        om,
+        None,
+        format!("layer {l} attention output"),
+        &[&layer.attn_out],
+        1.0,
+        cfg.hidden,
+        l,
+    )?;
+    let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
+    let (n2, n2_form) = normalize(b, x1, &layer.mlp_norm, format!("layer {l} MLP"), l, centre)?;
+    let f = mlp(b, model, l, layer, n2, &n2_form)?;
+    let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
+    Ok((x2, score_abs))
+}
+
+/// `out = x + a` at FRAC.
+fn residual(
+    b: &mut Builder,
+    x: usize,
+    a: usize,
+    name: String,
+    l: usize,
+) -> Result<usize, PlanError> {
+    b.at(Category::LayerNorm, Some(l));
+    let xi = b.info(x).clone();
+    let d = xi.cols;
+    let bound = xi.bound.regroup(d).add(&b.info(a).bound.regroup(d));
+    let out = b.tensor(name, xi.rows, d, FRAC, bound)?;
+    b.push(Kind::Add { a: x, b: a, out });
+    Ok(out)
+}
+
+/// The queries, new keys and new values of a block, split into heads
+/// (`[heads·rows × d_h]`), RoPE applied for Llama.
+fn projections(
+    b: &mut Builder,
+    model: &Decoder,
+    l: usize,
+    layer: &DecoderLayer,
+    n: usize,
+    form: &NormForm,
+    at: Position,
+) -> Result<(usize, usize, usize), PlanError> {
+    let cfg = &model.config;
+    let dh = cfg.head_dim;
+    let qw = cfg.heads * dh;
+    let kvw = cfg.kv_width();
+    let name = format!("layer {l} query/key/value");
+    let parts = [&layer.query, &layer.key, &layer.value];
+    let (y, _) = linear_product(
+        b,
+        n,
+        Some(form),
+        name.clone(),
+        &parts,
+        1.0 / (dh as f64).sqrt(),
+        dh,
+        l,
+    )?;
+    let y = if cfg.architecture == Architecture::Llama {
+        rope(b, model, y, qw + kvw, at, l)?
+    } else {
+        y
+    };
+    b.at(Category::Truncation, Some(l));
+    let qkv = truncate(b, y, FRAC, name)?;
+    b.at(Category::Linear, Some(l));
+    let q = heads(b, qkv, 0, cfg.heads, dh, format!("layer {l} queries"))?;
+    let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
+    let v = heads(
+        b,
+        qkv,
+        qw + kvw,
+        cfg.kv_heads,
+        dh,
+        format!("layer {l} new values"),
+    )?;
+    Ok((q, k, v))
+}
+
+/// RoPE on the first `rotated` columns of the product `y`: each pair's
+/// norm is kept, up to the tables' rounding.
+fn rope(
+    b: &mut Builder,
+    model: &Decoder,
+    y: usize,
+    rotated: usize,
+    at: Position,
+    l: usize,
+) -> Result<usize, PlanError> {
+    let cfg = &model.config;
+    let dh = cfg.head_dim;
+    let half = dh / 2;
+    let adjacent = cfg.rope_style == RopeStyle::Adjacent;
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for r in 0..at.rows {
+        let pos = (at.first + r) as f64;
+        for i in 0..half {
+            let freq = f64::from(cfg.rope_theta).powf(-2.0 * i as f64 / dh as f64);
+            let angle = pos * freq;
+            cos.push(encode(libm::cos(angle), ROPE_FRAC));
+            sin.push(encode(libm::sin(angle), ROPE_FRAC));
+        }
+    }
+    let yi = b.info(y).clone();
+    // |c| + |s| rounding: the encoded rotation stretches a pair by at most
+    // 1 + 2^(1 − ROPE_FRAC).
+    let stretch = 1.0 + 2.0 * ulp(ROPE_FRAC);
+    let mut abs = yi.bound.abs.clone();
+    for head in abs[..rotated].chunks_exact_mut(dh) {
+        for i in 0..half {
+            let (ia, ib) = if adjacent {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + half)
+            };
+            let m = head[ia].hypot(head[ib]) * stretch;
+            head[ia] = m;
+            head[ib] = m;
+        }
+    }
+    let mut bound = Bound::from_abs(abs, dh);
+    for (g, old) in bound.l2.iter_mut().enumerate() {
+        *old = old.min(yi.bound.group_l2(g) * stretch);
+    }
+    b.at(Category::Linear, Some(l));
+    let out = b.tensor(
+        format!("layer {l} rotated"),
+        yi.rows,
+        yi.cols,
+        yi.scale + ROPE_FRAC,
+        bound,
+    )?;
+    b.push(Kind::Rope {
+        x: y,
+        rotated,
+        head_dim: dh,
+        adjacent,
+        cos,
+        sin,
+        frac: ROPE_FRAC,
+        out,
+    });
+    Ok(out)
+}
+
+/// Columns `from..from + count·dh` of `x` as `[count·rows × dh]`.
+fn heads(
+    b: &mut Builder,
+    x: usize,
+    from: usize,
+    count: usize,
+    dh: usize,
+    name: String,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let cols = &xi.bound.abs[from..from + count * dh];
+    let abs: Vec<f64> = (0..dh)
+        .map(|c| (0..count).map(|h| cols[h * dh + c]).fold(0.0, f64::max))
+        .collect();
+    let l2 = if xi.bound.group == dh && from.is_multiple_of(dh) {
+        (0..count)
+            .map(|h| xi.bound.group_l2(from / dh + h))
+            .fold(0.0, f64::max)
+    } else {
+        f64::INFINITY
+    };
+    let mut hb = Bound::from_abs(abs, dh);
+    hb.l2[0] = hb.l2[0].min(l2);
+    let out = b.tensor(name, count * xi.rows, dh, xi.scale, hb)?;
+    b.push(Kind::Heads {
+        x,
+        from,
+        heads: count,
+        out,
+    });
+    Ok(out)
+}
+
+/// The cache of a layer grown by this pass's rows.
+fn append(
+    b: &mut Builder,
+    cache: usize,
+    new: usize,
+    kv_heads: usize,
+    l: usize,
+    what: &str,
+) -> Result<usize, PlanError> {
+    let (ci, ni) = (b.info(cache).clone(), b.info(new).clone());
+    let bound = Bound::from_abs(
+        ci.bound
+            .abs
+            .iter()
+            .zip(&ni.bound.abs)
+            .map(|(a, c)| a.max(*c))
+            .collect(),
+        ci.cols,
+    );
+    let mut bound = bound;
+    bound.l2[0] = bound.l2[0].min(ci.bound.row_l2().max(ni.bound.row_l2()));
+    let out = b.tensor(
+        format!("layer {l} cached {what}"),
+        ci.rows + ni.rows,
+        ci.cols,
+        ci.scale,
+        bound,
+    )?;
+    b.push(Kind::Append {
+        cache,
+        new,
+        heads: kv_heads,
+        out,
+    });
+    Ok(out)
+}
+
+/// Key/value heads repeated for the query heads that share them.
+fn repeat(b: &mut Builder, x: usize, heads: usize, times: usize) -> Result<usize, PlanError> {
+    if times == 1 {
+        return Ok(x);
+    }
+    let xi = b.info(x).clone();
+    let out = b.tensor(
+        format!("{} (shared)", xi.name),
+        xi.rows * times,
+        xi.cols,
+        xi.scale,
+        xi.bound,
+    )?;
+    b.push(Kind::Repeat {
+        x,
+        heads,
+        times,
+        out,
+    });
+    Ok(out)
+}
+
+/// The MLP of a block, back at FRAC.
+fn mlp(
+    b: &mut Builder,
+    model: &Decoder,
+    l: usize,
+    layer: &DecoderLayer,
+    n: usize,
+    form: &NormForm,
+) -> Result<usize, PlanError> {
+    let cfg = &model.config;
+    let inter = cfg.intermediate;
+    let hidden = match &layer.gate {
+        Some(gate) => {
+            let (gu, _) = linear_to_frac(
+                b,
+                n,
+                Some(form),
+                format!("layer {l} gate/up"),
+                &[gate, &layer.up],
+                1.0,
+                inter,
+                l,
+            )?;
+            b.at(Category::Linear, Some(l));
+            let g = heads(b, gu, 0, 1, inter, format!("layer {l} gate"))?;
+            let u = heads(b, gu, inter, 1, inter, format!("layer {l} up"))?;
+            let s = activation(
+                b,
+                g,
+                GateSpec::Silu { k: 0 },
+                &splines::SILU,
+                format!("layer {l} SiLU"),
+                l,
+            )?;
+            let (si, ui) = (b.info(s).clone(), b.info(u).clone());
+            let abs: Vec<f64> = si
+                .bound
+                .abs
+                .iter()
+                .zip(&ui.bound.abs)
+                .map(|(a, c)| a * c)
+                .collect();
+            let p = b.tensor(
+                format!("layer {l} gated"),
+                si.rows,
+                inter,
+                si.scale + ui.scale,
+                Bound::from_abs(abs, inter),
+            )?;
+            b.push(Kind::Mul { a: s, b: u, out: p });
+            p
+        }
+        None => {
+            let (h, _) = linear_to_frac(
+                b,
+                n,
+                Some(form),
+                format!("layer {l} intermediate"),
+                &[&layer.up],
+                1.0,
+                inter,
+                l,
+            )?;
+            let spec = GateSpec::Gelu { k: 0, tanh: true };
+            activation(
+                b,
+                h,
+                spec,
+                gelu_spline(GeluForm::Tanh),
+                format!("layer {l} GeLU"),
+                l,
+            )?
+        }
+    };
+    let (f, _) = linear_to_frac(
+        b,
+        hidden,
+        None,
+        format!("layer {l} MLP output"),
+        &[&layer.down],
+        1.0,
+        cfg.hidden,
+        l,
+    )?;
+    Ok(f)
+}
+
+/// A spline activation at the width its input's bound proves.
+fn activation(
+    b: &mut Builder,
+    x: usize,
+    spec: GateSpec,
+    spline: &suffuse_core::gate::spline::Spline,
+    name: String,
+    l: usize,
+) -> Result<usize, PlanError> {
+    b.at(Category::Gelu, Some(l));
+    let xi = b.info(x).clone();
+    let k = bound::width(xi.bound.max_abs(), FRAC).max(spline_width(spline));
+    let gate = match spec {
+        GateSpec::Silu { .. } => GateSpec::Silu { k },
+        GateSpec::Gelu { tanh, .. } => GateSpec::Gelu { k, tanh },
+        other => other,
+    };
+    let out = b.tensor(
+        name,
+        xi.rows,
+        xi.cols,
+        out_scale(spline, FRAC, COEFF_BITS),
+        xi.bound.scale(1.0, GELU_ERR),
+    )?;
+    b.push(Kind::Gate { x, gate, out });
+    Ok(out)
+}
+
+/// The logits of the last row: `final_norm(x)·Wₕ` at 2·FRAC.
+fn head(
+    b: &mut Builder,
+    model: &Decoder,
+    head: &crate::model::Linear,
+    x: usize,
+    rows: usize,
+) -> Result<usize, PlanError> {
+    let cfg = &model.config;
+    let xi = b.info(x).clone();
+    b.at(Category::Linear, None);
+    let last = b.tensor(
+        format!("{} (last row)", xi.name),
+        1,
+        xi.cols,
+        xi.scale,
+        xi.bound.clone(),
+    )?;
+    b.push(Kind::Rows {
+        x,
+        first: rows - 1,
+        out: last,
+    });
+    let centre = cfg.architecture == Architecture::Gpt2;
+    let layer = cfg.layers;
+    let (n, form) = normalize(b, last, &model.final_norm, "final".into(), layer, centre)?;
+    let (logits, _) = linear_product(
+        b,
+        n,
+        Some(&form),
+        "LM head".into(),
+        &[head],
+        1.0,
+        cfg.vocab_size,
+        layer,
+    )?;
+    debug_assert_eq!(b.info(logits).scale, FRAC + WEIGHT_FRAC);
+    Ok(logits)
+}

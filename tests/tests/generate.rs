@@ -1,0 +1,141 @@
+//! Private generation end to end: dealer, two servers over loopback TCP and
+//! the client, with the KV cache held as shares, against the fixed-point
+//! reference bit for bit on every pass (prefill and each decode step).
+
+#![allow(clippy::unwrap_used)]
+
+use suffuse_host::generate::{self, Sampling};
+use suffuse_host::model::Decoder;
+use suffuse_host::plan::{self, Shape};
+use suffuse_host::session::{self, Options};
+
+fn run(name: &str, prompt: &[u32], max_new: usize, sampling: Sampling) -> session::Generation {
+    let model = Decoder::builtin(name).unwrap();
+    let mut streamed = Vec::new();
+    let g = session::generate(
+        &model,
+        prompt,
+        max_new,
+        sampling,
+        &Options::default(),
+        &mut |t| streamed.push(t),
+    )
+    .unwrap();
+    assert_eq!(
+        streamed, g.outcome.generated.tokens,
+        "{name}: streamed tokens"
+    );
+    assert_eq!(g.report.bit_exact, Some(true), "{name}: not bit-exact");
+    g
+}
+
+#[test]
+fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
+    let g = run("tiny-llama", &[1, 40, 41, 42, 43], 8, Sampling::default());
+    let model = Decoder::builtin("tiny-llama").unwrap();
+    let eos = model.config.eos;
+    let tokens = &g.outcome.generated.tokens;
+    assert!(tokens.len() == 8 || tokens.last().copied() == eos);
+    assert_eq!(g.outcome.pass_s.len(), tokens.len());
+    let fig = g.report.generation.as_ref().unwrap();
+    assert_eq!(fig.generated_token_ids, *tokens);
+    assert!(fig.rounds_per_token > 0.0 && fig.comm_bytes_per_token_per_party > 0.0);
+    assert!(fig.key_bytes_per_token_per_party > 0.0);
+
+    // A planted fault: the reference of a model one weight away differs,
+    // so the bit-exact comparison can fail.
+    let mut other = model.clone();
+    other.layers[0].up.w[0] += 0.05;
+    let shape = Shape {
+        batch: 1,
+        seq: g.report.tokens,
+        decode_steps: 7,
+    };
+    let plan = plan::build(&other, shape).unwrap();
+    let prompt = [1, 40, 41, 42, 43];
+    let theirs = generate::reference(
+        &other,
+        &plan,
+        &prompt,
+        Sampling::default(),
+        suffuse_host::backend::auto(),
+    )
+    .unwrap();
+    assert_ne!(theirs.logits[0], g.outcome.generated.logits[0]);
+}
+
+#[test]
+fn tiny_gpt2_generates_bit_exact_with_sampling() {
+    let sampling = Sampling {
+        temperature: 0.8,
+        top_k: 20,
+        top_p: 0.9,
+        seed: 3,
+    };
+    run("tiny-gpt2", &[1, 50, 51], 4, sampling);
+}
+
+#[test]
+fn padding_changes_nothing_but_rounding_and_logits_track_the_position() {
+    // The same prompt in two buckets: the greedy continuation is the same.
+    let model = Decoder::builtin("tiny-llama").unwrap();
+    let prompt = [1u32, 60, 61, 62, 63, 64];
+    let mut outs = Vec::new();
+    for seq in [8, 16] {
+        let shape = Shape {
+            batch: 1,
+            seq,
+            decode_steps: 3,
+        };
+        let plan = plan::build(&model, shape).unwrap();
+        outs.push(
+            generate::reference(
+                &model,
+                &plan,
+                &prompt,
+                Sampling::default(),
+                suffuse_host::backend::auto(),
+            )
+            .unwrap()
+            .tokens,
+        );
+    }
+    assert_eq!(outs[0], outs[1]);
+}
+
+#[test]
+fn generation_stops_at_eos_and_the_servers_stop_with_it() {
+    // The logits do not depend on which token is eos: make the first
+    // greedy token the end of sequence, so the client stops the servers
+    // after the prefill, with four dealt decode passes unused.
+    let mut model = Decoder::builtin("tiny-llama").unwrap();
+    let prompt = [1u32, 30, 31, 32];
+    let shape = Shape {
+        batch: 1,
+        seq: 8,
+        decode_steps: 4,
+    };
+    let plan = plan::build(&model, shape).unwrap();
+    let free = generate::reference(
+        &model,
+        &plan,
+        &prompt,
+        Sampling::default(),
+        suffuse_host::backend::auto(),
+    )
+    .unwrap();
+    model.config.eos = Some(free.tokens[0]);
+    let want: Vec<u32> = free.tokens[..1].to_vec();
+    let g = session::generate(
+        &model,
+        &prompt,
+        5,
+        Sampling::default(),
+        &Options::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(g.outcome.generated.tokens, want);
+    assert_eq!(g.outcome.pass_s.len(), 1);
+    assert_eq!(g.report.bit_exact, Some(true));
+}
