@@ -234,6 +234,8 @@ fn three_process_generation_gives_the_in_process_tokens() {
         "--out",
         dir.to_str().unwrap(),
     ]);
+    let certs = dir.join("certs");
+    run(&["certs", "--out", certs.to_str().unwrap()]);
     let (p0, addr0) = serve_model(
         "tiny-llama",
         0,
@@ -258,6 +260,8 @@ fn three_process_generation_gives_the_in_process_tokens() {
         &format!("{addr0},{addr1}"),
         "--report-json",
         remote.to_str().unwrap(),
+        "--tls",
+        certs.to_str().unwrap(),
         prompt,
     ]);
     assert!(wait(p0, Duration::from_secs(60)), "P0 failed");
