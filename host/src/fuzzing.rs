@@ -269,3 +269,29 @@ pub fn output_len() -> usize {
     let plan = &fixture().plan;
     plan.tensors[plan.output].len()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixtures_run_and_an_altered_file_fails() {
+        for party in 0..2 {
+            let genuine = key_file(party).to_vec();
+            let share = run_with_keys(party, genuine.clone()).expect("genuine keys run");
+            assert_eq!(share.len(), output_len());
+            // A peer scripted to echo twice per round behaves as the echo.
+            let echoes = vec![0u8; 4 * fixture().plan.steps() + 8];
+            let scripted = run_with_peer(party, &echoes).expect("an echo script runs");
+            assert_eq!(scripted, share);
+            let resealed: Vec<Vec<u8>> = payloads(party).into_iter().map(<[u8]>::to_vec).collect();
+            assert_eq!(seal(party, &resealed), genuine);
+            let mut flipped = genuine;
+            let last = flipped.len() - 1;
+            flipped[last] ^= 1;
+            assert!(run_with_keys(party, flipped).is_err());
+            // A peer that closes at once is a typed error.
+            assert!(matches!(run_with_peer(party, &[]), Err(RunError::Party(_))));
+        }
+    }
+}
