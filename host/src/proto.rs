@@ -28,6 +28,7 @@ use suffuse_core::prg::{Block, Hasher, Prg};
 use crate::exec::{self, ExecError, Store};
 use crate::net::{Link, NetError, get_words, put_words};
 use crate::plan::{Built, Kind, Plan};
+use zeroize::{Zeroize, Zeroizing};
 
 /// Elements per evaluation chunk of a scalar gate.
 pub const CHUNK: usize = 16 * 1024;
@@ -182,6 +183,15 @@ fn deal_material(
 struct Material {
     keys: [Vec<u8>; MAX_KEYS],
     explicit: Vec<u64>,
+}
+
+impl Drop for Material {
+    fn drop(&mut self) {
+        for k in &mut self.keys {
+            k.zeroize();
+        }
+        self.explicit.zeroize();
+    }
 }
 
 impl Material {
@@ -363,20 +373,22 @@ pub fn deal(
         ) => {
             let (a0, b0, c0) = matmul_triple(&seeds[0], *batches, *m, *k, *n, true);
             let (a1, b1, _) = matmul_triple(&seeds[1], *batches, *m, *k, *n, false);
-            let a: Vec<u64> = a0
-                .iter()
-                .zip(&a1)
-                .map(|(x, y)| x.wrapping_add(*y))
-                .collect();
-            let b: Vec<u64> = b0
-                .iter()
-                .zip(&b1)
-                .map(|(x, y)| x.wrapping_add(*y))
-                .collect();
-            let mut c1 = vec![0u64; batches * m * n];
+            let a: Secret = Zeroizing::new(
+                a0.iter()
+                    .zip(a1.iter())
+                    .map(|(x, y)| x.wrapping_add(*y))
+                    .collect(),
+            );
+            let b: Secret = Zeroizing::new(
+                b0.iter()
+                    .zip(b1.iter())
+                    .map(|(x, y)| x.wrapping_add(*y))
+                    .collect(),
+            );
+            let mut c1 = Zeroizing::new(vec![0u64; batches * m * n]);
             let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, false);
             exec::matmul(fss, shape, &a, &b, &mut c1)?;
-            for (x, y) in c1.iter_mut().zip(&c0) {
+            for (x, y) in c1.iter_mut().zip(c0.iter()) {
                 *x = x.wrapping_sub(*y);
             }
             let mut out = [Vec::new(), Vec::new()];
@@ -387,7 +399,7 @@ pub fn deal(
             let (_, _, rows, cols) = row_product(plan, k);
             let (a0, b0, c0) = mulrows_triple(&seeds[0], rows, cols, true);
             let (a1, b1, _) = mulrows_triple(&seeds[1], rows, cols, false);
-            let mut c1 = Vec::with_capacity(rows * cols);
+            let mut c1 = Zeroizing::new(Vec::with_capacity(rows * cols));
             for r in 0..rows {
                 let b = b0[r].wrapping_add(b1[r]);
                 for col in 0..cols {
@@ -408,12 +420,14 @@ pub fn deal(
             let n = t[*x].len();
             let (a0, c0) = square_triple(&seeds[0], n, true);
             let (a1, _) = square_triple(&seeds[1], n, false);
-            let c1: Vec<u64> = (0..n)
-                .map(|i| {
-                    let a = a0[i].wrapping_add(a1[i]);
-                    a.wrapping_mul(a).wrapping_sub(c0[i])
-                })
-                .collect();
+            let c1: Secret = Zeroizing::new(
+                (0..n)
+                    .map(|i| {
+                        let a = a0[i].wrapping_add(a1[i]);
+                        a.wrapping_mul(a).wrapping_sub(c0[i])
+                    })
+                    .collect(),
+            );
             let mut out = [Vec::new(), Vec::new()];
             put_words(&mut out[1], &c1);
             emit(out)?;
@@ -444,12 +458,15 @@ pub enum DealError {
 }
 
 /// `n` words from a seeded stream.
-fn words(seed: &[u8; 16], stream: u64, n: usize) -> Vec<u64> {
+fn words(seed: &[u8; 16], stream: u64, n: usize) -> Secret {
     let mut prg = Prg::with_stream(seed, stream);
-    let mut bytes = vec![0u8; n * 8];
+    let mut bytes = Zeroizing::new(vec![0u8; n * 8]);
     prg.fill(&mut bytes);
-    get_words(&bytes)
+    Zeroizing::new(get_words(&bytes))
 }
+
+/// Triple material and products of it: wiped when dropped.
+type Secret = Zeroizing<Vec<u64>>;
 
 /// A party's matrix-triple material: `(A_b, B_b, C_0)`; C_0 only for P0.
 fn matmul_triple(
@@ -459,13 +476,13 @@ fn matmul_triple(
     k: usize,
     n: usize,
     with_c: bool,
-) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+) -> (Secret, Secret, Secret) {
     let a = words(seed, 0, batches * m * k);
     let b = words(seed, 1, batches * k * n);
     let c = if with_c {
         words(seed, 2, batches * m * n)
     } else {
-        Vec::new()
+        Secret::default()
     };
     (a, b, c)
 }
@@ -487,24 +504,24 @@ fn mulrows_triple(
     rows: usize,
     cols: usize,
     with_c: bool,
-) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+) -> (Secret, Secret, Secret) {
     let a = words(seed, 0, rows * cols);
     let b = words(seed, 1, rows);
     let c = if with_c {
         words(seed, 2, rows * cols)
     } else {
-        Vec::new()
+        Secret::default()
     };
     (a, b, c)
 }
 
 /// A party's square-triple material: `(a_b, c_0)`.
-fn square_triple(seed: &[u8; 16], n: usize, with_c: bool) -> (Vec<u64>, Vec<u64>) {
+fn square_triple(seed: &[u8; 16], n: usize, with_c: bool) -> (Secret, Secret) {
     let a = words(seed, 0, n);
     let c = if with_c {
         words(seed, 2, n)
     } else {
-        Vec::new()
+        Secret::default()
     };
     (a, c)
 }
@@ -555,7 +572,7 @@ pub fn run(
         bytes: section,
         step,
     };
-    let seed = cur.seed()?;
+    let seed = Zeroizing::new(cur.seed()?);
     let party = on.party;
     let p0 = party == Party::P0;
     let fss = on.fss;
@@ -591,7 +608,7 @@ pub fn run(
             }
             let mut scratch = vec![0u64; chain.scratch_words(n)];
             let input = store.get(plan, *x)?;
-            let mut ev = ChainEval::new(chain, h, party, seed, 0, n, keys, input, &mut scratch)
+            let mut ev = ChainEval::new(chain, h, party, *seed, 0, n, keys, input, &mut scratch)
                 .map_err(core(step))?;
             for i in 0..ev.rounds() {
                 let mut send = vec![0u8; ev.send_len(i)];
@@ -618,7 +635,7 @@ pub fn run(
             for (k, m) in keys.iter_mut().zip(&mats) {
                 *k = m.party_keys();
             }
-            run_max(tree, step, on, h, seed, rows, store.get(plan, *x)?, keys)?
+            run_max(tree, step, on, h, *seed, rows, store.get(plan, *x)?, keys)?
         }
         (
             Kind::MatMul {
@@ -634,9 +651,9 @@ pub fn run(
             _,
         ) => {
             let c_b = if p0 {
-                Vec::new()
+                Secret::default()
             } else {
-                get_words(cur.take(words_bytes(batches * m * n))?)
+                Zeroizing::new(get_words(cur.take(words_bytes(batches * m * n))?))
             };
             cur.done()?;
             let (ta, tb, c0) = matmul_triple(&seed, *batches, *m, *k, *n, p0);
@@ -644,14 +661,23 @@ pub fn run(
             let x = store.get(plan, *a)?;
             let y = store.get(plan, *b)?;
             // Open E = X − A and F = Y − B.
-            let mut mine: Vec<u64> = x.iter().zip(&ta).map(|(v, r)| v.wrapping_sub(*r)).collect();
-            mine.extend(y.iter().zip(&tb).map(|(v, r)| v.wrapping_sub(*r)));
+            let mut mine: Vec<u64> = x
+                .iter()
+                .zip(ta.iter())
+                .map(|(v, r)| v.wrapping_sub(*r))
+                .collect();
+            mine.extend(y.iter().zip(tb.iter()).map(|(v, r)| v.wrapping_sub(*r)));
             let opened = open_words(on, step, &mine)?;
             let (e, f) = opened.split_at(ta.len());
             // XY = EF + EB + AF + AB: P0 takes E(F + B₀) + A₀F + C₀, P1 takes
             // E·B₁ + A₁F + C₁.
-            let right: Vec<u64> = if p0 {
-                f.iter().zip(&tb).map(|(u, v)| u.wrapping_add(*v)).collect()
+            let right: Secret = if p0 {
+                Zeroizing::new(
+                    f.iter()
+                        .zip(tb.iter())
+                        .map(|(u, v)| u.wrapping_add(*v))
+                        .collect(),
+                )
             } else {
                 tb
             };
@@ -659,14 +685,14 @@ pub fn run(
             let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, true);
             exec::matmul(fss, shape, e, &right, &mut z)?;
             exec::matmul(fss, shape, &ta, f, &mut z)?;
-            z
+            std::mem::take(&mut *z)
         }
         (kind @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {
             let (x, v, rows, cols) = row_product(plan, kind);
             let c1 = if p0 {
-                Vec::new()
+                Secret::default()
             } else {
-                get_words(cur.take(words_bytes(rows * cols))?)
+                Zeroizing::new(get_words(cur.take(words_bytes(rows * cols))?))
             };
             cur.done()?;
             let (ta, tb, c0) = mulrows_triple(&seed, rows, cols, p0);
@@ -675,10 +701,10 @@ pub fn run(
             let vs = store.get(plan, v)?;
             let mut mine: Vec<u64> = xs
                 .iter()
-                .zip(&ta)
+                .zip(ta.iter())
                 .map(|(a, r)| a.wrapping_sub(*r))
                 .collect();
-            mine.extend(vs.iter().zip(&tb).map(|(a, r)| a.wrapping_sub(*r)));
+            mine.extend(vs.iter().zip(tb.iter()).map(|(a, r)| a.wrapping_sub(*r)));
             let opened = open_words(on, step, &mine)?;
             let (e, f) = opened.split_at(rows * cols);
             let mut z = c;
@@ -696,14 +722,14 @@ pub fn run(
                         *zv = s;
                     }
                 });
-            z
+            std::mem::take(&mut *z)
         }
         (Kind::Square { x, .. }, _) => {
             let n = t[*x].len();
             let c1 = if p0 {
-                Vec::new()
+                Secret::default()
             } else {
-                get_words(cur.take(words_bytes(n))?)
+                Zeroizing::new(get_words(cur.take(words_bytes(n))?))
             };
             cur.done()?;
             let (ta, c0) = square_triple(&seed, n, p0);
@@ -711,7 +737,7 @@ pub fn run(
             let xs = store.get(plan, *x)?;
             let mine: Vec<u64> = xs
                 .iter()
-                .zip(&ta)
+                .zip(ta.iter())
                 .map(|(a, r)| a.wrapping_sub(*r))
                 .collect();
             let e = open_words(on, step, &mine)?;

@@ -200,7 +200,7 @@ fn run_query(
 
 /// The client's link as the source of later passes' inputs and the sink
 /// of every pass's output share. An input frame with no payload stops the
-/// generation.
+/// generation; any length but 0 and the pass's input is refused.
 struct ClientPasses<'a> {
     plan: &'a Plan,
     link: &'a mut Link,
@@ -223,22 +223,28 @@ impl PassIo for ClientPasses<'_> {
             self.plan.tensors[p.x].len(),
             self.plan.tensors[p.bias].len(),
         );
-        let bytes = match self.link.recv(Frame::Input, pass as u32, None) {
-            Ok(b) => b,
+        let want = 8 * (x_len + b_len);
+        // Exactly the pass's input or nothing (stop): the limit refuses a
+        // longer frame from its header, before any of it is read.
+        let cap = self.link.max_payload();
+        self.link.set_max_payload(want as u64);
+        let got = self.link.recv(Frame::Input, pass as u32, None);
+        self.link.set_max_payload(cap);
+        let bytes = match got {
+            Ok(b) => Zeroizing::new(b),
             Err(e) => return Err(self.fail(net("receiving the client's input")(e))),
         };
         if bytes.is_empty() {
             return Ok(None);
         }
-        if bytes.len() != 8 * (x_len + b_len) {
+        if bytes.len() != want {
             let why = format!(
-                "pass {pass}: the client sent {} bytes of input, the plan needs {}",
+                "pass {pass}: the client sent {} bytes of input, the plan needs {want} or 0",
                 bytes.len(),
-                8 * (x_len + b_len)
             );
             return Err(self.fail(ServeError::Mismatch(why)));
         }
-        let words = get_words(&bytes);
+        let words = Zeroizing::new(get_words(&bytes));
         let (x, bias) = words.split_at(x_len);
         Ok(Some(InputShares {
             x: x.to_vec(),
@@ -353,6 +359,8 @@ impl Meeting<'_> {
                 Some(role) => format!("{from} (certificate of {role})"),
                 None => from,
             };
+            // The hello, too, must come before the deadline.
+            link.set_io_timeout(HELLO_WAIT.min(self.left()).max(Duration::from_millis(1)));
             let theirs = match client::recv_hello(&mut link) {
                 Ok(theirs) => theirs,
                 Err(e) => {

@@ -51,11 +51,20 @@ impl Listener {
     }
 
     /// Waits up to `t.connect` for a connection (the outer error), then
-    /// secures it as `sec` says within `t.io` (the inner error: that
+    /// secures it as `sec` says within `t.io`, and never past `t.connect`
+    /// from the call (the inner error: that
     /// connection failed, and the caller may wait for another). With TLS the
     /// peer's role comes from its certificate.
     pub fn accept_secured(&self, t: Timeouts, sec: &Security) -> Result<Accepted, NetError> {
+        let deadline = Instant::now().checked_add(t.connect);
         let stream = self.accept_tcp(t)?;
+        // A handshake never outlasts the wait: a peer that stalls it cannot
+        // hold the caller past its deadline.
+        let left = deadline.map_or(t.io, |d| d.saturating_duration_since(Instant::now()));
+        let t = Timeouts {
+            connect: t.connect,
+            io: t.io.min(left).max(Duration::from_millis(1)),
+        };
         Ok(match sec {
             Security::Insecure => Link::from_stream(stream, t).map(|l| (l, None)),
             Security::Tls(cfg) => prepare(&stream, t).and_then(|()| {
