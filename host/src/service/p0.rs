@@ -78,7 +78,10 @@ impl Shared<'_> {
                 None => self.take_peer(until)?,
             };
             match propose(&mut peer, &claim, &plan) {
-                Ok(Agree::Hold) => return Ok((plan, claim, peer)),
+                Ok(Agree::Hold) => {
+                    self.log(&format!("key set {}: agreed with P1", hex(claim.id())));
+                    return Ok((plan, claim, peer));
+                }
                 Ok(Agree::Decline { why, retry }) => {
                     self.log(&format!("P1 declined key set {}: {why}", hex(claim.id())));
                     match retry {
