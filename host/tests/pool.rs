@@ -81,6 +81,14 @@ fn serve(dir: &Path, party: u8, peer: &str, seq: &str) -> Server {
     }
 }
 
+impl Drop for Server {
+    /// A failed assertion leaves no server behind.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Server {
     /// Waits for a stderr line containing `what`.
     fn wait_for(&self, what: &str) {
