@@ -64,6 +64,14 @@ pub enum ClientError {
     /// No randomness.
     #[error(transparent)]
     Random(#[from] crate::dealer::DealerError),
+    /// A server turned the client away before any work.
+    #[error("server {server}: {reason}")]
+    Unavailable {
+        /// Which.
+        server: usize,
+        /// Why.
+        reason: Unavailable,
+    },
     /// A malformed reply.
     #[error("server {server}: malformed reply: {what}")]
     Reply {
@@ -242,6 +250,24 @@ impl ClientView {
 pub enum Hello {
     /// A client asking for service.
     Client,
+    /// A client joining, at P1, the query whose key set P0 announced.
+    Join {
+        /// The key set P0 announced (hex).
+        key_set: String,
+    },
+    /// P1 offering P0 a standing link for one pooled query
+    /// ([`crate::service`]).
+    Standby {
+        /// 0 or 1.
+        party: u8,
+        /// The model P1 serves (hex digest).
+        model_digest: String,
+    },
+    /// A server that will not serve this client now, and why.
+    Unavailable {
+        /// Why.
+        reason: Unavailable,
+    },
     /// A server describing itself.
     Server {
         /// 0 or 1.
@@ -259,6 +285,28 @@ pub enum Hello {
         /// What the client needs from the plan.
         view: ClientView,
     },
+}
+
+/// Why a server turned a client away before any work.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Unavailable {
+    /// The key pool holds no set both servers can use: deal more.
+    #[error("the key pool is empty (no unspent key set both servers hold)")]
+    PoolEmpty,
+    /// Every query slot stayed busy for the whole wait.
+    #[error("the servers are at their concurrency limit")]
+    Busy,
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// P0 has no working link to P1.
+    #[error("the servers cannot reach each other")]
+    PeerDown,
+    /// P1 knows no query for the key set the client named.
+    #[error("no query is waiting for that key set")]
+    UnknownQuery,
 }
 
 /// Hello frames use step index `u32::MAX` (outside every plan).
@@ -410,11 +458,19 @@ pub fn connect<'a>(
     };
     // One server at a time, hello included: P0 serves one connection at a
     // time, and P1 accepts only once it has met P0.
+    // P1 is asked to join the key set P0 announced: a pooled P1 serves
+    // many queries and pairs this connection with P0's by it.
     let mut links = Vec::with_capacity(2);
-    let mut shapes = Vec::new();
+    let mut shapes: Vec<(String, String, ClientView)> = Vec::new();
     for (i, role) in [Role::P0, Role::P1].into_iter().enumerate() {
         let mut link = Link::connect_secured(servers[i], timeouts, sec, role).map_err(net(i))?;
-        send_hello(&mut link, &Hello::Client).map_err(net(i))?;
+        let hello = match shapes.first() {
+            Some((_, key_set, _)) => Hello::Join {
+                key_set: key_set.clone(),
+            },
+            None => Hello::Client,
+        };
+        send_hello(&mut link, &hello).map_err(net(i))?;
         match recv_hello(&mut link).map_err(net(i))? {
             Ok(Hello::Server {
                 party,
@@ -423,6 +479,9 @@ pub fn connect<'a>(
                 view,
                 ..
             }) if usize::from(party) == i => shapes.push((plan_hash, key_set, view)),
+            Ok(Hello::Unavailable { reason }) => {
+                return Err(ClientError::Unavailable { server: i, reason });
+            }
             Ok(other) => {
                 return Err(ClientError::Mismatch(format!(
                     "server {i} ({}) introduced itself as {other:?}",

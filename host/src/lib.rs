@@ -12,6 +12,7 @@
 //! | [`proto`] | every interactive step: key layout, dealer side, party side |
 //! | [`keyfile`], [`dealer`], [`ledger`] | key files, the dealer that streams them, the spent-key ledger |
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
+//! | [`pool`], [`service`] | key pools; the long-running server that serves many queries from one |
 //! | [`generate`] | private text generation: prompts, sampling, the KV-cache passes |
 //! | [`session`], [`report`] | a whole run in one process; the report |
 //! | [`backend`] | `--backend`: the one place a concrete accelerator is named |
@@ -33,8 +34,10 @@ pub mod model;
 pub mod net;
 pub mod party;
 pub mod plan;
+pub mod pool;
 pub mod proto;
 pub mod reference;
 pub mod report;
 pub mod server;
+pub mod service;
 pub mod session;

@@ -3,6 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -19,8 +20,10 @@ use suffuse_host::model::gguf::{self, Gguf};
 use suffuse_host::model::{Decoder, Model, Transformer};
 use suffuse_host::net::{Listener, Role, Security, Timeouts, TlsConfig, make_certs};
 use suffuse_host::plan::{self, Shape, bert, hex};
+use suffuse_host::pool::{self, Pool};
 use suffuse_host::report::{Report, bytes, cosine};
 use suffuse_host::server::{self, ServeOptions};
+use suffuse_host::service::{self, ServiceOptions};
 use suffuse_host::session::{self, Options};
 
 // The party allocates and frees tensors and key buffers of tens of MiB per
@@ -108,14 +111,25 @@ enum Command {
         /// bucket.
         #[arg(long)]
         max_new_tokens: Option<usize>,
-        /// Output folder.
+        /// Output folder (OUT/p0.keys and OUT/p1.keys; with --count or
+        /// --keep-pool, a key pool: one folder per set, named by its id).
         #[arg(long)]
         out: PathBuf,
+        /// Deal this many key sets into the key pool OUT, for `serve
+        /// --keys-dir`.
+        #[arg(long)]
+        count: Option<usize>,
+        /// After --count, keep dealing whenever the pool OUT holds fewer
+        /// than M unspent sets, until SIGTERM or SIGINT.
+        #[arg(long, value_name = "M")]
+        keep_pool: Option<usize>,
         /// Write the dealer's figures as JSON to this file.
         #[arg(long)]
         report_json: Option<PathBuf>,
     },
-    /// Runs one server for one query, then exits (keys are one-time).
+    /// Runs one server: for one query with --keys, then exits (keys are
+    /// one-time); with --keys-dir, for many queries from a key pool until
+    /// SIGTERM or SIGINT.
     Serve {
         /// 0 or 1.
         #[arg(long)]
@@ -124,8 +138,24 @@ enum Command {
         #[arg(long)]
         model: String,
         /// This server's key file from `suffuse dealer`.
+        #[arg(
+            long,
+            required_unless_present = "keys_dir",
+            conflicts_with = "keys_dir"
+        )]
+        keys: Option<PathBuf>,
+        /// A key pool from `suffuse dealer --count`: serve queries, one
+        /// unspent set each, until SIGTERM or SIGINT.
         #[arg(long)]
-        keys: PathBuf,
+        keys_dir: Option<PathBuf>,
+        /// With --keys-dir: queries served at once (P1 keeps this many links
+        /// to P0; give both servers the same).
+        #[arg(long, default_value_t = 4)]
+        max_concurrent: usize,
+        /// With --keys-dir: seconds that queries in flight get to finish
+        /// after SIGTERM.
+        #[arg(long, default_value_t = 30)]
+        drain: u64,
         /// Address to listen on, e.g. 127.0.0.1:7000.
         #[arg(long)]
         listen: String,
@@ -432,6 +462,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             batch,
             max_new_tokens,
             out,
+            count,
+            keep_pool,
             report_json,
         } => {
             let model = load_any(&model)?;
@@ -442,6 +474,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 decode_steps,
             };
             let plan = plan::build(&model, shape)?;
+            if count.is_some() || keep_pool.is_some() {
+                let fill = Fill {
+                    count: count.unwrap_or(0),
+                    keep: keep_pool,
+                };
+                return deal_pool(&plan, &out, fill, &report_json, choice);
+            }
             let r = dealer::deal(&plan, &out, true, backend::resolve(choice)?)?;
             eprintln!(
                 "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
@@ -470,6 +509,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             party,
             model,
             keys,
+            keys_dir,
+            max_concurrent,
+            drain,
             listen,
             peer,
             timeout,
@@ -501,6 +543,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 })?,
             };
             let fss = backend::resolve(choice)?;
+            let keys = match (keys, keys_dir) {
+                (Some(k), _) => k,
+                (None, Some(dir)) => {
+                    let opts = ServiceOptions {
+                        serve: opts,
+                        max_concurrent,
+                        drain: Duration::from_secs(drain),
+                    };
+                    let pool = Pool::open(&dir, u8::from(party == Party::P1))?;
+                    let stop = stop_on_signals()?;
+                    let r = service::run(&model, party, &pool, listener, &peer, &opts, fss, &stop);
+                    eprintln!(
+                        "P{}: stopped: {} served, {} failed, {} refused, {} dropped",
+                        u8::from(party == Party::P1),
+                        r.served,
+                        r.failed,
+                        r.refused,
+                        r.dropped
+                    );
+                    write_json(&report_json, &r)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
+                (None, None) => bail!("give --keys FILE or --keys-dir DIR"),
+            };
             let r = server::serve(&model, party, &keys, &listener, &peer, &opts, fss)?;
             eprintln!(
                 "P{}: done in {:.3} s, sent {}, {} rounds",
@@ -605,6 +671,85 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// A flag that SIGTERM and SIGINT set.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing a signal handler")?;
+    }
+    Ok(stop)
+}
+
+/// How many key sets `dealer` puts into a pool.
+#[derive(Clone, Copy, Debug)]
+struct Fill {
+    /// Sets dealt first.
+    count: usize,
+    /// Then the pool is kept at this many unspent sets until a signal.
+    keep: Option<usize>,
+}
+
+/// `dealer --count N [--keep-pool M]`: fills the pool at `dir`.
+fn deal_pool(
+    plan: &plan::Plan,
+    dir: &Path,
+    fill: Fill,
+    report_json: &Option<PathBuf>,
+    choice: Choice,
+) -> Result<ExitCode> {
+    let fss = backend::resolve(choice)?;
+    let stop = stop_on_signals()?;
+    let start = std::time::Instant::now();
+    let mut sets = Vec::new();
+    let deal_one = |sets: &mut Vec<serde_json::Value>| -> Result<()> {
+        let r = pool::deal_set(plan, dir, fss)?;
+        eprintln!(
+            "dealt key set {} in {:.2} s ({} + {})",
+            hex(&r.key_set),
+            r.keygen_s,
+            bytes(r.file_bytes[0]),
+            bytes(r.file_bytes[1])
+        );
+        sets.push(serde_json::json!({"key_set": hex(&r.key_set), "keygen_s": r.keygen_s, "key_bytes_per_party": r.file_bytes}));
+        Ok(())
+    };
+    for _ in 0..fill.count {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        deal_one(&mut sets)?;
+    }
+    let filled_s = start.elapsed().as_secs_f64();
+    if let Some(keep) = fill.keep {
+        eprintln!(
+            "keeping {} at {keep} unspent key sets until SIGTERM",
+            dir.display()
+        );
+        while !stop.load(Ordering::Relaxed) {
+            if pool::unspent_sets(dir)? < keep {
+                deal_one(&mut sets)?;
+            } else {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+    let wall_s = start.elapsed().as_secs_f64();
+    let json = serde_json::json!({
+        "model": plan.model,
+        "tokens": plan.seq,
+        "batch": plan.batch,
+        "plan_hash": plan.hash_hex(),
+        "pool": dir,
+        "sets_dealt": sets.len(),
+        "fill_s": filled_s,
+        "wall_s": wall_s,
+        "sets_per_s": sets.len() as f64 / wall_s.max(1e-9),
+        "sets": sets,
+    });
+    write_json(report_json, &json)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The prompt's token ids, leaving room for `max_new` positions.

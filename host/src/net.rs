@@ -76,7 +76,7 @@ pub use frame::{
     DEFAULT_MAX_PAYLOAD, FrameHeader, FrameKind, FrameRef, HEADER_LEN, MAGIC, MAX_CONTROL_PAYLOAD,
     encode_frame,
 };
-pub use link::{Accepted, Link, Listener, Security};
+pub use link::{Accepted, Incoming, Link, Listener, Security};
 pub(crate) use memory::Peer;
 pub use tls::{Role, TlsConfig, make_certs};
 

@@ -51,7 +51,7 @@ pub enum ServeError {
     Party(#[from] PartyError),
 }
 
-fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
+pub(crate) fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
     move |source| ServeError::Net {
         during,
         error: source,
@@ -75,7 +75,7 @@ pub struct ServeOptions {
 /// The longest a connection may take to introduce itself before it is
 /// dropped: a legitimate peer sends its hello at once, and a silent or
 /// trickling one must not hold the accept loop for a whole io timeout.
-const HELLO_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const HELLO_WAIT: Duration = Duration::from_secs(10);
 
 /// The step of the round in which the servers confirm that both hold a
 /// valid input, before either spends its keys (outside every plan).
@@ -104,15 +104,7 @@ pub fn serve<'a>(
     let plan = plan::build(model, shape)?;
     let me = u8::from(party == Party::P1);
     reader.check(me, &plan.hash)?;
-    let hello = Hello::Server {
-        party: me,
-        plan_hash: plan.hash_hex(),
-        key_set: hex(&reader.header.key_set),
-        batch: plan.batch,
-        seq: plan.seq,
-        model: plan.model.clone(),
-        view: client::ClientView::of(&plan),
-    };
+    let hello = server_hello(&plan, me, &reader.header.key_set);
     let meet = Meeting {
         listener,
         hello: &hello,
@@ -134,18 +126,44 @@ pub fn serve<'a>(
             }
         }
     };
-    let result = run_query(
+    serve_query(
         &plan,
         party,
         reader,
-        &mut peer_link,
-        &mut client_link,
+        [&mut peer_link, &mut client_link],
         opts,
         fss,
-    );
+    )
+}
+
+/// What a server tells the client and its peer about the query it serves.
+pub(crate) fn server_hello(plan: &Plan, me: u8, key_set: &[u8; 16]) -> Hello {
+    Hello::Server {
+        party: me,
+        plan_hash: plan.hash_hex(),
+        key_set: hex(key_set),
+        batch: plan.batch,
+        seq: plan.seq,
+        model: plan.model.clone(),
+        view: client::ClientView::of(plan),
+    }
+}
+
+/// Runs one query once both links are up and the key set agreed: the
+/// client's input, the ready round, the spend, the passes. On a failure the
+/// peer and the client are told why.
+pub(crate) fn serve_query(
+    plan: &Plan,
+    party: Party,
+    reader: KeyReader,
+    [peer, client_link]: [&mut Link; 2],
+    opts: &ServeOptions,
+    fss: &dyn BatchEval,
+) -> Result<PartyReport, ServeError> {
+    let result = run_query(plan, party, reader, peer, client_link, opts, fss);
     if let Err(e) = &result {
         let why = e.to_string();
-        peer_link.abort(&why);
+        peer.abort(&why);
         client_link.abort(&why);
     }
     result
@@ -369,7 +387,9 @@ impl Meeting<'_> {
                 }
             };
             match theirs {
-                Ok(Hello::Client) if want_client && role.is_none_or(|r| r == Role::Client) => {
+                Ok(h @ (Hello::Client | Hello::Join { .. }))
+                    if want_client && role.is_none_or(|r| r == Role::Client) && self.joins(&h) =>
+                {
                     client::send_hello(&mut link, self.hello)
                         .map_err(net("greeting the client"))?;
                     link.set_io_timeout(self.t.io);
@@ -392,6 +412,16 @@ impl Meeting<'_> {
                     link.abort(&why);
                 }
             }
+        }
+    }
+
+    /// A client's hello is for this query: a plain one, or one joining
+    /// this server's key set.
+    fn joins(&self, theirs: &Hello) -> bool {
+        match (theirs, self.hello) {
+            (Hello::Join { key_set }, Hello::Server { key_set: mine, .. }) => key_set == mine,
+            (Hello::Join { .. }, _) => false,
+            _ => true,
         }
     }
 

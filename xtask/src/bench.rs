@@ -10,6 +10,7 @@ mod e2e;
 mod floors;
 mod gates;
 mod linalg;
+mod serve;
 
 use std::time::Instant;
 
@@ -45,6 +46,11 @@ const BENCHES: &[Bench] = &[
         name: "linalg",
         about: "matrix products mod 2^64 in transformer shapes, 1 and 2 threads",
         run: linalg::run,
+    },
+    Bench {
+        name: "serve",
+        about: "the key-pool server under load: 100 MiniLM queries of 17 tokens, 4 concurrent clients, mutual TLS on loopback",
+        run: serve::run,
     },
 ];
 

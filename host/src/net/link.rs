@@ -57,7 +57,7 @@ impl Listener {
     /// peer's role comes from its certificate.
     pub fn accept_secured(&self, t: Timeouts, sec: &Security) -> Result<Accepted, NetError> {
         let deadline = Instant::now().checked_add(t.connect);
-        let stream = self.accept_tcp(t)?;
+        let incoming = self.accept_incoming(t)?;
         // A handshake never outlasts the wait: a peer that stalls it cannot
         // hold the caller past its deadline.
         let left = deadline.map_or(t.io, |d| d.saturating_duration_since(Instant::now()));
@@ -65,13 +65,14 @@ impl Listener {
             connect: t.connect,
             io: t.io.min(left).max(Duration::from_millis(1)),
         };
-        Ok(match sec {
-            Security::Insecure => Link::from_stream(stream, t).map(|l| (l, None)),
-            Security::Tls(cfg) => prepare(&stream, t).and_then(|()| {
-                let (tls, role) = cfg.accept(stream, t.io)?;
-                Ok((Link::over(Box::new(tls), t), Some(role)))
-            }),
-        })
+        Ok(incoming.secure(t, sec))
+    }
+
+    /// Waits up to `t.connect` for a connection and returns it unsecured,
+    /// for a server that secures it on another thread while it goes on
+    /// accepting.
+    pub fn accept_incoming(&self, t: Timeouts) -> Result<Incoming, NetError> {
+        self.accept_tcp(t).map(Incoming)
     }
 
     fn accept_tcp(&self, t: Timeouts) -> Result<TcpStream, NetError> {
@@ -93,6 +94,30 @@ impl Listener {
                 during: "waiting for a peer to connect",
             })?;
         }
+    }
+}
+
+/// A connection accepted and not yet secured.
+#[derive(Debug)]
+pub struct Incoming(TcpStream);
+
+impl Incoming {
+    /// Secures the connection as `sec` says within `t.io`; with TLS the
+    /// peer's role comes from its certificate.
+    pub fn secure(self, t: Timeouts, sec: &Security) -> Accepted {
+        let stream = self.0;
+        match sec {
+            Security::Insecure => Link::from_stream(stream, t).map(|l| (l, None)),
+            Security::Tls(cfg) => prepare(&stream, t).and_then(|()| {
+                let (tls, role) = cfg.accept(stream, t.io)?;
+                Ok((Link::over(Box::new(tls), t), Some(role)))
+            }),
+        }
+    }
+
+    /// Where it comes from.
+    pub fn peer_addr(&self) -> Result<SocketAddr, NetError> {
+        self.0.peer_addr().map_err(NetError::Io)
     }
 }
 
@@ -311,6 +336,12 @@ impl Link {
                 "a link held in memory has no socket address",
             ))
         })
+    }
+
+    /// A second handle on the socket, with which another thread can shut
+    /// the connection down (a server's shutdown deadline).
+    pub fn shutdown_handle(&self) -> Result<TcpStream, NetError> {
+        self.socket()?.try_clone().map_err(NetError::Io)
     }
 
     /// Traffic over the link's whole life.

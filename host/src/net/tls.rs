@@ -176,6 +176,9 @@ pub struct Tls {
     conn: Mutex<Connection>,
     /// Held while records are produced and sent, so they leave in order.
     sending: Mutex<()>,
+    /// Ciphertext read off the socket and not yet given to rustls (locked
+    /// after `conn`).
+    unread: Mutex<Vec<u8>>,
 }
 
 impl fmt::Debug for Tls {
@@ -190,6 +193,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn invalid(e: rustls::Error) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Hands rustls the ciphertext in `unread` while it has room for the
+/// plaintext (a socket read can hold several records, and rustls refuses
+/// records once 16 KiB of plaintext wait); keeps the rest. Returns the
+/// bytes taken.
+fn feed(conn: &mut Connection, unread: &mut Vec<u8>) -> io::Result<usize> {
+    let mut rest = &unread[..];
+    while !rest.is_empty() && conn.wants_read() {
+        conn.read_tls(&mut rest)?;
+        conn.process_new_packets().map_err(invalid)?;
+    }
+    let used = unread.len() - rest.len();
+    unread.drain(..used);
+    Ok(used)
 }
 
 /// Bytes read off the socket at a time: one full TLS record.
@@ -234,6 +252,7 @@ impl Tls {
             sock,
             conn: Mutex::new(conn),
             sending: Mutex::new(()),
+            unread: Mutex::new(Vec::new()),
         })
     }
 
@@ -251,9 +270,18 @@ impl Transport for Tls {
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut raw = vec![0u8; RECORD];
         loop {
-            match lock(&self.conn).reader().read(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                other => return other,
+            {
+                let mut conn = lock(&self.conn);
+                match conn.reader().read(buf) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    other => return other,
+                }
+                // Records read off the socket earlier, held back while
+                // their plaintext would not fit, come before new ones.
+                let mut unread = lock(&self.unread);
+                if !unread.is_empty() && feed(&mut conn, &mut unread)? > 0 {
+                    continue;
+                }
             }
             // No plaintext is waiting: read more records off the socket
             // (with the caller's timeout), outside the lock.
@@ -262,11 +290,9 @@ impl Transport for Tls {
                 return Ok(0);
             }
             let mut conn = lock(&self.conn);
-            let mut rest = &raw[..n];
-            while !rest.is_empty() {
-                conn.read_tls(&mut rest)?;
-                conn.process_new_packets().map_err(invalid)?;
-            }
+            let mut unread = lock(&self.unread);
+            unread.extend_from_slice(&raw[..n]);
+            feed(&mut conn, &mut unread)?;
         }
     }
 

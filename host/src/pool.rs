@@ -1,0 +1,338 @@
+//! A key pool: many one-time key sets in one folder, so that a long-running
+//! server answers a stream of queries, one set each.
+//!
+//! ```text
+//! DIR/                      0700
+//!   <key-set id, 32 hex>/   0700, one per dealer run
+//!     p0.keys  p1.keys      0600 (each server needs only its own)
+//!   .dealing-<random>/      a set being dealt; renamed to its id when whole
+//! ```
+//!
+//! A set appears under its id only once both files are complete (a rename
+//! within the folder is atomic), so a server never sees half a set, and a
+//! set's folder is never reused: ids are 128 random bits and the rename
+//! refuses a folder that exists.
+//!
+//! Claiming: a query takes its set's file with an exclusive `flock`, which
+//! of any number of threads or processes only one gets and which the
+//! kernel drops when its holder dies, so a crash leaves no stale claim.
+//! The claim is not the spend: the ledger records that, once both servers
+//! hold a valid input ([`crate::server`]).
+
+use std::collections::HashSet;
+use std::fs::{DirBuilder, File, TryLockError};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use suffuse_core::batch::BatchEval;
+
+use crate::dealer::{self, DealReport, DealerError, random};
+use crate::keyfile::{KeyFileError, KeyReader};
+use crate::ledger::{Ledger, LedgerError};
+use crate::plan::{Plan, hex};
+
+/// Why the pool failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PoolError {
+    /// The folder or a set in it could not be read or written.
+    #[error("key pool {path}: {error}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The error.
+        error: std::io::Error,
+    },
+    /// Dealing a set.
+    #[error(transparent)]
+    Dealer(#[from] DealerError),
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> PoolError + '_ {
+    move |error| PoolError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}
+
+/// Why a set cannot serve a query now.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Unusable {
+    /// This server has no file for the set.
+    #[error("this server holds no key file for set {0}")]
+    Missing(String),
+    /// Another query holds it.
+    #[error("key set {0} is claimed by another query")]
+    Claimed(String),
+    /// The ledger has it spent.
+    #[error(transparent)]
+    Spent(LedgerError),
+    /// The file is not a usable key file for this set.
+    #[error(transparent)]
+    KeyFile(KeyFileError),
+}
+
+impl Unusable {
+    /// Whether the set will never serve (as opposed to: not now).
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Unusable::Claimed(_))
+    }
+}
+
+/// Parses a set folder's name: 32 lowercase hex digits.
+pub fn parse_id(name: &str) -> Option<[u8; 16]> {
+    let b = name.as_bytes();
+    if b.len() != 32 {
+        return None;
+    }
+    let nib = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let mut id = [0u8; 16];
+    for (i, pair) in b.chunks_exact(2).enumerate() {
+        id[i] = nib(pair[0])? << 4 | nib(pair[1])?;
+    }
+    Some(id)
+}
+
+/// One server's view of a pool: its own party's files, and the sets it
+/// found unusable for good (spent, corrupt), which it stops looking at.
+#[derive(Debug)]
+pub struct Pool {
+    dir: PathBuf,
+    party: u8,
+    dead: Mutex<HashSet<[u8; 16]>>,
+}
+
+impl Pool {
+    /// The pool in `dir` (created 0700 if absent), as `party` sees it.
+    pub fn open(dir: &Path, party: u8) -> Result<Pool, PoolError> {
+        create_dir(dir)?;
+        Ok(Pool {
+            dir: dir.to_path_buf(),
+            party,
+            dead: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The pool's folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// A set's folder.
+    pub fn set_dir(&self, id: &[u8; 16]) -> PathBuf {
+        self.dir.join(hex(id))
+    }
+
+    fn file(&self, id: &[u8; 16]) -> PathBuf {
+        self.set_dir(id).join(format!("p{}.keys", self.party))
+    }
+
+    /// The sets holding this party's file, oldest first (first dealt, first
+    /// served), less those found unusable for good.
+    pub fn ids(&self) -> Result<Vec<[u8; 16]>, PoolError> {
+        let dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(io(&self.dir))? {
+            let entry = entry.map_err(io(&self.dir))?;
+            let Some(id) = entry.file_name().to_str().and_then(parse_id) else {
+                continue;
+            };
+            if dead.contains(&id) {
+                continue;
+            }
+            // A set folder without this party's file is the peer's only,
+            // or spent here: not ours to offer.
+            if let Ok(meta) = std::fs::metadata(self.file(&id)) {
+                found.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), id));
+            }
+        }
+        found.sort();
+        Ok(found.into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// Claims set `id` for one query: its file locked, its header checked
+    /// against the id, the ledger checked. A set that can never serve is
+    /// remembered and not looked at again.
+    pub fn claim(&self, id: &[u8; 16], ledger: &Ledger) -> Result<Claim, Unusable> {
+        let result = self.try_claim(id, ledger);
+        if let Err(e) = &result
+            && e.is_final()
+        {
+            self.forget(id);
+        }
+        result
+    }
+
+    fn try_claim(&self, id: &[u8; 16], ledger: &Ledger) -> Result<Claim, Unusable> {
+        let path = self.file(id);
+        let lock = File::open(&path).map_err(|_| Unusable::Missing(hex(id)))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(Unusable::Claimed(hex(id))),
+            Err(TryLockError::Error(error)) => {
+                return Err(Unusable::KeyFile(KeyFileError::Io { path, error }));
+            }
+        }
+        ledger
+            .check_unspent(self.party, id)
+            .map_err(Unusable::Spent)?;
+        let reader = KeyReader::open(&path).map_err(Unusable::KeyFile)?;
+        let h = &reader.header;
+        if &h.key_set != id || h.party != self.party {
+            return Err(Unusable::KeyFile(KeyFileError::Header {
+                path,
+                what: format!(
+                    "party {}'s key set {} filed as party {}'s set {}",
+                    h.party,
+                    hex(&h.key_set),
+                    self.party,
+                    hex(id)
+                ),
+            }));
+        }
+        Ok(Claim {
+            id: *id,
+            dir: self.set_dir(id),
+            reader: Some(reader),
+            _lock: lock,
+        })
+    }
+
+    /// Claims the oldest set that can serve, or `None` when the pool holds
+    /// none that is not claimed, spent or excluded by `skip`.
+    pub fn claim_next(
+        &self,
+        ledger: &Ledger,
+        skip: &dyn Fn(&[u8; 16]) -> bool,
+    ) -> Result<Option<Claim>, PoolError> {
+        for id in self.ids()? {
+            if skip(&id) {
+                continue;
+            }
+            match self.claim(&id, ledger) {
+                Ok(c) => return Ok(Some(c)),
+                Err(Unusable::Claimed(_)) => {}
+                Err(e) => eprintln!("P{}: skipping a key set: {e}", self.party),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Stops offering set `id` (its peer has no copy, say).
+    pub fn forget(&self, id: &[u8; 16]) {
+        self.dead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(*id);
+    }
+}
+
+/// A set claimed for one query: its reader, and the lock that keeps every
+/// other query off it until this one ends.
+#[derive(Debug)]
+pub struct Claim {
+    id: [u8; 16],
+    dir: PathBuf,
+    reader: Option<KeyReader>,
+    _lock: File,
+}
+
+impl Claim {
+    /// The set's id.
+    pub fn id(&self) -> &[u8; 16] {
+        &self.id
+    }
+
+    /// The reader, positioned after the header (once).
+    pub fn take_reader(&mut self) -> Option<KeyReader> {
+        self.reader.take()
+    }
+
+    /// The reader's header, while the claim holds it.
+    pub fn header(&self) -> Option<&crate::keyfile::Header> {
+        self.reader.as_ref().map(|r| &r.header)
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // The last server to spend its file removes the emptied set folder;
+        // while the other file is there the removal fails, as it should.
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn create_dir(dir: &Path) -> Result<(), PoolError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io(dir))
+}
+
+/// Deals one key set for `plan` into the pool at `dir`: both files in a
+/// hidden folder first, then renamed to the set's id.
+pub fn deal_set(plan: &Plan, dir: &Path, fss: &dyn BatchEval) -> Result<DealReport, PoolError> {
+    create_dir(dir)?;
+    let temp = dir.join(format!(".dealing-{}", hex(&random::<8>()?)));
+    let mut report = match dealer::deal(plan, &temp, false, fss) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&temp);
+            return Err(e.into());
+        }
+    };
+    let target = dir.join(hex(&report.key_set));
+    // rename(2) would replace an empty folder of that name: refuse any.
+    if std::fs::symlink_metadata(&target).is_ok() {
+        let _ = std::fs::remove_dir_all(&temp);
+        let error = std::io::Error::new(std::io::ErrorKind::AlreadyExists, "set folder exists");
+        return Err(io(&target)(error));
+    }
+    std::fs::rename(&temp, &target).map_err(io(&target))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
+    report.files = dealer::key_paths(&target);
+    Ok(report)
+}
+
+/// Sets in the pool that still hold a key file of either party: what the
+/// dealer counts when it keeps the pool topped up.
+pub fn unspent_sets(dir: &Path) -> Result<usize, PoolError> {
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let entry = entry.map_err(io(dir))?;
+        if entry.file_name().to_str().and_then(parse_id).is_none() {
+            continue;
+        }
+        let files = dealer::key_paths(&entry.path());
+        if files.iter().any(|f| f.exists()) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn ids_round_trip_through_folder_names() {
+        let id = [0xa5, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 0xff];
+        assert_eq!(parse_id(&hex(&id)), Some(id));
+        assert_eq!(parse_id(".dealing-00"), None);
+        assert_eq!(parse_id(&hex(&id).to_uppercase()), None);
+        assert_eq!(parse_id(&format!("{}0", hex(&id))), None);
+    }
+}

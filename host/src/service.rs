@@ -1,0 +1,487 @@
+//! The long-running server: many queries, concurrently, one pooled key set
+//! each ([`crate::pool`]), until SIGTERM.
+//!
+//! Links. P1 keeps `max_concurrent` standing links open to P0 (it dials,
+//! as in the one-shot server); each carries the agreement of one query and
+//! then that query's rounds, and is closed after it (P1 dials a fresh one).
+//! One link per query keeps the rounds of concurrent queries apart with no
+//! multiplexing, and each query's traffic figures its own.
+//!
+//! One query:
+//! 1. A client connects to P0: mutual TLS (a client certificate), then its
+//!    hello. Only then does it take one of the `max_concurrent` slots.
+//! 2. P0 claims the oldest unspent set in its pool (locked, ledger-checked)
+//!    and proposes its id on an idle standing link. P1 claims its own file
+//!    of that set (locked, ledger-checked, same plan) and holds it, or
+//!    declines; P0 then skips the set (for good if P1 lacks it or has it
+//!    spent) and proposes the next. Nothing is spent by either.
+//! 3. P0 answers the client with the agreed set; the client joins P1 with
+//!    that id, and P1 pairs the connection with the standing link holding it.
+//! 4. [`crate::server`]'s query: both receive a valid input, confirm it to
+//!    each other, and only then spend the set in their ledgers.
+//!
+//! A connection that fails its handshake or hello is dropped with a log
+//! line, on its own thread, and never holds a slot. Shutdown: the stop flag
+//! (SIGTERM, SIGINT) ends admission; queries in flight finish, and those
+//! still running at the drain deadline have their sockets shut down.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{Scope, sleep};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use suffuse_core::batch::BatchEval;
+use suffuse_core::fss::Party;
+
+use crate::client::{self, Hello, Unavailable};
+use crate::model::ModelRef;
+use crate::net::{FrameKind as Frame, Incoming, Link, Listener, NetError, Role, Timeouts};
+use crate::plan::{self, Plan, Shape, hex};
+use crate::pool::{Claim, Pool};
+use crate::server::{HELLO_WAIT, ServeError, ServeOptions, net, serve_query, server_hello};
+
+/// How a long-running server runs.
+#[derive(Clone, Debug)]
+pub struct ServiceOptions {
+    /// Timeouts, ledger, spent files, TLS: as for one query.
+    pub serve: ServeOptions,
+    /// Queries served at once.
+    pub max_concurrent: usize,
+    /// How long queries in flight may take to finish after the stop flag.
+    pub drain: Duration,
+}
+
+/// What a long-running server did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ServiceReport {
+    /// Queries answered.
+    pub served: u64,
+    /// Queries that failed after admission.
+    pub failed: u64,
+    /// Clients turned away (pool empty, busy, shutting down).
+    pub refused: u64,
+    /// Connections dropped before admission (handshake or hello failed).
+    pub dropped: u64,
+}
+
+/// The agreement frames' step (outside every plan, the hello's and the
+/// ready round's).
+const AGREE_STEP: u32 = u32::MAX - 2;
+
+/// The longest pause before the server looks at the stop flag again.
+const TICK: Duration = Duration::from_millis(200);
+
+/// Connections being secured at once; more are dropped at once, so a flood
+/// of handshakes cannot exhaust threads.
+const MAX_HANDSHAKES: usize = 64;
+
+/// P0 and P1's agreement on a key set, over a standing link.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "agree", rename_all = "snake_case")]
+enum Agree {
+    /// P0: serve this set.
+    Propose { key_set: String, plan_hash: String },
+    /// P1: claimed; waiting for the client.
+    Hold,
+    /// P1: not this set; `retry` if it may serve later.
+    Decline { why: String, retry: bool },
+}
+
+fn send_agree(link: &mut Link, a: &Agree) -> Result<(), NetError> {
+    let bytes = serde_json::to_vec(a).unwrap_or_default();
+    link.send(Frame::Hello, AGREE_STEP, &bytes)
+}
+
+fn recv_agree(link: &mut Link) -> Result<Agree, ServeError> {
+    let bytes = link
+        .recv(Frame::Hello, AGREE_STEP, None)
+        .map_err(net("agreeing on a key set"))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ServeError::Mismatch(format!("malformed agreement message: {e}")))
+}
+
+/// Runs the server until `stop` is set and the queries in flight are done
+/// (or the drain deadline has passed). `peer` is P0's address (P1 only).
+#[allow(clippy::too_many_arguments)]
+pub fn run<'a>(
+    model: impl Into<ModelRef<'a>>,
+    party: Party,
+    pool: &Pool,
+    listener: Listener,
+    peer: &str,
+    opts: &ServiceOptions,
+    fss: &dyn BatchEval,
+    stop: &AtomicBool,
+) -> ServiceReport {
+    let model = model.into();
+    let s = Shared {
+        model,
+        digest: digest(model),
+        party,
+        me: u8::from(party == Party::P1),
+        pool,
+        opts,
+        fss,
+        stop,
+        plans: Mutex::default(),
+        slots: Gate::default(),
+        idle_peers: Gate::default(),
+        pending: Mutex::default(),
+        sockets: Mutex::default(),
+        handshakes: AtomicUsize::new(0),
+        counts: Counts::default(),
+    };
+    std::thread::scope(|scope| {
+        if party == Party::P1 {
+            for _ in 0..opts.max_concurrent.max(1) {
+                scope.spawn(|| s.standby(peer));
+            }
+        }
+        let since = s.accept_loop(scope, &listener);
+        drop(listener);
+        s.drain(since + opts.drain);
+    });
+    s.counts.report()
+}
+
+fn digest(model: ModelRef<'_>) -> String {
+    match model {
+        ModelRef::Encoder(m) => hex(&m.digest()),
+        ModelRef::Decoder(m) => hex(&m.digest()),
+    }
+}
+
+#[derive(Default)]
+struct Counts {
+    served: AtomicU64,
+    failed: AtomicU64,
+    refused: AtomicU64,
+    dropped: AtomicU64,
+}
+
+impl Counts {
+    fn report(&self) -> ServiceReport {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServiceReport {
+            served: get(&self.served),
+            failed: get(&self.failed),
+            refused: get(&self.refused),
+            dropped: get(&self.dropped),
+        }
+    }
+}
+
+/// A value behind a mutex with a condition variable for its waiters.
+#[derive(Default)]
+struct Gate<T> {
+    value: Mutex<T>,
+    changed: Condvar,
+}
+
+impl<T> Gate<T> {
+    fn lock(&self) -> MutexGuard<'_, T> {
+        self.value.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits until `take` gets something out of the value, or `until`
+    /// passes, or `stop` is set; the wait ticks so that a stop is seen.
+    fn wait_for<R>(
+        &self,
+        until: Instant,
+        stop: &AtomicBool,
+        mut take: impl FnMut(&mut T) -> Option<R>,
+    ) -> Option<R> {
+        let mut v = self.lock();
+        loop {
+            if let Some(r) = take(&mut v) {
+                return Some(r);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            v = self
+                .changed
+                .wait_timeout(v, left.min(TICK))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn update(&self, f: impl FnOnce(&mut T)) {
+        f(&mut self.lock());
+        self.changed.notify_all();
+    }
+}
+
+/// What every thread of a server shares.
+struct Shared<'a> {
+    model: ModelRef<'a>,
+    digest: String,
+    party: Party,
+    me: u8,
+    pool: &'a Pool,
+    opts: &'a ServiceOptions,
+    fss: &'a dyn BatchEval,
+    stop: &'a AtomicBool,
+    plans: Mutex<HashMap<(usize, usize, usize), Arc<Plan>>>,
+    /// Queries in flight.
+    slots: Gate<usize>,
+    /// P0: P1's standing links, idle.
+    idle_peers: Gate<Vec<Link>>,
+    /// P1: the queries holding a set, waiting for their client.
+    pending: Mutex<HashMap<[u8; 16], SyncSender<Link>>>,
+    /// Sockets of the queries in flight, by query, for the drain deadline.
+    sockets: Mutex<HashMap<[u8; 16], Vec<TcpStream>>>,
+    handshakes: AtomicUsize,
+    counts: Counts,
+}
+
+impl<'a> Shared<'a> {
+    fn log(&self, what: &str) {
+        eprintln!("P{}: {what}", self.me);
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn t(&self) -> Timeouts {
+        self.opts.serve.timeouts
+    }
+
+    /// Accepts connections and hands each to its own thread, until the stop
+    /// flag is set and no query is in flight (P1 must still accept the
+    /// clients of queries it holds) or the drain deadline has passed.
+    /// Returns when the stop was seen.
+    fn accept_loop<'s>(&'s self, scope: &'s Scope<'s, '_>, listener: &Listener) -> Instant {
+        let mut drain_from: Option<Instant> = None;
+        loop {
+            if self.stopping() {
+                let since = *drain_from.get_or_insert_with(Instant::now);
+                if *self.slots.lock() == 0 || since.elapsed() >= self.opts.drain {
+                    return since;
+                }
+            }
+            let t = Timeouts {
+                connect: TICK,
+                io: self.t().io.min(HELLO_WAIT),
+            };
+            let incoming = match listener.accept_incoming(t) {
+                Ok(i) => i,
+                Err(NetError::Timeout { .. }) => continue,
+                Err(e) => {
+                    self.log(&format!("accepting: {e}"));
+                    sleep(TICK);
+                    continue;
+                }
+            };
+            if self.handshakes.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
+                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+                self.dropped(&incoming, "too many connections are introducing themselves");
+                continue;
+            }
+            scope.spawn(move || {
+                self.connection(incoming, t);
+                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    }
+
+    fn dropped(&self, incoming: &Incoming, why: &str) {
+        self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+        let from = incoming
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        self.log(&format!("dropped a connection from {from}: {why}"));
+    }
+
+    /// One accepted connection: secured, introduced, then dispatched.
+    fn connection(&self, incoming: Incoming, t: Timeouts) {
+        let from = incoming
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        let drop_it = |why: String| {
+            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            self.log(&format!("dropped a connection from {from}: {why}"));
+        };
+        let (mut link, role) = match incoming.secure(t, &self.opts.serve.security) {
+            Ok(secured) => secured,
+            Err(e) => return drop_it(e.to_string()),
+        };
+        let hello = match client::recv_hello(&mut link) {
+            Ok(Ok(h)) => h,
+            Ok(Err(why)) => {
+                link.abort(&why);
+                return drop_it(why);
+            }
+            Err(e) => return drop_it(e.to_string()),
+        };
+        let is = |r: Role| role.is_none_or(|x| x == r);
+        link.set_io_timeout(self.t().io);
+        match (self.party, hello) {
+            (Party::P0, Hello::Client) if is(Role::Client) => self.client_at_p0(link),
+            (
+                Party::P0,
+                Hello::Standby {
+                    party: 1,
+                    model_digest,
+                },
+            ) if is(Role::P1) => {
+                self.standby_at_p0(link, &model_digest);
+            }
+            (Party::P1, Hello::Join { key_set }) if is(Role::Client) => {
+                self.join_at_p1(link, &key_set);
+            }
+            (_, other) => {
+                link.abort("this server does not accept that connection");
+                drop_it(format!("unexpected hello {other:?} (certificate {role:?})"));
+            }
+        }
+    }
+
+    fn refuse(&self, link: &mut Link, reason: Unavailable) {
+        self.counts.refused.fetch_add(1, Ordering::Relaxed);
+        self.log(&format!("turned a client away: {reason}"));
+        let _ = client::send_hello(link, &Hello::Unavailable { reason });
+    }
+
+    /// The plan of a key set's shape, built once per shape.
+    fn plan(&self, claim: &Claim) -> Result<Arc<Plan>, ServeError> {
+        let Some(h) = claim.header() else {
+            return Err(ServeError::Mismatch("the claim's reader was taken".into()));
+        };
+        let s = &h.summary;
+        let key = (s.batch, s.seq, s.decode_steps);
+        if let Some(p) = self
+            .plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(p.clone());
+        }
+        let shape = Shape {
+            batch: s.batch,
+            seq: s.seq,
+            decode_steps: s.decode_steps,
+        };
+        let plan = plan::build(self.model, shape)?;
+        self.plans
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, plan.clone());
+        Ok(plan)
+    }
+
+    /// A claimed set's plan, checked against its header.
+    fn checked_plan(&self, claim: &Claim) -> Result<Arc<Plan>, ServeError> {
+        let plan = self.plan(claim)?;
+        let Some(h) = claim.header() else {
+            return Err(ServeError::Mismatch("the claim's reader was taken".into()));
+        };
+        if h.plan_hash != plan.hash || h.summary.model_digest != hex(&plan.model_digest) {
+            return Err(ServeError::Mismatch(format!(
+                "key set {} was dealt for another model or plan",
+                hex(claim.id())
+            )));
+        }
+        Ok(plan)
+    }
+
+    /// Holds a slot for the life of the returned guard, waiting for one up
+    /// to the connect timeout.
+    fn take_slot(&self) -> Option<SlotGuard<'_, 'a>> {
+        let until = Instant::now() + self.t().connect;
+        let max = self.opts.max_concurrent.max(1);
+        self.slots.wait_for(until, self.stop, |n| {
+            (*n < max).then(|| {
+                *n += 1;
+            })
+        })?;
+        Some(SlotGuard(self))
+    }
+}
+
+struct SlotGuard<'s, 'a>(&'s Shared<'a>);
+
+impl Drop for SlotGuard<'_, '_> {
+    fn drop(&mut self) {
+        self.0.slots.update(|n| *n = n.saturating_sub(1));
+    }
+}
+
+mod p0;
+mod p1;
+
+impl Shared<'_> {
+    /// Runs an agreed query and files its outcome.
+    fn finish_query(&self, plan: &Plan, mut claim: Claim, mut peer: Link, mut client: Link) {
+        let id = *claim.id();
+        let handles = [&peer, &client]
+            .iter()
+            .filter_map(|l| l.shutdown_handle().ok())
+            .collect();
+        self.sockets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, handles);
+        let hello = server_hello(plan, self.me, &id);
+        let result = match (client::send_hello(&mut client, &hello), claim.take_reader()) {
+            (Ok(()), Some(reader)) => serve_query(
+                plan,
+                self.party,
+                reader,
+                [&mut peer, &mut client],
+                &self.opts.serve,
+                self.fss,
+            ),
+            (Err(e), _) => Err(net("greeting the client")(e)),
+            (_, None) => Err(ServeError::Mismatch("the claim's reader was taken".into())),
+        };
+        self.sockets
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        match result {
+            Ok(r) => {
+                self.counts.served.fetch_add(1, Ordering::Relaxed);
+                self.log(&format!(
+                    "key set {}: served in {:.3} s, {} rounds",
+                    hex(&id),
+                    r.online_s,
+                    r.rounds
+                ));
+            }
+            Err(e) => {
+                self.counts.failed.fetch_add(1, Ordering::Relaxed);
+                self.log(&format!("key set {}: query failed: {e}", hex(&id)));
+            }
+        }
+    }
+
+    /// After the accept loop: waits for the queries in flight up to the
+    /// drain deadline, then shuts the sockets of any left down, so that
+    /// their threads end.
+    fn drain(&self, until: Instant) {
+        let never = AtomicBool::new(false);
+        let idle = self
+            .slots
+            .wait_for(until, &never, |n| (*n == 0).then_some(()));
+        if idle.is_none() {
+            let sockets = self.sockets.lock().unwrap_or_else(PoisonError::into_inner);
+            self.log(&format!(
+                "drain deadline: cutting {} query(ies) short",
+                sockets.len()
+            ));
+            for s in sockets.values().flatten() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        self.idle_peers.update(|v| v.clear());
+    }
+}
