@@ -339,12 +339,13 @@ fn load_model(spec: &str) -> Result<Model> {
     Model::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }
 
-/// A model of either kind: a built-in name, or a BERT folder.
+/// A model of either kind: a built-in name, or a Hugging Face folder
+/// (BERT, Llama or GPT-2, as its `config.json` says).
 fn load_any(spec: &str) -> Result<Transformer> {
     if let Some(model) = Transformer::builtin(spec) {
         return Ok(model);
     }
-    Ok(Transformer::Encoder(load_model(spec)?))
+    Transformer::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }
 
 fn load_decoder(spec: &str) -> Result<Decoder> {
