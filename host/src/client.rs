@@ -460,7 +460,11 @@ pub fn connect<'a>(
 /// Checks the shape the servers announce against what this client expects
 /// and can hold, before anything is allocated for it: a server could
 /// announce any numbers.
-fn check_view(view: &ClientView, expect: Expect, hidden: usize) -> Result<(), ClientError> {
+pub(crate) fn check_view(
+    view: &ClientView,
+    expect: Expect,
+    hidden: usize,
+) -> Result<(), ClientError> {
     if view.batch != expect.batch || expect.seq.is_some_and(|s| s != view.seq) {
         return Err(ClientError::Mismatch(format!(
             "the servers' keys are for {} sentence(s) × {} tokens; this query expects {} \

@@ -46,8 +46,8 @@ use serde::{Deserialize, Serialize};
 pub const MAGIC: [u8; 8] = *b"SUFFKEYS";
 /// Format version: 2 added the section digests.
 pub const VERSION: u32 = 2;
-const SECTION: [u8; 4] = *b"SECT";
-const END: [u8; 4] = *b"DONE";
+pub(crate) const SECTION: [u8; 4] = *b"SECT";
+pub(crate) const END: [u8; 4] = *b"DONE";
 /// Longest summary accepted.
 pub const MAX_SUMMARY: usize = 64 * 1024;
 
@@ -359,7 +359,7 @@ impl KeyWriter {
 
 /// Reads one party's key file, section by section.
 pub struct KeyReader {
-    input: BufReader<File>,
+    input: BufReader<Box<dyn Read + Send>>,
     path: PathBuf,
     /// The header.
     pub header: Header,
@@ -381,11 +381,20 @@ impl KeyReader {
     /// Opens a key file and reads its header.
     pub fn open(path: &Path) -> Result<KeyReader, KeyFileError> {
         let file = File::open(path).map_err(io(path))?;
-        let mut input = BufReader::with_capacity(1 << 20, file);
-        let (header, chain) = read_header(&mut input, path)?;
+        KeyReader::from_reader(path, Box::new(file))
+    }
+
+    /// Reads a key file from any byte stream (a pipe, memory) and reads
+    /// its header; `name` stands for its path in errors.
+    pub fn from_reader(
+        name: &Path,
+        input: Box<dyn Read + Send>,
+    ) -> Result<KeyReader, KeyFileError> {
+        let mut input = BufReader::with_capacity(1 << 20, input);
+        let (header, chain) = read_header(&mut input, name)?;
         Ok(KeyReader {
             input,
-            path: path.to_path_buf(),
+            path: name.to_path_buf(),
             header,
             next: 0,
             chain,
@@ -565,7 +574,7 @@ impl KeyReader {
 
 /// A section's digest, started: the chain, the step and the length; the
 /// payload follows.
-fn section_digest(chain: &[u8; 32], step: u32, len: u64) -> Sha256 {
+pub(crate) fn section_digest(chain: &[u8; 32], step: u32, len: u64) -> Sha256 {
     let mut h = Sha256::new();
     h.update(chain);
     h.update(step.to_le_bytes());

@@ -24,6 +24,8 @@ pub mod dealer;
 pub mod exec;
 pub mod fixed;
 pub mod float;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod generate;
 pub mod keyfile;
 pub mod ledger;

@@ -39,6 +39,7 @@
 
 mod frame;
 mod link;
+mod memory;
 #[cfg(test)]
 mod tests;
 mod tls;
@@ -76,6 +77,7 @@ pub use frame::{
     encode_frame,
 };
 pub use link::{Accepted, Link, Listener, Security};
+pub(crate) use memory::Peer;
 pub use tls::{Role, TlsConfig, make_certs};
 
 /// Everything that can go wrong on a link.

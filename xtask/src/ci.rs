@@ -176,16 +176,21 @@ fn fuzz_smoke() -> Result<Outcome> {
         ));
     }
     let max_time = format!("-max_total_time={FUZZ_SECONDS_PER_TARGET}");
+    let root = command::workspace_root();
     for target in &targets {
-        command::run(&mut cargo([
-            "fuzz",
-            "run",
-            target,
-            "--sanitizer",
-            "none",
-            "--",
-            &max_time,
-        ]))?;
+        // The working corpus (ignored by git) first, where libFuzzer writes;
+        // the committed seeds (`fuzz/seeds/<target>`) are read as well, so a
+        // fresh machine starts from the minimised corpus, not from nothing.
+        // Absolute paths: cargo fuzz runs the target in `fuzz/`.
+        let corpus = root.join("fuzz/corpus").join(target);
+        let seeds = root.join("fuzz/seeds").join(target);
+        std::fs::create_dir_all(&corpus)?;
+        let mut cmd = cargo(["fuzz", "run", target, "--sanitizer", "none"]);
+        cmd.arg(&corpus);
+        if seeds.is_dir() {
+            cmd.arg(&seeds);
+        }
+        command::run(cmd.args(["--", &max_time]))?;
     }
     eprintln!(
         "fuzzed {} target(s) for {FUZZ_SECONDS_PER_TARGET} s each: {}",

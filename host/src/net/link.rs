@@ -9,6 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::frame::{DEFAULT_MAX_PAYLOAD, FrameHeader, FrameKind, HEADER_LEN, MAX_CONTROL_PAYLOAD};
+use super::memory::{Memory, Peer};
 use super::tls::{Role, TlsConfig};
 use super::transport::{Tcp, Timed, Transport};
 use super::{NetError, Timeouts, Traffic};
@@ -243,6 +244,11 @@ impl Link {
         Ok(Self::over(Box::new(Tcp(stream)), t))
     }
 
+    /// A link to a peer held in memory: no socket, and no call ever waits.
+    pub(crate) fn in_memory(peer: Box<dyn Peer>, t: Timeouts) -> Self {
+        Self::over(Box::new(Memory::new(peer)), t)
+    }
+
     /// A link over a transport whose socket is already set up.
     pub(super) fn over(stream: Box<dyn Transport>, t: Timeouts) -> Self {
         Self {
@@ -281,12 +287,21 @@ impl Link {
 
     /// This side's address.
     pub fn local_addr(&self) -> Result<SocketAddr, NetError> {
-        self.stream.socket().local_addr().map_err(NetError::Io)
+        self.socket()?.local_addr().map_err(NetError::Io)
     }
 
     /// The peer's address.
     pub fn peer_addr(&self) -> Result<SocketAddr, NetError> {
-        self.stream.socket().peer_addr().map_err(NetError::Io)
+        self.socket()?.peer_addr().map_err(NetError::Io)
+    }
+
+    fn socket(&self) -> Result<&TcpStream, NetError> {
+        self.stream.socket().ok_or_else(|| {
+            NetError::Io(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a link held in memory has no socket address",
+            ))
+        })
     }
 
     /// Traffic over the link's whole life.
@@ -381,7 +396,9 @@ impl Link {
             let _ = self.send(FrameKind::Abort, self.last_step, &reason.as_bytes()[..end]);
         }
         // A FIN after the reason, so the peer's next read ends promptly.
-        let _ = self.stream.socket().shutdown(Shutdown::Write);
+        if let Some(socket) = self.stream.socket() {
+            let _ = socket.shutdown(Shutdown::Write);
+        }
         self.read_ok = false;
         self.write_ok = false;
     }
@@ -553,7 +570,10 @@ impl<'a> FrameWriter<'a> {
 
 /// Writes as much of the frame as the socket takes without blocking.
 fn write_nonblocking(stream: &dyn Transport, writer: &mut FrameWriter<'_>) -> io::Result<()> {
-    let socket = stream.socket();
+    let Some(socket) = stream.socket() else {
+        // A transport without a socket never blocks.
+        return writer.write_all(&mut Plain(stream));
+    };
     socket.set_nonblocking(true)?;
     let written = match writer.write_all(&mut Plain(stream)) {
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
@@ -586,7 +606,7 @@ fn write_while_reading(
     let fail = |e: NetError, wake: bool| {
         let mut first = first.lock().unwrap_or_else(PoisonError::into_inner);
         if first.is_none() {
-            if wake {
+            if wake && let Some(socket) = socket {
                 // If this fails the connection is already down, which is
                 // what it is for.
                 let _ = socket.shutdown(Shutdown::Both);

@@ -133,6 +133,11 @@ impl TlsConfig {
         })
     }
 
+    /// The rustls configurations this side dials and accepts with.
+    pub(crate) fn rustls(&self) -> (&Arc<ClientConfig>, &Arc<ServerConfig>) {
+        (&self.client, &self.server)
+    }
+
     /// Dials: a handshake as this role with a server that must hold `peer`.
     pub(super) fn connect(
         &self,
@@ -239,8 +244,8 @@ impl Tls {
 }
 
 impl Transport for Tls {
-    fn socket(&self) -> &TcpStream {
-        &self.sock
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(&self.sock)
     }
 
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 /// one thread can write a frame while another reads the peer's.
 pub trait Transport: Send + Sync + fmt::Debug {
     /// The socket underneath: timeouts, addresses and shutdown go to it.
-    fn socket(&self) -> &TcpStream;
+    /// `None` for a link held in memory, which never blocks.
+    fn socket(&self) -> Option<&TcpStream>;
     /// Reads plaintext bytes; `Ok(0)` is the end of the stream.
     fn read(&self, buf: &mut [u8]) -> io::Result<usize>;
     /// Writes plaintext bytes from `bufs`, returning how many were taken.
@@ -25,8 +26,8 @@ pub trait Transport: Send + Sync + fmt::Debug {
 pub struct Tcp(pub TcpStream);
 
 impl Transport for Tcp {
-    fn socket(&self) -> &TcpStream {
-        &self.0
+    fn socket(&self) -> Option<&TcpStream> {
+        Some(&self.0)
     }
 
     fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -87,7 +88,9 @@ impl<'a> Timed<'a> {
 impl Read for Timed<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let left = self.left()?;
-        self.transport.socket().set_read_timeout(Some(left))?;
+        if let Some(socket) = self.transport.socket() {
+            socket.set_read_timeout(Some(left))?;
+        }
         self.transport.read(buf)
     }
 }
@@ -99,7 +102,9 @@ impl Write for Timed<'_> {
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let left = self.left()?;
-        self.transport.socket().set_write_timeout(Some(left))?;
+        if let Some(socket) = self.transport.socket() {
+            socket.set_write_timeout(Some(left))?;
+        }
         self.transport.write_vectored(bufs)
     }
 

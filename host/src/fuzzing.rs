@@ -1,0 +1,297 @@
+//! What the fuzz targets in `fuzz/` drive, and nothing more: a party run
+//! on a tiny model's dealt keys over a link held in memory, key files as
+//! bytes, the hello and ready round, and TLS handshakes fed raw records.
+//!
+//! Not a supported API. Nothing here changes how the library behaves; it
+//! only reaches, in memory, code that otherwise needs sockets, files or
+//! certificates. The fixtures are made once per process.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use sha2::Digest;
+use suffuse_core::fss::Party;
+
+use crate::client::{self, ClientView, Expect, Hello};
+use crate::keyfile::{self, KeyFileError, KeyReader};
+use crate::model::{Config, Model};
+use crate::net::{self, FrameHeader, Link, NetError, Peer, Timeouts};
+use crate::party::{self, InputShares, PartyError, PartyReport};
+use crate::plan::{Plan, bert};
+use crate::{backend, dealer};
+
+mod peer;
+mod tls;
+
+pub use tls::{tls_client_hello, tls_client_reads, tls_server_reads};
+
+/// A one-layer encoder (hidden 8, 2 heads, 2 tokens), its plan and one key
+/// set dealt for it. Every section kind a party reads is in its plan:
+/// gates, the reciprocal and rsqrt chains, the max tree and the triples.
+struct Fixture {
+    plan: Arc<Plan>,
+    files: [Vec<u8>; 2],
+    layouts: [Layout; 2],
+}
+
+/// Where a key file's parts lie.
+struct Layout {
+    header: usize,
+    payloads: Vec<Range<usize>>,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| deal().unwrap_or_else(|e| panic!("the fuzz fixture: {e}")))
+}
+
+fn deal() -> Result<Fixture, String> {
+    let config = Config {
+        hidden: 8,
+        heads: 2,
+        intermediate: 16,
+        layers: 1,
+        max_positions: 4,
+        max_tokens: 4,
+        ..Config::demo()
+    };
+    let model = Model::generated(config, 1);
+    let plan = bert::build(&model, 1, 2).map_err(|e| e.to_string())?;
+    let dir = std::env::temp_dir().join(format!("suffuse-fuzz-{}", std::process::id()));
+    let dealt = dealer::deal(&plan, &dir, false, backend::auto());
+    let files = dealt.map_err(|e| e.to_string()).and_then(|d| {
+        let read = |p: &Path| std::fs::read(p).map_err(|e| e.to_string());
+        Ok([read(&d.files[0])?, read(&d.files[1])?])
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let files = files?;
+    let layouts = [layout(&files[0], &plan)?, layout(&files[1], &plan)?];
+    Ok(Fixture {
+        plan,
+        files,
+        layouts,
+    })
+}
+
+/// Walks a well-formed key file: the header, then each section's payload.
+fn layout(file: &[u8], plan: &Plan) -> Result<Layout, String> {
+    let word = |at: usize, n: usize| -> Result<u64, String> {
+        let b = file.get(at..at + n).ok_or("a dealt key file is short")?;
+        Ok(b.iter().rev().fold(0, |acc, &x| acc << 8 | u64::from(x)))
+    };
+    let header = 72 + word(68, 4)? as usize;
+    let mut payloads = Vec::with_capacity(plan.steps());
+    let mut at = header;
+    for _ in 0..plan.steps() {
+        let start = at + 16;
+        let end = start + word(at + 8, 8)? as usize;
+        payloads.push(start..end);
+        at = end + 32;
+    }
+    Ok(Layout { header, payloads })
+}
+
+/// The dealt key file of `party` (0 or 1), whole.
+pub fn key_file(party: u8) -> &'static [u8] {
+    &fixture().files[usize::from(party & 1)]
+}
+
+/// The length of that file's header: the fuzzed bytes follow it.
+pub fn header_len(party: u8) -> usize {
+    fixture().layouts[usize::from(party & 1)].header
+}
+
+/// The section payloads of that file, in step order.
+pub fn payloads(party: u8) -> Vec<&'static [u8]> {
+    let p = usize::from(party & 1);
+    let f = fixture();
+    f.layouts[p]
+        .payloads
+        .iter()
+        .map(|r| &f.files[p][r.clone()])
+        .collect()
+}
+
+/// The key file of `party` with these payloads, one per step, sealed with
+/// valid digests and an end marker: what a faulty dealer would write, so
+/// that the integrity check passes and the section parsers see the bytes.
+pub fn seal(party: u8, payloads: &[Vec<u8>]) -> Vec<u8> {
+    let p = usize::from(party & 1);
+    let head = &fixture().files[p][..fixture().layouts[p].header];
+    let mut out = head.to_vec();
+    let mut chain: [u8; 32] = sha2::Sha256::digest(head).into();
+    for (step, payload) in (0u32..).zip(payloads) {
+        let len = payload.len() as u64;
+        out.extend_from_slice(&keyfile::SECTION);
+        out.extend_from_slice(&step.to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(payload);
+        let mut hash = keyfile::section_digest(&chain, step, len);
+        hash.update(payload);
+        chain = hash.finalize().into();
+        out.extend_from_slice(&chain);
+    }
+    out.extend_from_slice(&keyfile::END);
+    out.extend_from_slice(&(payloads.len() as u32).to_le_bytes());
+    out
+}
+
+/// Why a fuzzed party run stopped.
+#[derive(Debug)]
+pub enum RunError {
+    /// The key file's header.
+    Header(KeyFileError),
+    /// The run.
+    Party(PartyError),
+}
+
+/// Runs `party` on the tiny plan with `keys` as its key file, against a
+/// peer that echoes every frame: each round gets a frame of the right
+/// step and length, so the run goes as far as the keys allow. Returns the
+/// output share.
+pub fn run_with_keys(party: u8, keys: Vec<u8>) -> Result<Vec<u64>, RunError> {
+    run(party, keys, Box::new(peer::Echo))
+}
+
+/// Runs `party` on its genuine keys against a peer whose every answer is
+/// chosen by `script` (see [`peer::Scripted`]): frames of any kind, step,
+/// length and content, in any order, cut short, replayed or missing.
+pub fn run_with_peer(party: u8, script: &[u8]) -> Result<Vec<u64>, RunError> {
+    let keys = key_file(party).to_vec();
+    run(party, keys, Box::new(peer::Scripted::new(script)))
+}
+
+fn run(party: u8, keys: Vec<u8>, peer: Box<dyn Peer>) -> Result<Vec<u64>, RunError> {
+    let f = fixture();
+    let name = Path::new("<fuzzed key file>");
+    let reader = KeyReader::from_reader(name, Box::new(std::io::Cursor::new(keys)))
+        .map_err(RunError::Header)?;
+    reader
+        .check(party & 1, &f.plan.hash)
+        .map_err(RunError::Header)?;
+    let who = if party & 1 == 0 { Party::P0 } else { Party::P1 };
+    let mut link = Link::in_memory(peer, Timeouts::default());
+    party::run(
+        &f.plan,
+        who,
+        reader,
+        &mut link,
+        backend::auto(),
+        inputs(&f.plan),
+    )
+    .map(|(share, _)| share)
+    .map_err(RunError::Party)
+}
+
+/// Input shares of the plan's shape (their values do not matter to
+/// parsing; they are fixed so that runs repeat).
+fn inputs(plan: &Plan) -> InputShares {
+    let words = |t: usize| -> Vec<u64> {
+        (0..plan.tensors[t].len() as u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect()
+    };
+    InputShares {
+        x: words(plan.inputs.x),
+        bias: words(plan.inputs.bias),
+        mask: plan.inputs.mask.map(words),
+    }
+}
+
+/// A link whose peer sends `bytes`, then closes.
+fn link_hearing(bytes: &[u8]) -> Link {
+    Link::in_memory(
+        Box::new(peer::Once(Some(bytes.to_vec()))),
+        Timeouts::default(),
+    )
+}
+
+/// A server reading a connection's hello from `bytes` (everything the
+/// connection sends).
+pub fn hear_hello(bytes: &[u8]) -> Result<Result<Hello, String>, NetError> {
+    client::recv_hello(&mut link_hearing(bytes))
+}
+
+/// A server's ready round with its peer, the peer sending `bytes`.
+pub fn ready_round(bytes: &[u8]) -> Result<Vec<u8>, NetError> {
+    link_hearing(bytes).exchange(crate::server::READY_STEP, b"ready", 5)
+}
+
+/// The client's check of the shape a server announced, for a query of
+/// `batch` sentences on a model of width `hidden`.
+pub fn client_checks(view: &ClientView, batch: usize, hidden: usize) -> Result<(), String> {
+    let expect = Expect { batch, seq: None };
+    client::check_view(view, expect, hidden).map_err(|e| e.to_string())
+}
+
+/// The client's parse of an output frame of `words` words.
+pub fn output_frame(bytes: &[u8], words: usize) -> Result<(Vec<u64>, PartyReport), String> {
+    client::split_output(bytes, words)
+}
+
+/// The step of the first frame in `bytes`, if they start with a header.
+fn first_step(bytes: &[u8]) -> Option<u32> {
+    FrameHeader::parse(bytes).ok().map(|h| h.step)
+}
+
+/// A frame header with a raw kind byte (unknown kinds included).
+fn raw_header(kind: u8, step: u32, len: u64) -> Vec<u8> {
+    let mut h = net::MAGIC.to_vec();
+    h.push(kind);
+    h.extend_from_slice(&step.to_le_bytes());
+    h.extend_from_slice(&len.to_le_bytes());
+    h
+}
+
+/// A genuine server hello for the tiny plan, as JSON (a frame's payload).
+pub fn server_hello() -> Vec<u8> {
+    let plan = &fixture().plan;
+    let hello = Hello::Server {
+        party: 0,
+        plan_hash: plan.hash_hex(),
+        key_set: crate::plan::hex(&[0; 16]),
+        batch: plan.batch,
+        seq: plan.seq,
+        model: plan.model.clone(),
+        view: ClientView::of(plan),
+    };
+    serde_json::to_vec(&hello).unwrap_or_default()
+}
+
+/// The tiny model's width, for [`client_checks`].
+pub fn hidden() -> usize {
+    fixture().plan.hidden
+}
+
+/// Words of the tiny plan's output share.
+pub fn output_len() -> usize {
+    let plan = &fixture().plan;
+    plan.tensors[plan.output].len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fixtures_run_and_an_altered_file_fails() {
+        for party in 0..2 {
+            let genuine = key_file(party).to_vec();
+            let share = run_with_keys(party, genuine.clone()).expect("genuine keys run");
+            assert_eq!(share.len(), output_len());
+            // A peer scripted to echo twice per round behaves as the echo.
+            let echoes = vec![0u8; 4 * fixture().plan.steps() + 8];
+            let scripted = run_with_peer(party, &echoes).expect("an echo script runs");
+            assert_eq!(scripted, share);
+            let resealed: Vec<Vec<u8>> = payloads(party).into_iter().map(<[u8]>::to_vec).collect();
+            assert_eq!(seal(party, &resealed), genuine);
+            let mut flipped = genuine;
+            let last = flipped.len() - 1;
+            flipped[last] ^= 1;
+            assert!(run_with_keys(party, flipped).is_err());
+            // A peer that closes at once is a typed error.
+            assert!(matches!(run_with_peer(party, &[]), Err(RunError::Party(_))));
+        }
+    }
+}
