@@ -381,7 +381,8 @@ fn load_model(spec: &str) -> Result<Model> {
 }
 
 /// A model of either kind: a built-in name, a GGUF file or a folder
-/// holding one (a Llama decoder), or a BERT folder.
+/// holding one (a Llama decoder), or a Hugging Face folder (BERT, Llama
+/// or GPT-2, as its `config.json` says).
 fn load_any(spec: &str) -> Result<Transformer> {
     if let Some(model) = Transformer::builtin(spec) {
         return Ok(model);
@@ -391,7 +392,7 @@ fn load_any(spec: &str) -> Result<Transformer> {
             .with_context(|| format!("loading the GGUF model {}", file.display()))?;
         return Ok(Transformer::Decoder(d));
     }
-    Ok(Transformer::Encoder(load_model(spec)?))
+    Transformer::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }
 
 /// The GGUF file `spec` names: the file itself or a folder's only one.

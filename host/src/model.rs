@@ -315,6 +315,13 @@ impl Transformer {
             .or_else(|| Decoder::builtin(name).map(Transformer::Decoder))
     }
 
+    /// Loads a Hugging Face folder of any supported architecture, chosen
+    /// by `config.json`'s `model_type`: `bert` ([`Model::load`]), `llama`
+    /// or `gpt2` ([`Decoder::load`]).
+    pub fn load(dir: &Path) -> Result<Transformer, ModelError> {
+        checkpoint::load_any(dir)
+    }
+
     /// The model's label.
     pub fn name(&self) -> &str {
         match self {
@@ -418,7 +425,10 @@ pub enum ModelError {
     },
     /// `model_type` (or a sentence-transformers module, or a position
     /// embedding type) is not one this crate implements.
-    #[error("unsupported architecture: {0} (supported: BERT encoders with absolute positions)")]
+    #[error(
+        "unsupported architecture: {0} (supported: BERT encoders with absolute positions, \
+         Llama and GPT-2 decoders)"
+    )]
     UnsupportedArchitecture(String),
     /// `hidden_act` is not a GeLU form.
     #[error("unsupported activation `{0}` (supported: gelu, gelu_new, gelu_pytorch_tanh)")]
@@ -437,7 +447,10 @@ pub enum ModelError {
         dtype: String,
     },
     /// A weight tensor the architecture needs is absent.
-    #[error("tensor {0} is missing (looked for it with and without the `bert.` prefix)")]
+    #[error(
+        "tensor {0} is missing (looked for it bare and under the architecture's prefix: \
+         `bert.`, `model.` or `transformer.`)"
+    )]
     MissingTensor(String),
     /// A tensor's shape disagrees with `config.json`.
     #[error("tensor {tensor} has shape {got:?}; the config implies {want:?}")]

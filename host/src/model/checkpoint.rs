@@ -1,5 +1,7 @@
 //! Reading and writing Hugging Face / sentence-transformers checkpoint
-//! folders.
+//! folders. `config.json`'s `model_type` picks the architecture: `bert`
+//! here, `llama` and `gpt2` in `checkpoint/decoder.rs`, which shares this
+//! file's safetensors, JSON and tokenizer machinery.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -10,7 +12,10 @@ use serde_json::{Value, json};
 
 use super::{
     Activation, Config, Embeddings, Layer, Linear, Model, ModelError, Norm, Pooling, Tokenizer,
+    Transformer,
 };
+
+mod decoder;
 
 /// The sentence-transformers module types a folder may list in
 /// `modules.json`.
@@ -21,19 +26,79 @@ const ST_NORMALIZE: &str = "sentence_transformers.models.Normalize";
 /// Where the pooling configuration lives when `modules.json` does not say.
 const DEFAULT_POOLING_DIR: &str = "1_Pooling";
 
-pub(super) fn load(dir: &Path) -> Result<Model, ModelError> {
-    let config_path = dir.join("config.json");
-    let hf = read_json(&config_path)?;
-    let field = Fields {
-        path: &config_path,
-        json: &hf,
+/// The architectures `config.json`'s `model_type` may name.
+enum Family {
+    Bert,
+    Llama,
+    Gpt2,
+}
+
+/// Reads `config.json` and its `model_type`.
+fn config(dir: &Path) -> Result<(PathBuf, Value, Family), ModelError> {
+    let path = dir.join("config.json");
+    let json = read_json(&path)?;
+    let model_type = Fields {
+        path: &path,
+        json: &json,
+    }
+    .string("model_type")?;
+    let family = match model_type.as_str() {
+        "bert" => Family::Bert,
+        "llama" => Family::Llama,
+        "gpt2" => Family::Gpt2,
+        other => {
+            return Err(ModelError::UnsupportedArchitecture(format!(
+                "model_type `{other}`"
+            )));
+        }
     };
-    let model_type = field.string("model_type")?;
-    if model_type != "bert" {
+    Ok((path, json, family))
+}
+
+/// Loads a folder of any supported architecture.
+pub(super) fn load_any(dir: &Path) -> Result<Transformer, ModelError> {
+    let (path, json, family) = config(dir)?;
+    let fields = Fields {
+        path: &path,
+        json: &json,
+    };
+    match family {
+        Family::Bert => load_bert(dir, &fields).map(Transformer::Encoder),
+        Family::Llama => decoder::llama(dir, &fields).map(Transformer::Decoder),
+        Family::Gpt2 => decoder::gpt2(dir, &fields).map(Transformer::Decoder),
+    }
+}
+
+/// Loads a BERT folder; a decoder's is refused by name.
+pub(super) fn load(dir: &Path) -> Result<Model, ModelError> {
+    let (path, json, family) = config(dir)?;
+    if !matches!(family, Family::Bert) {
         return Err(ModelError::UnsupportedArchitecture(format!(
-            "model_type `{model_type}`"
+            "model_type `{}` is a decoder, not an encoder",
+            json["model_type"].as_str().unwrap_or_default()
         )));
     }
+    load_bert(
+        dir,
+        &Fields {
+            path: &path,
+            json: &json,
+        },
+    )
+}
+
+/// Loads a Llama or GPT-2 folder; an encoder's is refused by name.
+pub(super) fn load_decoder(dir: &Path) -> Result<super::Decoder, ModelError> {
+    match load_any(dir)? {
+        Transformer::Decoder(d) => Ok(d),
+        Transformer::Encoder(_) => Err(ModelError::UnsupportedArchitecture(
+            "model_type `bert` is an encoder, not a decoder".into(),
+        )),
+    }
+}
+
+fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
+    let hf = field.json;
     let positions = field.string_or("position_embedding_type", "absolute")?;
     if positions != "absolute" {
         return Err(ModelError::UnsupportedArchitecture(format!(
@@ -81,23 +146,14 @@ pub(super) fn load(dir: &Path) -> Result<Model, ModelError> {
     };
     config.check()?;
 
-    let tokenizer_path = dir.join("tokenizer.json");
-    let tokenizer = Tokenizer::from_json(&read(&tokenizer_path)?, lowercase_input)?;
-    if tokenizer.id_bound() > config.vocab_size {
-        return Err(ModelError::InvalidConfig(format!(
-            "tokenizer.json has ids up to {} but vocab_size is {}",
-            tokenizer.id_bound() - 1,
-            config.vocab_size
-        )));
-    }
-
+    let tokenizer = tokenizer(dir, lowercase_input, config.vocab_size)?;
     let weights_path = dir.join("model.safetensors");
     let bytes = read(&weights_path)?;
-    let file = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::Safetensors {
-        path: weights_path.clone(),
-        message: e.to_string(),
-    })?;
-    let tensors = Tensors { file: &file };
+    let file = parse_safetensors(&weights_path, &bytes)?;
+    let tensors = Tensors {
+        file: &file,
+        prefixes: &["", "bert."],
+    };
     let (h, c) = (config.hidden, &config);
     let norm = |prefix: &str| -> Result<Norm, ModelError> {
         Ok(Norm {
@@ -131,19 +187,42 @@ pub(super) fn load(dir: &Path) -> Result<Model, ModelError> {
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
 
-    let name = dir
-        .canonicalize()
-        .ok()
-        .as_deref()
-        .unwrap_or(dir)
-        .file_name()
-        .map_or_else(|| "model".to_string(), |n| n.to_string_lossy().into_owned());
     Ok(Model {
-        name,
+        name: folder_name(dir),
         config,
         embeddings,
         layers,
         tokenizer,
+    })
+}
+
+/// The folder's name, which names the model.
+fn folder_name(dir: &Path) -> String {
+    dir.canonicalize()
+        .ok()
+        .as_deref()
+        .unwrap_or(dir)
+        .file_name()
+        .map_or_else(|| "model".to_string(), |n| n.to_string_lossy().into_owned())
+}
+
+/// `tokenizer.json`, whose ids must fit the vocabulary.
+fn tokenizer(dir: &Path, lowercase_input: bool, vocab: usize) -> Result<Tokenizer, ModelError> {
+    let tokenizer = Tokenizer::from_json(&read(&dir.join("tokenizer.json"))?, lowercase_input)?;
+    if tokenizer.id_bound() > vocab {
+        return Err(ModelError::InvalidConfig(format!(
+            "tokenizer.json has ids up to {} but vocab_size is {vocab}",
+            tokenizer.id_bound() - 1,
+        )));
+    }
+    Ok(tokenizer)
+}
+
+/// Parses a safetensors file read from `path`.
+fn parse_safetensors<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, ModelError> {
+    SafeTensors::deserialize(bytes).map_err(|e| ModelError::Safetensors {
+        path: path.to_path_buf(),
+        message: e.to_string(),
     })
 }
 
@@ -416,16 +495,21 @@ impl View for F32Tensor {
 /// Named lookups in a safetensors file, converting to f32.
 struct Tensors<'a> {
     file: &'a SafeTensors<'a>,
+    /// Where the architecture's checkpoints put the base model, tried in
+    /// order: a bare `BertModel` has no prefix while `BertFor*` heads (and
+    /// bert-base-uncased) write `bert.`; `LlamaForCausalLM` writes
+    /// `model.`; `GPT2LMHeadModel` writes `transformer.`.
+    prefixes: &'a [&'a str],
 }
 
 impl Tensors<'_> {
-    /// The tensor `name` (or `bert.name`), checked against `shape` and
-    /// widened to f32.
+    /// The tensor `name` under one of the prefixes, checked against
+    /// `shape` and widened to f32.
     fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
-        // BertModel checkpoints have bare names; BertFor* heads (and
-        // bert-base-uncased) put the encoder under `bert.`.
-        let (found, view) = [name.to_string(), format!("bert.{name}")]
-            .into_iter()
+        let (found, view) = self
+            .prefixes
+            .iter()
+            .map(|p| format!("{p}{name}"))
             .find_map(|n| self.file.tensor(&n).ok().map(|v| (n, v)))
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         if view.shape() != shape {
@@ -462,13 +546,43 @@ impl Tensors<'_> {
     /// A Hugging Face `nn.Linear` (`weight` `[outputs, inputs]`, `bias`
     /// `[outputs]`), transposed to this crate's `[inputs × outputs]`.
     fn linear(&self, prefix: &str, inputs: usize, outputs: usize) -> Result<Linear, ModelError> {
+        self.linear_with(prefix, inputs, outputs, true)
+    }
+
+    /// [`Tensors::linear`], with a zero bias unless `bias` says the
+    /// checkpoint stores one (Llama's `attention_bias`, `mlp_bias`).
+    fn linear_with(
+        &self,
+        prefix: &str,
+        inputs: usize,
+        outputs: usize,
+        bias: bool,
+    ) -> Result<Linear, ModelError> {
         let w = self.get(&format!("{prefix}.weight"), &[outputs, inputs])?;
         Ok(Linear {
             w: transpose(&w, outputs, inputs),
-            b: self.get(&format!("{prefix}.bias"), &[outputs])?,
+            b: self.bias(prefix, outputs, bias)?,
             inputs,
             outputs,
         })
+    }
+
+    /// A GPT-2 `Conv1D`: `weight` is already `[inputs, outputs]`.
+    fn conv1d(&self, prefix: &str, inputs: usize, outputs: usize) -> Result<Linear, ModelError> {
+        Ok(Linear {
+            w: self.get(&format!("{prefix}.weight"), &[inputs, outputs])?,
+            b: self.bias(prefix, outputs, true)?,
+            inputs,
+            outputs,
+        })
+    }
+
+    fn bias(&self, prefix: &str, outputs: usize, stored: bool) -> Result<Vec<f32>, ModelError> {
+        if stored {
+            self.get(&format!("{prefix}.bias"), &[outputs])
+        } else {
+            Ok(vec![0.0; outputs])
+        }
     }
 }
 

@@ -295,6 +295,17 @@ impl Decoder {
         }
     }
 
+    /// Loads a Hugging Face decoder folder: `config.json` with
+    /// `model_type` `llama` or `gpt2`, `model.safetensors` (F32, F16 or
+    /// BF16) and `tokenizer.json`. Linear layers are transposed to
+    /// `[inputs × outputs]` (GPT-2's `Conv1D` already is, and its packed
+    /// `c_attn` is split into query, key and value); Llama's RoPE is
+    /// [`RopeStyle::RotateHalf`]. Every shape is checked against the
+    /// config. The model is named after the folder.
+    pub fn load(dir: &std::path::Path) -> Result<Decoder, ModelError> {
+        super::checkpoint::load_decoder(dir)
+    }
+
     /// The built-in decoders, by name: `tiny-llama` (the demo's decoder),
     /// `tiny-gpt2`, and `generated-gpt2` in GPT-2-small's shape for cost.
     pub fn builtin(name: &str) -> Option<Decoder> {

@@ -182,7 +182,13 @@ pub fn run() -> Result<String> {
     let scratch = target.join("bench/e2e-reports");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     let mut records = Vec::new();
-    for case in CASES {
+    // `SUFFUSE_E2E_CASES=gpt2-shape-128,minilm-17` runs only those cases.
+    let only = std::env::var("SUFFUSE_E2E_CASES").ok();
+    let wanted = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|c| c == name))
+    };
+    for case in CASES.iter().filter(|c| wanted(c.name)) {
         let model = if case.model.contains('/') {
             let dir = workspace_root().join(case.model);
             if !dir.exists() {
@@ -319,6 +325,21 @@ fn print_table(records: &[Record]) {
         );
         for a in rec.anchors {
             let ours = number(r, "online_s");
+            // Table 1 does not say whether its figures are per party; the
+            // goal reads them as per party, ours are per party.
+            if let (Some(c), Some(k)) = (a.comm_bytes, a.key_bytes) {
+                let keys = of_party(r, "key_bytes_per_party", 0).max(of_party(
+                    r,
+                    "key_bytes_per_party",
+                    1,
+                ));
+                println!(
+                    "  vs {:<22} per party: comm {:.2}×, larger key file {:.2}× theirs",
+                    a.system,
+                    of_party(r, "comm_bytes_per_party", 0) / c,
+                    keys / k
+                );
+            }
             println!(
                 "  vs {:<22} online {:>7.2} s ({:.2}× ours){}{}  [{}; {}]",
                 a.system,
