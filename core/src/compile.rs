@@ -99,7 +99,7 @@ pub enum Node {
 }
 
 /// The compiled, mask-independent shape of a SUF at an effective width.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Compiled {
     /// The source SUF.
     pub suf: Suf,
@@ -422,18 +422,18 @@ impl Compiled {
 
     /// The normalized node of bit output `j` (Lemma D.2).
     const fn normalize_output(&mut self, j: usize, zero: u8, one: u8) -> Result<u8, SufError> {
-        let suf = self.suf;
-        let m = suf.intervals;
+        // Read the SUF through `self` rather than copying its 4.7 KB out.
+        let m = self.suf.intervals;
         let mut acc = zero;
         let mut p = 0;
-        while p < suf.program_count {
+        while p < self.suf.program_count {
             // U_p = XOR of J_i over intervals using program p; XOR of the J_i
             // telescopes to the boundaries where membership changes.
             let mut used = 0usize;
             let mut u = zero;
             let mut i = 0;
             while i < m {
-                if cast::usize_from_u8(suf.pieces[i].bools[j]) == p {
+                if cast::usize_from_u8(self.suf.pieces[i].bools[j]) == p {
                     used += 1;
                     let hi = if i + 1 == m {
                         one

@@ -79,7 +79,16 @@ pub const MAX_ROUNDS: usize = 8;
 
 /// A gate type: a SUF at an effective width, its post-processing, and the
 /// plan both derive. Everything here is public and mask-independent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// A gate is tens of KB (22 KB on a 32-bit target), so it is neither `Copy`
+/// nor `Clone`: it is built once and passed by reference, and a copy that
+/// would silently cost a microcontroller's whole stack does not compile.
+///
+/// ```compile_fail
+/// fn copies<T: Clone>() {}
+/// copies::<suffuse_core::gate::Gate>();
+/// ```
+#[derive(Debug, PartialEq, Eq)]
 pub struct Gate {
     /// The compiled SUF.
     pub compiled: Compiled,

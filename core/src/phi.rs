@@ -349,7 +349,7 @@ pub struct Contrib {
 
 /// Everything the dealer and the parties need to agree on, derived from the
 /// compiled SUF and Φ alone (so it is mask-independent).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Circuit nodes converted to the ring in the Boolean round.
     pub b2a: [u8; MAX_B2A],

@@ -153,7 +153,7 @@ pub enum Section {
 }
 
 /// A compiled Φ: plain data, built once per gate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Program {
     /// The operations; sections are ranges of it.
     pub ops: [Op; MAX_OPS],
