@@ -14,6 +14,8 @@ use suffuse_host::dealer;
 use suffuse_host::generate::{self, Sampling};
 use suffuse_host::keyfile::KeyReader;
 use suffuse_host::ledger::{Ledger, LedgerError};
+use suffuse_host::model::chat::ChatTemplate;
+use suffuse_host::model::gguf::{self, Gguf};
 use suffuse_host::model::{Decoder, Model, Transformer};
 use suffuse_host::net::{Listener, Role, Security, Timeouts, TlsConfig, make_certs};
 use suffuse_host::plan::{self, Shape, bert, hex};
@@ -176,6 +178,9 @@ enum Command {
         /// servers hold (instead of embedding texts).
         #[arg(long)]
         generate: bool,
+        /// With --generate: wrap the prompt in the model's chat template.
+        #[arg(long, requires = "generate")]
+        chat: bool,
         #[command(flatten)]
         sampling: SamplingArgs,
         #[command(flatten)]
@@ -187,10 +192,16 @@ enum Command {
     /// Private text generation with a decoder, all on this machine: the
     /// tokens stream to stdout, the report goes to stderr.
     Generate {
-        /// A built-in decoder: `tiny-llama`, `tiny-gpt2` or
-        /// `generated-gpt2` (GPT-2-small's shape, random weights).
+        /// A GGUF file of a Llama-architecture model, or a folder holding
+        /// one (tokenizer and chat template from its metadata), or a
+        /// built-in decoder: `tiny-llama`, `tiny-gpt2` or `generated-gpt2`
+        /// (GPT-2-small's shape, random weights).
         #[arg(long)]
         model: String,
+        /// Wrap the prompt in the model's chat template as a user message
+        /// (special tokens written in the prompt are recognised either way).
+        #[arg(long)]
+        chat: bool,
         /// Tokens to generate at most (fewer when the model ends the
         /// text).
         #[arg(long, default_value_t = 32)]
@@ -339,12 +350,46 @@ fn load_model(spec: &str) -> Result<Model> {
     Model::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }
 
-/// A model of either kind: a built-in name, or a BERT folder.
+/// A model of either kind: a built-in name, a GGUF file or a folder
+/// holding one (a Llama decoder), or a BERT folder.
 fn load_any(spec: &str) -> Result<Transformer> {
     if let Some(model) = Transformer::builtin(spec) {
         return Ok(model);
     }
+    if let Some(file) = gguf_file(spec)? {
+        let d = Decoder::load_gguf(&file)
+            .with_context(|| format!("loading the GGUF model {}", file.display()))?;
+        return Ok(Transformer::Decoder(d));
+    }
     Ok(Transformer::Encoder(load_model(spec)?))
+}
+
+/// The GGUF file `spec` names: the file itself or a folder's only one.
+fn gguf_file(spec: &str) -> Result<Option<PathBuf>> {
+    let path = Path::new(spec);
+    if path.is_dir() {
+        return Ok(gguf::gguf_in(path)?);
+    }
+    let is_gguf = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    Ok(is_gguf.then(|| path.to_path_buf()))
+}
+
+/// The prompt, wrapped in the model's chat template as one user message
+/// when `chat` is set (GGUF models carry their template).
+fn chat_text(spec: &str, prompt: &str, chat: bool) -> Result<String> {
+    if !chat {
+        return Ok(prompt.to_string());
+    }
+    let Some(file) = gguf_file(spec)? else {
+        bail!("--chat needs a model with a chat template (a GGUF file); {spec} has none");
+    };
+    let g = Gguf::open(&file)?;
+    let Some(template) = ChatTemplate::from_gguf(&g)? else {
+        bail!("{} has no tokenizer.chat_template", file.display());
+    };
+    Ok(template.user_prompt(prompt)?)
 }
 
 fn load_decoder(spec: &str) -> Result<Decoder> {
@@ -476,6 +521,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seq,
             transport,
             generate,
+            chat,
             sampling,
             out,
             texts,
@@ -485,8 +531,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             let sec = transport.security(Role::Client)?;
             if generate {
+                let prompt = chat_text(&model, &texts.join(" "), chat)?;
                 let model = load_decoder(&model)?;
-                let prompt = texts.join(" ");
                 return query_generate(&model, [a, b], &prompt, &sampling, timeout, &sec, &out);
             }
             let model = load_model(&model)?;
@@ -515,7 +561,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate {
-            model,
+            model: spec,
+            chat,
             max_new_tokens,
             seq,
             sampling,
@@ -523,13 +570,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             out,
             prompt,
         } => {
-            let model = load_decoder(&model)?;
+            let model = load_decoder(&spec)?;
             let opts = Options {
                 keys_dir,
                 prompt_bucket: seq,
                 progress: true,
                 ..Options::default()
             };
+            let prompt = chat_text(&spec, &prompt, chat)?;
             let ids = prompt_ids(&model, &prompt, max_new_tokens)?;
             let g = session::generate(
                 &model,

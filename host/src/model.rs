@@ -482,6 +482,11 @@ pub enum ModelError {
     /// A chat template does not compile or does not render.
     #[error("chat template: {0}")]
     ChatTemplate(String),
+    /// A GGUF file holds a model this crate does not run (another
+    /// architecture, RoPE scaling, tensors the architecture has no place
+    /// for).
+    #[error("unsupported GGUF model: {0}")]
+    UnsupportedGguf(String),
 }
 
 impl Model {

@@ -20,9 +20,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
-use suffuse_host::model::Tokenizer;
 use suffuse_host::model::chat::ChatTemplate;
 use suffuse_host::model::gguf::Gguf;
+use suffuse_host::model::{Decoder, RopeStyle, Tokenizer};
 
 #[derive(Deserialize)]
 struct Fixture {
@@ -157,4 +157,39 @@ fn fixture_has_what_the_accuracy_tests_need() {
     // Hugging Face's rotate-half on the same weights loses at least a
     // quarter of its correct next-token predictions (98 → 49 as recorded).
     assert!(tf.rotate_half_top1_equals_next_token * 4 < tf.top1_equals_next_token * 3);
+}
+
+/// The adapter reads SmolLM2's hyper-parameters and weights as the issue
+/// states them, the head tied to the embedding table and RoPE on adjacent
+/// pairs, with the tokenizer of its metadata.
+#[test]
+fn decoder_from_gguf_has_smollm2s_shape() {
+    let Some(g) = load() else { return };
+    let m = Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap();
+    let c = &m.config;
+    let shape = (
+        c.layers,
+        c.hidden,
+        c.intermediate,
+        c.heads,
+        c.kv_heads,
+        c.head_dim,
+    );
+    assert_eq!(shape, (30, 576, 1536, 9, 3, 64));
+    assert_eq!((c.vocab_size, c.bos, c.eos), (49152, Some(1), Some(EOS)));
+    assert_eq!((c.rope_theta, c.norm_eps), (100_000.0, 1e-5));
+    assert_eq!(c.rope_style, RopeStyle::Adjacent);
+    assert!(c.tied_head && m.lm_head.is_none());
+    // token_embd row 1 is dequantized as is; attn_k is transposed.
+    assert_eq!(
+        m.embed[576..1152],
+        g.dequantize("token_embd.weight").unwrap()[576..1152]
+    );
+    let k = g.dequantize("blk.0.attn_k.weight").unwrap();
+    assert_eq!(m.layers[0].key.w[5 * 192 + 7], k[7 * 576 + 5]);
+    let f = fixture();
+    assert_eq!(
+        m.tokenizer.encode(&f.greedy[0].prompt, usize::MAX).unwrap(),
+        f.greedy[0].prompt_ids
+    );
 }

@@ -30,6 +30,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+mod llama;
+pub use llama::gguf_in;
 mod parse;
 mod quant;
 mod tokenizer;

@@ -1,0 +1,515 @@
+//! A GGUF file of the `llama` architecture as a [`Decoder`].
+//!
+//! Facts of the format this adapter relies on (llama.cpp's
+//! `convert_hf_to_gguf.py` and `llama-model.cpp`):
+//! - hyper-parameters are `llama.*` keys: `embedding_length`,
+//!   `block_count`, `feed_forward_length`, `attention.head_count`,
+//!   `attention.head_count_kv` (absent: equal to the heads),
+//!   `rope.freq_base` (absent: 10000), `attention.layer_norm_rms_epsilon`,
+//!   `context_length`, and `rope.dimension_count` (absent: the head width);
+//! - a tensor's `ne` lists its fastest axis first, so a matrix with
+//!   `ne = [in, out]` is stored row-major as `[out][in]`, PyTorch's
+//!   `nn.Linear` layout, and is transposed here into the repository's
+//!   `[inputs × outputs]`; `token_embd` (`ne = [hidden, vocab]`) is
+//!   already `[vocab × hidden]`;
+//! - the LM head is `output.weight`, or tied to `token_embd` when absent;
+//! - the converter permuted the Q and K rows so that RoPE rotates
+//!   adjacent pairs `(2i, 2i+1)` ([`RopeStyle::Adjacent`]), llama.cpp's
+//!   "normal" RoPE for this architecture;
+//! - RMSNorm weights only, no biases anywhere.
+//!
+//! Anything else is refused rather than guessed: another architecture,
+//! RoPE scaling, partial rotary dimensions, a tensor this adapter does not
+//! consume (biases, `rope_freqs`), or a tensor of the wrong shape.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use super::{Gguf, GgufError};
+use crate::model::{
+    Architecture, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm, RopeStyle,
+    Tokenizer,
+};
+
+/// The `general.architecture` values read as Llama. Mistral's GGUF files
+/// without sliding windows use the same tensors and keys under `llama`.
+const ARCHITECTURE: &str = "llama";
+
+/// The context llama.cpp assumes when `llama.context_length` is absent.
+const DEFAULT_CONTEXT: usize = 2048;
+
+impl Decoder {
+    /// The decoder a GGUF file of the `llama` architecture holds, with the
+    /// tokenizer from its metadata, named `name`. Quantized tensors are
+    /// dequantized to f32 as ggml does.
+    pub fn from_gguf(g: &Gguf, name: &str) -> Result<Decoder, ModelError> {
+        let config = config(g)?;
+        let mut t = Tensors::new(g);
+        let (h, q, kv) = (
+            config.hidden,
+            config.heads * config.head_dim,
+            config.kv_width(),
+        );
+        let embed = t.take("token_embd.weight", &[h, config.vocab_size])?;
+        let layers = (0..config.layers)
+            .map(|i| layer(&mut t, &config, i, h, q, kv))
+            .collect::<Result<Vec<_>, _>>()?;
+        let final_norm = t.norm("output_norm.weight", h, config.norm_eps)?;
+        let lm_head = match g.tensor("output.weight") {
+            Some(_) => Some(t.linear("output.weight", h, config.vocab_size)?),
+            None => None,
+        };
+        t.all_used()?;
+        let tokenizer = Tokenizer::from_gguf(g)?;
+        if tokenizer.id_bound() > config.vocab_size {
+            return Err(ModelError::InvalidConfig(format!(
+                "the tokenizer has ids up to {}, beyond the {} embedding rows",
+                tokenizer.id_bound(),
+                config.vocab_size
+            )));
+        }
+        Ok(Decoder {
+            name: name.to_string(),
+            config: DecoderConfig {
+                tied_head: lm_head.is_none(),
+                ..config
+            },
+            embed,
+            positions: None,
+            layers,
+            final_norm,
+            lm_head,
+            tokenizer,
+        })
+    }
+}
+
+impl Decoder {
+    /// Loads a Llama-architecture GGUF file, or the one `.gguf` file of a
+    /// folder; the model is named after the folder (or the file's stem).
+    pub fn load_gguf(path: &Path) -> Result<Decoder, ModelError> {
+        let file = match path.is_dir() {
+            true => gguf_in(path)?.ok_or_else(|| ModelError::MissingFile {
+                path: path.join("*.gguf"),
+            })?,
+            false => path.to_path_buf(),
+        };
+        let name = match path.is_dir() {
+            true => path.file_name(),
+            false => path.file_stem(),
+        };
+        let name = name.map_or_else(|| "gguf".into(), |n| n.to_string_lossy());
+        Decoder::from_gguf(&Gguf::open(&file)?, &name)
+    }
+}
+
+/// The GGUF file of a model folder: `None` when it has none, an error when
+/// it has several (which one is meant is not for us to guess).
+pub fn gguf_in(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
+    let io = |error| ModelError::Io {
+        path: dir.to_path_buf(),
+        error,
+    };
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let p = entry.map_err(io)?.path();
+        if p.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+            && p.is_file()
+        {
+            found.push(p);
+        }
+    }
+    found.sort();
+    match found.len() {
+        0 | 1 => Ok(found.pop()),
+        n => Err(ModelError::InvalidConfig(format!(
+            "{} holds {n} .gguf files ({}); pass the file itself",
+            dir.display(),
+            found
+                .iter()
+                .filter_map(|p| p.file_name())
+                .map(|n| n.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// The hyper-parameters, checked.
+fn config(g: &Gguf) -> Result<DecoderConfig, ModelError> {
+    let arch = g.str("general.architecture")?;
+    if arch != ARCHITECTURE {
+        return Err(ModelError::UnsupportedGguf(format!(
+            "architecture `{arch}` (supported: {ARCHITECTURE})"
+        )));
+    }
+    let key = |k: &str| format!("{ARCHITECTURE}.{k}");
+    let optional = |k: &str| -> Result<Option<usize>, GgufError> {
+        g.get(&key(k)).map(|_| g.usize(&key(k))).transpose()
+    };
+    if let Some(v) = g
+        .get(&key("rope.scaling.type"))
+        .filter(|v| v.as_str() != Some("none"))
+    {
+        return Err(ModelError::UnsupportedGguf(format!("RoPE scaling ({v:?})")));
+    }
+    let hidden = g.usize(&key("embedding_length"))?;
+    let heads = g.usize(&key("attention.head_count"))?;
+    let head_dim = match optional("attention.key_length")? {
+        Some(d) => d,
+        None => hidden / heads.max(1),
+    };
+    if let Some(rot) = optional("rope.dimension_count")?.filter(|r| *r != head_dim) {
+        return Err(ModelError::InvalidConfig(format!(
+            "RoPE rotates {rot} of {head_dim} dimensions per head; only full rotation is supported"
+        )));
+    }
+    let vocab_size = g
+        .tensor("token_embd.weight")
+        .and_then(|t| t.dims.get(1).copied())
+        .ok_or_else(|| GgufError::MissingTensor("token_embd.weight".into()))?;
+    let token = |k: &str| -> Result<Option<u32>, ModelError> {
+        let k = format!("tokenizer.ggml.{k}");
+        match g.get(&k) {
+            None => Ok(None),
+            Some(_) => u32::try_from(g.usize(&k)?)
+                .map(Some)
+                .map_err(|_| ModelError::InvalidConfig(format!("{k} is not a token id"))),
+        }
+    };
+    let config = DecoderConfig {
+        architecture: Architecture::Llama,
+        vocab_size: usize::try_from(vocab_size)
+            .map_err(|_| GgufError::TooLarge("token_embd.weight".into()))?,
+        hidden,
+        layers: g.usize(&key("block_count"))?,
+        heads,
+        kv_heads: optional("attention.head_count_kv")?.unwrap_or(heads),
+        head_dim,
+        intermediate: g.usize(&key("feed_forward_length"))?,
+        rope_theta: match g.get(&key("rope.freq_base")) {
+            Some(_) => g.f32(&key("rope.freq_base"))?,
+            None => 10_000.0,
+        },
+        rope_style: RopeStyle::Adjacent,
+        norm_eps: g.f32(&key("attention.layer_norm_rms_epsilon"))?,
+        max_positions: optional("context_length")?.unwrap_or(DEFAULT_CONTEXT),
+        tied_head: true,
+        bos: token("bos_token_id")?,
+        eos: token("eos_token_id")?,
+    };
+    config.check()?;
+    Ok(config)
+}
+
+/// Block `i`.
+fn layer(
+    t: &mut Tensors<'_>,
+    c: &DecoderConfig,
+    i: usize,
+    h: usize,
+    q: usize,
+    kv: usize,
+) -> Result<DecoderLayer, ModelError> {
+    let name = |part: &str| format!("blk.{i}.{part}.weight");
+    Ok(DecoderLayer {
+        attn_norm: t.norm(&name("attn_norm"), h, c.norm_eps)?,
+        query: t.linear(&name("attn_q"), h, q)?,
+        key: t.linear(&name("attn_k"), h, kv)?,
+        value: t.linear(&name("attn_v"), h, kv)?,
+        attn_out: t.linear(&name("attn_output"), q, h)?,
+        mlp_norm: t.norm(&name("ffn_norm"), h, c.norm_eps)?,
+        gate: Some(t.linear(&name("ffn_gate"), h, c.intermediate)?),
+        up: t.linear(&name("ffn_up"), h, c.intermediate)?,
+        down: t.linear(&name("ffn_down"), c.intermediate, h)?,
+    })
+}
+
+/// The file's tensors, each taken at most once, with the names taken
+/// recorded so that a tensor left over is reported.
+struct Tensors<'a> {
+    g: &'a Gguf,
+    used: BTreeSet<String>,
+}
+
+impl<'a> Tensors<'a> {
+    fn new(g: &'a Gguf) -> Tensors<'a> {
+        Tensors {
+            g,
+            used: BTreeSet::new(),
+        }
+    }
+
+    /// A tensor's values in ggml order, its `ne` checked against `dims`.
+    fn take(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>, ModelError> {
+        let info = self
+            .g
+            .tensor(name)
+            .ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
+        let got: Vec<usize> = info.dims.iter().map(|d| *d as usize).collect();
+        if got != dims {
+            return Err(ModelError::WrongShape {
+                tensor: name.to_string(),
+                want: dims.to_vec(),
+                got,
+            });
+        }
+        self.used.insert(name.to_string());
+        Ok(self.g.dequantize(name)?)
+    }
+
+    /// An RMSNorm weight: a gain, no bias.
+    fn norm(&mut self, name: &str, width: usize, eps: f32) -> Result<Norm, ModelError> {
+        Ok(Norm {
+            gamma: self.take(name, &[width])?,
+            beta: vec![0.0; width],
+            eps,
+        })
+    }
+
+    /// A matrix with `ne = [inputs, outputs]` (row-major `[outputs][inputs]`)
+    /// as `[inputs × outputs]`.
+    fn linear(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Linear, ModelError> {
+        let stored = self.take(name, &[inputs, outputs])?;
+        let mut w = vec![0.0f32; stored.len()];
+        for (o, row) in stored.chunks_exact(inputs).enumerate() {
+            for (i, v) in row.iter().enumerate() {
+                w[i * outputs + o] = *v;
+            }
+        }
+        Ok(Linear {
+            w,
+            b: vec![0.0; outputs],
+            inputs,
+            outputs,
+        })
+    }
+
+    /// Refuses a file with tensors nothing read: they would change the
+    /// model's function (biases, RoPE frequency factors) if they mattered.
+    fn all_used(&self) -> Result<(), ModelError> {
+        match self
+            .g
+            .tensors()
+            .iter()
+            .find(|t| !self.used.contains(&t.name))
+        {
+            Some(t) => Err(ModelError::UnsupportedGguf(format!(
+                "tensor `{}` is not part of the Llama architecture this loader reads",
+                t.name
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{TensorType, Value, ValueType, Writer};
+    use super::*;
+
+    /// GPT-2's byte-to-character map, the vocabulary of a byte-level BPE.
+    fn byte_chars() -> Vec<Value> {
+        let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
+        let mut next = 256;
+        (0..256u32)
+            .map(|b| {
+                let c = if printable(b) {
+                    b
+                } else {
+                    next += 1;
+                    next - 1
+                };
+                Value::String(char::from_u32(c).unwrap().to_string())
+            })
+            .collect()
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// A tiny generated Llama (vocabulary: the 256 bytes and two control
+    /// tokens) written as llama.cpp lays it out: matrices `[out][in]`.
+    fn tiny() -> (Decoder, Writer) {
+        let config = DecoderConfig {
+            vocab_size: 258,
+            rope_style: RopeStyle::Adjacent,
+            bos: Some(256),
+            eos: Some(257),
+            ..DecoderConfig::tiny_llama()
+        };
+        let d = Decoder::generated(config, 11);
+        let c = &d.config;
+        let mut w = Writer::new(3);
+        let mut tokens = byte_chars();
+        tokens.extend(["<|im_start|>", "<|im_end|>"].map(|s| Value::String(s.into())));
+        let mut types = vec![Value::I32(1); 256];
+        types.extend([Value::I32(3), Value::I32(3)]);
+        let u = |v: usize| Value::U32(v as u32);
+        w.meta("general.architecture", Value::String("llama".into()))
+            .meta("llama.block_count", u(c.layers))
+            .meta("llama.embedding_length", u(c.hidden))
+            .meta("llama.feed_forward_length", u(c.intermediate))
+            .meta("llama.attention.head_count", u(c.heads))
+            .meta("llama.attention.head_count_kv", u(c.kv_heads))
+            .meta("llama.rope.dimension_count", u(c.head_dim))
+            .meta("llama.rope.freq_base", Value::F32(c.rope_theta))
+            .meta("llama.context_length", u(c.max_positions))
+            .meta(
+                "llama.attention.layer_norm_rms_epsilon",
+                Value::F32(c.norm_eps),
+            )
+            .meta("tokenizer.ggml.model", Value::String("gpt2".into()))
+            .meta("tokenizer.ggml.pre", Value::String("smollm".into()))
+            .meta(
+                "tokenizer.ggml.tokens",
+                Value::Array(ValueType::String, tokens),
+            )
+            .meta(
+                "tokenizer.ggml.token_type",
+                Value::Array(ValueType::I32, types),
+            )
+            .meta(
+                "tokenizer.ggml.merges",
+                Value::Array(ValueType::String, vec![]),
+            )
+            .meta("tokenizer.ggml.bos_token_id", u(256))
+            .meta("tokenizer.ggml.eos_token_id", u(257));
+        let dims = |a: usize, b: usize| [a as u64, b as u64];
+        w.tensor(
+            "token_embd.weight",
+            &dims(c.hidden, c.vocab_size),
+            TensorType::F32,
+            f32_bytes(&d.embed),
+        );
+        let matrix = |w: &mut Writer, name: String, l: &Linear| {
+            let mut stored = vec![0.0f32; l.w.len()];
+            for i in 0..l.inputs {
+                for o in 0..l.outputs {
+                    stored[o * l.inputs + i] = l.w[i * l.outputs + o];
+                }
+            }
+            let ne = dims(l.inputs, l.outputs);
+            w.tensor(&name, &ne, TensorType::F32, f32_bytes(&stored));
+        };
+        let norm = |w: &mut Writer, name: String, n: &Norm| {
+            w.tensor(
+                &name,
+                &[n.gamma.len() as u64],
+                TensorType::F32,
+                f32_bytes(&n.gamma),
+            );
+        };
+        for (i, l) in d.layers.iter().enumerate() {
+            let p = |s: &str| format!("blk.{i}.{s}.weight");
+            norm(&mut w, p("attn_norm"), &l.attn_norm);
+            matrix(&mut w, p("attn_q"), &l.query);
+            matrix(&mut w, p("attn_k"), &l.key);
+            matrix(&mut w, p("attn_v"), &l.value);
+            matrix(&mut w, p("attn_output"), &l.attn_out);
+            norm(&mut w, p("ffn_norm"), &l.mlp_norm);
+            matrix(&mut w, p("ffn_gate"), l.gate.as_ref().unwrap());
+            matrix(&mut w, p("ffn_up"), &l.up);
+            matrix(&mut w, p("ffn_down"), &l.down);
+        }
+        norm(&mut w, "output_norm.weight".into(), &d.final_norm);
+        (d, w)
+    }
+
+    fn load(w: &Writer) -> Result<Decoder, ModelError> {
+        Decoder::from_gguf(&Gguf::from_bytes(w.to_bytes()).unwrap(), "tiny")
+    }
+
+    #[test]
+    fn a_written_llama_reads_back_bit_for_bit() {
+        let (want, w) = tiny();
+        let got = load(&w).unwrap();
+        assert_eq!(got.config, want.config);
+        assert_eq!(got.digest(), want.digest());
+        assert_eq!(got.layers, want.layers);
+        assert_eq!(got.embed, want.embed);
+        assert_eq!(got.final_norm, want.final_norm);
+        assert!(got.lm_head.is_none() && got.config.tied_head);
+        // The tokenizer came from the metadata: control tokens are whole.
+        let ids = got.tokenizer.encode("<|im_start|>hi", 10).unwrap();
+        assert_eq!(ids[0], 256);
+    }
+
+    #[test]
+    fn gguf_rope_rotates_adjacent_pairs() {
+        let (_, w) = tiny();
+        assert_eq!(load(&w).unwrap().config.rope_style, RopeStyle::Adjacent);
+    }
+
+    #[test]
+    fn an_untied_head_is_read_and_transposed() {
+        let (d, mut w) = tiny();
+        let c = &d.config;
+        let head: Vec<f32> = (0..c.hidden * c.vocab_size)
+            .map(|i| i as f32 * 1e-3)
+            .collect();
+        // Stored [vocab][hidden]: element (t, i) at t·hidden + i.
+        w.tensor(
+            "output.weight",
+            &[c.hidden as u64, c.vocab_size as u64],
+            TensorType::F32,
+            f32_bytes(&head),
+        );
+        let got = load(&w).unwrap();
+        let h = got.lm_head.as_ref().unwrap();
+        assert!(!got.config.tied_head);
+        let (t, i) = (7, 3);
+        assert_eq!(h.w[i * c.vocab_size + t], head[t * c.hidden + i]);
+    }
+
+    #[test]
+    fn bad_files_are_typed_errors() {
+        let (_, w) = tiny();
+        let bytes = w.to_bytes();
+        // A tensor the architecture has no place for.
+        let mut extra = w.clone();
+        extra.tensor("blk.0.attn_q.bias", &[64], TensorType::F32, vec![0; 256]);
+        assert!(matches!(load(&extra), Err(ModelError::UnsupportedGguf(_))));
+        // A misshaped tensor.
+        let mut bad = Writer::new(3);
+        let g = Gguf::from_bytes(bytes).unwrap();
+        for (k, v) in g.metadata() {
+            bad.meta(k, v.clone());
+        }
+        for t in g.tensors() {
+            let dims = match t.name.as_str() {
+                "blk.1.attn_k.weight" => vec![t.dims[1], t.dims[0]],
+                _ => t.dims.clone(),
+            };
+            bad.tensor(&t.name, &dims, t.ty, g.bytes(t).to_vec());
+        }
+        assert!(matches!(load(&bad), Err(ModelError::WrongShape { .. })));
+        // A missing tensor.
+        let mut missing = Writer::new(3);
+        for (k, v) in g.metadata() {
+            missing.meta(k, v.clone());
+        }
+        for t in g
+            .tensors()
+            .iter()
+            .filter(|t| t.name != "blk.1.ffn_up.weight")
+        {
+            missing.tensor(&t.name, &t.dims, t.ty, g.bytes(t).to_vec());
+        }
+        let e = load(&missing).unwrap_err().to_string();
+        assert!(e.contains("blk.1.ffn_up.weight"), "{e}");
+        // Another architecture.
+        let mut arch = Writer::new(3);
+        for (k, v) in g.metadata() {
+            let v = match k.as_str() {
+                "general.architecture" => Value::String("gemma".into()),
+                _ => v.clone(),
+            };
+            arch.meta(k, v);
+        }
+        let e = load(&arch).unwrap_err().to_string();
+        assert!(e.contains("gemma"), "{e}");
+    }
+}
