@@ -99,7 +99,7 @@ pub enum Node {
 }
 
 /// The compiled, mask-independent shape of a SUF at an effective width.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Compiled {
     /// The source SUF.
     pub suf: Suf,
@@ -240,9 +240,49 @@ const fn and(c: &mut Compiled, a: u8, b: u8) -> Result<u8, SufError> {
 }
 
 impl Compiled {
+    /// Storage for [`Compiled::init`]: every field is overwritten there.
+    pub const EMPTY: Compiled = Compiled {
+        suf: Suf::new(Width::W64, Domain::Unsigned, 0, 0, 0),
+        k: Width::W64,
+        views: [View::new(Width::W64, 0); MAX_VIEWS],
+        view_count: 0,
+        view_key: [0; MAX_VIEWS],
+        view_used: [false; MAX_VIEWS],
+        keys: [Width::W64; MAX_KEYS],
+        key_count: 0,
+        queries: [Query {
+            view: 0,
+            threshold: 0,
+        }; MAX_QUERIES],
+        query_count: 0,
+        points_per_key: [0; MAX_KEYS],
+        view_point: [0; MAX_VIEWS],
+        query_point: [0; MAX_QUERIES],
+        nodes: [Node::Zero; MAX_NODES],
+        node_count: 0,
+        level: [0; MAX_NODES],
+        and_depth: 0,
+        ands: [0; MAX_ANDS],
+        and_count: 0,
+        boundary: [0; MAX_INTERVALS],
+        pred_node: [0; MAX_PREDS],
+        bool_node: [0; MAX_BOOL],
+    };
+
     /// Compiles `suf` at effective width `k`, also exposing the wrap bits of
     /// `wraps` (views a post-processing circuit needs).
     pub const fn new(suf: &Suf, k: Width, wraps: &[View]) -> Result<Compiled, SufError> {
+        let mut c = Compiled::EMPTY;
+        match c.init(suf, k, wraps) {
+            Ok(()) => Ok(c),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Compiled::new`] in place: every field is assigned where it lies,
+    /// so no second copy of the descriptor is ever on the stack. On an
+    /// error `self` is left partly written and must not be used.
+    pub const fn init(&mut self, suf: &Suf, k: Width, wraps: &[View]) -> Result<(), SufError> {
         if let Err(e) = suf.validate() {
             return Err(e);
         }
@@ -256,38 +296,36 @@ impl Compiled {
                 Domain::Unsigned => 0,
             },
         );
-        let mut c = Compiled {
-            suf: *suf,
-            k,
-            views: [main; MAX_VIEWS],
-            view_count: 1,
-            view_key: [0; MAX_VIEWS],
-            view_used: [false; MAX_VIEWS],
-            keys: [k; MAX_KEYS],
-            key_count: 1,
-            queries: [Query {
-                view: 0,
-                threshold: 0,
-            }; MAX_QUERIES],
-            query_count: 0,
-            points_per_key: [0; MAX_KEYS],
-            view_point: [0; MAX_VIEWS],
-            query_point: [0; MAX_QUERIES],
-            nodes: [Node::Zero; MAX_NODES],
-            node_count: 0,
-            level: [0; MAX_NODES],
-            and_depth: 0,
-            ands: [0; MAX_ANDS],
-            and_count: 0,
-            boundary: [0; MAX_INTERVALS],
-            pred_node: [0; MAX_PREDS],
-            bool_node: [0; MAX_BOOL],
-        };
-        let zero = match push_node(&mut c, Node::Zero) {
+        self.suf = *suf;
+        self.k = k;
+        self.views = [main; MAX_VIEWS];
+        self.view_count = 1;
+        self.view_key = [0; MAX_VIEWS];
+        self.view_used = [false; MAX_VIEWS];
+        self.keys = [k; MAX_KEYS];
+        self.key_count = 1;
+        self.queries = [Query {
+            view: 0,
+            threshold: 0,
+        }; MAX_QUERIES];
+        self.query_count = 0;
+        self.points_per_key = [0; MAX_KEYS];
+        self.view_point = [0; MAX_VIEWS];
+        self.query_point = [0; MAX_QUERIES];
+        self.nodes = [Node::Zero; MAX_NODES];
+        self.node_count = 0;
+        self.level = [0; MAX_NODES];
+        self.and_depth = 0;
+        self.ands = [0; MAX_ANDS];
+        self.and_count = 0;
+        self.boundary = [0; MAX_INTERVALS];
+        self.pred_node = [0; MAX_PREDS];
+        self.bool_node = [0; MAX_BOOL];
+        let zero = match push_node(self, Node::Zero) {
             Ok(z) => z,
             Err(e) => return Err(e),
         };
-        let one = match push_node(&mut c, Node::One) {
+        let one = match push_node(self, Node::One) {
             Ok(o) => o,
             Err(e) => return Err(e),
         };
@@ -297,14 +335,14 @@ impl Compiled {
         let min = suf.domain.min(k.bits());
         let mut t = 1;
         while t < m {
-            let b = match c.compare(0, suf.bounds[t] - min) {
+            let b = match self.compare(0, suf.bounds[t] - min) {
                 Ok(b) => b,
                 Err(e) => return Err(e),
             };
-            c.boundary[t] = b;
+            self.boundary[t] = b;
             t += 1;
         }
-        c.boundary[0] = zero;
+        self.boundary[0] = zero;
 
         // Predicates.
         let mut p = 0;
@@ -320,11 +358,11 @@ impl Compiled {
                     cast::i128_from_u64(k.half()),
                 ),
             };
-            let v = match c.add_view(view) {
+            let v = match self.add_view(view) {
                 Ok(v) => v,
                 Err(e) => return Err(e),
             };
-            c.pred_node[p] = match c.compare(v, threshold) {
+            self.pred_node[p] = match self.compare(v, threshold) {
                 Ok(n) => n,
                 Err(e) => return Err(e),
             };
@@ -334,11 +372,11 @@ impl Compiled {
         // Views whose wrap bits the post-processing reads.
         let mut w = 0;
         while w < wraps.len() {
-            let v = match c.add_view(wraps[w]) {
+            let v = match self.add_view(wraps[w]) {
                 Ok(v) => v,
                 Err(e) => return Err(e),
             };
-            if let Err(e) = push_node(&mut c, Node::Wrap(cast::u8_from_index(v))) {
+            if let Err(e) = push_node(self, Node::Wrap(cast::u8_from_index(v))) {
                 return Err(e);
             }
             w += 1;
@@ -347,18 +385,18 @@ impl Compiled {
         // Bit outputs, normalized by interval indicators.
         let mut j = 0;
         while j < suf.bools {
-            let node = match c.normalize_output(j, zero, one) {
+            let node = match self.normalize_output(j, zero, one) {
                 Ok(n) => n,
                 Err(e) => return Err(e),
             };
-            c.bool_node[j] = node;
+            self.bool_node[j] = node;
             j += 1;
         }
 
-        c.drop_unused_views();
-        c.layout_points();
-        c.order_ands();
-        Ok(c)
+        self.drop_unused_views();
+        self.layout_points();
+        self.order_ands();
+        Ok(())
     }
 
     /// Index of `view`, adding it (and its key width) if new.
@@ -422,18 +460,18 @@ impl Compiled {
 
     /// The normalized node of bit output `j` (Lemma D.2).
     const fn normalize_output(&mut self, j: usize, zero: u8, one: u8) -> Result<u8, SufError> {
-        let suf = self.suf;
-        let m = suf.intervals;
+        // Read the SUF through `self` rather than copying its 4.7 KB out.
+        let m = self.suf.intervals;
         let mut acc = zero;
         let mut p = 0;
-        while p < suf.program_count {
+        while p < self.suf.program_count {
             // U_p = XOR of J_i over intervals using program p; XOR of the J_i
             // telescopes to the boundaries where membership changes.
             let mut used = 0usize;
             let mut u = zero;
             let mut i = 0;
             while i < m {
-                if cast::usize_from_u8(suf.pieces[i].bools[j]) == p {
+                if cast::usize_from_u8(self.suf.pieces[i].bools[j]) == p {
                     used += 1;
                     let hi = if i + 1 == m {
                         one

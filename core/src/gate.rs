@@ -79,7 +79,16 @@ pub const MAX_ROUNDS: usize = 8;
 
 /// A gate type: a SUF at an effective width, its post-processing, and the
 /// plan both derive. Everything here is public and mask-independent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// A gate is tens of KB (22 KB on a 32-bit target), so it is neither `Copy`
+/// nor `Clone`: it is built once and passed by reference, and a copy that
+/// would silently cost a microcontroller's whole stack does not compile.
+///
+/// ```compile_fail
+/// fn copies<T: Clone>() {}
+/// copies::<suffuse_core::gate::Gate>();
+/// ```
+#[derive(Debug, PartialEq, Eq)]
 pub struct Gate {
     /// The compiled SUF.
     pub compiled: Compiled,
@@ -118,29 +127,49 @@ const SLOT_GAMMA: usize = 2;
 const SLOT_ROOTS: usize = 3;
 
 impl Gate {
+    /// Storage for [`Gate::init`]: a placeholder that every field of
+    /// `init` overwrites. It is not a usable gate.
+    pub const EMPTY: Gate = Gate {
+        compiled: Compiled::EMPTY,
+        phi: Phi::new(crate::phi::PolyMode::Monomials),
+        plan: Plan::EMPTY,
+        program: Program::EMPTY,
+        input: Input::Shares,
+    };
+
     /// Builds a gate from a SUF, an effective width and a post-processing
-    /// circuit.
+    /// circuit. This returns the gate by value, for `const` items and hosts;
+    /// where stack is scarce, build in place with [`Gate::init`].
     pub const fn new(suf: &Suf, k: Width, phi: Phi, input: Input) -> Result<Gate, SufError> {
+        let mut gate = Gate::EMPTY;
+        match gate.init(suf, k, &phi, input) {
+            Ok(()) => Ok(gate),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Gate::new`] in place: the compiled SUF, the plan and the program
+    /// are each written where they lie in `self`, so building needs a few
+    /// KiB of stack rather than several copies of a 22–35 KB descriptor
+    /// (examples/mcu measures it). On an error `self` is left partly
+    /// written and must not be used until a later `init` succeeds.
+    pub const fn init(
+        &mut self,
+        suf: &Suf,
+        k: Width,
+        phi: &Phi,
+        input: Input,
+    ) -> Result<(), SufError> {
         let (views, count) = phi.wrap_views();
-        let compiled = match Compiled::new(suf, k, views.split_at(count).0) {
-            Ok(c) => c,
-            Err(e) => return Err(e),
-        };
-        let plan = match Plan::new(&compiled, &phi) {
-            Ok(p) => p,
-            Err(e) => return Err(e),
-        };
-        let program = match Program::new(&compiled, &phi, &plan) {
-            Ok(p) => p,
-            Err(e) => return Err(e),
-        };
-        Ok(Gate {
-            compiled,
-            phi,
-            plan,
-            program,
-            input,
-        })
+        if let Err(e) = self.compiled.init(suf, k, views.split_at(count).0) {
+            return Err(e);
+        }
+        self.phi = *phi;
+        self.input = input;
+        if let Err(e) = self.plan.init(&self.compiled, &self.phi) {
+            return Err(e);
+        }
+        self.program.init(&self.compiled, &self.phi, &self.plan)
     }
 
     /// The ring of the input and of intermediate arithmetic.

@@ -347,9 +347,19 @@ pub struct Contrib {
     pub mono: u8,
 }
 
+impl Contrib {
+    /// An unused slot.
+    const NONE: Contrib = Contrib {
+        output: 0,
+        term: 0,
+        entries: [0; MAX_FACTORS],
+        mono: 0,
+    };
+}
+
 /// Everything the dealer and the parties need to agree on, derived from the
 /// compiled SUF and Φ alone (so it is mask-independent).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Plan {
     /// Circuit nodes converted to the ring in the Boolean round.
     pub b2a: [u8; MAX_B2A],
@@ -404,30 +414,44 @@ const fn cap<T>() -> Result<T, SufError> {
 }
 
 impl Plan {
-    /// Plans `phi` over `compiled`.
-    pub const fn new(c: &Compiled, phi: &Phi) -> Result<Plan, SufError> {
-        let mut plan = Plan {
-            b2a: [0; MAX_B2A],
-            b2a_count: 0,
-            boundary_b2a: [u8::MAX; crate::suf::MAX_INTERVALS],
-            beaver: [(0, 0); MAX_BEAVER],
-            beaver_count: 0,
-            monos: [Mono::ONE; MAX_MONOS],
-            mono_count: 1,
-            contribs: [Contrib {
-                output: 0,
-                term: 0,
-                entries: [0; MAX_FACTORS],
-                mono: 0,
-            }; MAX_CONTRIB],
-            contrib_count: 0,
-            coef_terms: [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)],
-            coef_len: [0; MAX_ARITH * (MAX_DEGREE + 1)],
-            coef_public: [true; MAX_ARITH * (MAX_DEGREE + 1)],
-            coef_base: [0; MAX_ARITH * (MAX_DEGREE + 1)],
-            mono_source: [MonoSource::One; MAX_MONOS],
-            rho_mono: [u8::MAX; MAX_B2A],
-        };
+    /// Storage for [`Plan::init`]: every field is overwritten there.
+    pub const EMPTY: Plan = Plan {
+        b2a: [0; MAX_B2A],
+        b2a_count: 0,
+        boundary_b2a: [u8::MAX; crate::suf::MAX_INTERVALS],
+        beaver: [(0, 0); MAX_BEAVER],
+        beaver_count: 0,
+        monos: [Mono::ONE; MAX_MONOS],
+        mono_count: 1,
+        contribs: [Contrib::NONE; MAX_CONTRIB],
+        contrib_count: 0,
+        coef_terms: [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)],
+        coef_len: [0; MAX_ARITH * (MAX_DEGREE + 1)],
+        coef_public: [true; MAX_ARITH * (MAX_DEGREE + 1)],
+        coef_base: [0; MAX_ARITH * (MAX_DEGREE + 1)],
+        mono_source: [MonoSource::One; MAX_MONOS],
+        rho_mono: [u8::MAX; MAX_B2A],
+    };
+
+    /// Plans `phi` over `c` in place: every field is assigned where it
+    /// lies (the plan is 9–14 KB). On an error `self` is left partly
+    /// written and must not be used.
+    pub const fn init(&mut self, c: &Compiled, phi: &Phi) -> Result<(), SufError> {
+        self.b2a = [0; MAX_B2A];
+        self.b2a_count = 0;
+        self.boundary_b2a = [u8::MAX; crate::suf::MAX_INTERVALS];
+        self.beaver = [(0, 0); MAX_BEAVER];
+        self.beaver_count = 0;
+        self.monos = [Mono::ONE; MAX_MONOS];
+        self.mono_count = 1;
+        self.contribs = [Contrib::NONE; MAX_CONTRIB];
+        self.contrib_count = 0;
+        self.coef_terms = [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.coef_len = [0; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.coef_public = [true; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.coef_base = [0; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.mono_source = [MonoSource::One; MAX_MONOS];
+        self.rho_mono = [u8::MAX; MAX_B2A];
         if phi.count > MAX_OUTPUTS || phi.kappa_count > MAX_KAPPAS {
             return cap();
         }
@@ -451,7 +475,7 @@ impl Plan {
                             if cast::usize_from_u8(j) >= c.suf.arith {
                                 return Err(SufError::Program);
                             }
-                            if let Err(e) = plan.add_poly(c, phi, cast::usize_from_u8(j)) {
+                            if let Err(e) = self.add_poly(c, phi, cast::usize_from_u8(j)) {
                                 return Err(e);
                             }
                         }
@@ -459,7 +483,7 @@ impl Plan {
                             if cast::usize_from_u8(j) >= c.suf.bools {
                                 return Err(SufError::Program);
                             }
-                            if let Err(e) = plan.add_b2a(c.bool_node[cast::usize_from_u8(j)]) {
+                            if let Err(e) = self.add_b2a(c.bool_node[cast::usize_from_u8(j)]) {
                                 return Err(e);
                             }
                         }
@@ -468,7 +492,7 @@ impl Plan {
                                 Some(n) => n,
                                 None => return Err(SufError::Program),
                             };
-                            if let Err(e) = plan.add_b2a(node) {
+                            if let Err(e) = self.add_b2a(node) {
                                 return Err(e);
                             }
                         }
@@ -495,7 +519,7 @@ impl Plan {
             let out = &phi.outputs[o];
             let mut t = 0;
             while t < out.len {
-                if let Err(e) = plan.add_term(c, phi, o, t) {
+                if let Err(e) = self.add_term(c, phi, o, t) {
                     return Err(e);
                 }
                 t += 1;
@@ -504,13 +528,13 @@ impl Plan {
         }
         // Beaver openings need shares of each ρ_t they combine.
         let mut l = 0;
-        while l < plan.beaver_count {
-            let (j, i) = plan.beaver[l];
+        while l < self.beaver_count {
+            let (j, i) = self.beaver[l];
             let mut tb = 1;
             while tb < c.suf.intervals {
                 if c.coefficient_delta(cast::usize_from_u8(j), cast::usize_from_u8(i), tb) != 0 {
-                    let b = plan.boundary_b2a[tb];
-                    if let Err(e) = plan.mono_index(Mono {
+                    let b = self.boundary_b2a[tb];
+                    if let Err(e) = self.mono_index(Mono {
                         r: 0,
                         a: 0,
                         kappa: 0,
@@ -523,8 +547,8 @@ impl Plan {
             }
             l += 1;
         }
-        plan.index_tables(c);
-        Ok(plan)
+        self.index_tables(c);
+        Ok(())
     }
 
     /// Fills the lookup tables evaluation uses.

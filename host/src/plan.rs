@@ -582,7 +582,7 @@ pub struct Op {
 }
 
 /// The core objects a step runs, built once from its spec.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 #[allow(clippy::large_enum_variant)] // one per step, built once
 pub enum Built {
     /// A scalar gate.
@@ -654,7 +654,7 @@ pub struct Pass {
 }
 
 /// A complete plan.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Plan {
     /// The model's name.
     pub model: String,

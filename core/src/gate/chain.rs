@@ -59,7 +59,7 @@ impl Lin {
 }
 
 /// One step of a chain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 #[allow(clippy::large_enum_variant)] // a handful per chain, built once
 pub enum Step {
     /// A SUF gate (which opens its input) on an affine input.
@@ -79,7 +79,7 @@ pub enum Step {
 }
 
 /// A chain of steps over one ring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Chain {
     /// The ring of every value.
     pub ring: Width,
@@ -94,12 +94,14 @@ pub struct Chain {
 impl Chain {
     /// An empty chain.
     pub const fn new(ring: Width) -> Chain {
+        // A `const` repeats without `Step: Copy`.
+        const UNUSED: Step = Step::Mul {
+            a: Lin::of(Source::Input),
+            b: Lin::of(Source::Input),
+        };
         Chain {
             ring,
-            steps: [Step::Mul {
-                a: Lin::of(Source::Input),
-                b: Lin::of(Source::Input),
-            }; MAX_STEPS],
+            steps: [UNUSED; MAX_STEPS],
             count: 0,
             output: Source::Input,
         }

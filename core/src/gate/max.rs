@@ -20,7 +20,7 @@ use crate::prg::{Block, Hasher};
 use crate::ring::Width;
 
 /// Row maxima of `rows × len` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct MaxTree {
     /// The ReLU gate every level uses.
     pub relu: Gate,

@@ -153,7 +153,7 @@ pub enum Section {
 }
 
 /// A compiled Φ: plain data, built once per gate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Program {
     /// The operations; sections are ranges of it.
     pub ops: [Op; MAX_OPS],
@@ -181,9 +181,10 @@ pub struct Program {
     pub monos: usize,
 }
 
-/// Lazily materialized columns of one section.
-struct Builder {
-    prog: Program,
+/// Lazily materialized columns of one section, written straight into the
+/// program being built.
+struct Builder<'p> {
+    prog: &'p mut Program,
     next: usize,
     err: Option<SufError>,
     x_pow: [Col; MAX_DEGREE + 1],
@@ -201,8 +202,8 @@ struct Builder {
 /// A factor entry: `k · c1 · c2`.
 type Entry = (u64, Col, Col);
 
-impl Builder {
-    const fn new(prog: Program) -> Builder {
+impl<'p> Builder<'p> {
+    const fn new(prog: &'p mut Program) -> Builder<'p> {
         Builder {
             prog,
             next: 0,
@@ -220,10 +221,17 @@ impl Builder {
     }
 
     /// Starts a section: no column is loaded yet.
-    const fn section(self) -> Builder {
-        let mut b = Builder::new(self.prog);
-        b.err = self.err;
-        b
+    const fn section(&mut self) {
+        self.next = 0;
+        self.x_pow = [ONE; MAX_DEGREE + 1];
+        self.public = [ONE; MAX_PUBLICS];
+        self.bit = [ONE; MAX_B2A];
+        self.sign = [ONE; MAX_B2A];
+        self.opened = [ONE; MAX_BEAVER];
+        self.coef = [ONE; ROWS];
+        self.tmp = [ONE; CHAIN];
+        self.chain = [ONE; CHAIN];
+        self.chain_len = 0;
     }
 
     const fn push(&mut self, op: Op) {
@@ -450,25 +458,41 @@ impl Builder {
 }
 
 impl Program {
-    /// Compiles `phi` over `c` with its plan.
-    pub const fn new(c: &Compiled, phi: &Phi, plan: &Plan) -> Result<Program, SufError> {
-        let empty = Program {
-            ops: [Op::Input { dst: 0 }; MAX_OPS],
-            len: 0,
-            outputs_at: 0,
-            cols: 0,
-            publics: [Public::One; MAX_PUBLICS],
-            public_count: 0,
-            ring: c.suf.ring,
-            out_ring: [c.suf.ring; MAX_OUTPUTS],
-            outputs: phi.count,
-            bits: plan.b2a_count,
-            beaver: plan.beaver_count,
-            monos: plan.mono_count,
-        };
-        let mut b = Builder::new(empty);
+    /// Storage for [`Program::init`]: every field is overwritten there.
+    pub const EMPTY: Program = Program {
+        ops: [Op::Input { dst: 0 }; MAX_OPS],
+        len: 0,
+        outputs_at: 0,
+        cols: 0,
+        publics: [Public::One; MAX_PUBLICS],
+        public_count: 0,
+        ring: Width::W64,
+        out_ring: [Width::W64; MAX_OUTPUTS],
+        outputs: 0,
+        bits: 0,
+        beaver: 0,
+        monos: 0,
+    };
+
+    /// Compiles `phi` over `c` with its plan, in place: the program is
+    /// 7–13 KB and is written where it lies. On an error `self` is left
+    /// partly written and must not be used.
+    pub const fn init(&mut self, c: &Compiled, phi: &Phi, plan: &Plan) -> Result<(), SufError> {
+        self.ops = [Op::Input { dst: 0 }; MAX_OPS];
+        self.len = 0;
+        self.outputs_at = 0;
+        self.cols = 0;
+        self.publics = [Public::One; MAX_PUBLICS];
+        self.public_count = 0;
+        self.ring = c.suf.ring;
+        self.out_ring = [c.suf.ring; MAX_OUTPUTS];
+        self.outputs = phi.count;
+        self.bits = plan.b2a_count;
+        self.beaver = plan.beaver_count;
+        self.monos = plan.mono_count;
+        let mut b = Builder::new(self);
         b.beaver_section(plan);
-        let mut b = b.section();
+        b.section();
         b.prog.outputs_at = b.prog.len;
         let mut o = 0;
         while o < phi.count {
@@ -478,7 +502,7 @@ impl Program {
         }
         match b.err {
             Some(e) => Err(e),
-            None => Ok(b.prog),
+            None => Ok(()),
         }
     }
 
@@ -496,7 +520,7 @@ impl Program {
     }
 }
 
-impl Builder {
+impl Builder<'_> {
     /// `c_l − a_l` per Beaver slot; P0 adds the public parts.
     const fn beaver_section(&mut self, plan: &Plan) {
         let mut l = 0;
