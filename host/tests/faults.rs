@@ -278,9 +278,12 @@ fn violations(p: &Point, o: &Outcome, clean: &str) -> Vec<String> {
     if p.proxy.is_some() && o.fired.is_none() {
         bad.push("the fault never fired".to_string());
     }
-    let limit = Duration::from_secs(TIMEOUT) + SLACK;
     for (i, (end, want)) in o.ends.iter().zip(p.exits).enumerate() {
         let who = ["P0", "P1", "client"][i];
+        // The client meets P0 and then joins P1 by the agreed key-set id:
+        // two waits in sequence, each bounded by `--timeout`.
+        let waits = if i == 2 { 2 } else { 1 };
+        let limit = Duration::from_secs(waits * TIMEOUT) + SLACK;
         let from = end.resumed.unwrap_or(base).max(base);
         if end.at.saturating_duration_since(from) > limit {
             bad.push(format!(
