@@ -127,8 +127,8 @@ const SLOT_GAMMA: usize = 2;
 const SLOT_ROOTS: usize = 3;
 
 impl Gate {
-    /// Storage for [`Gate::init`]: a placeholder that every field of
-    /// `init` overwrites. It is not a usable gate.
+    /// The empty value that [`Gate::init`] builds in place: `init`
+    /// overwrites every field, and until then it is not a usable gate.
     pub const EMPTY: Gate = Gate {
         compiled: Compiled::EMPTY,
         phi: Phi::new(crate::phi::PolyMode::Monomials),

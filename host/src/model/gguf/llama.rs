@@ -311,18 +311,9 @@ mod tests {
 
     /// GPT-2's byte-to-character map, the vocabulary of a byte-level BPE.
     fn byte_chars() -> Vec<Value> {
-        let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
-        let mut next = 256;
-        (0..256u32)
-            .map(|b| {
-                let c = if printable(b) {
-                    b
-                } else {
-                    next += 1;
-                    next - 1
-                };
-                Value::String(char::from_u32(c).unwrap().to_string())
-            })
+        super::super::tokenizer::tests::byte_chars()
+            .into_iter()
+            .map(Value::String)
             .collect()
     }
 

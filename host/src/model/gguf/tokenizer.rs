@@ -159,13 +159,13 @@ fn post_processor(g: &Gguf, tokens: &[&str]) -> Result<Json, ModelError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::{Value, ValueType, Writer};
     use super::*;
 
     /// GPT-2's byte-to-character map: printable bytes stand for
     /// themselves, the rest for U+0100 onwards in byte order.
-    fn byte_chars() -> Vec<String> {
+    pub(in crate::model::gguf) fn byte_chars() -> Vec<String> {
         let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || b >= 174;
         let mut next = 256;
         (0..256u32)
