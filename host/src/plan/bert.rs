@@ -25,6 +25,7 @@ use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::{
     Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, InverseSpec, Kind, Plan, PlanError,
+    ProductKey, RealLinear,
 };
 use crate::fixed::{self, FRAC, MEAN_FRAC, RECIP_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model::{self, Model, Pooling};
@@ -331,40 +332,105 @@ pub(super) fn linear_product(
     group: usize,
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
-    let bound_of = |xb: &Bound, enc: &EncodedLinear| {
-        let (w, bias) = real_weights(enc);
-        let plain = bound::linear(xb, &w, &bias, enc.outputs, group);
+    let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
+        let real = real_weights_of(b, enc);
+        let (w, bias, outputs) = (&real.0, &real.1, real.2);
+        let plain = bound::linear(xb, w, bias, outputs, group);
         match norm {
-            Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, enc.outputs, group)),
+            Some(nf) => plain.min(&bound::linear_from_norm(nf, w, bias, outputs, group)),
             None => plain,
         }
     };
     let xi = b.info(x).clone();
+    if let Some(done) = reuse(b, x, &name, norm, group, layer)? {
+        return Ok(done);
+    }
     let try_scale = xi.scale + WEIGHT_FRAC;
     let enc = encoded(b, &name, parts, xi.scale, query_scale);
-    let out = bound_of(&xi.bound, &enc);
+    let out = bound_of(b, &xi.bound, &enc);
     let fits = bound::width(out.max_abs(), try_scale) <= 62;
     let (x, enc, out) = if fits || xi.scale == FRAC {
         (x, enc, out)
     } else {
+        if let Enc::New(unused) = enc {
+            // The next decode pass tries this scale again.
+            b.keep_memo(unused);
+        }
         b.at(Category::Truncation, Some(layer));
         let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
         let xi = b.info(x).clone();
         let enc = encoded(b, &name, parts, xi.scale, query_scale);
-        let out = bound_of(&xi.bound, &enc);
+        let out = bound_of(b, &xi.bound, &enc);
         (x, enc, out)
     };
     let rows = b.info(x).rows;
     let scale = b.info(x).scale + WEIGHT_FRAC;
     b.at(Category::Linear, Some(layer));
-    let outputs = enc.outputs;
-    let linear = match b.find_linear(&name, scale) {
-        Some(i) => i,
-        None => b.linear_layer(enc),
+    let linear = match enc {
+        Enc::Built(i) => i,
+        Enc::New(enc) => b.linear_layer(enc),
     };
+    let outputs = b.linear_ref(linear).outputs;
+    let key = product_key(&name, scale, &b.info(x).bound, norm, group);
+    b.remember_product(key, out.clone());
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
     b.push(Kind::Linear { x, linear, out: y });
     Ok((y, linear))
+}
+
+/// A decode pass repeats the layers of the pass before it on inputs with
+/// the same bounds: the layer's encoding and its output bound (a pass
+/// over every weight) are reused, not recomputed. `None` when either is
+/// new.
+fn reuse(
+    b: &mut Builder,
+    x: usize,
+    name: &str,
+    norm: Option<&NormForm>,
+    group: usize,
+    layer: usize,
+) -> Result<Option<(usize, usize)>, PlanError> {
+    let xi = b.info(x);
+    let (rows, scale) = (xi.rows, xi.scale + WEIGHT_FRAC);
+    let key = product_key(name, scale, &xi.bound, norm, group);
+    let (Some(linear), Some(out)) = (b.find_linear(name, scale), b.remembered_product(&key)) else {
+        return Ok(None);
+    };
+    let outputs = b.linear_ref(linear).outputs;
+    b.at(Category::Linear, Some(layer));
+    let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
+    b.push(Kind::Linear { x, linear, out: y });
+    Ok(Some((y, linear)))
+}
+
+/// What a linear layer's output bound depends on: the layer, the
+/// product's scale, the grouping, and every real of the input's bound and
+/// norm form (compared exactly, so a reused bound is the one that would be
+/// computed).
+fn product_key(
+    name: &str,
+    scale: u32,
+    xb: &Bound,
+    norm: Option<&NormForm>,
+    group: usize,
+) -> ProductKey {
+    let reals = xb.abs.iter().chain(&xb.l2);
+    let form = norm
+        .into_iter()
+        .flat_map(|f| f.gain.iter().chain(&f.shift).chain([&f.zeta, &f.delta]));
+    ProductKey {
+        name: name.to_string(),
+        scale,
+        groups: (group, xb.group, norm.is_some()),
+        reals: reals.chain(form).map(|v| v.to_bits()).collect(),
+    }
+}
+
+/// A linear layer for [`linear_product`]: already in the plan, or
+/// encoded and not yet added (it may turn out to be at the wrong scale).
+enum Enc {
+    Built(usize),
+    New(EncodedLinear),
 }
 
 /// The layer `name` encoded for an input at `in_scale`: from this plan,
@@ -375,13 +441,32 @@ fn encoded(
     parts: &[&model::Linear],
     in_scale: u32,
     query_scale: f64,
-) -> EncodedLinear {
+) -> Enc {
     let scale = in_scale + WEIGHT_FRAC;
     if let Some(i) = b.find_linear(name, scale) {
-        return b.linear_ref(i).clone();
+        return Enc::Built(i);
     }
-    b.take_memo(name, scale)
-        .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale))
+    Enc::New(
+        b.take_memo(name, scale)
+            .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale)),
+    )
+}
+
+/// A layer's weights and biases as reals, and its output count: decoded
+/// once per build (every decode pass bounds the same layers again).
+fn real_weights_of(b: &mut Builder, enc: &Enc) -> std::sync::Arc<RealLinear> {
+    let l = match enc {
+        Enc::Built(i) => b.linear_ref(*i),
+        Enc::New(l) => l,
+    };
+    let key = (l.name.clone(), l.bias_scale);
+    if let Some(r) = b.real_linear(&key) {
+        return r;
+    }
+    let (w, bias) = real_weights(l);
+    let real = std::sync::Arc::new((w, bias, l.outputs));
+    b.remember_real_linear(key, real.clone());
+    real
 }
 
 /// The largest attention score of a layer, by heads: with the layer input
