@@ -187,8 +187,14 @@ fn points(s: &Steps) -> Vec<Point> {
         point("key file header flipped (P1)", E, true)
             .edit(Edit::Flip(1, Offset::Byte(20)))
             .unspent(),
+        // A cut file is refused when it is opened, before any round.
+        point("key file 1 byte short (P1)", E, true)
+            .edit(Edit::Truncate(1, Offset::FromEnd(1)))
+            .unspent(),
+        point("key file cut in half (P0)", E, true)
+            .edit(Edit::Truncate(0, Offset::PerMille(500)))
+            .unspent(),
         // Mid key stream: spent at both, since the ready round passed.
-        point("key file truncated (P1)", E, true).edit(Edit::Truncate(1, 600)),
         point("key section flipped (P0)", E, true).edit(Edit::Flip(0, Offset::PerMille(500))),
         // Each round kind.
         point("open (gate) round: peer disconnects", E, false).on(
