@@ -286,10 +286,9 @@ fn violations(p: &Point, o: &Outcome, clean: &str) -> Vec<String> {
     }
     for (i, (end, want)) in o.ends.iter().zip(p.exits).enumerate() {
         let who = ["P0", "P1", "client"][i];
-        // The client meets P0 and then joins P1 by the agreed key-set id:
-        // two waits in sequence, each bounded by `--timeout`.
-        let waits = if i == 2 { 2 } else { 1 };
-        let limit = Duration::from_secs(waits * TIMEOUT) + SLACK;
+        // The client, too: it meets P0 and then joins P1 within one
+        // `--timeout` in all.
+        let limit = Duration::from_secs(TIMEOUT) + SLACK;
         let from = end.resumed.unwrap_or(base).max(base);
         if end.at.saturating_duration_since(from) > limit {
             bad.push(format!(
