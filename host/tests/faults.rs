@@ -393,15 +393,18 @@ fn run_all(points: &[Point]) -> Vec<Outcome> {
 }
 
 fn describe(o: &Outcome) -> String {
+    let base = o.fired.unwrap_or(o.start);
     let end = |e: &cluster::End| {
         let line = e
             .stderr
             .iter()
             .rev()
             .find(|l| l.starts_with("suffuse: error: "));
+        let from = e.resumed.unwrap_or(base).max(base);
         format!(
-            "{} {}",
+            "{} after {:.1} s {}",
             e.status.map_or("-".into(), |s| s.to_string()),
+            e.at.saturating_duration_since(from).as_secs_f64(),
             line.map_or("", |l| l.trim_start_matches("suffuse: error: "))
         )
     };
