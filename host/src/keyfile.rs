@@ -36,7 +36,7 @@
 //! key file in its way stops.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Cursor, Read, Seek, SeekFrom, Write};
+use std::io::{BufWriter, Cursor, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -380,7 +380,10 @@ impl KeyWriter {
 
 /// Reads one party's key file, section by section.
 pub struct KeyReader {
-    input: BufReader<Box<dyn Read + Send>>,
+    /// Unbuffered: a read-ahead buffer would hold key bytes that nothing
+    /// wipes. Payloads are read straight into their wiped section buffers;
+    /// headers and digests cost a few small reads per section.
+    input: Box<dyn Read + Send>,
     path: PathBuf,
     /// The header.
     pub header: Header,
@@ -426,7 +429,7 @@ impl KeyReader {
         let table = walk(&mut input, start, size, header.steps, path)?;
         input.seek(SeekFrom::Start(start)).map_err(io(path))?;
         Ok(KeyReader {
-            input: BufReader::with_capacity(1 << 20, Box::new(input)),
+            input: Box::new(input),
             path: path.to_path_buf(),
             header,
             next: 0,
