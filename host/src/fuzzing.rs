@@ -165,12 +165,11 @@ pub fn run_with_peer(party: u8, script: &[u8]) -> Result<Vec<u64>, RunError> {
 fn run(party: u8, keys: Vec<u8>, peer: Box<dyn Peer>) -> Result<Vec<u64>, RunError> {
     let f = fixture();
     let name = Path::new("<fuzzed key file>");
-    let reader = KeyReader::from_reader(name, Box::new(std::io::Cursor::new(keys)))
-        .map_err(RunError::Header)?;
-    reader
-        .check(party & 1, &f.plan.hash)
-        .map_err(RunError::Header)?;
+    let reader = KeyReader::from_bytes(name, keys).map_err(RunError::Header)?;
     let who = if party & 1 == 0 { Party::P0 } else { Party::P1 };
+    reader
+        .check(party & 1, &f.plan.hash, &party::key_sections(&f.plan, who))
+        .map_err(RunError::Header)?;
     let mut link = Link::in_memory(peer, Timeouts::default());
     party::run(
         &f.plan,
