@@ -57,6 +57,11 @@ pub(super) const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
 pub(super) const RSQRT_LO_BITS: u32 = 8;
 /// The widest rsqrt input planned (MiniLM's widest is 56 bits).
 const RSQRT_MAX_K: u32 = 56;
+/// The widest proven sum of squares that is narrowed for the rsqrt chain
+/// (the ring check allows 62 bits; one bit of headroom for `+ d·ε`).
+/// Wider proven bounds give way to the chain's capacity (see
+/// [`norm_input`]).
+const SUM_MAX_K: u32 = 61;
 
 /// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
 pub fn build(model: &Model, batch: usize, seq: usize) -> Result<std::sync::Arc<Plan>, PlanError> {
@@ -631,6 +636,101 @@ fn encoder_layer(
     Ok((out, out_norm, score_abs))
 }
 
+/// The bound a norm works with for its input `y` (bound `yb`, row norm
+/// `y_l2`).
+///
+/// Where the proven `‖y‖² + d·ε` fits [`SUM_MAX_K`] bits at 2·FRAC it is
+/// kept, and proven. Beyond that (a deep pre-norm residual stream, whose
+/// worst case compounds every block's worst case), the norm runs at the
+/// rsqrt chain's full capacity instead: `y` is taken to satisfy
+/// `‖y‖² + d·ε < 2^(RSQRT_MAX_K − 1 − 2·FRAC)/MARGIN`, about `‖y‖ < 4.5·10⁴`
+/// (every square, sum and product after it is then exact), and the
+/// reference checks it on every row at run time, as it checks every
+/// proven bound. Only this assumption is not proven; docs/DECODERS.md
+/// gives the margin measured on real text.
+fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64) {
+    let de = d as f64 * f64::from(eps);
+    if bound::width(y_l2 * y_l2 + de, 2 * FRAC) <= SUM_MAX_K {
+        return (yb, y_l2);
+    }
+    let v_cap = (pow2(RSQRT_MAX_K - 1) - 4.0) / (bound::MARGIN * pow2(2 * FRAC)) * (1.0 - 1e-9);
+    let cap = (v_cap - de).max(0.0).sqrt();
+    debug_assert!(bound::width(cap * cap + de, 2 * FRAC) <= RSQRT_MAX_K);
+    let mut capped = Bound::from_abs(yb.abs.iter().map(|a| a.min(cap)).collect(), d);
+    capped.l2[0] = capped.l2[0].min(cap);
+    (capped, y_l2.min(cap))
+}
+
+/// `Σy² + d·ε` of each row of `y` (a `d`-wide tensor with bound `yb` and
+/// row norm `y_l2`) at 2·FRAC, ready for the rsqrt chain: returns the
+/// tensor, its scale and its bound.
+fn sum_of_squares(
+    b: &mut Builder,
+    y: usize,
+    yb: &Bound,
+    y_l2: f64,
+    eps: f32,
+    name: &str,
+    l: usize,
+) -> Result<(usize, u32, f64), PlanError> {
+    let (rows, d) = (b.info(y).rows, yb.abs.len());
+    let de = d as f64 * f64::from(eps);
+    let v_max = y_l2 * y_l2 + de;
+    let scale = 2 * FRAC;
+    let sq = b.tensor(
+        format!("{name} squares"),
+        rows,
+        d,
+        scale,
+        Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
+    )?;
+    b.push(Kind::Square { x: y, out: sq });
+    let v = b.tensor(
+        format!("{name} sum of squares"),
+        rows,
+        1,
+        scale,
+        Bound::uniform(1, v_max),
+    )?;
+    b.push(Kind::RowSum { x: sq, out: v });
+    // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
+    let eps = encode(de, scale);
+    let v = if eps != 0 {
+        let ve = b.tensor(
+            format!("{name} sum of squares + dε"),
+            rows,
+            1,
+            scale,
+            Bound::uniform(1, v_max),
+        )?;
+        b.push(Kind::Affine {
+            x: v,
+            gain: vec![1],
+            offset: vec![eps],
+            out: ve,
+        });
+        ve
+    } else {
+        v
+    };
+    // The rsqrt chain's range reduction needs its input below 2^56: a wider
+    // proven range is truncated first (one element per row), which only
+    // raises the saturation floor 2^(lo_bits − frac_in).
+    match bound::width(v_max, scale).checked_sub(RSQRT_MAX_K) {
+        Some(shift) if shift > 0 => {
+            let vt = truncate(
+                b,
+                v,
+                scale - shift,
+                format!("{name} sum of squares (narrowed)"),
+            )?;
+            b.at(Category::LayerNorm, Some(l));
+            Ok((vt, scale - shift, v_max))
+        }
+        _ => Ok((v, scale, v_max)),
+    }
+}
+
 /// `LN(x + a)`.
 fn residual_norm(
     b: &mut Builder,
@@ -669,59 +769,8 @@ pub(super) fn normalize(
     } else {
         (r, r_bound.clone(), r_l2)
     };
-    let sq = b.tensor(
-        format!("{name} squares"),
-        rows,
-        d,
-        2 * FRAC,
-        Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
-    )?;
-    b.push(Kind::Square { x: y, out: sq });
-    let v_max = y_l2 * y_l2 + d as f64 * f64::from(norm.eps);
-    let v = b.tensor(
-        format!("{name} sum of squares"),
-        rows,
-        1,
-        2 * FRAC,
-        Bound::uniform(1, v_max),
-    )?;
-    b.push(Kind::RowSum { x: sq, out: v });
-    // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
-    let eps = encode(d as f64 * f64::from(norm.eps), 2 * FRAC);
-    let v = if eps != 0 {
-        let ve = b.tensor(
-            format!("{name} sum of squares + dε"),
-            rows,
-            1,
-            2 * FRAC,
-            Bound::uniform(1, v_max),
-        )?;
-        b.push(Kind::Affine {
-            x: v,
-            gain: vec![1],
-            offset: vec![eps],
-            out: ve,
-        });
-        ve
-    } else {
-        v
-    };
-    // The rsqrt chain's range reduction needs its input below 2^56: a wider
-    // proven range (deep pre-LN residual streams) is truncated first, which
-    // only raises the saturation floor 2^(lo_bits − frac_in).
-    let (v, frac_in) = match bound::width(v_max, 2 * FRAC).checked_sub(RSQRT_MAX_K) {
-        Some(shift) if shift > 0 => {
-            let vt = truncate(
-                b,
-                v,
-                2 * FRAC - shift,
-                format!("{name} sum of squares (narrowed)"),
-            )?;
-            b.at(Category::LayerNorm, Some(l));
-            (vt, 2 * FRAC - shift)
-        }
-        _ => (v, 2 * FRAC),
-    };
+    let (yb, y_l2) = norm_input(yb, y_l2, d, norm.eps);
+    let (v, frac_in, v_max) = sum_of_squares(b, y, &yb, y_l2, norm.eps, &name, l)?;
     let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
     let rho = b.tensor(
         format!("{name} 1/√Σy²"),
