@@ -1,6 +1,7 @@
 //! What the fuzz targets in `fuzz/` drive, and nothing more: a party run
 //! on a tiny model's dealt keys over a link held in memory, key files as
-//! bytes, the hello and ready round, and TLS handshakes fed raw records.
+//! bytes, the hello and ready round, TLS handshakes fed raw records, and a
+//! model folder's `config.json` and safetensors header.
 //!
 //! Not a supported API. Nothing here changes how the library behaves; it
 //! only reaches, in memory, code that otherwise needs sockets, files or
@@ -21,9 +22,11 @@ use crate::party::{self, InputShares, PartyError, PartyReport};
 use crate::plan::{Plan, bert};
 use crate::{backend, dealer};
 
+mod checkpoint;
 mod peer;
 mod tls;
 
+pub use checkpoint::{genuine_config, genuine_safetensors, load_checkpoint};
 pub use tls::{tls_client_hello, tls_client_reads, tls_server_reads};
 
 /// A one-layer encoder (hidden 8, 2 heads, 2 tokens), its plan and one key
