@@ -49,7 +49,9 @@ fn fixture() -> &'static Fixture {
     FIXTURE.get_or_init(|| deal().unwrap_or_else(|e| panic!("the fuzz fixture: {e}")))
 }
 
-fn deal() -> Result<Fixture, String> {
+/// The one-layer, 8-wide generated encoder every fuzz fixture is built
+/// from.
+fn tiny_model() -> Model {
     let config = Config {
         hidden: 8,
         heads: 2,
@@ -59,7 +61,11 @@ fn deal() -> Result<Fixture, String> {
         max_tokens: 4,
         ..Config::demo()
     };
-    let model = Model::generated(config, 1);
+    Model::generated(config, 1)
+}
+
+fn deal() -> Result<Fixture, String> {
+    let model = tiny_model();
     let plan = bert::build(&model, 1, 2).map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!("suffuse-fuzz-{}", std::process::id()));
     let dealt = dealer::deal(&plan, &dir, false, backend::auto());

@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 
-use crate::model::{Config, Model, ModelError, Transformer};
+use crate::model::{ModelError, Transformer};
 
 /// The genuine folder and its two files, as written.
 struct Folder {
@@ -24,17 +24,8 @@ fn folder() -> &'static Folder {
 }
 
 fn write() -> Result<Folder, String> {
-    let config = Config {
-        hidden: 8,
-        heads: 2,
-        intermediate: 16,
-        layers: 1,
-        max_positions: 4,
-        max_tokens: 4,
-        ..Config::demo()
-    };
     let dir = std::env::temp_dir().join(format!("suffuse-fuzz-checkpoint-{}", std::process::id()));
-    Model::generated(config, 1)
+    super::tiny_model()
         .write_dir(&dir)
         .map_err(|e| e.to_string())?;
     let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| format!("{name}: {e}"));
