@@ -814,7 +814,7 @@ fn query_generate(
         real_tokens: vec![ids.len()],
         online_s: o.pass_s.iter().sum(),
         plan_hash: o.plan_hash.clone(),
-        generation: Some(generate::Figures::of(&ids, bucket, &o)),
+        generation: Some(generate::Figures::of(&ids, bucket, model.layers.len(), &o)),
         ..Report::default()
     }
     .with_parties(&last, None);
