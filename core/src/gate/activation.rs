@@ -60,13 +60,42 @@ pub fn spline_gate(
     frac: u32,
     coeff_bits: u32,
 ) -> Result<Gate, SufError> {
+    let mut gate = Gate::EMPTY;
+    spline_gate_init(&mut gate, spline, ring, k, frac, coeff_bits)?;
+    Ok(gate)
+}
+
+/// [`spline_gate`] built in `gate`, where it lies ([`Gate::init`]): for
+/// targets whose stack cannot hold a returned descriptor (examples/mcu).
+/// Never inlined, so that its SUF and Φ temporaries do not join the
+/// caller's frame.
+#[inline(never)]
+pub fn spline_gate_init(
+    gate: &mut Gate,
+    spline: &Spline,
+    ring: Width,
+    k: Width,
+    frac: u32,
+    coeff_bits: u32,
+) -> Result<(), SufError> {
     let suf: Suf = spline.suf(ring, frac, coeff_bits)?;
-    Gate::new(&suf, k, Phi::poly(ring, PolyMode::Beaver), Input::Shares)
+    gate.init(&suf, k, &Phi::poly(ring, PolyMode::Beaver), Input::Shares)
 }
 
 /// GeLU.
 pub fn gelu(form: GeluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
     spline_gate(gelu_spline(form), ring, k, frac, COEFF_BITS)
+}
+
+/// [`gelu`] built in `gate`, where it lies.
+pub fn gelu_init(
+    gate: &mut Gate,
+    form: GeluForm,
+    ring: Width,
+    k: Width,
+    frac: u32,
+) -> Result<(), SufError> {
+    spline_gate_init(gate, gelu_spline(form), ring, k, frac, COEFF_BITS)
 }
 
 /// SiLU.

@@ -38,6 +38,9 @@ const FULL_DOMAIN_BITS: u32 = 5;
 /// Memory too large for the stack: one party's buffers, reused by every
 /// transcript.
 struct Buffers {
+    /// The gate being checked, built here at run time.
+    #[cfg(feature = "runtime-gates")]
+    gate: Gate,
     keys: [[u8; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
     scratch: [u64; MAX_SCRATCH],
     send: [u8; MAX_MESSAGE],
@@ -45,6 +48,8 @@ struct Buffers {
 }
 
 static mut BUFFERS: Buffers = Buffers {
+    #[cfg(feature = "runtime-gates")]
+    gate: Gate::EMPTY,
     keys: [[0; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
     scratch: [0; MAX_SCRATCH],
     send: [0; MAX_MESSAGE],
@@ -266,13 +271,33 @@ pub fn gates(marks: &mut Marks) -> usize {
 
 fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
     let b = buffers();
-    let gate = match t.gate {
+    #[cfg(feature = "runtime-gates")]
+    let gate = {
+        let (built, used) = high_water(|| t.build.init(&mut b.gate));
+        marks.record(t.build.entry(), used);
+        built.map(|()| &b.gate)
+    };
+    #[cfg(not(feature = "runtime-gates"))]
+    let gate = t.flash.as_ref().map_err(|e| *e);
+    let gate = match gate {
         Ok(g) => g,
         Err(e) => {
             hprintln!("gate {}: construction failed: {:?}", t.name, e);
             return 1;
         }
     };
+    if cfg!(feature = "runtime-gates") {
+        let same = matches!(t.flash, Ok(g) if g == gate);
+        hprintln!(
+            "gate {}: built at run time by {}, {} to the compile-time gate",
+            t.name,
+            t.build.entry(),
+            if same { "equal" } else { "NOT EQUAL" }
+        );
+        if !same {
+            return 1;
+        }
+    }
     match run_party(gate, t, &mut b.keys, &mut b.scratch, &mut b.send, marks) {
         Ok(wrong) => wrong,
         Err(e) => {

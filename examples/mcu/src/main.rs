@@ -4,7 +4,7 @@
 //! It runs under QEMU (`mps2-an386`), prints through semihosting and exits
 //! with a failing status on any wrong answer, on a core call over its stack
 //! budget, or on a fault (a stack overflow runs off the bottom of RAM and
-//! faults, see `memory.x`). `cargo xtask mcu` builds and runs it.
+//! faults, see `memory/target.x`). `cargo xtask mcu` builds and runs it.
 //!
 //! What it checks:
 //! * the DCF/DPF vectors of `tests/vectors/v1` (evaluation at every point,
