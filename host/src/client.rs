@@ -8,7 +8,7 @@
 //! shares of the pooled output; the client adds them, divides by the token
 //! count and normalizes as the model says.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -444,7 +444,9 @@ pub struct Expect {
 
 /// Connects to both servers, exchanges hellos and checks that they hold
 /// the same key set and plan, for `model` (by its digest), at the shape
-/// `expect` allows.
+/// `expect` allows. `timeouts.connect` bounds all of it, both servers
+/// together (connections, TLS handshakes, hellos), so a stalled server ends
+/// the client within it; each later frame gets `timeouts.io`.
 pub fn connect<'a>(
     model: impl Into<ModelRef<'a>>,
     servers: [&str; 2],
@@ -460,10 +462,27 @@ pub fn connect<'a>(
     // time, and P1 accepts only once it has met P0.
     // P1 is asked to join the key set P0 announced: a pooled P1 serves
     // many queries and pairs this connection with P0's by it.
+    let deadline = Instant::now().checked_add(timeouts.connect);
+    let left = || {
+        deadline.map_or(timeouts.connect, |d| {
+            d.saturating_duration_since(Instant::now())
+        })
+    };
     let mut links = Vec::with_capacity(2);
     let mut shapes: Vec<(String, String, ClientView)> = Vec::new();
     for (i, role) in [Role::P0, Role::P1].into_iter().enumerate() {
-        let mut link = Link::connect_secured(servers[i], timeouts, sec, role).map_err(net(i))?;
+        let wait = left();
+        if wait.is_zero() {
+            let during = "connecting to the servers";
+            return Err(net(i)(NetError::Timeout { during }));
+        }
+        let t = Timeouts {
+            connect: wait,
+            io: timeouts.io.min(wait),
+        };
+        let mut link = Link::connect_secured(servers[i], t, sec, role).map_err(net(i))?;
+        // The hellos, too, within what is left.
+        link.set_io_timeout(timeouts.io.min(left()).max(Duration::from_millis(1)));
         let hello = match shapes.first() {
             Some((_, key_set, _)) => Hello::Join {
                 key_set: key_set.clone(),
@@ -490,6 +509,7 @@ pub fn connect<'a>(
             }
             Err(what) => return Err(ClientError::Reply { server: i, what }),
         }
+        link.set_io_timeout(timeouts.io);
         links.push(link);
     }
     let links: [Link; 2] = links

@@ -1,6 +1,7 @@
 //! What the fuzz targets in `fuzz/` drive, and nothing more: a party run
 //! on a tiny model's dealt keys over a link held in memory, key files as
-//! bytes, the hello and ready round, and TLS handshakes fed raw records.
+//! bytes, the hello and ready round, TLS handshakes fed raw records, and a
+//! model folder's `config.json` and safetensors header.
 //!
 //! Not a supported API. Nothing here changes how the library behaves; it
 //! only reaches, in memory, code that otherwise needs sockets, files or
@@ -21,9 +22,11 @@ use crate::party::{self, InputShares, PartyError, PartyReport};
 use crate::plan::{Plan, bert};
 use crate::{backend, dealer};
 
+mod checkpoint;
 mod peer;
 mod tls;
 
+pub use checkpoint::{genuine_config, genuine_safetensors, load_checkpoint};
 pub use tls::{tls_client_hello, tls_client_reads, tls_server_reads};
 
 /// A one-layer encoder (hidden 8, 2 heads, 2 tokens), its plan and one key
@@ -46,7 +49,9 @@ fn fixture() -> &'static Fixture {
     FIXTURE.get_or_init(|| deal().unwrap_or_else(|e| panic!("the fuzz fixture: {e}")))
 }
 
-fn deal() -> Result<Fixture, String> {
+/// The one-layer, 8-wide generated encoder every fuzz fixture is built
+/// from.
+fn tiny_model() -> Model {
     let config = Config {
         hidden: 8,
         heads: 2,
@@ -56,7 +61,11 @@ fn deal() -> Result<Fixture, String> {
         max_tokens: 4,
         ..Config::demo()
     };
-    let model = Model::generated(config, 1);
+    Model::generated(config, 1)
+}
+
+fn deal() -> Result<Fixture, String> {
+    let model = tiny_model();
     let plan = bert::build(&model, 1, 2).map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!("suffuse-fuzz-{}", std::process::id()));
     let dealt = dealer::deal(&plan, &dir, false, backend::auto());
@@ -165,12 +174,11 @@ pub fn run_with_peer(party: u8, script: &[u8]) -> Result<Vec<u64>, RunError> {
 fn run(party: u8, keys: Vec<u8>, peer: Box<dyn Peer>) -> Result<Vec<u64>, RunError> {
     let f = fixture();
     let name = Path::new("<fuzzed key file>");
-    let reader = KeyReader::from_reader(name, Box::new(std::io::Cursor::new(keys)))
-        .map_err(RunError::Header)?;
-    reader
-        .check(party & 1, &f.plan.hash)
-        .map_err(RunError::Header)?;
+    let reader = KeyReader::from_bytes(name, keys).map_err(RunError::Header)?;
     let who = if party & 1 == 0 { Party::P0 } else { Party::P1 };
+    reader
+        .check(party & 1, &f.plan.hash, &party::key_sections(&f.plan, who))
+        .map_err(RunError::Header)?;
     let mut link = Link::in_memory(peer, Timeouts::default());
     party::run(
         &f.plan,

@@ -27,11 +27,16 @@
 //! the two servers compare theirs before starting, and a spent key set is
 //! refused by id ([`crate::ledger`]), whatever its file is called.
 //!
+//! Opening a file walks its section headers (not their payloads) to the
+//! end marker, so a file cut short or grown is refused at once, before any
+//! round and before its key set is spent; [`KeyReader::check`] then holds
+//! that section table against the plan's.
+//!
 //! Files are created 0600 and never overwritten: a dealer run that finds a
 //! key file in its way stops.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Cursor, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -117,6 +122,22 @@ pub enum KeyFileError {
         /// The file.
         path: PathBuf,
         /// What was being read.
+        what: String,
+    },
+    /// The file is shorter than its own sections say: found when it is
+    /// opened, before any key in it is used or spent.
+    #[error(
+        "{path}: the file is cut short: it has {size} bytes, but {what} ends at byte {need} \
+         (copy it again whole, or deal new keys)"
+    )]
+    Short {
+        /// The file.
+        path: PathBuf,
+        /// Its size.
+        size: u64,
+        /// Where the part reaches.
+        need: u64,
+        /// The part that does not fit.
         what: String,
     },
     /// A section that is not the one the plan expects.
@@ -359,13 +380,18 @@ impl KeyWriter {
 
 /// Reads one party's key file, section by section.
 pub struct KeyReader {
-    input: BufReader<Box<dyn Read + Send>>,
+    /// Unbuffered: a read-ahead buffer would hold key bytes that nothing
+    /// wipes. Payloads are read straight into their wiped section buffers;
+    /// headers and digests cost a few small reads per section.
+    input: Box<dyn Read + Send>,
     path: PathBuf,
     /// The header.
     pub header: Header,
     next: u32,
     /// The digest of the previous section (or of the header).
     chain: [u8; 32],
+    /// Each section's length, in step order, from the walk at open.
+    table: Vec<u64>,
 }
 
 impl std::fmt::Debug for KeyReader {
@@ -378,26 +404,37 @@ impl std::fmt::Debug for KeyReader {
 }
 
 impl KeyReader {
-    /// Opens a key file and reads its header.
+    /// Opens a key file, reads its header and walks its sections to the end
+    /// marker: a file cut short, grown, or with a section out of place is
+    /// refused here.
     pub fn open(path: &Path) -> Result<KeyReader, KeyFileError> {
         let file = File::open(path).map_err(io(path))?;
-        KeyReader::from_reader(path, Box::new(file))
+        KeyReader::walked(path, file)
     }
 
-    /// Reads a key file from any byte stream (a pipe, memory) and reads
-    /// its header; `name` stands for its path in errors.
-    pub fn from_reader(
-        name: &Path,
-        input: Box<dyn Read + Send>,
+    /// Reads a key file held in memory as [`KeyReader::open`] reads one on
+    /// disk; `name` stands for its path in errors.
+    pub fn from_bytes(name: &Path, bytes: Vec<u8>) -> Result<KeyReader, KeyFileError> {
+        KeyReader::walked(name, Cursor::new(bytes))
+    }
+
+    fn walked<R: Read + Seek + Send + 'static>(
+        path: &Path,
+        mut input: R,
     ) -> Result<KeyReader, KeyFileError> {
-        let mut input = BufReader::with_capacity(1 << 20, input);
-        let (header, chain) = read_header(&mut input, name)?;
+        let size = input.seek(SeekFrom::End(0)).map_err(io(path))?;
+        input.rewind().map_err(io(path))?;
+        let (header, chain) = read_header(&mut input, path)?;
+        let start = input.stream_position().map_err(io(path))?;
+        let table = walk(&mut input, start, size, header.steps, path)?;
+        input.seek(SeekFrom::Start(start)).map_err(io(path))?;
         Ok(KeyReader {
-            input,
-            path: name.to_path_buf(),
+            input: Box::new(input),
+            path: path.to_path_buf(),
             header,
             next: 0,
             chain,
+            table,
         })
     }
 
@@ -438,8 +475,16 @@ impl KeyReader {
         Ok(())
     }
 
-    /// Checks the header against this party's plan.
-    pub fn check(&self, party: u8, plan_hash: &[u8; 32]) -> Result<(), KeyFileError> {
+    /// Checks the header against this party's plan, whose key sections are
+    /// `sections` (`(step, length)` in step order), and the section table
+    /// found at open against those: a wrong count or length is refused
+    /// before any round.
+    pub fn check(
+        &self,
+        party: u8,
+        plan_hash: &[u8; 32],
+        sections: &[(u32, u64)],
+    ) -> Result<(), KeyFileError> {
         if self.header.party != party {
             return Err(KeyFileError::Party {
                 path: self.path.clone(),
@@ -453,6 +498,37 @@ impl KeyReader {
                 want: crate::plan::hex(plan_hash),
                 found: crate::plan::hex(&self.header.plan_hash),
             });
+        }
+        self.check_table(sections)
+    }
+
+    fn check_table(&self, sections: &[(u32, u64)]) -> Result<(), KeyFileError> {
+        if self.header.steps as usize != sections.len() {
+            return Err(KeyFileError::Header {
+                path: self.path.clone(),
+                what: format!(
+                    "{} steps, the plan has {}",
+                    self.header.steps,
+                    sections.len()
+                ),
+            });
+        }
+        for (i, ((step, want), found)) in (0u32..).zip(sections.iter().zip(&self.table)) {
+            if *step != i {
+                return Err(KeyFileError::Step {
+                    path: self.path.clone(),
+                    want: *step,
+                    found: i,
+                });
+            }
+            if want != found {
+                return Err(KeyFileError::Length {
+                    path: self.path.clone(),
+                    step: i,
+                    want: *want,
+                    found: *found,
+                });
+            }
         }
         Ok(())
     }
@@ -570,6 +646,71 @@ impl KeyReader {
             Err(e) => Err(io(&self.path)(e)),
         }
     }
+}
+
+/// Walks the sections that start at byte `start` of a `size`-byte file,
+/// reading only their 16-byte headers: each must name the next step and end
+/// inside the file, and the end marker must end the file. Returns their
+/// lengths. Every section takes at least 48 bytes, so a forged step count
+/// costs at most `size / 48` reads.
+fn walk(
+    r: &mut (impl Read + Seek),
+    start: u64,
+    size: u64,
+    steps: u32,
+    path: &Path,
+) -> Result<Vec<u64>, KeyFileError> {
+    let short = |need: u64, what: String| KeyFileError::Short {
+        path: path.to_path_buf(),
+        size,
+        need,
+        what,
+    };
+    let cap = usize::try_from((size / 48).min(u64::from(steps))).unwrap_or(0);
+    let mut table = Vec::with_capacity(cap);
+    let mut at = start;
+    for step in 0..steps {
+        let what = || format!("the section of step {step}");
+        if at.saturating_add(16) > size {
+            return Err(short(at.saturating_add(16), what()));
+        }
+        r.seek(SeekFrom::Start(at)).map_err(io(path))?;
+        let mut h = [0u8; 16];
+        read_exact(r, &mut h, path, &what())?;
+        if h[..4] != SECTION || le_u32(&h[4..8]) != step {
+            return Err(KeyFileError::Trailer {
+                path: path.to_path_buf(),
+                what: format!("byte {at}: expected the section of step {step}, found other bytes"),
+            });
+        }
+        let len = le_u64(&h[8..16]);
+        let end = at.checked_add(16 + 32).and_then(|a| a.checked_add(len));
+        at = end
+            .filter(|&e| e <= size)
+            .ok_or_else(|| short(end.unwrap_or(u64::MAX), what()))?;
+        table.push(len);
+    }
+    let end = at.saturating_add(8);
+    if end > size {
+        return Err(short(end, "the end marker".into()));
+    }
+    let trailer = |what: String| KeyFileError::Trailer {
+        path: path.to_path_buf(),
+        what,
+    };
+    if end < size {
+        return Err(trailer(format!(
+            "{} bytes after the end marker",
+            size - end
+        )));
+    }
+    r.seek(SeekFrom::Start(at)).map_err(io(path))?;
+    let mut t = [0u8; 8];
+    read_exact(r, &mut t, path, "the end marker")?;
+    if t[..4] != END || le_u32(&t[4..]) != steps {
+        return Err(trailer("bad end marker".into()));
+    }
+    Ok(table)
 }
 
 /// A section's digest, started: the chain, the step and the length; the
@@ -736,13 +877,13 @@ mod tests {
         let p = write(&d);
         let mut r = KeyReader::open(&p).unwrap();
         assert_eq!(r.header, header());
-        r.check(1, &[7; 32]).unwrap();
+        r.check(1, &[7; 32], SECTIONS).unwrap();
         assert!(matches!(
-            r.check(0, &[7; 32]),
+            r.check(0, &[7; 32], SECTIONS),
             Err(KeyFileError::Party { .. })
         ));
         assert!(matches!(
-            r.check(1, &[8; 32]),
+            r.check(1, &[8; 32], SECTIONS),
             Err(KeyFileError::PlanMismatch { .. })
         ));
         assert_eq!(*r.section(0, 3).unwrap(), vec![1, 2, 3]);
@@ -760,20 +901,55 @@ mod tests {
         assert!(matches!(r.section(1, 3), Err(KeyFileError::Step { .. })));
     }
 
+    /// The plan of [`write`]'s file.
+    const SECTIONS: &[(u32, u64)] = &[(0, 3), (1, 0)];
+
     #[test]
-    fn every_truncation_is_detected() {
+    fn every_truncation_or_growth_is_refused_at_open() {
         let d = tmp("trunc");
         let p = write(&d);
         let full = std::fs::read(&p).unwrap();
+        let head = full.len() - (16 + 3 + 32) - (16 + 32) - 8;
         for cut in 0..full.len() {
             std::fs::write(&p, &full[..cut]).unwrap();
-            let result = KeyReader::open(&p).and_then(|mut r| {
-                r.section(0, 3)?;
-                r.section(1, 0)?;
-                r.finish()
-            });
-            assert!(result.is_err(), "a file cut at {cut} bytes was accepted");
+            let result = KeyReader::open(&p);
+            // Past the header, the walk names the cut: nothing is read
+            // ahead of a section, let alone used.
+            match result {
+                Err(KeyFileError::Short { size, need, .. }) => assert!(size < need && cut >= head),
+                Err(_) => assert!(cut < head + 16, "a cut at {cut} is not called short"),
+                Ok(_) => panic!("a file cut at {cut} bytes was opened"),
+            }
         }
+        let mut grown = full.clone();
+        grown.push(0);
+        std::fs::write(&p, &grown).unwrap();
+        assert!(matches!(
+            KeyReader::open(&p),
+            Err(KeyFileError::Trailer { .. })
+        ));
+        let mut marker = full.clone();
+        *marker.last_mut().unwrap() ^= 1;
+        std::fs::write(&p, &marker).unwrap();
+        assert!(matches!(
+            KeyReader::open(&p),
+            Err(KeyFileError::Trailer { .. })
+        ));
+    }
+
+    #[test]
+    fn a_section_table_unlike_the_plans_is_refused() {
+        let d = tmp("table");
+        let r = KeyReader::open(&write(&d)).unwrap();
+        assert!(matches!(
+            r.check(1, &[7; 32], &[(0, 3)]),
+            Err(KeyFileError::Header { .. })
+        ));
+        assert!(matches!(
+            r.check(1, &[7; 32], &[(0, 3), (1, 8)]),
+            Err(KeyFileError::Length { step: 1, .. })
+        ));
+        r.check(1, &[7; 32], SECTIONS).unwrap();
     }
 
     #[test]
@@ -787,7 +963,7 @@ mod tests {
                 bad[byte] ^= 1 << bit;
                 std::fs::write(&p, &bad).unwrap();
                 let result = KeyReader::open(&p).and_then(|mut r| {
-                    r.check(1, &[7; 32])?;
+                    r.check(1, &[7; 32], SECTIONS)?;
                     r.section(0, 3)?;
                     r.section(1, 0)?;
                     r.finish()

@@ -191,7 +191,10 @@ enum Command {
         /// Also print each embedding's cosine to the float model.
         #[arg(long, value_enum)]
         compare: Option<Compare>,
-        /// Seconds to wait for the servers.
+        /// Seconds for meeting both servers, in all (connections, TLS
+        /// handshakes, hellos, P0 then P1): a server that stalls there ends
+        /// the query within this. Then each message from a server gets as
+        /// long again, so a stalled query ends within it too.
         #[arg(long, default_value_t = 120)]
         timeout: u64,
         /// Sentences the servers' keys must be dealt for (default: the

@@ -158,6 +158,16 @@ impl PassIo for OnePass {
     }
 }
 
+/// `party`'s key sections for `plan`: `(step, length)` in step order, what
+/// its key file must hold.
+pub fn key_sections(plan: &Plan, party: Party) -> Vec<(u32, u64)> {
+    plan.step_of
+        .iter()
+        .enumerate()
+        .filter_map(|(op, s)| s.map(|s| (s, proto::section_len(plan, op, party))))
+        .collect()
+}
+
 /// Runs the plan pass by pass as `party`: `first` are the first pass's
 /// inputs, `io` gives the later ones and takes every pass's output share.
 /// Returns the figures.
@@ -187,12 +197,7 @@ pub fn run_passes(
         aes_path: fss.aes_path().to_owned(),
         ..PartyReport::default()
     };
-    let lens: Vec<(u32, u64)> = plan
-        .step_of
-        .iter()
-        .enumerate()
-        .filter_map(|(op, s)| s.map(|s| (s, proto::section_len(plan, op, party))))
-        .collect();
+    let lens = key_sections(plan, party);
     let (tx, rx) = mpsc::sync_channel::<Result<Zeroizing<Vec<u8>>, KeyFileError>>(2);
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it

@@ -907,6 +907,23 @@ struct Canonical<'a> {
     normalize: bool,
 }
 
+/// A linear layer's weights and biases as reals, and its output count.
+pub type RealLinear = (Vec<f64>, Vec<f64>, usize);
+
+/// What a linear layer's output bound was computed from (see
+/// `bert::product_key`).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct ProductKey {
+    /// The layer.
+    pub name: String,
+    /// The product's scale.
+    pub scale: u32,
+    /// Output grouping, input grouping, whether a norm form was used.
+    pub groups: (usize, usize, bool),
+    /// The bits of every real of the input bound and norm form.
+    pub reals: Vec<u64>,
+}
+
 /// Accumulates tensors and operations; [`bert::build`] drives it.
 #[derive(Debug, Default)]
 pub struct Builder {
@@ -920,6 +937,8 @@ pub struct Builder {
     /// part of planning.
     memo_linears: Vec<EncodedLinear>,
     memo_bounds: std::collections::HashMap<String, f64>,
+    products: std::collections::HashMap<ProductKey, Bound>,
+    reals: std::collections::HashMap<(String, u32), std::sync::Arc<RealLinear>>,
     passes: Vec<Pass>,
 }
 
@@ -943,6 +962,11 @@ impl Builder {
             .iter()
             .position(|l| l.name == name && l.bias_scale == bias_scale)?;
         Some(self.memo_linears.swap_remove(i))
+    }
+
+    /// Keeps an encoded layer for a later pass's [`Builder::take_memo`].
+    pub fn keep_memo(&mut self, l: EncodedLinear) {
+        self.memo_linears.push(l);
     }
 
     /// A bound computed once per build, by key.
@@ -1027,6 +1051,27 @@ impl Builder {
     pub fn linear_layer(&mut self, l: EncodedLinear) -> usize {
         self.linears.push(l);
         self.linears.len() - 1
+    }
+
+    /// Records the output bound of a linear layer's product, by
+    /// `bert::product_key`.
+    pub fn remember_product(&mut self, key: ProductKey, bound: Bound) {
+        self.products.insert(key, bound);
+    }
+
+    /// An output bound recorded by [`Builder::remember_product`].
+    pub fn remembered_product(&self, key: &ProductKey) -> Option<Bound> {
+        self.products.get(key).cloned()
+    }
+
+    /// A layer's real weights, by name and bias scale, if decoded before.
+    pub fn real_linear(&self, key: &(String, u32)) -> Option<std::sync::Arc<RealLinear>> {
+        self.reals.get(key).cloned()
+    }
+
+    /// Keeps a layer's real weights for later passes.
+    pub fn remember_real_linear(&mut self, key: (String, u32), real: std::sync::Arc<RealLinear>) {
+        self.reals.insert(key, real);
     }
 
     /// The index of the layer `name` already encoded at `bias_scale`.

@@ -259,6 +259,11 @@ impl Claim {
     pub fn header(&self) -> Option<&crate::keyfile::Header> {
         self.reader.as_ref().map(|r| &r.header)
     }
+
+    /// The reader, while the claim holds it.
+    pub fn reader(&self) -> Option<&KeyReader> {
+        self.reader.as_ref()
+    }
 }
 
 impl Drop for Claim {

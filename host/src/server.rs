@@ -103,7 +103,7 @@ pub fn serve<'a>(
     };
     let plan = plan::build(model, shape)?;
     let me = u8::from(party == Party::P1);
-    reader.check(me, &plan.hash)?;
+    reader.check(me, &plan.hash, &party::key_sections(&plan, party))?;
     let hello = server_hello(&plan, me, &reader.header.key_set);
     let meet = Meeting {
         listener,

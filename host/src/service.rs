@@ -40,6 +40,7 @@ use suffuse_core::fss::Party;
 use crate::client::{self, Hello, Unavailable};
 use crate::model::ModelRef;
 use crate::net::{FrameKind as Frame, Incoming, Link, Listener, NetError, Role, Timeouts};
+use crate::party;
 use crate::plan::{self, Plan, Shape, hex};
 use crate::pool::{Claim, Pool};
 use crate::server::{HELLO_WAIT, ServeError, ServeOptions, net, serve_query, server_hello};
@@ -378,18 +379,23 @@ impl<'a> Shared<'a> {
         Ok(plan)
     }
 
-    /// A claimed set's plan, checked against its header.
+    /// A claimed set's plan, checked against its header and its section
+    /// table.
     fn checked_plan(&self, claim: &Claim) -> Result<Arc<Plan>, ServeError> {
         let plan = self.plan(claim)?;
-        let Some(h) = claim.header() else {
+        let Some(r) = claim.reader() else {
             return Err(ServeError::Mismatch("the claim's reader was taken".into()));
         };
-        if h.plan_hash != plan.hash || h.summary.model_digest != hex(&plan.model_digest) {
+        if r.header.plan_hash != plan.hash
+            || r.header.summary.model_digest != hex(&plan.model_digest)
+        {
             return Err(ServeError::Mismatch(format!(
                 "key set {} was dealt for another model or plan",
                 hex(claim.id())
             )));
         }
+        let sections = party::key_sections(&plan, self.party);
+        r.check(self.me, &plan.hash, &sections)?;
         Ok(plan)
     }
 

@@ -193,3 +193,108 @@ fn decoder_from_gguf_has_smollm2s_shape() {
         f.greedy[0].prompt_ids
     );
 }
+
+mod accuracy {
+    //! The fixed-point decoder (the plan the servers run, evaluated in the
+    //! clear by the reference, which the secure run equals bit for bit)
+    //! against the float oracle of the fixture.
+
+    use super::*;
+    use suffuse_host::generate::{self, Sampling};
+    use suffuse_host::plan::decoder::{self as planner, Generation};
+    use suffuse_host::reference::{self, PassInputs};
+
+    /// Greedy steps whose float top-1 margin (logit of the best token minus
+    /// the second's) is below this may go either way in fixed point; the
+    /// comparison stops at the first such step. Fixed point against f64
+    /// moved logits by up to 0.06 on the generated decoders
+    /// (`decoder_folders.rs`); 0.1 leaves a little room over that.
+    const MARGIN: f64 = 0.1;
+
+    fn model() -> Option<Decoder> {
+        let g = load()?;
+        Some(Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap())
+    }
+
+    /// Every greedy continuation of the fixture (chat, plain, code, a list,
+    /// numbers), 32 new tokens: the fixed-point tokens equal the float ones
+    /// until the first step whose float margin is below [`MARGIN`], where
+    /// either token is accepted and the comparison stops.
+    #[test]
+    fn greedy_tokens_equal_the_float_oracle() {
+        let Some(m) = model() else { return };
+        let la = suffuse_host::backend::auto();
+        for p in &fixture().greedy {
+            let g = Generation {
+                prompt: planner::bucket(p.prompt_ids.len(), 2048),
+                steps: p.new_ids.len() - 1,
+            };
+            let plan = planner::build(&m, g).unwrap();
+            let out =
+                generate::reference(&m, &plan, &p.prompt_ids, Sampling::default(), la).unwrap();
+            let cut = p
+                .top1_margins
+                .iter()
+                .position(|m| *m < MARGIN)
+                .unwrap_or(p.new_ids.len());
+            eprintln!(
+                "{}: compared {cut} of {} tokens; fixed point {:?}",
+                p.kind,
+                p.new_ids.len(),
+                m.tokenizer.decode(&out.tokens).unwrap_or_default()
+            );
+            assert!(out.tokens.len() >= cut, "{}", p.kind);
+            assert_eq!(out.tokens[..cut], p.new_ids[..cut], "{}", p.kind);
+        }
+    }
+
+    /// Teacher-forced top-1 over the fixture's 256-token passage: the
+    /// decoder reads the passage as a prompt and then one token per decode
+    /// pass, in eight plans of 32 positions each (a prompt of the first
+    /// `L = 1, 33, …, 225` tokens, then 31 passes: a single 256-pass plan
+    /// would not fit in memory), and its top-1 at each position must equal
+    /// the float top-1 at ≥ 99 % of them.
+    #[test]
+    fn teacher_forced_top1_agrees_with_the_float_oracle() {
+        let Some(m) = model() else { return };
+        let tf = fixture().teacher_forced;
+        let n = tf.top1.len();
+        let mut logits = Vec::new();
+        let mut scale = 0;
+        for start in (1..=n).step_by(32) {
+            let steps = 31.min(n - start);
+            let prompt = &tf.ids[..start];
+            let g = Generation {
+                prompt: planner::bucket(start, 2048),
+                steps,
+            };
+            let plan = planner::build(&m, g).unwrap();
+            let layout = generate::Layout::of(&plan);
+            scale = layout.logit_scale;
+            let mut next = |pass: usize, _: &[Vec<u64>]| -> Option<PassInputs> {
+                if pass == 0 {
+                    generate::prefill_inputs(&m, &layout, prompt).ok()
+                } else {
+                    let token = tf.ids[start + pass - 1];
+                    generate::step_inputs(&m, &layout, start, pass, token).ok()
+                }
+            };
+            let la = suffuse_host::backend::auto();
+            logits.extend(reference::run_passes(&plan, &mut next, la).unwrap());
+        }
+        assert_eq!(logits.len(), n);
+        let mut sampler = generate::Sampler::new(Sampling::default());
+        let ours: Vec<u32> = logits.iter().map(|l| sampler.pick(l, scale)).collect();
+        let agree = ours.iter().zip(&tf.top1).filter(|(a, b)| a == b).count();
+        let decisive_misses = ours
+            .iter()
+            .zip(&tf.top1)
+            .zip(&tf.top1_margins)
+            .filter(|((a, b), m)| a != b && **m >= MARGIN)
+            .count();
+        eprintln!(
+            "teacher-forced top-1: {agree}/{n} equal the float oracle, {decisive_misses} misses at margin ≥ {MARGIN}"
+        );
+        assert!(agree * 100 >= n * 99, "{agree}/{n}");
+    }
+}

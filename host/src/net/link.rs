@@ -198,18 +198,23 @@ impl Link {
 
     /// Connects to `addr` as [`Link::connect`] does and secures the link as
     /// `sec` says: with TLS, the server must prove it holds role `peer`.
+    /// `t.connect` bounds the TCP connection and the handshake together;
+    /// the handshake also gets at most `t.io`.
     pub fn connect_secured(
         addr: impl ToSocketAddrs,
         t: Timeouts,
         sec: &Security,
         peer: Role,
     ) -> Result<Self, NetError> {
+        let began = Instant::now();
         let stream = connect_tcp(addr, t)?;
         match sec {
             Security::Insecure => Self::from_stream(stream, t),
             Security::Tls(cfg) => {
                 prepare(&stream, t)?;
-                let tls = cfg.connect(stream, peer, t.io)?;
+                let left = t.connect.saturating_sub(began.elapsed());
+                let within = t.io.min(left).max(Duration::from_millis(1));
+                let tls = cfg.connect(stream, peer, within)?;
                 Ok(Self::over(Box::new(tls), t))
             }
         }

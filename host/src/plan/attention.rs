@@ -123,29 +123,36 @@ pub fn attend(
         },
         out: e,
     });
+    let vb = b.info(h.v).bound.clone();
+    let ex = narrow_exponents(
+        b,
+        Exponents::of_nexp(e, e_abs, e_min)?,
+        keys,
+        vb.max_abs(),
+        l,
+    )?;
     let e = if h.causal {
         spread(
             b,
-            e,
+            ex.t,
             rows,
             keys,
             false,
             format!("layer {l} exponents (j ≤ i)"),
         )?
     } else {
-        e
+        ex.t
     };
-    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, e_abs, e_min, l)?;
+    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, &ex, l)?;
 
     // |Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|, truncated, then scaled by 1/Σe.
     b.at(Category::AttentionMatmul, Some(l));
-    let vb = b.info(h.v).bound.clone();
-    let sum_max = keys as f64 * e_abs;
+    let sum_max = keys as f64 * ex.abs;
     let ev = b.tensor(
         format!("layer {l} weighted values product"),
         rows,
         dh,
-        e_scale + FRAC,
+        ex.scale + FRAC,
         vb.scale(sum_max, 0.0),
     )?;
     b.push(Kind::MatMul {
@@ -162,7 +169,7 @@ pub fn attend(
     let evt = truncate(b, ev, FRAC, format!("layer {l} weighted values"))?;
     b.at(Category::Softmax, Some(l));
     // |oᵢ| ≤ inv·Σⱼ|eᵢⱼ|·|vⱼ| ≤ (inv·Σe + inv·2L·|e_min|)·|v| + inv·ulp.
-    let neg = (-e_min).max(0.0);
+    let neg = (-ex.min).max(0.0);
     let o_scale = 1.0 + INVERSE_REL_ERR + inv_max * 2.0 * keys as f64 * neg;
     let o = b.tensor(
         format!("layer {l} attention heads"),
@@ -242,14 +249,13 @@ fn reciprocal_of_sums(
     b: &mut Builder,
     e: usize,
     keys: usize,
-    e_abs: f64,
-    e_min: f64,
+    ex: &Exponents,
     l: usize,
 ) -> Result<(usize, f64), PlanError> {
     let rows = b.info(e).rows;
-    let e_scale = spline_scale();
-    let neg = (-e_min).max(0.0);
-    let sum_max = keys as f64 * e_abs;
+    let e_scale = ex.scale;
+    let neg = (-ex.min).max(0.0);
+    let sum_max = keys as f64 * ex.abs;
     let sum = b.tensor(
         format!("layer {l} exponent sums"),
         rows,
@@ -260,18 +266,7 @@ fn reciprocal_of_sums(
     b.push(Kind::RowSum { x: e, out: sum });
     // The max's own column contributes nExp(0) ≈ 1; the lowest octave of
     // the reciprocal starts at 1/2, below which it saturates.
-    let k = spline_width(&splines::NEXP) + 1;
-    let g = GateSpec::Nexp { k }
-        .build()
-        .map_err(|source| PlanError::Gate {
-            tensor: "nExp(0)".into(),
-            spec: format!("nexp k={k}"),
-            error: source,
-        })?;
-    let mut at_zero = [0u64; 2];
-    g.reference(0, &mut at_zero);
-    let e0 = fixed::decode(at_zero[0], e_scale);
-    let sum_min = (e0 - (keys as f64 - 1.0) * neg).max(0.5);
+    let sum_min = (ex.zero - (keys as f64 - 1.0) * neg).max(0.5);
     let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(RECIP_FRAC);
     let inv = b.tensor(
         format!("layer {l} 1/sum"),
@@ -292,6 +287,75 @@ fn reciprocal_of_sums(
         out: inv,
     });
     Ok((inv, inv_max))
+}
+
+/// Exponents `e = nExp(z)` as the weighted sum and the row sums use them:
+/// the tensor, its scale, the range of its values and the value at
+/// `z = 0` (the row maximum's own column).
+struct Exponents {
+    t: usize,
+    scale: u32,
+    abs: f64,
+    min: f64,
+    zero: f64,
+}
+
+impl Exponents {
+    /// The nExp gate's output `e` (range `e_min..=e_abs`), at the spline's
+    /// scale.
+    fn of_nexp(e: usize, e_abs: f64, e_min: f64) -> Result<Self, PlanError> {
+        let k = spline_width(&splines::NEXP) + 1;
+        let g = GateSpec::Nexp { k }
+            .build()
+            .map_err(|source| PlanError::Gate {
+                tensor: "nExp(0)".into(),
+                spec: format!("nexp k={k}"),
+                error: source,
+            })?;
+        let mut at_zero = [0u64; 2];
+        g.reference(0, &mut at_zero);
+        let scale = spline_scale();
+        Ok(Self {
+            t: e,
+            scale,
+            abs: e_abs,
+            min: e_min,
+            zero: fixed::decode(at_zero[0], scale),
+        })
+    }
+}
+
+/// The widest product of two secret tensors (`E·V`, a gated MLP's
+/// `SiLU(g) ⊙ u`) kept without narrowing an operand first.
+pub(super) const PRODUCT_MAX_K: u32 = 61;
+
+/// The exponents at a scale where `E·V`'s proven bound, `L·max|e|·max|v|`,
+/// fits the ring: unchanged unless the context is long or the values are
+/// large, and then truncated by just the excess bits (each exponent drops
+/// by less than one unit of the new scale, far below FRAC).
+fn narrow_exponents(
+    b: &mut Builder,
+    ex: Exponents,
+    keys: usize,
+    v_abs: f64,
+    l: usize,
+) -> Result<Exponents, PlanError> {
+    let excess = bound::width(keys as f64 * (ex.abs + ulp(FRAC)) * v_abs, ex.scale + FRAC)
+        .saturating_sub(PRODUCT_MAX_K);
+    if excess == 0 {
+        return Ok(ex);
+    }
+    let to = ex.scale.saturating_sub(excess).max(FRAC);
+    b.at(Category::Truncation, Some(l));
+    let t = truncate(b, ex.t, to, format!("layer {l} exponents (narrowed)"))?;
+    b.at(Category::Softmax, Some(l));
+    Ok(Exponents {
+        t,
+        scale: to,
+        abs: ex.abs.max(-ex.min) + ulp(to),
+        min: ex.min - ulp(to),
+        zero: ex.zero - ulp(to),
+    })
 }
 
 /// The lower triangles (`j ≤ i`) of the square blocks of `x`, packed.

@@ -25,6 +25,7 @@ use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::{
     Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, InverseSpec, Kind, Plan, PlanError,
+    ProductKey, RealLinear,
 };
 use crate::fixed::{self, FRAC, MEAN_FRAC, RECIP_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model::{self, Model, Pooling};
@@ -57,6 +58,11 @@ pub(super) const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
 pub(super) const RSQRT_LO_BITS: u32 = 8;
 /// The widest rsqrt input planned (MiniLM's widest is 56 bits).
 const RSQRT_MAX_K: u32 = 56;
+/// The widest proven sum of squares that is narrowed for the rsqrt chain
+/// (the ring check allows 62 bits; one bit of headroom for `+ d·ε`).
+/// Wider proven bounds give way to the chain's capacity (see
+/// [`norm_input`]).
+const SUM_MAX_K: u32 = 61;
 
 /// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
 pub fn build(model: &Model, batch: usize, seq: usize) -> Result<std::sync::Arc<Plan>, PlanError> {
@@ -326,40 +332,105 @@ pub(super) fn linear_product(
     group: usize,
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
-    let bound_of = |xb: &Bound, enc: &EncodedLinear| {
-        let (w, bias) = real_weights(enc);
-        let plain = bound::linear(xb, &w, &bias, enc.outputs, group);
+    let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
+        let real = real_weights_of(b, enc);
+        let (w, bias, outputs) = (&real.0, &real.1, real.2);
+        let plain = bound::linear(xb, w, bias, outputs, group);
         match norm {
-            Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, enc.outputs, group)),
+            Some(nf) => plain.min(&bound::linear_from_norm(nf, w, bias, outputs, group)),
             None => plain,
         }
     };
     let xi = b.info(x).clone();
+    if let Some(done) = reuse(b, x, &name, norm, group, layer)? {
+        return Ok(done);
+    }
     let try_scale = xi.scale + WEIGHT_FRAC;
     let enc = encoded(b, &name, parts, xi.scale, query_scale);
-    let out = bound_of(&xi.bound, &enc);
+    let out = bound_of(b, &xi.bound, &enc);
     let fits = bound::width(out.max_abs(), try_scale) <= 62;
     let (x, enc, out) = if fits || xi.scale == FRAC {
         (x, enc, out)
     } else {
+        if let Enc::New(unused) = enc {
+            // The next decode pass tries this scale again.
+            b.keep_memo(unused);
+        }
         b.at(Category::Truncation, Some(layer));
         let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
         let xi = b.info(x).clone();
         let enc = encoded(b, &name, parts, xi.scale, query_scale);
-        let out = bound_of(&xi.bound, &enc);
+        let out = bound_of(b, &xi.bound, &enc);
         (x, enc, out)
     };
     let rows = b.info(x).rows;
     let scale = b.info(x).scale + WEIGHT_FRAC;
     b.at(Category::Linear, Some(layer));
-    let outputs = enc.outputs;
-    let linear = match b.find_linear(&name, scale) {
-        Some(i) => i,
-        None => b.linear_layer(enc),
+    let linear = match enc {
+        Enc::Built(i) => i,
+        Enc::New(enc) => b.linear_layer(enc),
     };
+    let outputs = b.linear_ref(linear).outputs;
+    let key = product_key(&name, scale, &b.info(x).bound, norm, group);
+    b.remember_product(key, out.clone());
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
     b.push(Kind::Linear { x, linear, out: y });
     Ok((y, linear))
+}
+
+/// A decode pass repeats the layers of the pass before it on inputs with
+/// the same bounds: the layer's encoding and its output bound (a pass
+/// over every weight) are reused, not recomputed. `None` when either is
+/// new.
+fn reuse(
+    b: &mut Builder,
+    x: usize,
+    name: &str,
+    norm: Option<&NormForm>,
+    group: usize,
+    layer: usize,
+) -> Result<Option<(usize, usize)>, PlanError> {
+    let xi = b.info(x);
+    let (rows, scale) = (xi.rows, xi.scale + WEIGHT_FRAC);
+    let key = product_key(name, scale, &xi.bound, norm, group);
+    let (Some(linear), Some(out)) = (b.find_linear(name, scale), b.remembered_product(&key)) else {
+        return Ok(None);
+    };
+    let outputs = b.linear_ref(linear).outputs;
+    b.at(Category::Linear, Some(layer));
+    let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
+    b.push(Kind::Linear { x, linear, out: y });
+    Ok(Some((y, linear)))
+}
+
+/// What a linear layer's output bound depends on: the layer, the
+/// product's scale, the grouping, and every real of the input's bound and
+/// norm form (compared exactly, so a reused bound is the one that would be
+/// computed).
+fn product_key(
+    name: &str,
+    scale: u32,
+    xb: &Bound,
+    norm: Option<&NormForm>,
+    group: usize,
+) -> ProductKey {
+    let reals = xb.abs.iter().chain(&xb.l2);
+    let form = norm
+        .into_iter()
+        .flat_map(|f| f.gain.iter().chain(&f.shift).chain([&f.zeta, &f.delta]));
+    ProductKey {
+        name: name.to_string(),
+        scale,
+        groups: (group, xb.group, norm.is_some()),
+        reals: reals.chain(form).map(|v| v.to_bits()).collect(),
+    }
+}
+
+/// A linear layer for [`linear_product`]: already in the plan, or
+/// encoded and not yet added (it may turn out to be at the wrong scale).
+enum Enc {
+    Built(usize),
+    New(EncodedLinear),
 }
 
 /// The layer `name` encoded for an input at `in_scale`: from this plan,
@@ -370,13 +441,32 @@ fn encoded(
     parts: &[&model::Linear],
     in_scale: u32,
     query_scale: f64,
-) -> EncodedLinear {
+) -> Enc {
     let scale = in_scale + WEIGHT_FRAC;
     if let Some(i) = b.find_linear(name, scale) {
-        return b.linear_ref(i).clone();
+        return Enc::Built(i);
     }
-    b.take_memo(name, scale)
-        .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale))
+    Enc::New(
+        b.take_memo(name, scale)
+            .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale)),
+    )
+}
+
+/// A layer's weights and biases as reals, and its output count: decoded
+/// once per build (every decode pass bounds the same layers again).
+fn real_weights_of(b: &mut Builder, enc: &Enc) -> std::sync::Arc<RealLinear> {
+    let l = match enc {
+        Enc::Built(i) => b.linear_ref(*i),
+        Enc::New(l) => l,
+    };
+    let key = (l.name.clone(), l.bias_scale);
+    if let Some(r) = b.real_linear(&key) {
+        return r;
+    }
+    let (w, bias) = real_weights(l);
+    let real = std::sync::Arc::new((w, bias, l.outputs));
+    b.remember_real_linear(key, real.clone());
+    real
 }
 
 /// The largest attention score of a layer, by heads: with the layer input
@@ -631,6 +721,101 @@ fn encoder_layer(
     Ok((out, out_norm, score_abs))
 }
 
+/// The bound a norm works with for its input `y` (bound `yb`, row norm
+/// `y_l2`).
+///
+/// Where the proven `‖y‖² + d·ε` fits [`SUM_MAX_K`] bits at 2·FRAC it is
+/// kept, and proven. Beyond that (a deep pre-norm residual stream, whose
+/// worst case compounds every block's worst case), the norm runs at the
+/// rsqrt chain's full capacity instead: `y` is taken to satisfy
+/// `‖y‖² + d·ε < 2^(RSQRT_MAX_K − 1 − 2·FRAC)/MARGIN`, about `‖y‖ < 4.5·10⁴`
+/// (every square, sum and product after it is then exact), and the
+/// reference checks it on every row at run time, as it checks every
+/// proven bound. Only this assumption is not proven; docs/DECODERS.md
+/// gives the margin measured on real text.
+fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64) {
+    let de = d as f64 * f64::from(eps);
+    if bound::width(y_l2 * y_l2 + de, 2 * FRAC) <= SUM_MAX_K {
+        return (yb, y_l2);
+    }
+    let v_cap = (pow2(RSQRT_MAX_K - 1) - 4.0) / (bound::MARGIN * pow2(2 * FRAC)) * (1.0 - 1e-9);
+    let cap = (v_cap - de).max(0.0).sqrt();
+    debug_assert!(bound::width(cap * cap + de, 2 * FRAC) <= RSQRT_MAX_K);
+    let mut capped = Bound::from_abs(yb.abs.iter().map(|a| a.min(cap)).collect(), d);
+    capped.l2[0] = capped.l2[0].min(cap);
+    (capped, y_l2.min(cap))
+}
+
+/// `Σy² + d·ε` of each row of `y` (a `d`-wide tensor with bound `yb` and
+/// row norm `y_l2`) at 2·FRAC, ready for the rsqrt chain: returns the
+/// tensor, its scale and its bound.
+fn sum_of_squares(
+    b: &mut Builder,
+    y: usize,
+    yb: &Bound,
+    y_l2: f64,
+    eps: f32,
+    name: &str,
+    l: usize,
+) -> Result<(usize, u32, f64), PlanError> {
+    let (rows, d) = (b.info(y).rows, yb.abs.len());
+    let de = d as f64 * f64::from(eps);
+    let v_max = y_l2 * y_l2 + de;
+    let scale = 2 * FRAC;
+    let sq = b.tensor(
+        format!("{name} squares"),
+        rows,
+        d,
+        scale,
+        Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
+    )?;
+    b.push(Kind::Square { x: y, out: sq });
+    let v = b.tensor(
+        format!("{name} sum of squares"),
+        rows,
+        1,
+        scale,
+        Bound::uniform(1, v_max),
+    )?;
+    b.push(Kind::RowSum { x: sq, out: v });
+    // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
+    let eps = encode(de, scale);
+    let v = if eps != 0 {
+        let ve = b.tensor(
+            format!("{name} sum of squares + dε"),
+            rows,
+            1,
+            scale,
+            Bound::uniform(1, v_max),
+        )?;
+        b.push(Kind::Affine {
+            x: v,
+            gain: vec![1],
+            offset: vec![eps],
+            out: ve,
+        });
+        ve
+    } else {
+        v
+    };
+    // The rsqrt chain's range reduction needs its input below 2^56: a wider
+    // proven range is truncated first (one element per row), which only
+    // raises the saturation floor 2^(lo_bits − frac_in).
+    match bound::width(v_max, scale).checked_sub(RSQRT_MAX_K) {
+        Some(shift) if shift > 0 => {
+            let vt = truncate(
+                b,
+                v,
+                scale - shift,
+                format!("{name} sum of squares (narrowed)"),
+            )?;
+            b.at(Category::LayerNorm, Some(l));
+            Ok((vt, scale - shift, v_max))
+        }
+        _ => Ok((v, scale, v_max)),
+    }
+}
+
 /// `LN(x + a)`.
 fn residual_norm(
     b: &mut Builder,
@@ -669,59 +854,8 @@ pub(super) fn normalize(
     } else {
         (r, r_bound.clone(), r_l2)
     };
-    let sq = b.tensor(
-        format!("{name} squares"),
-        rows,
-        d,
-        2 * FRAC,
-        Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
-    )?;
-    b.push(Kind::Square { x: y, out: sq });
-    let v_max = y_l2 * y_l2 + d as f64 * f64::from(norm.eps);
-    let v = b.tensor(
-        format!("{name} sum of squares"),
-        rows,
-        1,
-        2 * FRAC,
-        Bound::uniform(1, v_max),
-    )?;
-    b.push(Kind::RowSum { x: sq, out: v });
-    // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
-    let eps = encode(d as f64 * f64::from(norm.eps), 2 * FRAC);
-    let v = if eps != 0 {
-        let ve = b.tensor(
-            format!("{name} sum of squares + dε"),
-            rows,
-            1,
-            2 * FRAC,
-            Bound::uniform(1, v_max),
-        )?;
-        b.push(Kind::Affine {
-            x: v,
-            gain: vec![1],
-            offset: vec![eps],
-            out: ve,
-        });
-        ve
-    } else {
-        v
-    };
-    // The rsqrt chain's range reduction needs its input below 2^56: a wider
-    // proven range (deep pre-LN residual streams) is truncated first, which
-    // only raises the saturation floor 2^(lo_bits − frac_in).
-    let (v, frac_in) = match bound::width(v_max, 2 * FRAC).checked_sub(RSQRT_MAX_K) {
-        Some(shift) if shift > 0 => {
-            let vt = truncate(
-                b,
-                v,
-                2 * FRAC - shift,
-                format!("{name} sum of squares (narrowed)"),
-            )?;
-            b.at(Category::LayerNorm, Some(l));
-            (vt, 2 * FRAC - shift)
-        }
-        _ => (v, 2 * FRAC),
-    };
+    let (yb, y_l2) = norm_input(yb, y_l2, d, norm.eps);
+    let (v, frac_in, v_max) = sum_of_squares(b, y, &yb, y_l2, norm.eps, &name, l)?;
     let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
     let rho = b.tensor(
         format!("{name} 1/√Σy²"),

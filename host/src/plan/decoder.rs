@@ -26,7 +26,7 @@
 
 use std::sync::Arc;
 
-use super::attention::{self, Heads};
+use super::attention::{self, Heads, PRODUCT_MAX_K};
 use super::bert::{
     GELU_ERR, linear_product, linear_to_frac, normalize, spline_width, truncate, ulp,
 };
@@ -555,23 +555,7 @@ fn mlp(
                 format!("layer {l} SiLU"),
                 l,
             )?;
-            let (si, ui) = (b.info(s).clone(), b.info(u).clone());
-            let abs: Vec<f64> = si
-                .bound
-                .abs
-                .iter()
-                .zip(&ui.bound.abs)
-                .map(|(a, c)| a * c)
-                .collect();
-            let p = b.tensor(
-                format!("layer {l} gated"),
-                si.rows,
-                inter,
-                si.scale + ui.scale,
-                Bound::from_abs(abs, inter),
-            )?;
-            b.push(Kind::Mul { a: s, b: u, out: p });
-            p
+            gated(b, s, u, l)?
         }
         None => {
             let (h, _) = linear_to_frac(
@@ -606,6 +590,44 @@ fn mlp(
         l,
     )?;
     Ok(f)
+}
+
+/// `SiLU(g) ⊙ u` with one Beaver product. SiLU's output comes at the
+/// spline's scale (FRAC + coefficient bits); where the product's proven
+/// bound would not fit the ring at that scale plus u's, SiLU's output is
+/// truncated first by just the bits that make it fit.
+fn gated(b: &mut Builder, s: usize, u: usize, l: usize) -> Result<usize, PlanError> {
+    let (si, ui) = (b.info(s).clone(), b.info(u).clone());
+    let abs_at = |sb: &Bound| -> Vec<f64> {
+        sb.abs
+            .iter()
+            .zip(&ui.bound.abs)
+            .map(|(a, c)| a * c)
+            .collect()
+    };
+    let max = |v: &[f64]| v.iter().fold(0.0f64, |m, a| m.max(*a));
+    let excess = bound::width(
+        max(&abs_at(&si.bound.floor_to(ulp(FRAC)))),
+        si.scale + ui.scale,
+    )
+    .saturating_sub(PRODUCT_MAX_K);
+    let (s, si) = if excess == 0 {
+        (s, si)
+    } else {
+        let to = si.scale.saturating_sub(excess).max(FRAC);
+        let st = truncate(b, s, to, format!("layer {l} SiLU (narrowed)"))?;
+        b.at(Category::Gelu, Some(l));
+        (st, b.info(st).clone())
+    };
+    let p = b.tensor(
+        format!("layer {l} gated"),
+        si.rows,
+        ui.cols,
+        si.scale + ui.scale,
+        Bound::from_abs(abs_at(&si.bound), ui.cols),
+    )?;
+    b.push(Kind::Mul { a: s, b: u, out: p });
+    Ok(p)
 }
 
 /// A spline activation at the width its input's bound proves.

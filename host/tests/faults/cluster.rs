@@ -33,8 +33,8 @@ pub enum On {
 /// A change to a key file before the run.
 #[derive(Clone, Copy, Debug)]
 pub enum Edit {
-    /// Keep the first fraction (per mille) of party p's file.
-    Truncate(usize, u64),
+    /// Cut party p's file at this offset.
+    Truncate(usize, Offset),
     /// Flip a bit of party p's file at this offset.
     Flip(usize, Offset),
 }
@@ -43,6 +43,8 @@ pub enum Edit {
 pub enum Offset {
     Byte(u64),
     PerMille(u64),
+    /// This many bytes before the end.
+    FromEnd(u64),
 }
 
 /// How one process ended.
@@ -117,15 +119,14 @@ fn edit(dir: &Path, e: Edit) {
     let f = dir.join(format!("keys/p{p}.keys"));
     let mut bytes = std::fs::read(&f).unwrap();
     let len = bytes.len() as u64;
+    let at = |o: Offset| match o {
+        Offset::Byte(b) => b,
+        Offset::PerMille(m) => len * m / 1000,
+        Offset::FromEnd(n) => len - n,
+    } as usize;
     match e {
-        Edit::Truncate(_, per) => bytes.truncate((len * per / 1000) as usize),
-        Edit::Flip(_, at) => {
-            let i = match at {
-                Offset::Byte(b) => b,
-                Offset::PerMille(m) => len * m / 1000,
-            };
-            bytes[i as usize] ^= 0x01;
-        }
+        Edit::Truncate(_, o) => bytes.truncate(at(o)),
+        Edit::Flip(_, o) => bytes[at(o)] ^= 0x01,
     }
     std::fs::write(&f, bytes).unwrap();
 }

@@ -8,11 +8,17 @@
 //! TLS, agreement, query) and as the online time inside it, and each
 //! server's peak RSS (`VmHWM`, read before SIGTERM). `SUFFUSE_BENCH_SERVE_QUERIES`
 //! and `SUFFUSE_BENCH_SERVE_CLIENTS` override the 100 queries and 4 clients.
+//!
+//! Then the refill: a `dealer --keep-pool` beside the same servers while
+//! `SUFFUSE_BENCH_SERVE_REFILL_QUERIES` (default half the queries; 0 skips
+//! it) more are served, reporting sets dealt and spent per minute and the
+//! pool level each second (`SUFFUSE_BENCH_SERVE_KEEP`, default twice the
+//! clients).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -42,6 +48,8 @@ pub fn run() -> Result<String> {
     let bin = target.join("release/suffuse");
     let queries = env_or("SUFFUSE_BENCH_SERVE_QUERIES", 100);
     let clients = env_or("SUFFUSE_BENCH_SERVE_CLIENTS", 4);
+    let refill_queries = env_or("SUFFUSE_BENCH_SERVE_REFILL_QUERIES", queries / 2);
+    let keep = env_or("SUFFUSE_BENCH_SERVE_KEEP", 2 * clients);
     let minilm = workspace_root().join("models/all-MiniLM-L6-v2");
     let model = match minilm.exists() {
         true => minilm.to_string_lossy().into_owned(),
@@ -55,8 +63,8 @@ pub fn run() -> Result<String> {
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let s = |p: &Path| p.to_string_lossy().into_owned();
     command::run(Command::new(&bin).args(["certs", "--out", &s(&dir.join("certs"))]))?;
+    let load_before = loadavg();
     let deal_start = Instant::now();
-    let dealt = dir.join("dealer.json");
     command::run(Command::new(&bin).args([
         "dealer",
         "--model",
@@ -68,26 +76,149 @@ pub fn run() -> Result<String> {
         "--out",
         &s(&dir.join("pool")),
         "--report-json",
-        &s(&dealt),
+        &s(&dir.join("dealer.json")),
     ]))?;
     let deal_s = deal_start.elapsed().as_secs_f64();
     let servers = Servers::start(&bin, &model, &dir, clients)?;
-    let load = drive(&bin, &model, &dir, &servers.addrs, queries, clients);
+    let run = Run {
+        bin: &bin,
+        model: &model,
+        dir: &dir,
+        addrs: &servers.addrs,
+    };
+    let load = drive(&run, queries, clients, false);
+    let rss_load = servers.peak_rss();
+    let refill = match (&load, refill_queries) {
+        (Ok(_), 1..) => Some(refill(&run, refill_queries, clients, keep)),
+        _ => None,
+    };
     let rss = servers.stop();
     let (load, rss) = (load?, rss?);
+    let refill = refill.transpose()?;
     let record = json!({
         "model": model, "tokens": 17, "queries": queries, "clients": clients,
         "max_concurrent": clients, "transport": "mutual TLS over loopback",
-        "pool_deal_s": deal_s, "pool_sets_per_s": queries as f64 / deal_s,
-        "served": load.latencies.len(), "failed": load.failed, "wall_s": load.wall_s,
-        "queries_per_s": load.latencies.len() as f64 / load.wall_s,
-        "latency_s": quantiles(&load.latencies), "online_s": quantiles(&load.online),
+        "pool_deal_s": deal_s, "pool_sets_per_min": 60.0 * queries as f64 / deal_s,
+        "load": load.json(),
+        "peak_rss_bytes_after_load": {"p0": rss_load[0], "p1": rss_load[1]},
         "peak_rss_bytes": {"p0": rss[0], "p1": rss[1]},
-        "cpu": command::capture(&mut Command::new("nproc")).ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()),
+        "refill": refill,
+        "cpu": cpu_name(), "cores": std::thread::available_parallelism().map(|n| n.get()).ok(),
+        "loadavg_before": load_before, "loadavg_after": loadavg(),
     });
     println!("{}", serde_json::to_string_pretty(&record)?);
     Ok(serde_json::to_string_pretty(&record)?)
+}
+
+/// What every query of the load needs to reach the servers.
+struct Run<'a> {
+    bin: &'a Path,
+    model: &'a str,
+    dir: &'a Path,
+    addrs: &'a str,
+}
+
+/// The pool refilled while it serves: `dealer --count 0 --keep-pool keep`
+/// beside the running servers, once it has filled the (spent) pool to
+/// `keep`, then `queries` more queries. Clients told the pool is empty wait
+/// and retry, so a dealer slower than the load shows as waits and a pool
+/// level near zero, not as failures.
+fn refill(run: &Run<'_>, queries: usize, clients: usize, keep: usize) -> Result<Value> {
+    let log = run.dir.join("refill-dealer.log");
+    let mut dealer = Command::new(run.bin)
+        .args([
+            "dealer", "--model", run.model, "--seq", "17", "--count", "0",
+        ])
+        .args(["--keep-pool", &keep.to_string()])
+        .arg("--out")
+        .arg(run.dir.join("pool"))
+        .arg("--report-json")
+        .arg(run.dir.join("refill-dealer.json"))
+        .stderr(std::fs::File::create(&log)?)
+        .spawn()
+        .context("starting the refilling dealer")?;
+    let filled = wait_for_level(&run.dir.join("pool"), keep);
+    let measured = filled.and_then(|()| {
+        let dealt_before = dealt_lines(&log);
+        let stop = AtomicBool::new(false);
+        let (load, levels) = std::thread::scope(|s| {
+            let sampler = s.spawn(|| sample_levels(&run.dir.join("pool"), &stop));
+            let load = drive(run, queries, clients, true);
+            stop.store(true, Ordering::Relaxed);
+            (load, sampler.join().unwrap_or_default())
+        });
+        let load = load?;
+        let dealt = dealt_lines(&log) - dealt_before;
+        let minutes = load.wall_s / 60.0;
+        let level: Vec<f64> = levels.iter().map(|&l| l as f64).collect();
+        Ok(json!({
+            "keep_pool": keep, "load": load.json(),
+            "sets_dealt_during_load": dealt,
+            "refill_sets_per_min": dealt as f64 / minutes,
+            "consumed_sets_per_min": load.latencies.len() as f64 / minutes,
+            "pool_level": {"samples_1s": levels, "min": level.iter().copied().reduce(f64::min),
+                "mean": level.iter().sum::<f64>() / level.len().max(1) as f64},
+        }))
+    });
+    command::run(Command::new("kill").args(["-TERM", &dealer.id().to_string()]))?;
+    if !dealer.wait()?.success() {
+        bail!("the refilling dealer did not exit 0 on SIGTERM");
+    }
+    measured
+}
+
+/// Unspent sets: set folders that still hold P0's key file (a folder's
+/// name is its id; a dealer's work in progress is hidden).
+fn pool_level(pool: &Path) -> usize {
+    std::fs::read_dir(pool)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .filter(|e| e.path().join("p0.keys").exists())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+fn wait_for_level(pool: &Path, keep: usize) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs(60 * keep as u64 + 120);
+    while pool_level(pool) < keep {
+        if Instant::now() > until {
+            bail!("the refilling dealer did not fill the pool to {keep}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    Ok(())
+}
+
+fn sample_levels(pool: &Path, stop: &AtomicBool) -> Vec<usize> {
+    let mut levels = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        levels.push(pool_level(pool));
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    levels
+}
+
+fn dealt_lines(log: &Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("dealt key set"))
+        .count()
+}
+
+fn loadavg() -> Option<String> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn cpu_name() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("model name"))?;
+    Some(line.split(':').nth(1)?.trim().to_string())
 }
 
 fn quantiles(v: &[f64]) -> Value {
@@ -144,11 +275,19 @@ impl Servers {
         })
     }
 
+    /// Each server's peak RSS so far (`VmHWM`; 0 if unreadable).
+    fn peak_rss(&self) -> [u64; 2] {
+        let mut rss = [0u64; 2];
+        for (r, c) in rss.iter_mut().zip(&self.children) {
+            *r = peak_rss(c.id()).unwrap_or(0);
+        }
+        rss
+    }
+
     /// Reads each server's peak RSS, then SIGTERMs it and checks it exits 0.
     fn stop(mut self) -> Result<[u64; 2]> {
-        let mut rss = [0u64; 2];
-        for (i, c) in self.children.iter_mut().enumerate() {
-            rss[i] = peak_rss(c.id()).unwrap_or(0);
+        let rss = self.peak_rss();
+        for c in &self.children {
             command::run(Command::new("kill").args(["-TERM", &c.id().to_string()]))?;
         }
         for c in &mut self.children {
@@ -184,20 +323,28 @@ struct Load {
     latencies: Vec<f64>,
     online: Vec<f64>,
     failed: usize,
+    /// Times a client was told the pool was empty and retried.
+    empty_waits: usize,
     wall_s: f64,
 }
 
+impl Load {
+    fn json(&self) -> Value {
+        json!({
+            "served": self.latencies.len(), "failed": self.failed,
+            "empty_pool_waits": self.empty_waits, "wall_s": self.wall_s,
+            "queries_per_s": self.latencies.len() as f64 / self.wall_s,
+            "latency_s": quantiles(&self.latencies), "online_s": quantiles(&self.online),
+        })
+    }
+}
+
 /// `clients` threads, each running queries one after another until
-/// `queries` have been started.
-fn drive(
-    bin: &Path,
-    model: &str,
-    dir: &Path,
-    addrs: &str,
-    queries: usize,
-    clients: usize,
-) -> Result<Load> {
+/// `queries` have been started; with `retry_empty`, a query told the pool
+/// is empty waits a second and is sent again.
+fn drive(run: &Run<'_>, queries: usize, clients: usize, retry_empty: bool) -> Result<Load> {
     let next = AtomicUsize::new(0);
+    let waits = AtomicUsize::new(0);
     let done = Mutex::new((Vec::new(), Vec::new(), 0usize));
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -208,7 +355,15 @@ fn drive(
                     if n >= queries {
                         break;
                     }
-                    let r = one_query(bin, model, dir, addrs, n);
+                    let r = loop {
+                        match one_query(run, n) {
+                            Err(e) if retry_empty && e.to_string().contains(EMPTY) => {
+                                waits.fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_secs(1));
+                            }
+                            r => break r,
+                        }
+                    };
                     let mut d = done.lock().unwrap_or_else(|e| e.into_inner());
                     match r {
                         Ok((wall, online)) => {
@@ -230,25 +385,29 @@ fn drive(
         latencies,
         online,
         failed,
+        empty_waits: waits.into_inner(),
         wall_s,
     })
 }
 
-fn one_query(bin: &Path, model: &str, dir: &Path, addrs: &str, n: usize) -> Result<(f64, f64)> {
-    let report: PathBuf = dir.join(format!("query-{n}.json"));
+/// What `suffuse query` prints when P0 finds no set both servers hold.
+const EMPTY: &str = "key pool is empty";
+
+fn one_query(run: &Run<'_>, n: usize) -> Result<(f64, f64)> {
+    let report: PathBuf = run.dir.join(format!("query-{n}.json"));
     let start = Instant::now();
-    let out = Command::new(bin)
+    let out = Command::new(run.bin)
         .args([
             "query",
             "--model",
-            model,
+            run.model,
             "--servers",
-            addrs,
+            run.addrs,
             "--timeout",
             "300",
         ])
         .arg("--tls")
-        .arg(dir.join("certs"))
+        .arg(run.dir.join("certs"))
         .arg("--report-json")
         .arg(&report)
         .arg(SHORT)
