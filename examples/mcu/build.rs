@@ -1,14 +1,15 @@
 //! Puts the memory layout (`memory/target.x`, or `memory/runtime.x` with
 //! the `runtime-gates` feature) as `memory.x` where cortex-m-rt's `link.x`
-//! includes it from, and links with `link.x` (here rather than in `.cargo/config.toml`, where a
-//! `RUSTFLAGS` in the environment would silently replace it).
+//! includes it from, and links with `link.x` (here rather than in
+//! `.cargo/config.toml`, where a `RUSTFLAGS` in the environment would
+//! silently replace it).
 
 use std::path::PathBuf;
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    // `runtime-gates` measures gates built in RAM, which needs more RAM
-    // than the target has (memory/runtime.x says how much).
+    // `runtime-gates` keeps a gate slot in RAM: more statics, less stack
+    // (memory/runtime.x says how much).
     let layout = if std::env::var_os("CARGO_FEATURE_RUNTIME_GATES").is_some() {
         "memory/runtime.x"
     } else {

@@ -66,9 +66,8 @@ pub struct GateTranscript {
 }
 
 /// A gate constructor of the core and its arguments, called at run time
-/// to build the gate in place.
-/// Only the `runtime-gates` build calls it (the default build's RAM cannot
-/// hold a gate slot).
+/// to build the gate in place. Only the `runtime-gates` build calls it: its
+/// layout (memory/runtime.x) trades 8 KiB of stack for the gate slot.
 #[derive(Clone, Copy)]
 #[cfg_attr(not(feature = "runtime-gates"), allow(dead_code))]
 pub enum GateBuild {

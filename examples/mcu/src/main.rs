@@ -4,7 +4,7 @@
 //! It runs under QEMU (`mps2-an386`), prints through semihosting and exits
 //! with a failing status on any wrong answer, on a core call over its stack
 //! budget, or on a fault (a stack overflow runs off the bottom of RAM and
-//! faults, see `memory/target.x`). `cargo xtask mcu` builds and runs it.
+//! faults, see `memory/target.x` and `memory/runtime.x`). `cargo xtask mcu` builds and runs it.
 //!
 //! What it checks:
 //! * the DCF/DPF vectors of `tests/vectors/v1` (evaluation at every point,
@@ -15,7 +15,10 @@
 //!   roots re-derived from the seed, every round's message equal to the one
 //!   recorded on the host, the peer's recorded message consumed, the output
 //!   shares equal to the host's, and the reconstruction equal to the
-//!   gate's cleartext reference computed here.
+//!   gate's cleartext reference computed here;
+//! * with the `runtime-gates` feature, each gate built first at run time
+//!   by the core's in-place constructor, checked equal to the
+//!   compile-time gate in flash, and the transcript run on it.
 
 #![no_std]
 #![no_main]
