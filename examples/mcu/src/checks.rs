@@ -268,7 +268,16 @@ pub fn key_parser(marks: &mut Marks) -> usize {
 
 /// Every recorded gate transcript, played from this party's side.
 pub fn gates(marks: &mut Marks) -> usize {
-    GATES.iter().map(|t| gate_transcript(t, marks)).sum()
+    GATES
+        .iter()
+        .map(|t| {
+            #[cfg(feature = "runtime-gates")]
+            let parts = crate::constructors::spline_parts(t, &mut buffers().gate, marks);
+            #[cfg(not(feature = "runtime-gates"))]
+            let parts = 0;
+            parts + gate_transcript(t, marks)
+        })
+        .sum()
 }
 
 fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
