@@ -5,8 +5,8 @@
 //! point, flash and RAM in use) is printed as it runs.
 //!
 //! First, builds with planted faults (a wrong expected answer, a stack
-//! overflow) must each make the run fail: otherwise a pass would prove
-//! nothing.
+//! overflow, a run-time gate unlike the compile-time one) must each make
+//! the run fail: otherwise a pass would prove nothing.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -35,9 +35,10 @@ const PASS: &str = "result: PASS";
 /// has left RAM (the firmware's stack sits at the bottom of RAM).
 const LOCKUP: &str = "Lockup";
 /// Planted faults (features of the firmware) and what must give them away.
-const PLANTS: [(&str, &str); 2] = [
+const PLANTS: [(&str, &str); 3] = [
     ("plant-wrong-answer", "result: FAIL"),
     ("plant-stack-overflow", LOCKUP),
+    ("plant-unequal-gate", "NOT EQUAL"),
 ];
 
 /// The builds that must pass, in order: the default one (gates built at

@@ -103,10 +103,16 @@ impl GateBuild {
     /// Builds the gate in `gate`, where it lies.
     pub fn init(self, gate: &mut Gate) -> Result<(), SufError> {
         match self {
-            GateBuild::Relu { ring, k } => relu::relu_init(gate, Width::of(ring), Width::of(k)),
+            GateBuild::Relu { ring, k } => relu::relu_init(gate, Width::of(ring), planted(k)),
             GateBuild::GeluErf { ring, k, frac } => {
-                activation::gelu_init(gate, GeluForm::Erf, Width::of(ring), Width::of(k), frac)
+                activation::gelu_init(gate, GeluForm::Erf, Width::of(ring), planted(k), frac)
             }
         }
     }
+}
+
+/// The effective width `k`, one bit wider with the `plant-unequal-gate`
+/// feature.
+fn planted(k: u32) -> Width {
+    Width::of(k + u32::from(cfg!(feature = "plant-unequal-gate")))
 }
