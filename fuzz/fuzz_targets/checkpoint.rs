@@ -4,22 +4,29 @@
 //! back. The first byte picks what the rest replaces: `config.json`, the
 //! whole safetensors file, or only its JSON header (the length prefix
 //! recomputed, the genuine tensor bytes after it), the last so the fuzzer
-//! mutates header text rather than the length in front of it.
+//! mutates header text rather than the length in front of it. A fourth
+//! mode makes the rest `model.safetensors.index.json` of the folder saved
+//! as one shard; there a shard name that is a folder (the fixture's
+//! `1_Pooling`) may end in an I/O error, which is a typed error too.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use suffuse_host::fuzzing::{genuine_safetensors, load_checkpoint};
+use suffuse_host::fuzzing::{genuine_safetensors, load_checkpoint, load_sharded};
 use suffuse_host::model::{ModelError, Transformer};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let loaded = match mode % 3 {
+    let loaded = match mode % 4 {
         0 => load_checkpoint(Some(rest), None),
         1 => load_checkpoint(None, Some(rest)),
-        _ => load_checkpoint(None, Some(&with_header(rest))),
+        2 => load_checkpoint(None, Some(&with_header(rest))),
+        _ => match load_sharded(rest) {
+            Err(ModelError::Io { .. }) => return,
+            other => other,
+        },
     };
     match loaded {
         Ok(Transformer::Encoder(m)) => {

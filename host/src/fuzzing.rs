@@ -26,7 +26,9 @@ mod checkpoint;
 mod peer;
 mod tls;
 
-pub use checkpoint::{genuine_config, genuine_safetensors, load_checkpoint};
+pub use checkpoint::{
+    genuine_config, genuine_index, genuine_safetensors, load_checkpoint, load_sharded,
+};
 pub use tls::{tls_client_hello, tls_client_reads, tls_server_reads};
 
 /// A one-layer encoder (hidden 8, 2 heads, 2 tokens), its plan and one key
