@@ -586,19 +586,12 @@ impl KeyReader {
             want: len,
             found: found_len,
         })?;
-        // Read straight into spare capacity: no zero-fill of a buffer the
-        // size of the step's keys.
-        let mut buf = Zeroizing::new(Vec::with_capacity(n));
-        let got = (&mut self.input)
-            .take(len)
-            .read_to_end(&mut buf)
-            .map_err(io(&self.path))?;
-        if got != n {
-            return Err(KeyFileError::Truncated {
-                path: self.path.clone(),
-                what: format!("step {step}'s keys"),
-            });
-        }
+        // Read straight into the wiped buffer. Not `read_to_end`: it reads
+        // a short section (a lone 16-byte seed) through a stack probe
+        // buffer that nothing wipes, where the memory scan found it.
+        let mut buf = Zeroizing::new(vec![0u8; n]);
+        let what = format!("step {step}'s keys");
+        read_exact(&mut self.input, &mut buf, &self.path, &what)?;
         let mut hash = section_digest(&self.chain, step, len);
         hash.update(&buf[..]);
         self.check_digest(step, hash)?;
