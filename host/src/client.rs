@@ -388,8 +388,11 @@ impl Connected {
         let shares = share(&inputs)?;
         let start = Instant::now();
         for (i, (link, s)) in self.links.iter_mut().zip(&shares).enumerate() {
-            let mut payload = Vec::new();
-            for part in [&s.x[..], &s.bias, s.mask.as_deref().unwrap_or_default()] {
+            let parts = [&s.x[..], &s.bias, s.mask.as_deref().unwrap_or_default()];
+            // Sized once, so no reallocation leaves a share behind; wiped.
+            let words: usize = parts.iter().map(|p| p.len()).sum();
+            let mut payload = zeroize::Zeroizing::new(Vec::with_capacity(8 * words));
+            for part in parts {
                 put_words(&mut payload, part);
             }
             link.send(Frame::Input, 0, &payload).map_err(net(i))?;
