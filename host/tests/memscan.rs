@@ -1,20 +1,22 @@
 //! Secrets in memory (issue 9, item 6), shown on live processes rather
 //! than asserted from the code.
 //!
-//! A real three-process query runs on the demo model against two pool
-//! servers (`serve --keys-dir`), which then wait for the next query. This
-//! test, their parent (so ptrace rules let it), reads each server's whole
-//! memory through `/proc/PID/mem` and searches it for 16-byte windows of
+//! Two pool servers (`serve --keys-dir`, the built binary) serve one real
+//! query on the demo model and then wait for the next one. This test is
+//! their client, through the library's own `client::connect`, so it holds
+//! the input shares it sends; and their parent, so ptrace rules let it
+//! read each server's whole memory through `/proc/PID/mem`. It searches
+//! that memory for 16-byte windows of
 //! - the key file that server spent (copied aside before the query; the
 //!   server deletes its own), several windows from every section;
-//! - the input share it received, recorded on the wire by a forwarding
-//!   proxy on each client link (plain TCP, so the bytes can be read).
+//! - the input share it received.
 //!
-//! No window may be found. As controls, the plan hash (from the key
-//! file's header), which a pool server keeps for its whole life, must be
-//! found in each server, and every window must be found in this test's
-//! own memory, which holds the key files and the recorded inputs: the
-//! scan does see a live heap and does find such windows.
+//! Once over plain TCP and once over mutual TLS. No window may be found.
+//! As controls, the plan hash (from the key file's header), which a pool
+//! server keeps for its whole life, must be found in each server, and
+//! every window must be found in this test's own memory, which holds the
+//! key files and the shares: the scan does see a live heap and does find
+//! such windows.
 //!
 //! Before the fix that came with this test, it found the first 16 bytes
 //! (a step seed) of the last sections in both servers: in thread stacks
@@ -25,14 +27,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, channel};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use suffuse_host::client::{self, Expect};
+use suffuse_host::model::Model;
+use suffuse_host::net::{FrameKind, Role, Security, Timeouts, TlsConfig, put_words};
 
 const BIN: &str = env!("CARGO_BIN_EXE_suffuse");
 
@@ -60,7 +65,7 @@ impl Drop for Server {
     }
 }
 
-fn serve(dir: &Path, party: u8, peer: &str) -> Server {
+fn serve(dir: &Path, party: u8, peer: &str, tls: bool) -> Server {
     let mut child = Command::new(BIN)
         .args(["serve", "--party", &party.to_string(), "--model", "demo"])
         .args(["--listen", "127.0.0.1:0", "--peer", peer, "--timeout", "60"])
@@ -68,7 +73,7 @@ fn serve(dir: &Path, party: u8, peer: &str) -> Server {
         .arg(dir.join("pool"))
         .arg("--state-dir")
         .arg(dir.join(format!("state{party}")))
-        .arg("--insecure-transport")
+        .args(security(dir, tls))
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -101,47 +106,6 @@ impl Server {
         }
         panic!("the server never said {what:?}");
     }
-}
-
-/// Forwards one connection to `target`, keeping what the dialer sent.
-fn recording_proxy(target: String) -> (String, Arc<Mutex<Vec<u8>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    let sent = Arc::new(Mutex::new(Vec::new()));
-    let keep = sent.clone();
-    std::thread::spawn(move || {
-        let (mut down, _) = listener.accept().unwrap();
-        let mut up = TcpStream::connect(target).unwrap();
-        let (mut down_r, mut up_w) = (down.try_clone().unwrap(), up.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 65536];
-            while let Ok(n @ 1..) = down_r.read(&mut buf) {
-                keep.lock().unwrap().extend_from_slice(&buf[..n]);
-                if up_w.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-            let _ = up_w.shutdown(std::net::Shutdown::Write);
-        });
-        let _ = std::io::copy(&mut up, &mut down);
-        let _ = down.shutdown(std::net::Shutdown::Write);
-    });
-    (addr, sent)
-}
-
-/// The payload of the first `Input` frame (kind 2) in a recorded stream.
-fn input_payload(stream: &[u8]) -> Vec<u8> {
-    let mut at = 0;
-    while at + 15 <= stream.len() {
-        assert_eq!(&stream[at..at + 2], b"SF", "not a frame at byte {at}");
-        let len = u64::from_le_bytes(stream[at + 7..at + 15].try_into().unwrap()) as usize;
-        let payload = &stream[at + 15..at + 15 + len];
-        if stream[at + 2] == 2 {
-            return payload.to_vec();
-        }
-        at += 15 + len;
-    }
-    panic!("no input frame was recorded");
 }
 
 /// Windows of every section's payload of a key file (format 2), spread
@@ -236,9 +200,53 @@ fn found(regions: &[Vec<u8>], windows: &[[u8; W]]) -> usize {
     hit.iter().filter(|&&h| h).count()
 }
 
-#[test]
-fn a_server_holds_no_spent_key_or_input_share_after_its_query() {
-    let dir = temp();
+fn security(dir: &Path, tls: bool) -> Vec<String> {
+    match tls {
+        true => vec!["--tls".into(), dir.join("certs").to_string_lossy().into()],
+        false => vec!["--insecure-transport".into()],
+    }
+}
+
+/// Queries the two servers as `suffuse query` does, returning the input
+/// payload sent to each.
+fn query(dir: &Path, addrs: [&str; 2], tls: bool) -> [Vec<u8>; 2] {
+    let model = Model::demo();
+    let sec = match tls {
+        true => Security::Tls(Arc::new(
+            TlsConfig::load(&dir.join("certs"), Role::Client).unwrap(),
+        )),
+        false => Security::Insecure,
+    };
+    let t = Timeouts {
+        connect: Duration::from_secs(60),
+        io: Duration::from_secs(60),
+    };
+    let expect = Expect {
+        batch: 1,
+        seq: None,
+    };
+    let mut conn = client::connect(&model, addrs, t, &sec, expect).unwrap();
+    let tokens = model.tokenizer.encode("a secret nobody keeps", 16).unwrap();
+    let inputs = client::clear_inputs(&model, conn.view(), &[tokens]).unwrap();
+    let shares = client::share(&inputs).unwrap();
+    let payloads = shares.each_ref().map(|s| {
+        let mut p = Vec::new();
+        for part in [&s.x[..], &s.bias, s.mask.as_deref().unwrap_or_default()] {
+            put_words(&mut p, part);
+        }
+        p
+    });
+    for (link, p) in conn.links().iter_mut().zip(&payloads) {
+        link.send(FrameKind::Input, 0, p).unwrap();
+    }
+    for link in conn.links() {
+        link.recv(FrameKind::Output, 0, None).unwrap();
+    }
+    payloads
+}
+
+/// One query and the scan of both servers; what went wrong.
+fn scan(dir: &Path, tls: bool) -> Vec<String> {
     let pool = dir.join("pool");
     let out = Command::new(BIN)
         .args(["dealer", "--model", "demo", "--seq", "16", "--count", "1"])
@@ -258,26 +266,14 @@ fn a_server_holds_no_spent_key_or_input_share_after_its_query() {
         .unwrap();
     let files = [0, 1].map(|p| std::fs::read(set.join(format!("p{p}.keys"))).unwrap());
 
-    let p0 = serve(&dir, 0, "unused");
-    let p1 = serve(&dir, 1, &p0.addr);
-    let (addr0, sent0) = recording_proxy(p0.addr.clone());
-    let (addr1, sent1) = recording_proxy(p1.addr.clone());
-    let query = Command::new(BIN)
-        .args(["query", "--model", "demo", "--timeout", "60"])
-        .args(["--servers", &format!("{addr0},{addr1}")])
-        .args(["--insecure-transport", "a secret nobody keeps"])
-        .output()
-        .unwrap();
-    assert!(
-        query.status.success(),
-        "{}",
-        String::from_utf8_lossy(&query.stderr)
-    );
+    let p0 = serve(dir, 0, "unused", tls);
+    let p1 = serve(dir, 1, &p0.addr, tls);
+    let inputs = query(dir, [&p0.addr, &p1.addr], tls);
     p0.wait_for("served in");
     p1.wait_for("served in");
-    let inputs = [sent0, sent1].map(|s| input_payload(&s.lock().unwrap()));
 
     let mut failures = Vec::new();
+    let mode = if tls { "TLS" } else { "plain TCP" };
     for (party, server) in [&p0, &p1].into_iter().enumerate() {
         let (keys, plan_hash) = key_windows(&files[party]);
         let input = spread(&inputs[party], inputs[party].len() / 64);
@@ -294,7 +290,7 @@ fn a_server_holds_no_spent_key_or_input_share_after_its_query() {
             found(&regions, &control),
         ];
         eprintln!(
-            "P{party}: {:.1} MiB in {} regions read and searched in {:.2} s: \
+            "{mode}, P{party}: {:.1} MiB in {} regions read and searched in {:.2} s: \
              key windows {}/{}, input-share windows {}/{}, plan hash (control) {}/2",
             bytes as f64 / (1 << 20) as f64,
             regions.len(),
@@ -307,10 +303,10 @@ fn a_server_holds_no_spent_key_or_input_share_after_its_query() {
         );
         assert!(keys.len() > 100 && input.len() > 100);
         if counts[2] != 2 {
-            failures.push(format!("P{party}: the control was not found"));
+            failures.push(format!("{mode}, P{party}: the control was not found"));
         }
         if counts[0] + counts[1] > 0 {
-            failures.push(format!("P{party}: secrets found: {counts:?}"));
+            failures.push(format!("{mode}, P{party}: secrets found: {counts:?}"));
         }
     }
     // The search can fail: this process holds both key files and both
@@ -322,8 +318,26 @@ fn a_server_holds_no_spent_key_or_input_share_after_its_query() {
         assert_eq!(found(&own, &keys), keys.len(), "P{party}'s key windows");
         assert_eq!(found(&own, &input), input.len(), "P{party}'s input windows");
     }
-    drop(own);
-    drop((p0, p1));
+    failures
+}
+
+#[test]
+fn a_server_holds_no_spent_key_or_input_share_after_its_query() {
+    let dir = temp();
+    let certs = dir.join("certs");
+    let out = Command::new(BIN)
+        .args(["certs", "--out"])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let mut failures = Vec::new();
+    for tls in [false, true] {
+        let run = dir.join(if tls { "tls" } else { "plain" });
+        std::fs::DirBuilder::new().mode(0o700).create(&run).unwrap();
+        std::os::unix::fs::symlink(&certs, run.join("certs")).unwrap();
+        failures.extend(scan(&run, tls));
+    }
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failures.is_empty(), "{failures:?}");
 }
