@@ -461,8 +461,8 @@ pub fn connect<'a>(
         ModelRef::Encoder(m) => (hex(&m.digest()), m.config.hidden),
         ModelRef::Decoder(m) => (hex(&m.digest()), m.config.hidden),
     };
-    // One server at a time, hello included: P0 serves one connection at a
-    // time, and P1 accepts only once it has met P0.
+    // One server at a time, hello included: P1 accepts a client only once
+    // it has met P0.
     // P1 is asked to join the key set P0 announced: a pooled P1 serves
     // many queries and pairs this connection with P0's by it.
     let deadline = Instant::now().checked_add(timeouts.connect);
