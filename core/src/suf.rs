@@ -292,28 +292,58 @@ pub struct SufValue {
 }
 
 impl Suf {
+    /// Storage for building a SUF in place with [`Suf::reset`]; not a valid
+    /// SUF itself (no intervals).
+    pub const EMPTY: Suf = Suf {
+        ring: Width::W64,
+        domain: Domain::Unsigned,
+        fixed: Fixed { frac: 0 },
+        arith: 0,
+        degree: 0,
+        bools: 0,
+        intervals: 0,
+        bounds: [0; MAX_INTERVALS + 1],
+        pieces: [Piece::ZERO; MAX_INTERVALS],
+        preds: [Pred::Msb; MAX_PREDS],
+        pred_count: 0,
+        programs: [Program::constant(false); MAX_PROGRAMS],
+        program_count: 0,
+    };
+
     /// One interval covering the whole domain, with zero polynomials, no
     /// bit outputs and no predicates. Build on it with [`Suf::split_at`],
     /// [`Suf::set_poly`] and friends, all usable in `const` items.
     pub const fn new(ring: Width, domain: Domain, frac: u32, arith: usize, degree: usize) -> Suf {
-        let mut bounds = [0i128; MAX_INTERVALS + 1];
-        bounds[0] = domain.min(ring.bits());
-        bounds[1] = domain.end(ring.bits());
-        Suf {
-            ring,
-            domain,
-            fixed: Fixed { frac },
-            arith,
-            degree,
-            bools: 0,
-            intervals: 1,
-            bounds,
-            pieces: [Piece::ZERO; MAX_INTERVALS],
-            preds: [Pred::Msb; MAX_PREDS],
-            pred_count: 0,
-            programs: [Program::constant(false); MAX_PROGRAMS],
-            program_count: 1,
-        }
+        let mut s = Suf::EMPTY;
+        s.reset(ring, domain, frac, arith, degree);
+        s
+    }
+
+    /// [`Suf::new`] where `self` lies, field by field: assigning a returned
+    /// `Suf` can put a second 4–5 KB copy on the stack (examples/mcu).
+    pub const fn reset(
+        &mut self,
+        ring: Width,
+        domain: Domain,
+        frac: u32,
+        arith: usize,
+        degree: usize,
+    ) {
+        self.ring = ring;
+        self.domain = domain;
+        self.fixed = Fixed { frac };
+        self.arith = arith;
+        self.degree = degree;
+        self.bools = 0;
+        self.intervals = 1;
+        self.bounds = [0; MAX_INTERVALS + 1];
+        self.bounds[0] = domain.min(ring.bits());
+        self.bounds[1] = domain.end(ring.bits());
+        self.pieces = [Piece::ZERO; MAX_INTERVALS];
+        self.preds = [Pred::Msb; MAX_PREDS];
+        self.pred_count = 0;
+        self.programs = [Program::constant(false); MAX_PROGRAMS];
+        self.program_count = 1;
     }
 
     /// A piecewise SUF from interior cut points (increasing) and one set of

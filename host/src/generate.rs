@@ -445,13 +445,16 @@ pub struct Figures {
     pub comm_bytes_per_token_per_party: f64,
     /// Mean rounds per decode pass.
     pub rounds_per_token: f64,
+    /// Mean rounds per decode pass over the decoder's blocks: what
+    /// dominates over a real network.
+    pub rounds_per_layer_per_token: f64,
     /// Mean key bytes per decode pass (the larger party's).
     pub key_bytes_per_token_per_party: f64,
 }
 
 impl Figures {
     /// The figures of a generation.
-    pub fn of(prompt: &[u32], bucket: usize, o: &Outcome) -> Figures {
+    pub fn of(prompt: &[u32], bucket: usize, layers: usize, o: &Outcome) -> Figures {
         let mut decode: Vec<f64> = o.pass_s.iter().skip(1).copied().collect();
         decode.sort_by(f64::total_cmp);
         let median = decode.get(decode.len() / 2).copied().unwrap_or(0.0);
@@ -463,6 +466,7 @@ impl Figures {
             let delta = |p: usize| f(&o.reports[n - 1][p]).saturating_sub(f(&o.reports[0][p]));
             delta(0).max(delta(1)) as f64 / (n - 1) as f64
         };
+        let rounds = per(&|r| r.rounds);
         Figures {
             prompt_token_ids: prompt.to_vec(),
             generated_token_ids: o.generated.tokens.clone(),
@@ -470,7 +474,8 @@ impl Figures {
             prefill_online_s: o.pass_s.first().copied().unwrap_or(0.0),
             decode_online_s_per_token: median,
             comm_bytes_per_token_per_party: per(&|r| r.comm_bytes),
-            rounds_per_token: per(&|r| r.rounds),
+            rounds_per_token: rounds,
+            rounds_per_layer_per_token: rounds / layers.max(1) as f64,
             key_bytes_per_token_per_party: per(&|r| r.key_bytes),
         }
     }

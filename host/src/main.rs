@@ -310,6 +310,12 @@ enum Command {
         /// Keep the key files in this folder.
         #[arg(long)]
         keys_dir: Option<PathBuf>,
+        /// Seconds each party waits for any one message before giving up.
+        /// The client's wait for a pass's logits spans the servers' whole
+        /// pass (a SmolLM2 prefill of 128 tokens takes minutes on 2
+        /// cores), so the default is generous; every party runs here.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
         #[command(flatten)]
         out: Output,
         /// The prompt.
@@ -699,6 +705,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seq,
             sampling,
             keys_dir,
+            timeout,
             out,
             prompt,
         } => {
@@ -707,6 +714,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 keys_dir,
                 prompt_bucket: seq,
                 progress: true,
+                timeouts: timeouts(timeout),
                 ..Options::default()
             };
             let prompt = chat_text(&spec, &prompt, chat)?;
@@ -876,7 +884,7 @@ fn query_generate(
         real_tokens: vec![ids.len()],
         online_s: o.pass_s.iter().sum(),
         plan_hash: o.plan_hash.clone(),
-        generation: Some(generate::Figures::of(&ids, bucket, &o)),
+        generation: Some(generate::Figures::of(&ids, bucket, model.layers.len(), &o)),
         ..Report::default()
     }
     .with_parties(&last, None);

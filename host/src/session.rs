@@ -256,6 +256,14 @@ pub fn generate(
     let bucket = opts
         .prompt_bucket
         .unwrap_or_else(|| crate::plan::decoder::bucket(prompt.len(), room));
+    // Refused before any key is dealt, rather than by the client after.
+    if prompt.is_empty() || prompt.len() > bucket {
+        return Err(GenerateError::PromptTooLong {
+            tokens: prompt.len(),
+            bucket,
+        }
+        .into());
+    }
     let shape = Shape {
         batch: 1,
         seq: bucket,
@@ -301,7 +309,12 @@ pub fn generate(
         real_tokens: vec![prompt.len()],
         online_s: outcome.pass_s.iter().sum(),
         plan_hash: outcome.plan_hash.clone(),
-        generation: Some(generate::Figures::of(prompt, bucket, &outcome)),
+        generation: Some(generate::Figures::of(
+            prompt,
+            bucket,
+            model.layers.len(),
+            &outcome,
+        )),
         ..Report::default()
     }
     .with_parties(&last, Some(&deal));

@@ -79,23 +79,46 @@ impl Folder {
         };
         put("config.json", &self.config);
         put("tokenizer.json", &self.tokenizer);
-        let bytes: Vec<Vec<u8>> = self
-            .tensors
-            .iter()
-            .map(|t| encode(&t.values, t.dtype))
-            .collect();
-        let views: Vec<(String, TensorView<'_>)> = self
-            .tensors
-            .iter()
-            .zip(&bytes)
-            .map(|(t, b)| {
-                let view = TensorView::new(t.dtype, t.shape.clone(), b).unwrap();
-                (t.name.clone(), view)
-            })
-            .collect();
-        let file = safetensors::serialize(views, None).unwrap();
-        std::fs::write(dir.join("model.safetensors"), file).unwrap();
+        let all: Vec<&Written> = self.tensors.iter().collect();
+        std::fs::write(dir.join("model.safetensors"), serialize(&all)).unwrap();
     }
+
+    /// As Hugging Face saves a large checkpoint: the tensors dealt round
+    /// robin into `n` shard files, and `model.safetensors.index.json`
+    /// mapping each name to its shard.
+    fn write_sharded(&self, dir: &Path, n: usize) {
+        self.write(dir);
+        std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+        let name = |i: usize| format!("model-{:05}-of-{n:05}.safetensors", i + 1);
+        let mut map = serde_json::Map::new();
+        for i in 0..n {
+            let part: Vec<&Written> = self.tensors.iter().skip(i).step_by(n).collect();
+            for t in &part {
+                map.insert(t.name.clone(), Value::String(name(i)));
+            }
+            std::fs::write(dir.join(name(i)), serialize(&part)).unwrap();
+        }
+        let index = serde_json::json!({"metadata": {}, "weight_map": map});
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            serde_json::to_vec_pretty(&index).unwrap(),
+        )
+        .unwrap();
+    }
+}
+
+/// One safetensors file holding `tensors`.
+fn serialize(tensors: &[&Written]) -> Vec<u8> {
+    let bytes: Vec<Vec<u8>> = tensors.iter().map(|t| encode(&t.values, t.dtype)).collect();
+    let views: Vec<(String, TensorView<'_>)> = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|(t, b)| {
+            let view = TensorView::new(t.dtype, t.shape.clone(), b).unwrap();
+            (t.name.clone(), view)
+        })
+        .collect();
+    safetensors::serialize(views, None).unwrap()
 }
 
 /// Little-endian bytes of `values` in `dtype`. The values are k/2^s with
@@ -932,4 +955,40 @@ fn a_truncated_or_missing_file_is_an_error_not_a_panic() {
         Decoder::load(&tmp.0),
         Err(ModelError::Json { .. })
     ));
+}
+
+/// A checkpoint saved in shards loads to the same decoder as the single
+/// file, for both architectures; an index that points outside the folder,
+/// at a missing shard, or at a shard without the tensor is refused.
+#[test]
+fn sharded_checkpoints_load_as_the_single_file_does() {
+    for (folder, arch) in [(llama as fn() -> Folder, "llama"), (gpt2, "gpt2")] {
+        let f = folder();
+        let tmp = TempDir::new(&format!("sharded-{arch}"));
+        let (one, three) = (tmp.0.join("one"), tmp.0.join("three"));
+        f.write(&one);
+        f.write_sharded(&three, 3);
+        let (a, b) = (Decoder::load(&one).unwrap(), Decoder::load(&three).unwrap());
+        assert_eq!(a.digest(), b.digest(), "{arch}");
+    }
+    let tmp = TempDir::new("sharded-bad");
+    let index = tmp.0.join("model.safetensors.index.json");
+    let edit = |from: &str, to: &str| {
+        llama().write_sharded(&tmp.0, 2);
+        let text = std::fs::read_to_string(&index).unwrap();
+        std::fs::write(&index, text.replacen(from, to, 1)).unwrap();
+        Decoder::load(&tmp.0).unwrap_err()
+    };
+    let outside = edit("\"model-00001-of-00002", "\"../model-00001-of-00002");
+    assert!(matches!(outside, ModelError::Json { .. }), "{outside}");
+    let missing = edit("model-00002-of-00002", "model-00003-of-00002");
+    assert!(
+        matches!(missing, ModelError::MissingFile { .. }),
+        "{missing}"
+    );
+    let wrong = edit(
+        "\"model.embed_tokens.weight\": \"model-00001-of-00002",
+        "\"model.embed_tokens.weight\": \"model-00002-of-00002",
+    );
+    assert!(matches!(wrong, ModelError::MissingTensor(_)), "{wrong}");
 }

@@ -291,6 +291,7 @@ fn three_process_generation_gives_the_in_process_tokens() {
         "decode_online_s_per_token",
         "comm_bytes_per_token_per_party",
         "rounds_per_token",
+        "rounds_per_layer_per_token",
         "key_bytes_per_token_per_party",
     ] {
         assert!(r[field].as_f64().is_some(), "report lacks {field}: {r}");

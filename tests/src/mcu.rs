@@ -77,9 +77,9 @@ pub fn gate_of(case: &GateCase) -> Gate {
 }
 
 /// A spline gate's SUF as the data of `Suf::piecewise`: interior cuts and
-/// per-interval coefficients. The firmware builds its gate from these at
-/// compile time (`Spline::suf` is not `const`, and building a gate at run
-/// time needs more stack than a microcontroller has, docs/MCU.md).
+/// per-interval coefficients. The firmware builds its compile-time copy of
+/// the gate from these (`Spline::suf` is not `const`); the copy it builds
+/// at run time with `activation::gelu_init` must equal it (docs/MCU.md).
 pub fn piecewise_data(suf: &Suf) -> (Vec<i128>, Vec<[[u64; MAX_DEGREE + 1]; MAX_ARITH]>) {
     let m = suf.intervals;
     let cuts = suf.bounds[1..m].to_vec();
@@ -158,6 +158,17 @@ fn render_gate(s: &mut String, case: &GateCase) {
         }
     }
     s.push('\n');
+}
+
+/// The firmware's run-time constructor of a case's gate (`GateBuild`).
+fn build_of(case: &GateCase) -> String {
+    match case.kind {
+        "relu" => format!("GateBuild::Relu {{ ring: {RING}, k: {} }}", case.k),
+        _ => format!(
+            "GateBuild::GeluErf {{ ring: {RING}, k: {}, frac: {} }}",
+            case.k, case.frac
+        ),
+    }
 }
 
 fn static_name(case: &GateCase) -> String {
@@ -340,7 +351,7 @@ use suffuse_core::phi::{Phi, PolyMode};
 use suffuse_core::ring::Width;
 use suffuse_core::suf::{Domain, Suf};
 
-use crate::known::{FssVector, GateTranscript};
+use crate::known::{FssVector, GateBuild, GateTranscript};
 
 ";
 
@@ -387,7 +398,8 @@ fn render_transcript(
     };
     writeln!(s, "    GateTranscript {{").unwrap();
     writeln!(s, "        name: {:?},", case.name).unwrap();
-    writeln!(s, "        gate: &{},", static_name(case)).unwrap();
+    writeln!(s, "        build: {},", build_of(case)).unwrap();
+    writeln!(s, "        flash: &{},", static_name(case)).unwrap();
     writeln!(s, "        party: {party},").unwrap();
     writeln!(s, "        seed: *{},", byte_string(&me.seed)).unwrap();
     writeln!(s, "        first: {FIRST},").unwrap();

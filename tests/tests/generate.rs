@@ -139,3 +139,37 @@ fn generation_stops_at_eos_and_the_servers_stop_with_it() {
     assert_eq!(g.outcome.pass_s.len(), 1);
     assert_eq!(g.report.bit_exact, Some(true));
 }
+
+/// A prompt longer than the bucket asked for is refused before the dealer
+/// runs: no key file is written, so nothing is dealt for nothing.
+#[test]
+fn a_prompt_over_its_bucket_is_refused_before_any_key_is_dealt() {
+    let model = Decoder::builtin("tiny-llama").unwrap();
+    let dir = std::env::temp_dir().join(format!("suffuse-bucket-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let opts = Options {
+        keys_dir: Some(dir.clone()),
+        prompt_bucket: Some(8),
+        ..Options::default()
+    };
+    let prompt: Vec<u32> = (30..39).collect();
+    let err =
+        session::generate(&model, &prompt, 2, Sampling::default(), &opts, &mut |_| {}).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            session::SessionError::Generate(generate::GenerateError::PromptTooLong {
+                tokens: 9,
+                bucket: 8
+            })
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "keys were dealt"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -298,3 +298,43 @@ mod accuracy {
         assert!(agree * 100 >= n * 99, "{agree}/{n}");
     }
 }
+
+mod secure {
+    //! SmolLM2 through dealer, both servers (loopback TCP) and the client:
+    //! every pass equals the fixed-point reference bit for bit, and the
+    //! tokens equal the float oracle's where its margins are decisive.
+
+    use super::*;
+    use suffuse_host::generate::Sampling;
+    use suffuse_host::session::{self, Options};
+
+    /// The fixture's plain continuation (18 prompt tokens, bucket 32),
+    /// prefill and three decode passes: its first four float margins are
+    /// 3.0, 1.1, 0.53 and 0.46, all decisive.
+    #[test]
+    fn secure_generation_is_bit_exact_and_equals_the_float_oracle() {
+        let Some(g) = load() else { return };
+        let m = Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap();
+        let f = fixture();
+        let p = f.greedy.iter().find(|p| p.kind == "plain").unwrap();
+        let new = 4;
+        assert!(p.top1_margins[..new].iter().all(|m| *m >= 0.1));
+        let mut streamed = Vec::new();
+        let opts = Options::default();
+        let out = session::generate(
+            &m,
+            &p.prompt_ids,
+            new,
+            Sampling::default(),
+            &opts,
+            &mut |t| streamed.push(t),
+        )
+        .unwrap();
+        let tokens = &out.outcome.generated.tokens;
+        eprintln!("secure SmolLM2: {:?}", m.tokenizer.decode(tokens));
+        assert_eq!(out.report.bit_exact, Some(true), "not bit-exact");
+        assert_eq!(streamed, *tokens);
+        assert_eq!(tokens[..], p.new_ids[..new]);
+        assert_eq!(out.report.tokens, 32, "bucket");
+    }
+}

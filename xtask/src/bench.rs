@@ -39,7 +39,7 @@ const BENCHES: &[Bench] = &[
     },
     Bench {
         name: "e2e",
-        about: "secure inference through the suffuse binary: MiniLM at 17 and 128 tokens, BERT-base's shape at 128",
+        about: "secure inference through the suffuse binary: MiniLM at 17 and 128 tokens, BERT-base's and GPT-2's shapes at 128, SmolLM2 at 64 and 128",
         run: e2e::run,
     },
     Bench {

@@ -1,11 +1,12 @@
 //! `cargo xtask mcu`: builds the Cortex-M firmware (`examples/mcu`), runs it
 //! under `qemu-system-arm` with a timeout, and fails unless it reports every
-//! check passed. Its output (the checks, the stack high-water mark of each
-//! core entry point, flash and RAM in use) is printed as it runs.
+//! check passed, in its default build and in its `runtime-gates` build.
+//! Its output (the checks, the stack high-water mark of each core entry
+//! point, flash and RAM in use) is printed as it runs.
 //!
 //! First, builds with planted faults (a wrong expected answer, a stack
-//! overflow) must each make the run fail: otherwise a pass would prove
-//! nothing.
+//! overflow, a run-time gate unlike the compile-time one) must each make
+//! the run fail: otherwise a pass would prove nothing.
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -34,10 +35,17 @@ const PASS: &str = "result: PASS";
 /// has left RAM (the firmware's stack sits at the bottom of RAM).
 const LOCKUP: &str = "Lockup";
 /// Planted faults (features of the firmware) and what must give them away.
-const PLANTS: [(&str, &str); 2] = [
+const PLANTS: [(&str, &str); 3] = [
     ("plant-wrong-answer", "result: FAIL"),
     ("plant-stack-overflow", LOCKUP),
+    ("plant-unequal-gate", "NOT EQUAL"),
 ];
+
+/// The builds that must pass, in order: the default one (gates built at
+/// compile time, in flash) and `runtime-gates` (each gate built at run
+/// time in a RAM slot by the core's in-place constructors, checked equal
+/// to the flash one, and the transcripts run on it).
+const BUILDS: [Option<&str>; 2] = [None, Some("runtime-gates")];
 
 /// How a run of the firmware ended.
 struct Run {
@@ -69,7 +77,19 @@ pub fn run() -> Result<()> {
         }
         eprintln!("mcu: the planted fault `{feature}` failed the run, as it must");
     }
-    let run = run_qemu(&build(None)?, true)?;
+    for feature in BUILDS {
+        if let Some(f) = feature {
+            eprintln!("mcu: the `{f}` build");
+        }
+        let name = feature.unwrap_or("default");
+        passes(&run_qemu(&build(feature)?, true)?)
+            .with_context(|| format!("the firmware's {name} build"))?;
+    }
+    Ok(())
+}
+
+/// Fails unless the run reported every check passed, without a lockup.
+fn passes(run: &Run) -> Result<()> {
     if run.lines.iter().any(|l| l.contains(LOCKUP)) {
         bail!("the CPU locked up: a fault with the stack pointer outside RAM, a stack overflow");
     }

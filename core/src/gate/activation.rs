@@ -60,13 +60,45 @@ pub fn spline_gate(
     frac: u32,
     coeff_bits: u32,
 ) -> Result<Gate, SufError> {
-    let suf: Suf = spline.suf(ring, frac, coeff_bits)?;
-    Gate::new(&suf, k, Phi::poly(ring, PolyMode::Beaver), Input::Shares)
+    let mut gate = Gate::EMPTY;
+    spline_gate_init(&mut gate, spline, ring, k, frac, coeff_bits)?;
+    Ok(gate)
+}
+
+/// [`spline_gate`] built in `gate`, where it lies ([`Gate::init`]): for
+/// targets whose stack cannot hold a returned descriptor (examples/mcu).
+/// Never inlined, so that its SUF and Φ temporaries do not join the
+/// caller's frame.
+#[inline(never)]
+pub fn spline_gate_init(
+    gate: &mut Gate,
+    spline: &Spline,
+    ring: Width,
+    k: Width,
+    frac: u32,
+    coeff_bits: u32,
+) -> Result<(), SufError> {
+    // The one `Suf` on this frame, written in place (`Spline::suf` would
+    // put the returned `Result` and the tables it is built from here too).
+    let mut suf = Suf::EMPTY;
+    spline.suf_init(&mut suf, ring, frac, coeff_bits)?;
+    gate.init(&suf, k, &Phi::poly(ring, PolyMode::Beaver), Input::Shares)
 }
 
 /// GeLU.
 pub fn gelu(form: GeluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
     spline_gate(gelu_spline(form), ring, k, frac, COEFF_BITS)
+}
+
+/// [`gelu`] built in `gate`, where it lies.
+pub fn gelu_init(
+    gate: &mut Gate,
+    form: GeluForm,
+    ring: Width,
+    k: Width,
+    frac: u32,
+) -> Result<(), SufError> {
+    spline_gate_init(gate, gelu_spline(form), ring, k, frac, COEFF_BITS)
 }
 
 /// SiLU.
@@ -132,6 +164,27 @@ mod tests {
         assert!(e <= 2f64.powi(-8), "SiLU error {e}");
         let e = max_error(&splines::NEXP, |z| libm::exp(-z), 12, 0.0, 64.0);
         assert!(e <= 2f64.powi(-10), "nExp error {e}");
+    }
+
+    /// The in-place constructor (through `Spline::suf_init`) builds the
+    /// gate that `Gate::new` builds from `Spline::suf`'s returned SUF.
+    #[test]
+    fn in_place_spline_gates_equal_returned_ones() {
+        let n = Width::W64;
+        let mut gate = Gate::EMPTY;
+        for (spline, k) in [
+            (gelu_spline(GeluForm::Erf), 20),
+            (gelu_spline(GeluForm::Tanh), 26),
+            (&splines::SILU, 30),
+            (&splines::NEXP, 24),
+        ] {
+            let k = Width::of(k);
+            let suf = spline.suf(n, 12, COEFF_BITS).unwrap();
+            let phi = Phi::poly(n, PolyMode::Beaver);
+            let want = Gate::new(&suf, k, phi, Input::Shares).unwrap();
+            spline_gate_init(&mut gate, spline, n, k, 12, COEFF_BITS).unwrap();
+            assert!(gate == want);
+        }
     }
 
     #[test]

@@ -36,10 +36,23 @@ pub const fn relu_suf(ring: Width) -> Suf {
 
 /// ReLU at effective width k: exact for |x| < 2^(k−1).
 pub const fn relu(ring: Width, k: Width) -> Result<Gate, SufError> {
-    Gate::new(
+    let mut gate = Gate::EMPTY;
+    match relu_init(&mut gate, ring, k) {
+        Ok(()) => Ok(gate),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`relu`] built in `gate`, where it lies ([`Gate::init`]): for targets
+/// whose stack cannot hold a returned descriptor (examples/mcu). Never
+/// inlined, so that its SUF and Φ temporaries do not join the caller's
+/// frame.
+#[inline(never)]
+pub const fn relu_init(gate: &mut Gate, ring: Width, k: Width) -> Result<(), SufError> {
+    gate.init(
         &relu_suf(ring),
         k,
-        Phi::poly(ring, PolyMode::Monomials),
+        &Phi::poly(ring, PolyMode::Monomials),
         Input::Shares,
     )
 }

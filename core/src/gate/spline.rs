@@ -89,6 +89,28 @@ impl Spline {
         self.build(ring, frac, coeff_bits, false)
     }
 
+    /// [`Spline::suf`] written into `out`, where it lies: no returned
+    /// `Result<Suf, _>`, no second `Suf` and no tables of cuts and
+    /// coefficients on the stack (a few hundred bytes instead of about
+    /// 13 KB on a Cortex-M4, examples/mcu). On an error `out` is left
+    /// partly written. [`Spline::suf`] is its test oracle.
+    pub fn suf_init(
+        &self,
+        out: &mut Suf,
+        ring: Width,
+        frac: u32,
+        coeff_bits: u32,
+    ) -> Result<(), SufError> {
+        out.reset(ring, Domain::Signed, frac, 1, self.degree);
+        let m = self.walk(ring, frac, coeff_bits, false, &mut |i, lower, c| {
+            out.bounds[i] = lower;
+            out.pieces[i].coeffs[0] = c;
+        })?;
+        out.bounds[m] = Domain::Signed.end(ring.bits());
+        out.intervals = m;
+        out.validate()
+    }
+
     /// Like [`Spline::suf`] but rounding knots to the grid and merging
     /// pieces that collapse: a coarser function with the same structure,
     /// for exhaustive protocol tests on small rings with few fraction bits.
@@ -96,7 +118,40 @@ impl Spline {
         self.build(ring, frac, coeff_bits, true)
     }
 
+    /// The SUF from tables of cuts and coefficients ([`Suf::piecewise`]).
     fn build(&self, ring: Width, frac: u32, coeff_bits: u32, snap: bool) -> Result<Suf, SufError> {
+        let mut cuts = [0i128; MAX_INTERVALS];
+        let mut coeffs = [[[0u64; MAX_DEGREE + 1]; MAX_ARITH]; MAX_INTERVALS];
+        let m = self.walk(ring, frac, coeff_bits, snap, &mut |i, lower, c| {
+            if i > 0 {
+                cuts[i - 1] = lower;
+            }
+            coeffs[i][0] = c;
+        })?;
+        let suf = Suf::piecewise(
+            ring,
+            Domain::Signed,
+            frac,
+            1,
+            self.degree,
+            &cuts[..m - 1],
+            &coeffs[..m],
+        );
+        suf.validate()?;
+        Ok(suf)
+    }
+
+    /// Walks the intervals in order, left tail, pieces, right tail, calling
+    /// `put(i, lower, coeffs)` with interval i's lower bound (the domain's
+    /// minimum for i = 0) and its polynomial; returns the interval count.
+    fn walk(
+        &self,
+        ring: Width,
+        frac: u32,
+        coeff_bits: u32,
+        snap: bool,
+        put: &mut impl FnMut(usize, i128, [u64; MAX_DEGREE + 1]),
+    ) -> Result<usize, SufError> {
         let d = self.degree;
         if d > MAX_DEGREE || self.pieces.len() + 2 > MAX_INTERVALS {
             return Err(SufError::Capacity);
@@ -105,22 +160,6 @@ impl Spline {
         if out_scale >= ring.bits() {
             return Err(SufError::FixedPoint);
         }
-        let mut cuts = [0i128; MAX_INTERVALS];
-        let mut coeffs = [[[0u64; MAX_DEGREE + 1]; MAX_ARITH]; MAX_INTERVALS];
-        let mut m = 0;
-        let tail = |t: Tail| -> Result<[u64; MAX_DEGREE + 1], SufError> {
-            let mut c = [0u64; MAX_DEGREE + 1];
-            match t {
-                Tail::Zero => {}
-                Tail::Identity => c[1] = ring.reduce(1u64 << (out_scale - frac)),
-                Tail::Const(v) => {
-                    c[0] = encode_fixed(ring, v, out_scale).map_err(|_| SufError::FixedPoint)?
-                }
-            }
-            Ok(c)
-        };
-        coeffs[m][0] = tail(self.left)?;
-        m += 1;
         let place = |x: f64| {
             if snap {
                 Ok(snapped(x, frac))
@@ -128,35 +167,30 @@ impl Spline {
                 knot(x, frac)
             }
         };
+        put(
+            0,
+            Domain::Signed.min(ring.bits()),
+            tail(self.left, ring, frac, out_scale)?,
+        );
+        let mut m = 1;
+        let mut prev = None;
         for p in self.pieces {
             let at = place(p.lo)?;
-            if m > 1 && at <= cuts[m - 2] {
+            if prev.is_some_and(|cut| at <= cut) {
                 // Collapsed by snapping: the previous piece absorbs it.
                 continue;
             }
-            cuts[m - 1] = at;
-            coeffs[m][0] = self.piece_coeffs(p, ring, frac, out_scale)?;
+            put(m, at, self.piece_coeffs(p, ring, frac, out_scale)?);
+            prev = Some(at);
             m += 1;
         }
         let last = self.pieces.last().ok_or(SufError::Capacity)?;
         let end = place(last.hi)?;
-        if end <= cuts[m - 2] {
+        if prev.is_some_and(|cut| end <= cut) {
             return Err(SufError::Boundaries);
         }
-        cuts[m - 1] = end;
-        coeffs[m][0] = tail(self.right)?;
-        m += 1;
-        let suf = Suf::piecewise(
-            ring,
-            Domain::Signed,
-            frac,
-            1,
-            d,
-            &cuts[..m - 1],
-            &coeffs[..m],
-        );
-        suf.validate()?;
-        Ok(suf)
+        put(m, end, tail(self.right, ring, frac, out_scale)?);
+        Ok(m + 1)
     }
 
     /// Integer standard-basis coefficients of one piece.
@@ -191,6 +225,24 @@ impl Spline {
     }
 }
 
+/// A tail's polynomial at output scale `out_scale`.
+fn tail(
+    t: Tail,
+    ring: Width,
+    frac: u32,
+    out_scale: u32,
+) -> Result<[u64; MAX_DEGREE + 1], SufError> {
+    let mut c = [0u64; MAX_DEGREE + 1];
+    match t {
+        Tail::Zero => {}
+        Tail::Identity => c[1] = ring.reduce(1u64 << (out_scale - frac)),
+        Tail::Const(v) => {
+            c[0] = encode_fixed(ring, v, out_scale).map_err(|_| SufError::FixedPoint)?
+        }
+    }
+    Ok(c)
+}
+
 fn knot(x: f64, frac: u32) -> Result<i128, SufError> {
     // A knot off the fixed-point grid would move with rounding.
     cast::i64_from_integral_f64(x * pow2(frac))
@@ -221,4 +273,53 @@ fn pow2_signed(e: i64) -> f64 {
 const fn binomial(n: usize, k: usize) -> u64 {
     const TABLE: [[u64; 4]; 4] = [[1, 0, 0, 0], [1, 1, 0, 0], [1, 2, 1, 0], [1, 3, 3, 1]];
     TABLE[n][k]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::splines;
+
+    /// `suf_init` writes what `suf` returns, errors included, for every
+    /// fitted spline over rings and scales where some fit and some do not.
+    /// One `out` serves every case, so a field `reset` missed would show.
+    #[test]
+    fn suf_init_equals_suf() {
+        let all = [
+            &splines::GELU_ERF,
+            &splines::GELU_TANH,
+            &splines::SILU,
+            &splines::NEXP,
+            &splines::RECIP,
+            &splines::RECIP_MANTISSA,
+            &splines::RSQRT_MANTISSA,
+        ];
+        let mut out = Suf::EMPTY;
+        let (mut built, mut refused) = (0, 0);
+        for spline in all {
+            for ring in [16, 20, 32, 48, 64].map(Width::of) {
+                for frac in [2, 6, 8, 12, 16] {
+                    for coeff_bits in [3, 12] {
+                        let want = spline.suf(ring, frac, coeff_bits);
+                        let got = spline.suf_init(&mut out, ring, frac, coeff_bits);
+                        match want {
+                            Ok(suf) => {
+                                assert_eq!(got, Ok(()));
+                                assert!(out == suf, "{ring:?} f={frac} c={coeff_bits}");
+                                built += 1;
+                            }
+                            Err(e) => {
+                                assert_eq!(got, Err(e));
+                                refused += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            built > 50 && refused > 50,
+            "{built} built, {refused} refused"
+        );
+    }
 }

@@ -16,15 +16,19 @@ use crate::kat::{FSS, GATES};
 use crate::known::{FssVector, GateTranscript};
 use crate::stack::high_water;
 
-/// Largest transcript batch, gate DCF key, key-batch key, scratch and
-/// message (checked at run time).
+/// Largest transcript batch, key-batch key, scratch and message (checked
+/// at run time).
 const MAX_ELEMENTS: usize = 8;
-const MAX_KEY: usize = 256;
 const MAX_BATCH_KEY: usize = 2048;
 // The compiled Φ program's columns are one 64-element block long whatever
-// the batch, so a GeLU of 8 elements needs 1472 words.
-const MAX_SCRATCH: usize = 2048;
+// the batch, so a GeLU of 8 elements needs 1472 words: exactly that, so
+// that the `runtime-gates` build's gate slot fits the 64 KiB of RAM.
+const MAX_SCRATCH: usize = 1472;
 const MAX_MESSAGE: usize = 128;
+/// Bytes for one check at a time: the key parser's batch, then each
+/// transcript's DCF key bodies (all of a party's keys, about 1.5 KB for
+/// the GeLU of 8 elements).
+const BYTES: usize = wire::KEY_HEADER_LEN + MAX_BATCH_KEY + 1;
 /// What the `plant-wrong-answer` feature adds to the first expected value.
 const PLANTED: u64 = if cfg!(feature = "plant-wrong-answer") {
     1
@@ -36,19 +40,22 @@ const PLANTED: u64 = if cfg!(feature = "plant-wrong-answer") {
 const FULL_DOMAIN_BITS: u32 = 5;
 
 /// Memory too large for the stack: one party's buffers, reused by every
-/// transcript.
+/// check in turn.
 struct Buffers {
-    keys: [[u8; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
+    /// The gate being checked, built here at run time.
+    #[cfg(feature = "runtime-gates")]
+    gate: Gate,
+    bytes: [u8; BYTES],
     scratch: [u64; MAX_SCRATCH],
     send: [u8; MAX_MESSAGE],
-    batch: [u8; wire::KEY_HEADER_LEN + MAX_BATCH_KEY + 1],
 }
 
 static mut BUFFERS: Buffers = Buffers {
-    keys: [[0; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
+    #[cfg(feature = "runtime-gates")]
+    gate: Gate::EMPTY,
+    bytes: [0; BYTES],
     scratch: [0; MAX_SCRATCH],
     send: [0; MAX_MESSAGE],
-    batch: [0; wire::KEY_HEADER_LEN + MAX_BATCH_KEY + 1],
 };
 
 /// The buffers; called once, from [`gates`] or [`key_parser`] in turn.
@@ -196,8 +203,8 @@ pub fn key_parser(marks: &mut Marks) -> usize {
     let p = params_of(v);
     let key = v.keys[1];
     let len = wire::KEY_HEADER_LEN + key.len();
-    if len + 1 > b.batch.len() {
-        hprintln!("key parser: the batch buffer is too small");
+    if len + 1 > b.bytes.len() {
+        hprintln!("key parser: the byte buffer is too small");
         return 1;
     }
     let valid = {
@@ -207,9 +214,9 @@ pub fn key_parser(marks: &mut Marks) -> usize {
     };
     let mut wrong = 0;
     let serial = Serial::new();
-    b.batch[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
-    b.batch[wire::KEY_HEADER_LEN..len].copy_from_slice(key);
-    let (parsed, used) = high_water(|| wire::parse_key_batch(&b.batch[..len]));
+    b.bytes[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
+    b.bytes[wire::KEY_HEADER_LEN..len].copy_from_slice(key);
+    let (parsed, used) = high_water(|| wire::parse_key_batch(&b.bytes[..len]));
     marks.record("wire::parse_key_batch", used);
     match parsed {
         Ok(keys) => {
@@ -232,20 +239,20 @@ pub fn key_parser(marks: &mut Marks) -> usize {
         }
     }
     for (name, corruption, want) in CORRUPTIONS {
-        b.batch[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
-        b.batch[len] = 0;
+        b.bytes[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
+        b.bytes[len] = 0;
         let end = match corruption {
             Corruption::Byte(at, value) => {
-                b.batch[at] = value;
+                b.bytes[at] = value;
                 len
             }
             Corruption::Count(c) => {
-                b.batch[12..20].copy_from_slice(&c.to_le_bytes());
+                b.bytes[12..20].copy_from_slice(&c.to_le_bytes());
                 len
             }
             Corruption::Length(d) => len.saturating_add_signed(d),
         };
-        let (got, used) = high_water(|| wire::parse_key_batch(&b.batch[..end]).map(|_| ()));
+        let (got, used) = high_water(|| wire::parse_key_batch(&b.bytes[..end]).map(|_| ()));
         marks.record("wire::parse_key_batch", used);
         let ok = got == Err(want);
         wrong += usize::from(!ok);
@@ -261,19 +268,48 @@ pub fn key_parser(marks: &mut Marks) -> usize {
 
 /// Every recorded gate transcript, played from this party's side.
 pub fn gates(marks: &mut Marks) -> usize {
-    GATES.iter().map(|t| gate_transcript(t, marks)).sum()
+    GATES
+        .iter()
+        .map(|t| {
+            #[cfg(feature = "runtime-gates")]
+            let parts = crate::constructors::spline_parts(t, &mut buffers().gate, marks);
+            #[cfg(not(feature = "runtime-gates"))]
+            let parts = 0;
+            parts + gate_transcript(t, marks)
+        })
+        .sum()
 }
 
 fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
     let b = buffers();
-    let gate = match t.gate {
+    #[cfg(feature = "runtime-gates")]
+    let gate = {
+        let (built, used) = high_water(|| t.build.init(&mut b.gate));
+        marks.record(t.build.entry(), used);
+        built.map(|()| &b.gate)
+    };
+    #[cfg(not(feature = "runtime-gates"))]
+    let gate = t.flash.as_ref().map_err(|e| *e);
+    let gate = match gate {
         Ok(g) => g,
         Err(e) => {
             hprintln!("gate {}: construction failed: {:?}", t.name, e);
             return 1;
         }
     };
-    match run_party(gate, t, &mut b.keys, &mut b.scratch, &mut b.send, marks) {
+    if cfg!(feature = "runtime-gates") {
+        let same = matches!(t.flash, Ok(g) if g == gate);
+        hprintln!(
+            "gate {}: built at run time by {}, {} to the compile-time gate",
+            t.name,
+            t.build.entry(),
+            if same { "equal" } else { "NOT EQUAL" }
+        );
+        if !same {
+            return 1;
+        }
+    }
+    match run_party(gate, t, &mut b.bytes, &mut b.scratch, &mut b.send, marks) {
         Ok(wrong) => wrong,
         Err(e) => {
             hprintln!("gate {}: core error {:?}", t.name, e);
@@ -286,7 +322,7 @@ fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
 fn run_party(
     gate: &Gate,
     t: &GateTranscript,
-    keys: &mut [[u8; MAX_ELEMENTS * MAX_KEY]; MAX_KEYS],
+    bytes: &mut [u8; BYTES],
     scratch: &mut [u64; MAX_SCRATCH],
     send: &mut [u8; MAX_MESSAGE],
     marks: &mut Marks,
@@ -305,16 +341,10 @@ fn run_party(
         );
         return Ok(1);
     }
-    // Key bodies as a key file holds them; the roots come from the seed.
-    let [k0, k1, k2] = keys;
-    let mut dcf: [&mut [u8]; MAX_KEYS] = [
-        &mut k0[..t.dcf[0].len()],
-        &mut k1[..t.dcf[1].len()],
-        &mut k2[..t.dcf[2].len()],
-    ];
-    for (d, s) in dcf.iter_mut().zip(&t.dcf) {
-        d.copy_from_slice(s);
-    }
+    let Some(mut dcf) = key_bodies(bytes, &t.dcf) else {
+        hprintln!("gate {}: the DCF keys exceed {} bytes", t.name, BYTES);
+        return Ok(1);
+    };
     let (r, used) = high_water(|| gate.fill_roots(&aes, party, &t.seed, t.first, &mut dcf));
     marks.record("Gate::fill_roots", used);
     r?;
@@ -373,6 +403,25 @@ fn run_party(
         verdict(reference_ok)
     );
     Ok(messages_wrong + usize::from(!shares_ok) + usize::from(!reference_ok))
+}
+
+/// The DCF key bodies as a key file holds them (the roots come from the
+/// seed), copied into consecutive slices of `bytes`; `None` if they do not
+/// fit.
+fn key_bodies<'a>(
+    bytes: &'a mut [u8],
+    keys: &[&[u8]; MAX_KEYS],
+) -> Option<[&'a mut [u8]; MAX_KEYS]> {
+    if keys.iter().map(|k| k.len()).sum::<usize>() > bytes.len() {
+        return None;
+    }
+    let (k0, rest) = bytes.split_at_mut(keys[0].len());
+    let (k1, rest) = rest.split_at_mut(keys[1].len());
+    let mut out = [k0, k1, &mut rest[..keys[2].len()]];
+    for (d, s) in out.iter_mut().zip(keys) {
+        d.copy_from_slice(s);
+    }
+    Some(out)
 }
 
 /// My shares plus the peer's recorded ones equal `Gate::reference`,

@@ -9,7 +9,7 @@ use suffuse_core::phi::{Phi, PolyMode};
 use suffuse_core::ring::Width;
 use suffuse_core::suf::{Domain, Suf};
 
-use crate::known::{FssVector, GateTranscript};
+use crate::known::{FssVector, GateBuild, GateTranscript};
 
 pub const FSS: [FssVector; 16] = [
     FssVector {
@@ -204,7 +204,8 @@ pub static GELU_ERF_K20: Result<Gate, SufError> = Gate::new(
 pub const GATES: [GateTranscript; 4] = [
     GateTranscript {
         name: "relu-k16",
-        gate: &RELU_K16,
+        build: GateBuild::Relu { ring: 64, k: 16 },
+        flash: &RELU_K16,
         party: 0,
         seed: *b"\x73\x75\x66\x66\x75\x73\x65\x2d\x6d\x63\x75\x2d\x50\x30\x00\x10",
         first: 1000,
@@ -221,7 +222,8 @@ pub const GATES: [GateTranscript; 4] = [
     },
     GateTranscript {
         name: "relu-k16",
-        gate: &RELU_K16,
+        build: GateBuild::Relu { ring: 64, k: 16 },
+        flash: &RELU_K16,
         party: 1,
         seed: *b"\x73\x75\x66\x66\x75\x73\x65\x2d\x6d\x63\x75\x2d\x50\x31\x00\x10",
         first: 1000,
@@ -238,7 +240,8 @@ pub const GATES: [GateTranscript; 4] = [
     },
     GateTranscript {
         name: "gelu-erf-k20",
-        gate: &GELU_ERF_K20,
+        build: GateBuild::GeluErf { ring: 64, k: 20, frac: 12 },
+        flash: &GELU_ERF_K20,
         party: 0,
         seed: *b"\x73\x75\x66\x66\x75\x73\x65\x2d\x6d\x63\x75\x2d\x50\x30\x00\x14",
         first: 1000,
@@ -255,7 +258,8 @@ pub const GATES: [GateTranscript; 4] = [
     },
     GateTranscript {
         name: "gelu-erf-k20",
-        gate: &GELU_ERF_K20,
+        build: GateBuild::GeluErf { ring: 64, k: 20, frac: 12 },
+        flash: &GELU_ERF_K20,
         party: 1,
         seed: *b"\x73\x75\x66\x66\x75\x73\x65\x2d\x6d\x63\x75\x2d\x50\x31\x00\x14",
         first: 1000,

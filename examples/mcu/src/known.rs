@@ -3,7 +3,9 @@
 
 use suffuse_core::error::SufError;
 use suffuse_core::fss::{Kind, Output};
-use suffuse_core::gate::Gate;
+use suffuse_core::gate::activation::{self, GeluForm};
+use suffuse_core::gate::{Gate, relu};
+use suffuse_core::ring::Width;
 
 /// One DCF/DPF key pair of `tests/vectors/v1/fss.json` with its outputs.
 pub struct FssVector {
@@ -29,9 +31,11 @@ pub struct FssVector {
 pub struct GateTranscript {
     /// A label.
     pub name: &'static str,
-    /// The gate, built at compile time (a gate descriptor is about 22 KB
-    /// and building one at run time takes far more stack than 16 KiB).
-    pub gate: &'static Result<Gate, SufError>,
+    /// How the firmware builds the gate at run time.
+    pub build: GateBuild,
+    /// The same gate built at compile time, into flash: the run-time one
+    /// must equal it.
+    pub flash: &'static Result<Gate, SufError>,
     /// 0 or 1.
     pub party: u8,
     /// The party's 16-byte PRF seed.
@@ -59,4 +63,56 @@ pub struct GateTranscript {
     pub peer_arith: &'static [u64],
     /// The peer's bit output shares.
     pub peer_bits: &'static [u64],
+}
+
+/// A gate constructor of the core and its arguments, called at run time
+/// to build the gate in place. Only the `runtime-gates` build calls it: its
+/// layout (memory/runtime.x) trades 8 KiB of stack for the gate slot.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(feature = "runtime-gates"), allow(dead_code))]
+pub enum GateBuild {
+    /// `relu::relu_init`.
+    Relu {
+        /// Ring width.
+        ring: u32,
+        /// Effective width.
+        k: u32,
+    },
+    /// `activation::gelu_init`, erf form (its SUF from `Spline::suf`, in
+    /// soft-float `f64` on this target).
+    GeluErf {
+        /// Ring width.
+        ring: u32,
+        /// Effective width.
+        k: u32,
+        /// Input fraction bits.
+        frac: u32,
+    },
+}
+
+#[cfg_attr(not(feature = "runtime-gates"), allow(dead_code))]
+impl GateBuild {
+    /// The core entry point that builds the gate.
+    pub fn entry(self) -> &'static str {
+        match self {
+            GateBuild::Relu { .. } => "relu::relu_init",
+            GateBuild::GeluErf { .. } => "activation::gelu_init",
+        }
+    }
+
+    /// Builds the gate in `gate`, where it lies.
+    pub fn init(self, gate: &mut Gate) -> Result<(), SufError> {
+        match self {
+            GateBuild::Relu { ring, k } => relu::relu_init(gate, Width::of(ring), planted(k)),
+            GateBuild::GeluErf { ring, k, frac } => {
+                activation::gelu_init(gate, GeluForm::Erf, Width::of(ring), planted(k), frac)
+            }
+        }
+    }
+}
+
+/// The effective width `k`, one bit wider with the `plant-unequal-gate`
+/// feature.
+fn planted(k: u32) -> Width {
+    Width::of(k + u32::from(cfg!(feature = "plant-unequal-gate")))
 }

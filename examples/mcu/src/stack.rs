@@ -24,7 +24,7 @@ const PAINT: u32 = 0xA5A5_5A5A;
 const MARGIN: usize = 64;
 
 unsafe extern "C" {
-    /// The lowest stack address (from `memory.x`).
+    /// The lowest stack address (from the memory layout, `memory/`).
     static _stack_end: u32;
     /// The initial stack pointer, the top of the stack region.
     static _stack_start: u32;

@@ -147,13 +147,8 @@ fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
     config.check()?;
 
     let tokenizer = tokenizer(dir, lowercase_input, config.vocab_size)?;
-    let weights_path = dir.join("model.safetensors");
-    let bytes = read(&weights_path)?;
-    let file = parse_safetensors(&weights_path, &bytes)?;
-    let tensors = Tensors {
-        file: &file,
-        prefixes: &["", "bert."],
-    };
+    let weights = WeightFiles::open(dir)?;
+    let tensors = weights.tensors(&["", "bert."])?;
     let (h, c) = (config.hidden, &config);
     let norm = |prefix: &str| -> Result<Norm, ModelError> {
         Ok(Norm {
@@ -224,6 +219,95 @@ fn parse_safetensors<'a>(path: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>
         path: path.to_path_buf(),
         message: e.to_string(),
     })
+}
+
+/// The index Hugging Face writes beside a checkpoint saved in shards.
+const SHARD_INDEX: &str = "model.safetensors.index.json";
+
+/// A checkpoint's weight files as read: `model.safetensors`, or else the
+/// shards that `model.safetensors.index.json`'s `weight_map` names, with
+/// which shard holds each tensor.
+struct WeightFiles {
+    files: Vec<(PathBuf, Vec<u8>)>,
+    /// Tensor name → index into `files`; `None` for a single file.
+    map: Option<HashMap<String, usize>>,
+}
+
+impl WeightFiles {
+    fn open(dir: &Path) -> Result<WeightFiles, ModelError> {
+        let single = dir.join("model.safetensors");
+        let index = dir.join(SHARD_INDEX);
+        if single.exists() || !index.exists() {
+            let bytes = read(&single)?;
+            return Ok(WeightFiles {
+                files: vec![(single, bytes)],
+                map: None,
+            });
+        }
+        let (names, map) = shard_map(&index)?;
+        let files = names
+            .into_iter()
+            .map(|n| {
+                let path = dir.join(n);
+                read(&path).map(|b| (path, b))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(WeightFiles {
+            files,
+            map: Some(map),
+        })
+    }
+
+    /// Every file parsed, for lookups under `prefixes`.
+    fn tensors<'a>(&'a self, prefixes: &'a [&'a str]) -> Result<Tensors<'a>, ModelError> {
+        let files = self
+            .files
+            .iter()
+            .map(|(path, bytes)| parse_safetensors(path, bytes))
+            .collect::<Result<_, _>>()?;
+        Ok(Tensors {
+            files,
+            map: self.map.as_ref(),
+            prefixes,
+        })
+    }
+}
+
+/// The shard index: its distinct file names in order of first use, and
+/// each tensor's position among them. A shard's name must be a plain file
+/// name in the folder, so the index cannot point elsewhere.
+fn shard_map(index: &Path) -> Result<(Vec<String>, HashMap<String, usize>), ModelError> {
+    let json = read_json(index)?;
+    let bad = |message: String| ModelError::Json {
+        path: index.to_path_buf(),
+        message,
+    };
+    let entries = json
+        .get("weight_map")
+        .and_then(Value::as_object)
+        .ok_or_else(|| bad("expected an object `weight_map`".into()))?;
+    let mut names: Vec<String> = Vec::new();
+    let mut map = HashMap::with_capacity(entries.len());
+    for (tensor, file) in entries {
+        let file = file
+            .as_str()
+            .filter(|f| is_plain_file_name(f))
+            .ok_or_else(|| bad(format!("{tensor}: expected a file name in this folder")))?;
+        let at = match names.iter().position(|n| n == file) {
+            Some(i) => i,
+            None => {
+                names.push(file.to_string());
+                names.len() - 1
+            }
+        };
+        map.insert(tensor.clone(), at);
+    }
+    Ok((names, map))
+}
+
+/// A name with no directory part that stays inside the folder.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\'])
 }
 
 /// Reads `modules.json` (when present) and the pooling configuration:
@@ -492,9 +576,11 @@ impl View for F32Tensor {
     }
 }
 
-/// Named lookups in a safetensors file, converting to f32.
+/// Named lookups in a checkpoint's safetensors files, converting to f32.
 struct Tensors<'a> {
-    file: &'a SafeTensors<'a>,
+    files: Vec<SafeTensors<'a>>,
+    /// Which file holds each tensor (sharded checkpoints).
+    map: Option<&'a HashMap<String, usize>>,
     /// Where the architecture's checkpoints put the base model, tried in
     /// order: a bare `BertModel` has no prefix while `BertFor*` heads (and
     /// bert-base-uncased) write `bert.`; `LlamaForCausalLM` writes
@@ -502,7 +588,7 @@ struct Tensors<'a> {
     prefixes: &'a [&'a str],
 }
 
-impl Tensors<'_> {
+impl<'a> Tensors<'a> {
     /// The tensor `name` under one of the prefixes, checked against
     /// `shape` and widened to f32.
     fn get(&self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ModelError> {
@@ -510,7 +596,7 @@ impl Tensors<'_> {
             .prefixes
             .iter()
             .map(|p| format!("{p}{name}"))
-            .find_map(|n| self.file.tensor(&n).ok().map(|v| (n, v)))
+            .find_map(|n| self.find(&n).map(|v| (n, v)))
             .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
         if view.shape() != shape {
             return Err(ModelError::WrongShape {
@@ -541,6 +627,16 @@ impl Tensors<'_> {
             }
         };
         Ok(values)
+    }
+
+    /// The tensor `name` exactly: in the shard the index assigns it, or
+    /// in the single file.
+    fn find(&self, name: &str) -> Option<safetensors::tensor::TensorView<'_>> {
+        let file = match self.map {
+            Some(map) => self.files.get(*map.get(name)?)?,
+            None => self.files.first()?,
+        };
+        file.tensor(name).ok()
     }
 
     /// A Hugging Face `nn.Linear` (`weight` `[outputs, inputs]`, `bias`

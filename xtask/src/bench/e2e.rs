@@ -12,6 +12,13 @@
 //! (GPT-2-small's shape, random weights) through `suffuse generate`: the
 //! prefill of a 128-token bucket alone, one forward pass, which is what
 //! FuseFSS and SIGMA time.
+//!
+//! SmolLM2-135M-Instruct runs when `models/SmolLM2-135M-Instruct` is
+//! present (`cargo xtask fetch-model smollm2`): a prompt in the 64- and
+//! the 128-token bucket, each prefilled and then decoded for three passes,
+//! so each case gives the prefill at its bucket and the decode pass at
+//! that context. Context 512 is not a case: its prefill alone needs keys
+//! this machine's disk and memory cannot hold (see docs/DECODERS.md).
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +72,22 @@ struct Case {
 /// bucket of the generated models' character tokenizer.
 const PROMPT_120: &str = "Two servers run a decoder on secret shares of a prompt; neither \
     learns the text, the logits or the tokens picked next!!";
+
+/// 40 SmolLM2 tokens: a prompt for the 64-token bucket.
+const PROMPT_64: &str = "Function secret sharing lets two servers that do not collude run a \
+    transformer on a secret-shared prompt: each holds keys from a dealer and a share of every \
+    activation, and neither learns the sentence.";
+
+/// Between 65 and 128 SmolLM2 tokens: a prompt for the 128-token bucket.
+const PROMPT_128: &str = "Function secret sharing lets two servers that do not collude run a \
+    transformer on a secret-shared prompt: each holds keys from a dealer and a share of every \
+    activation, and neither learns the sentence, the intermediate values or the embedding. \
+    Every non-linearity, from truncation to GeLU, softmax and LayerNorm, is compiled from a \
+    structured description into a fixed number of comparisons on the masked wire.";
+
+/// New tokens of the SmolLM2 cases: the prefill, then three decode passes
+/// whose median is the per-token figure at that context.
+const SMOLLM2_NEW: usize = 4;
 
 const SPU_MINILM_128: Anchor = Anchor {
     system: "SecretFlow SPU SEMI2K",
@@ -151,6 +174,24 @@ const CASES: &[Case] = &[
         anchors: &[FUSEFSS_GPT2, SIGMA_GPT2],
         generate: Some(1),
     },
+    Case {
+        name: "smollm2-64",
+        model: "models/SmolLM2-135M-Instruct",
+        text: PROMPT_64,
+        tokens: 64,
+        runs: 1,
+        anchors: &[],
+        generate: Some(SMOLLM2_NEW),
+    },
+    Case {
+        name: "smollm2-128",
+        model: "models/SmolLM2-135M-Instruct",
+        text: PROMPT_128,
+        tokens: 128,
+        runs: 1,
+        anchors: &[],
+        generate: Some(SMOLLM2_NEW),
+    },
 ];
 
 /// A `suffuse --report-json` object, kept as JSON: the bench reads the
@@ -193,7 +234,7 @@ pub fn run() -> Result<String> {
             let dir = workspace_root().join(case.model);
             if !dir.exists() {
                 println!(
-                    "{}: {} is absent, skipped (run `cargo xtask fetch-model minilm`)",
+                    "{}: {} is absent, skipped (`cargo xtask fetch-model` fetches it)",
                     case.name,
                     dir.display()
                 );
@@ -296,6 +337,10 @@ fn gb(bytes: f64) -> String {
     format!("{:.2} GB", bytes / 1e9)
 }
 
+fn mb(bytes: f64) -> String {
+    format!("{:.1} MB", bytes / 1e6)
+}
+
 fn print_table(records: &[Record]) {
     println!(
         "\n{:<20} {:>6} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>8}",
@@ -354,10 +399,48 @@ fn print_table(records: &[Record]) {
             );
         }
     }
+    print_generation(records);
     println!(
         "\nonline s: the client's wall time from sending shares to holding the output, \
          median of the runs in online_s_runs; both servers and the client share this \
          machine's cores. comm/party: bytes one server sent the other. Anchors are other \
          systems' published figures, on other hardware where stated."
     );
+}
+
+/// The decoder cases' per-pass figures: the prefill, then the median
+/// decode pass at the bucket's context.
+fn print_generation(records: &[Record]) {
+    let generated: Vec<&Record> = records
+        .iter()
+        .filter(|r| r.report.get("decode_online_s_per_token").is_some())
+        .collect();
+    if generated.is_empty() {
+        return;
+    }
+    println!(
+        "\n{:<20} {:>6} {:>10} {:>11} {:>9} {:>11} {:>11} {:>11}",
+        "decoder case",
+        "ctx",
+        "prefill s",
+        "decode s/t",
+        "rounds/t",
+        "rounds/l/t",
+        "comm/t/party",
+        "keys/t/party"
+    );
+    for rec in generated {
+        let r = &rec.report;
+        println!(
+            "{:<20} {:>6} {:>10.2} {:>11.3} {:>9.0} {:>11.1} {:>11} {:>11}",
+            rec.name,
+            number(r, "prompt_bucket"),
+            number(r, "prefill_online_s"),
+            number(r, "decode_online_s_per_token"),
+            number(r, "rounds_per_token"),
+            number(r, "rounds_per_layer_per_token"),
+            mb(number(r, "comm_bytes_per_token_per_party")),
+            mb(number(r, "key_bytes_per_token_per_party")),
+        );
+    }
 }

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Fields, Tensors, folder_name, parse_safetensors, read, tokenizer};
+use super::{Fields, Tensors, WeightFiles, folder_name, tokenizer};
 use crate::model::{
     Architecture, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm, RopeStyle,
 };
@@ -60,14 +60,9 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         f.bool_or("attention_bias", false)?,
         f.bool_or("mlp_bias", false)?,
     );
-    let path = dir.join("model.safetensors");
-    let bytes = read(&path)?;
-    let file = parse_safetensors(&path, &bytes)?;
+    let weights = WeightFiles::open(dir)?;
     // `lm_head` sits beside `model.`, so the bare name is tried too.
-    let t = Tensors {
-        file: &file,
-        prefixes: &["model.", ""],
-    };
+    let t = weights.tensors(&["model.", ""])?;
     let c = &config;
     let (h, q, kv, ff) = (c.hidden, c.heads * c.head_dim, c.kv_width(), c.intermediate);
     let rms = |name: &str| -> Result<Norm, ModelError> {
@@ -149,13 +144,8 @@ pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         eos: token(f, "eos_token_id", Some(50256))?,
     };
     config.check()?;
-    let path = dir.join("model.safetensors");
-    let bytes = read(&path)?;
-    let file = parse_safetensors(&path, &bytes)?;
-    let t = Tensors {
-        file: &file,
-        prefixes: &["", "transformer."],
-    };
+    let weights = WeightFiles::open(dir)?;
+    let t = weights.tensors(&["", "transformer."])?;
     let c = &config;
     let (h, ff) = (c.hidden, c.intermediate);
     let ln = |name: &str| -> Result<Norm, ModelError> {
