@@ -388,8 +388,11 @@ impl Connected {
         let shares = share(&inputs)?;
         let start = Instant::now();
         for (i, (link, s)) in self.links.iter_mut().zip(&shares).enumerate() {
-            let mut payload = Vec::new();
-            for part in [&s.x[..], &s.bias, s.mask.as_deref().unwrap_or_default()] {
+            let parts = [&s.x[..], &s.bias, s.mask.as_deref().unwrap_or_default()];
+            // Sized once, so no reallocation leaves a share behind; wiped.
+            let words: usize = parts.iter().map(|p| p.len()).sum();
+            let mut payload = zeroize::Zeroizing::new(Vec::with_capacity(8 * words));
+            for part in parts {
                 put_words(&mut payload, part);
             }
             link.send(Frame::Input, 0, &payload).map_err(net(i))?;
@@ -458,8 +461,8 @@ pub fn connect<'a>(
         ModelRef::Encoder(m) => (hex(&m.digest()), m.config.hidden),
         ModelRef::Decoder(m) => (hex(&m.digest()), m.config.hidden),
     };
-    // One server at a time, hello included: P0 serves one connection at a
-    // time, and P1 accepts only once it has met P0.
+    // One server at a time, hello included: P1 accepts a client only once
+    // it has met P0.
     // P1 is asked to join the key set P0 announced: a pooled P1 serves
     // many queries and pairs this connection with P0's by it.
     let deadline = Instant::now().checked_add(timeouts.connect);

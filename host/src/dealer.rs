@@ -7,7 +7,6 @@
 //! P0's writes and P1's writes overlap, and memory is bounded by one step's
 //! chunk window plus [`WRITE_AHEAD`] pieces per file, not by the model.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Instant;
@@ -90,15 +89,11 @@ pub fn deal(
     progress: bool,
     fss: &dyn BatchEval,
 ) -> Result<DealReport, DealerError> {
-    // Key files are secrets: a folder the dealer creates is its owner's only.
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|source| KeyFileError::Io {
-            path: dir.to_path_buf(),
-            error: source,
-        })?;
+    // Key files are secrets: the folder must be its owner's only.
+    crate::keyfile::private_dir(dir).map_err(|source| KeyFileError::Io {
+        path: dir.to_path_buf(),
+        error: source,
+    })?;
     let start = Instant::now();
     let key_set = random::<16>()?;
     let files = key_paths(dir);

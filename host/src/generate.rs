@@ -381,17 +381,18 @@ pub fn query(
 fn exchange(
     conn: &mut Connected,
     pass: usize,
-    inputs: PassInputs,
+    mut inputs: PassInputs,
     out_len: usize,
 ) -> Result<(Vec<u64>, [PartyReport; 2], f64), GenerateError> {
     let shares = client::share(&ClearInputs {
-        x: inputs.x,
-        bias: inputs.bias,
+        x: std::mem::take(&mut inputs.x),
+        bias: std::mem::take(&mut inputs.bias),
         mask: None,
     })?;
     let start = Instant::now();
     for (i, (link, s)) in conn.links().iter_mut().zip(&shares).enumerate() {
-        let mut payload = Vec::with_capacity(8 * (s.x.len() + s.bias.len()));
+        let mut payload =
+            zeroize::Zeroizing::new(Vec::with_capacity(8 * (s.x.len() + s.bias.len())));
         put_words(&mut payload, &s.x);
         put_words(&mut payload, &s.bias);
         link.send(Frame::Input, pass as u32, &payload)

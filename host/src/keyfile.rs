@@ -233,6 +233,34 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> KeyFileError + '_ {
     }
 }
 
+/// Makes `dir` (and any missing parent) mode 0700, or checks that the
+/// folder already there is its owner's alone.
+///
+/// Every folder suffuse writes secrets or its ledger into goes through
+/// here. `mkdir` does not change the mode of a folder that exists, and
+/// tightening it silently could lock others out of a shared folder they
+/// rely on (`--out /tmp` would make `/tmp` private), so a folder that group
+/// or others can enter, read or write is refused, before anything is
+/// written, with the fix in the message.
+pub fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "the folder is open to group or others (mode {mode:03o}), and secrets go only \
+                 into a folder its owner alone can use: `chmod 700` it, or name a new folder"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Writes one party's key file.
 pub struct KeyWriter {
     out: BufWriter<File>,
@@ -558,19 +586,12 @@ impl KeyReader {
             want: len,
             found: found_len,
         })?;
-        // Read straight into spare capacity: no zero-fill of a buffer the
-        // size of the step's keys.
-        let mut buf = Zeroizing::new(Vec::with_capacity(n));
-        let got = (&mut self.input)
-            .take(len)
-            .read_to_end(&mut buf)
-            .map_err(io(&self.path))?;
-        if got != n {
-            return Err(KeyFileError::Truncated {
-                path: self.path.clone(),
-                what: format!("step {step}'s keys"),
-            });
-        }
+        // Read straight into the wiped buffer. Not `read_to_end`: it reads
+        // a short section (a lone 16-byte seed) through a stack probe
+        // buffer that nothing wipes, where the memory scan found it.
+        let mut buf = Zeroizing::new(vec![0u8; n]);
+        let what = format!("step {step}'s keys");
+        read_exact(&mut self.input, &mut buf, &self.path, &what)?;
         let mut hash = section_digest(&self.chain, step, len);
         hash.update(&buf[..]);
         self.check_digest(step, hash)?;
@@ -836,6 +857,8 @@ pub fn parse_header_bytes(bytes: &[u8]) -> Result<Header, KeyFileError> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::DirBuilderExt;
+
     use super::*;
 
     fn header() -> Header {
@@ -867,7 +890,8 @@ mod tests {
     fn tmp(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("suffuse-keyfile-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
+        // 0700: keys are dealt into it, and the dealer refuses an open folder.
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
         d
     }
 
@@ -1084,5 +1108,30 @@ mod tests {
             KeyWriter::create(&p, &header()),
             Err(KeyFileError::Exists { .. })
         ));
+    }
+
+    #[test]
+    fn secrets_go_only_into_a_private_folder() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp("dirs");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        // Created, parents included, 0700 whatever the umask.
+        let new = d.join("a/b");
+        private_dir(&new).unwrap();
+        assert_eq!((mode(&d.join("a")), mode(&new)), (0o700, 0o700));
+        // An existing private folder is used as it is.
+        private_dir(&new).unwrap();
+        // One that group or others can reach is refused, and left as found.
+        for open in [0o755, 0o750, 0o701, 0o702, 0o740] {
+            std::fs::set_permissions(&new, std::fs::Permissions::from_mode(open)).unwrap();
+            let e = private_dir(&new).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+            assert!(e.to_string().contains(&format!("mode {open:03o}")), "{e}");
+            assert!(e.to_string().contains("chmod 700"), "{e}");
+            assert_eq!(mode(&new), open);
+        }
+        // A file where the folder should be is an error too.
+        std::fs::write(d.join("file"), b"").unwrap();
+        assert!(private_dir(&d.join("file")).is_err());
     }
 }

@@ -10,9 +10,9 @@
 //! spend. Entries are never removed: key-set ids are 128 random bits, and an
 //! entry costs one inode.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::plan::hex;
@@ -60,11 +60,7 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> LedgerError + '_ {
 impl Ledger {
     /// Opens (creating, mode 0700) the ledger in `dir`.
     pub fn open(dir: &Path) -> Result<Ledger, LedgerError> {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io(dir))?;
+        crate::keyfile::private_dir(dir).map_err(io(dir))?;
         Ok(Ledger {
             dir: dir.to_path_buf(),
         })

@@ -20,8 +20,7 @@
 //! hold a valid input ([`crate::server`]).
 
 use std::collections::HashSet;
-use std::fs::{DirBuilder, File, TryLockError};
-use std::os::unix::fs::DirBuilderExt;
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
@@ -275,11 +274,7 @@ impl Drop for Claim {
 }
 
 fn create_dir(dir: &Path) -> Result<(), PoolError> {
-    DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(io(dir))
+    crate::keyfile::private_dir(dir).map_err(io(dir))
 }
 
 /// Deals one key set for `plan` into the pool at `dir`: both files in a

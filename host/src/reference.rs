@@ -11,6 +11,7 @@
 
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
+use zeroize::Zeroize;
 
 use crate::exec::{self, ExecError, Store};
 use crate::plan::{Built, Kind, Plan};
@@ -39,8 +40,9 @@ pub enum ReferenceError {
     Exec(#[from] ExecError),
 }
 
-/// The cleartext inputs of a run.
-#[derive(Clone, Debug)]
+/// The cleartext inputs of a run: the client's secret. Wiped on drop;
+/// `Debug` shows only sizes.
+#[derive(Clone)]
 pub struct ClearInputs {
     /// Embeddings `[B·L × d]`.
     pub x: Vec<u64>,
@@ -91,13 +93,51 @@ fn op(plan: &Plan, i: usize, store: &mut Store, la: &dyn BatchEval) -> Result<()
     Ok(())
 }
 
-/// One pass's cleartext inputs: embeddings and key bias.
-#[derive(Clone, Debug)]
+/// One pass's cleartext inputs: embeddings and key bias. Wiped on drop;
+/// `Debug` shows only sizes.
+#[derive(Clone)]
 pub struct PassInputs {
     /// Embeddings.
     pub x: Vec<u64>,
     /// Additive key bias.
     pub bias: Vec<u64>,
+}
+
+impl std::fmt::Debug for ClearInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ClearInputs {{ x: {} words, bias: {} words, mask: {:?} words (redacted) }}",
+            self.x.len(),
+            self.bias.len(),
+            self.mask.as_ref().map(Vec::len)
+        )
+    }
+}
+
+impl Drop for ClearInputs {
+    fn drop(&mut self) {
+        self.x.zeroize();
+        self.bias.zeroize();
+        self.mask.zeroize();
+    }
+}
+
+impl std::fmt::Debug for PassInputs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (x, b) = (self.x.len(), self.bias.len());
+        write!(
+            f,
+            "PassInputs {{ x: {x} words, bias: {b} words (redacted) }}"
+        )
+    }
+}
+
+impl Drop for PassInputs {
+    fn drop(&mut self) {
+        self.x.zeroize();
+        self.bias.zeroize();
+    }
 }
 
 /// Gives a pass's inputs from the outputs of the passes before it.
@@ -114,11 +154,11 @@ pub fn run_passes(
     let mut store = Store::new(plan);
     let mut outputs = Vec::new();
     for (p, pass) in plan.passes.iter().enumerate() {
-        let Some(inputs) = next(p, &outputs) else {
+        let Some(mut inputs) = next(p, &outputs) else {
             break;
         };
-        store.set(plan, pass.x, inputs.x)?;
-        store.set(plan, pass.bias, inputs.bias)?;
+        store.set(plan, pass.x, std::mem::take(&mut inputs.x))?;
+        store.set(plan, pass.bias, std::mem::take(&mut inputs.bias))?;
         check(plan, &store, pass.x)?;
         check(plan, &store, pass.bias)?;
         let end = plan

@@ -9,6 +9,9 @@
 //! its peer and the client why (an `Abort` frame) before it exits.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::time::{Duration, Instant};
 
 use suffuse_core::batch::BatchEval;
@@ -24,6 +27,10 @@ use crate::net::{
 use crate::party::{self, InputShares, PartyError, PartyReport, PassIo};
 use crate::plan::{self, Plan, PlanError, Shape, hex};
 use zeroize::Zeroizing;
+
+pub(crate) mod intro;
+
+use intro::{Handshakes, Introduced, origin};
 
 /// Why a server failed.
 #[derive(Debug, thiserror::Error)]
@@ -114,11 +121,14 @@ pub fn serve<'a>(
         sec: &opts.security,
     };
     let (mut peer_link, mut client_link) = match party {
-        Party::P0 => meet.accept_both()?,
+        Party::P0 => match meet.meet(true)? {
+            (Some(p), c) => (p, c),
+            (None, _) => return Err(ServeError::Mismatch("connections lost".into())),
+        },
         Party::P1 => {
             let mut p = meet.dial_p0(peer)?;
-            match meet.accept(false, true) {
-                Ok(Accepted::Client(c) | Accepted::Peer(c)) => (p, c),
+            match meet.meet(false) {
+                Ok((_, c)) => (p, c),
                 Err(e) => {
                     p.abort(&e.to_string());
                     return Err(e);
@@ -290,6 +300,13 @@ enum Accepted {
     Client(Link),
 }
 
+/// An introduction in the making: done, dropped (where from and why), or
+/// the listener failed.
+type Arrival = Result<Result<Introduced, String>, NetError>;
+
+/// How often the accepting thread looks whether the meeting is over.
+const ACCEPT_TICK: Duration = Duration::from_millis(50);
+
 /// What a server needs to meet its peer and its client before a deadline.
 struct Meeting<'a> {
     listener: &'a Listener,
@@ -326,14 +343,87 @@ impl Meeting<'_> {
         Ok(p)
     }
 
-    /// P0: accepts connections until it has met its peer and a client.
-    fn accept_both(&self) -> Result<(Link, Link), ServeError> {
+    /// Meets a client, and the peer too if `want_peer` (P0). Connections
+    /// are secured and introduce themselves on threads of their own (see
+    /// [`intro`]), so one that stalls holds up no other; each gets at most
+    /// [`HELLO_WAIT`] and never outlasts the deadline.
+    fn meet(&self, want_peer: bool) -> Result<(Option<Link>, Link), ServeError> {
+        let (tx, rx) = mpsc::channel();
+        let done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| self.admit(tx, &done));
+            let met = self.gather(&rx, want_peer);
+            done.store(true, Ordering::Relaxed);
+            met
+        })
+    }
+
+    /// Accepts connections until the meeting is over or the deadline, each
+    /// introduced on a detached thread that reports to `tx`: the meeting
+    /// need not wait for a stalled one to end.
+    fn admit(&self, tx: Sender<Arrival>, done: &AtomicBool) {
+        let places = Arc::new(Handshakes::default());
+        while !done.load(Ordering::Relaxed) && !self.left().is_zero() {
+            let t = Timeouts {
+                connect: self.left().min(ACCEPT_TICK),
+                io: HELLO_WAIT,
+            };
+            let incoming = match self.listener.accept_incoming(t) {
+                Ok(i) => i,
+                Err(NetError::Timeout { .. }) => continue,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            let Some(place) = places.enter() else {
+                let why = "too many connections are introducing themselves";
+                self.log(&format!(
+                    "dropped a connection from {}: {why}",
+                    origin(&incoming)
+                ));
+                continue;
+            };
+            let within = (self.t.io.min(HELLO_WAIT).min(self.left())).max(Duration::from_millis(1));
+            let (tx, sec, io) = (tx.clone(), self.sec.clone(), self.t.io);
+            let spawned = std::thread::Builder::new().spawn(move || {
+                let _place = place;
+                let _ = tx.send(Ok(intro::introduce(incoming, within, io, &sec)));
+            });
+            if let Err(e) = spawned {
+                self.log(&format!("dropped a connection: no thread for it: {e}"));
+            }
+        }
+    }
+
+    /// Takes introductions until the wanted links are there; the deadline
+    /// or a failed listener ends the wait.
+    fn gather(
+        &self,
+        rx: &Receiver<Arrival>,
+        want_peer: bool,
+    ) -> Result<(Option<Link>, Link), ServeError> {
         let mut peer = None;
         let mut client = None;
-        while peer.is_none() || client.is_none() {
-            match self.accept(peer.is_none(), client.is_none()) {
-                Ok(Accepted::Peer(l)) => peer = Some(l),
-                Ok(Accepted::Client(l)) => client = Some(l),
+        while (want_peer && peer.is_none()) || client.is_none() {
+            // A closed channel means the accepting thread saw the deadline.
+            let arrival = rx
+                .recv_timeout(self.left())
+                .unwrap_or(Err(NetError::Timeout {
+                    during: "waiting for a peer to connect",
+                }));
+            let taken = match arrival {
+                Ok(Ok(intro)) => self.take(intro, want_peer && peer.is_none(), client.is_none()),
+                Ok(Err(why)) => {
+                    self.log(&format!("dropped a connection from {why}"));
+                    Ok(None)
+                }
+                Err(e) => Err(net("waiting for the peer and the client")(e)),
+            };
+            match taken {
+                Ok(Some(Accepted::Peer(l))) => peer = Some(l),
+                Ok(Some(Accepted::Client(l))) => client = Some(l),
+                Ok(None) => {}
                 Err(e) => {
                     for l in peer.iter_mut().chain(client.iter_mut()) {
                         l.abort(&e.to_string());
@@ -342,75 +432,51 @@ impl Meeting<'_> {
                 }
             }
         }
-        match (peer, client) {
-            (Some(p), Some(c)) => Ok((p, c)),
-            _ => Err(ServeError::Mismatch("connections lost".into())),
+        match client {
+            Some(c) => Ok((peer, c)),
+            None => Err(ServeError::Mismatch("connections lost".into())),
         }
     }
 
-    /// Accepts connections until one introduces itself as a wanted client
-    /// or peer. A connection that fails to, or that is
-    /// not wanted, is dropped with a log line and the wait goes on: a port
-    /// scan or a health check does not end the server, only the deadline
-    /// does. A peer that introduces itself and does not match is an error.
-    fn accept(&self, want_peer: bool, want_client: bool) -> Result<Accepted, ServeError> {
-        loop {
-            let t = Timeouts {
-                connect: self.left(),
-                io: self.t.io.min(HELLO_WAIT),
-            };
-            let accepted = self
-                .listener
-                .accept_secured(t, self.sec)
-                .map_err(net("waiting for the peer and the client"))?;
-            let (mut link, role) = match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    self.log(&format!("dropped a connection: {e}"));
-                    continue;
-                }
-            };
-            let from = link
-                .peer_addr()
-                .map_or_else(|_| "?".to_string(), |a| a.to_string());
-            let from = match role {
-                Some(role) => format!("{from} (certificate of {role})"),
-                None => from,
-            };
-            // The hello, too, must come before the deadline.
-            link.set_io_timeout(HELLO_WAIT.min(self.left()).max(Duration::from_millis(1)));
-            let theirs = match client::recv_hello(&mut link) {
-                Ok(theirs) => theirs,
-                Err(e) => {
-                    self.log(&format!("dropped a connection from {from}: {e}"));
-                    continue;
-                }
-            };
-            match theirs {
-                Ok(h @ (Hello::Client | Hello::Join { .. }))
-                    if want_client && role.is_none_or(|r| r == Role::Client) && self.joins(&h) =>
-                {
-                    client::send_hello(&mut link, self.hello)
-                        .map_err(net("greeting the client"))?;
-                    link.set_io_timeout(self.t.io);
-                    return Ok(Accepted::Client(link));
-                }
-                Ok(theirs @ Hello::Server { .. })
-                    if want_peer && role.is_none_or(|r| r == Role::P1) =>
-                {
-                    client::send_hello(&mut link, self.hello).map_err(net("greeting P1"))?;
-                    check_peer(&mut link, self.hello, Ok(theirs))?;
-                    link.set_io_timeout(self.t.io);
-                    return Ok(Accepted::Peer(link));
-                }
-                Ok(_) => {
-                    self.log(&format!("refused an unexpected connection from {from}"));
-                    link.abort("this server does not accept that connection now");
-                }
-                Err(why) => {
-                    self.log(&format!("dropped a connection from {from}: {why}"));
-                    link.abort(&why);
-                }
+    /// One introduced connection: a wanted client or peer is greeted; any
+    /// other is refused with a log line and the wait goes on (a port scan
+    /// or a health check does not end the server, only the deadline does).
+    /// A peer that introduces itself and does not match is an error.
+    fn take(
+        &self,
+        intro: Introduced,
+        want_peer: bool,
+        want_client: bool,
+    ) -> Result<Option<Accepted>, ServeError> {
+        let Introduced {
+            mut link,
+            role,
+            hello,
+            from,
+        } = intro;
+        match hello {
+            Ok(h @ (Hello::Client | Hello::Join { .. }))
+                if want_client && role.is_none_or(|r| r == Role::Client) && self.joins(&h) =>
+            {
+                client::send_hello(&mut link, self.hello).map_err(net("greeting the client"))?;
+                Ok(Some(Accepted::Client(link)))
+            }
+            Ok(theirs @ Hello::Server { .. })
+                if want_peer && role.is_none_or(|r| r == Role::P1) =>
+            {
+                client::send_hello(&mut link, self.hello).map_err(net("greeting P1"))?;
+                check_peer(&mut link, self.hello, Ok(theirs))?;
+                Ok(Some(Accepted::Peer(link)))
+            }
+            Ok(_) => {
+                self.log(&format!("refused an unexpected connection from {from}"));
+                link.abort("this server does not accept that connection now");
+                Ok(None)
+            }
+            Err(why) => {
+                self.log(&format!("dropped a connection from {from}: {why}"));
+                link.abort(&why);
+                Ok(None)
             }
         }
     }
@@ -429,6 +495,7 @@ impl Meeting<'_> {
         eprintln!("P{}: {what}", self.me);
     }
 }
+
 /// The two servers must run the same plan on the same key set.
 fn check_peer(
     link: &mut Link,

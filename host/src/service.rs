@@ -27,7 +27,7 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{Scope, sleep};
@@ -43,6 +43,7 @@ use crate::net::{FrameKind as Frame, Incoming, Link, Listener, NetError, Role, T
 use crate::party;
 use crate::plan::{self, Plan, Shape, hex};
 use crate::pool::{Claim, Pool};
+use crate::server::intro::{self, Handshakes, Introduced, Place};
 use crate::server::{HELLO_WAIT, ServeError, ServeOptions, net, serve_query, server_hello};
 
 /// How a long-running server runs.
@@ -75,10 +76,6 @@ const AGREE_STEP: u32 = u32::MAX - 2;
 
 /// The longest pause before the server looks at the stop flag again.
 const TICK: Duration = Duration::from_millis(200);
-
-/// Connections being secured at once; more are dropped at once, so a flood
-/// of handshakes cannot exhaust threads.
-const MAX_HANDSHAKES: usize = 64;
 
 /// P0 and P1's agreement on a key set, over a standing link.
 #[derive(Debug, Serialize, Deserialize)]
@@ -133,7 +130,7 @@ pub fn run<'a>(
         idle_peers: Gate::default(),
         pending: Mutex::default(),
         sockets: Mutex::default(),
-        handshakes: AtomicUsize::new(0),
+        handshakes: Arc::default(),
         counts: Counts::default(),
     };
     std::thread::scope(|scope| {
@@ -238,7 +235,7 @@ struct Shared<'a> {
     pending: Mutex<HashMap<[u8; 16], SyncSender<Link>>>,
     /// Sockets of the queries in flight, by query, for the drain deadline.
     sockets: Mutex<HashMap<[u8; 16], Vec<TcpStream>>>,
-    handshakes: AtomicUsize,
+    handshakes: Arc<Handshakes>,
     counts: Counts,
 }
 
@@ -281,49 +278,46 @@ impl<'a> Shared<'a> {
                     continue;
                 }
             };
-            if self.handshakes.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
-                self.handshakes.fetch_sub(1, Ordering::AcqRel);
+            let Some(place) = self.handshakes.enter() else {
                 self.dropped(&incoming, "too many connections are introducing themselves");
                 continue;
-            }
-            scope.spawn(move || {
-                self.connection(incoming, t);
-                self.handshakes.fetch_sub(1, Ordering::AcqRel);
-            });
+            };
+            scope.spawn(move || self.connection(incoming, t.io, place));
         }
     }
 
     fn dropped(&self, incoming: &Incoming, why: &str) {
         self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-        let from = incoming
-            .peer_addr()
-            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        let from = intro::origin(incoming);
         self.log(&format!("dropped a connection from {from}: {why}"));
     }
 
-    /// One accepted connection: secured, introduced, then dispatched.
-    fn connection(&self, incoming: Incoming, t: Timeouts) {
-        let from = incoming
-            .peer_addr()
-            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+    /// One accepted connection: secured and introduced within `within`
+    /// (its place among the introductions then given back), dispatched.
+    fn connection(&self, incoming: Incoming, within: Duration, place: Place) {
         let drop_it = |why: String| {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-            self.log(&format!("dropped a connection from {from}: {why}"));
+            self.log(&format!("dropped a connection from {why}"));
         };
-        let (mut link, role) = match incoming.secure(t, &self.opts.serve.security) {
-            Ok(secured) => secured,
-            Err(e) => return drop_it(e.to_string()),
+        let introduced = intro::introduce(incoming, within, self.t().io, &self.opts.serve.security);
+        drop(place);
+        let Introduced {
+            mut link,
+            role,
+            hello,
+            from,
+        } = match introduced {
+            Ok(i) => i,
+            Err(why) => return drop_it(why),
         };
-        let hello = match client::recv_hello(&mut link) {
-            Ok(Ok(h)) => h,
-            Ok(Err(why)) => {
+        let hello = match hello {
+            Ok(h) => h,
+            Err(why) => {
                 link.abort(&why);
-                return drop_it(why);
+                return drop_it(format!("{from}: {why}"));
             }
-            Err(e) => return drop_it(e.to_string()),
         };
         let is = |r: Role| role.is_none_or(|x| x == r);
-        link.set_io_timeout(self.t().io);
         match (self.party, hello) {
             (Party::P0, Hello::Client) if is(Role::Client) => self.client_at_p0(link),
             (

@@ -8,6 +8,7 @@
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc::{Receiver, channel};
@@ -18,7 +19,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_suffuse");
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("suffuse-pool-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    // 0700: keys are dealt into it, and the dealer refuses an open folder.
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
     d
 }
 

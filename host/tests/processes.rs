@@ -9,6 +9,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +19,8 @@ const BIN: &str = env!("CARGO_BIN_EXE_suffuse");
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("suffuse-proc-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    // 0700: keys are dealt into it, and the dealer refuses an open folder.
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
     d
 }
 
@@ -332,4 +334,56 @@ fn bad_invocations_fail_with_a_message() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a suffuse key file"));
+}
+
+#[test]
+fn secrets_are_never_written_into_an_open_folder() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = temp("open");
+    let open = dir.join("open");
+    std::fs::DirBuilder::new()
+        .mode(0o755)
+        .create(&open)
+        .unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let o = open.to_str().unwrap();
+    let embed_keys = ["embed", "--model", "demo", "--keys-dir", o, "hi"];
+    for args in [
+        &["dealer", "--model", "demo", "--seq", "8", "--out", o][..],
+        &[
+            "dealer", "--model", "demo", "--seq", "8", "--count", "1", "--out", o,
+        ],
+        &["certs", "--out", o],
+        &embed_keys,
+    ] {
+        let out = Command::new(BIN).args(args).output().unwrap();
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            msg.contains(o) && msg.contains("mode 755") && msg.contains("chmod 700"),
+            "{args:?}: {msg}"
+        );
+        // Nothing was written, and the folder keeps its mode.
+        assert_eq!(std::fs::read_dir(&open).unwrap().count(), 0, "{args:?}");
+        let mode = std::fs::metadata(&open).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+    }
+    // A state folder open to others could lose ledger entries: refused too.
+    let keys = dir.join("keys");
+    run(&[
+        "dealer",
+        "--model",
+        "demo",
+        "--seq",
+        "8",
+        "--out",
+        keys.to_str().unwrap(),
+    ]);
+    let p0 = keys.join("p0.keys");
+    let out = Command::new(BIN)
+        .args(["inspect", p0.to_str().unwrap(), "--state-dir", o])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("mode 755"));
 }

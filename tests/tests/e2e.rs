@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::net::TcpStream;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -51,7 +52,8 @@ fn opts(files: &[PathBuf; 2], timeouts: Timeouts) -> ServeOptions {
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("suffuse-e2e-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
+    // 0700: keys are dealt into it, and the dealer refuses an open folder.
+    std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
     d
 }
 

@@ -323,7 +323,7 @@ pub fn make_certs(dir: &Path) -> Result<(), NetError> {
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, KeyUsagePurpose,
     };
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let e = |e: rcgen::Error| bad(format!("making certificates: {e}"));
     let write = |name: &str, text: &str, mode: u32| {
         let p = dir.join(name);
@@ -335,11 +335,7 @@ pub fn make_certs(dir: &Path) -> Result<(), NetError> {
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .map_err(|e| bad(format!("{}: {e}", p.display())))
     };
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+    crate::keyfile::private_dir(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.distinguished_name

@@ -1,11 +1,14 @@
 //! One real three-process run (P0, P1, the client, from the built
 //! `suffuse` binary) with its keys freshly dealt, and what became of it.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::proxy::{Act, Pids, Proxy, When};
@@ -81,6 +84,9 @@ pub struct Setup<'a> {
     pub timeout: u64,
     pub edit: Option<Edit>,
     pub proxy: Option<(On, When, Act)>,
+    /// Slow connections held open to each server (P0, P1) from before its
+    /// peer and client connect to the run's end.
+    pub slow: [usize; 2],
 }
 
 impl Job {
@@ -221,10 +227,13 @@ pub fn run(s: &Setup<'_>, certs: &Path) -> Outcome {
     let mut p0 = serve(s, &dir, certs, 0, "unused");
     let (err0, rx0) = drain(&mut p0);
     let addr0 = address(&rx0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let slow0 = slowloris(&addr0, s.tls, s.slow[0], &stop);
     let peer = proxy_to(On::Peer, &addr0);
     let mut p1 = serve(s, &dir, certs, 1, peer.as_ref().map_or(&addr0, |p| &p.addr));
     let (err1, rx1) = drain(&mut p1);
     let addr1 = address(&rx1);
+    let slow1 = slowloris(&addr1, s.tls, s.slow[1], &stop);
     let c0 = proxy_to(On::Client(0), &addr0);
     let c1 = proxy_to(On::Client(1), &addr1);
     let servers = format!(
@@ -246,6 +255,11 @@ pub fn run(s: &Setup<'_>, certs: &Path) -> Outcome {
     let ends = wait_all([p0, p1, client], [err0, err1, err2], s.timeout, fired);
     let fired = fired();
     drop(proxies);
+    stop.store(true, Ordering::Relaxed);
+    slow0
+        .into_iter()
+        .chain(slow1)
+        .for_each(|h| h.join().unwrap());
     let entry = |p: usize| dir.join(format!("state{p}/p{p}-{key_set}")).exists();
     let left = |p: usize| dir.join(format!("keys/p{p}.keys")).exists();
     Outcome {
@@ -256,6 +270,42 @@ pub fn run(s: &Setup<'_>, certs: &Path) -> Outcome {
         spent: [entry(0), entry(1)],
         keys_left: [left(0), left(1)],
     }
+}
+
+/// `n` slow connections to `addr`, connected before this returns: each
+/// opens a hello frame (plain TCP) or a TLS handshake record and then
+/// sends one byte of it a second, a slowloris; when the server drops it,
+/// it connects again, until `stop`.
+fn slowloris(addr: &str, tls: bool, n: usize, stop: &Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
+    // Plain: a hello header (kind 1, step u32::MAX) announcing 4 KiB.
+    // TLS: a handshake record header announcing 4 KiB.
+    let opening: &[u8] = if tls {
+        &[0x16, 0x03, 0x01, 0x10, 0x00]
+    } else {
+        &[
+            b'S', b'F', 1, 0xff, 0xff, 0xff, 0xff, 0, 0x10, 0, 0, 0, 0, 0, 0,
+        ]
+    };
+    let connect = move |addr: &str| {
+        let mut c = TcpStream::connect(addr).ok()?;
+        c.write_all(opening).ok()?;
+        Some(c)
+    };
+    (0..n)
+        .map(|_| {
+            let (addr, stop) = (addr.to_string(), stop.clone());
+            let mut conn = connect(&addr);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1000));
+                    let alive = conn.as_mut().is_some_and(|c| c.write_all(&[0]).is_ok());
+                    if !alive {
+                        conn = connect(&addr);
+                    }
+                }
+            })
+        })
+        .collect()
 }
 
 /// Waits for the three processes. One found stopped (SIGSTOP by a fault)
