@@ -19,6 +19,9 @@ pub mod bert;
 pub mod bound;
 pub mod decoder;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use suffuse_core::gate::Gate;
@@ -122,7 +125,7 @@ impl TensorInfo {
 }
 
 /// A scalar gate applied to every element.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "gate", rename_all = "snake_case")]
 pub enum GateSpec {
     /// Arithmetic right shift by `shift` (gap truncation: the input is
@@ -182,7 +185,7 @@ impl GateSpec {
 }
 
 /// Scales of a reciprocal or rsqrt (mirrors core's [`InverseScales`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct InverseSpec {
     /// `1/√v` instead of `1/v`.
     pub rsqrt: bool,
@@ -581,18 +584,71 @@ pub struct Op {
     pub kind: Kind,
 }
 
-/// The core objects a step runs, built once from its spec.
+/// The core objects a step runs, built once per distinct spec and shared
+/// by every step with that spec: decode passes repeat the same gates, and
+/// one `Chain` is 176 KB (held by value, SmolLM2's 32-pass plan took
+/// 0.5 GB per pass).
 #[derive(Debug)]
-#[allow(clippy::large_enum_variant)] // one per step, built once
 pub enum Built {
     /// A scalar gate.
-    Gate(Gate),
+    Gate(Arc<Gate>),
     /// A chain (reciprocal, rsqrt).
-    Chain(Chain),
+    Chain(Arc<Chain>),
     /// A comparison tree.
-    Max(MaxTree),
+    Max(Arc<MaxTree>),
     /// A Beaver protocol: nothing to build.
     Beaver,
+}
+
+/// The objects built so far in [`Builder::finish`], by spec.
+#[derive(Default)]
+struct BuiltCache {
+    gates: HashMap<GateSpec, Arc<Gate>>,
+    chains: HashMap<InverseSpec, Arc<Chain>>,
+    trees: HashMap<(u32, usize), Arc<MaxTree>>,
+}
+
+impl BuiltCache {
+    /// The object step `kind` runs, built on first use.
+    fn get(&mut self, kind: &Kind, tensors: &[TensorInfo]) -> Result<Built, PlanError> {
+        let tensor = || tensors[kind.inputs()[0]].name.clone();
+        let fail = |spec: String| {
+            move |error| PlanError::Gate {
+                tensor: tensor(),
+                spec,
+                error,
+            }
+        };
+        Ok(match kind {
+            Kind::Gate { gate, .. } => Built::Gate(match self.gates.get(gate) {
+                Some(g) => g.clone(),
+                None => {
+                    let g = Arc::new(gate.build().map_err(fail(format!("{gate:?}")))?);
+                    self.gates.entry(*gate).or_insert(g).clone()
+                }
+            }),
+            Kind::Inverse { spec, .. } => Built::Chain(match self.chains.get(spec) {
+                Some(c) => c.clone(),
+                None => {
+                    let c = Arc::new(spec.build().map_err(fail(format!("{spec:?}")))?);
+                    self.chains.entry(*spec).or_insert(c).clone()
+                }
+            }),
+            Kind::Max { x, k, .. } => {
+                let cols = tensors[*x].cols;
+                Built::Max(match self.trees.get(&(*k, cols)) {
+                    Some(t) => t.clone(),
+                    None => {
+                        let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
+                        let t = MaxTree::new(RING, w, cols)
+                            .map_err(fail(format!("max over width {k}")))?;
+                        self.trees.entry((*k, cols)).or_insert(Arc::new(t)).clone()
+                    }
+                })
+            }
+            _ => Built::Beaver,
+        })
+    }
 }
 
 /// A linear layer in fixed point.
@@ -1113,36 +1169,13 @@ impl Builder {
     ) -> Result<Plan, PlanError> {
         let mut step_of = Vec::with_capacity(self.ops.len());
         let mut built = Vec::with_capacity(self.ops.len());
+        let mut cache = BuiltCache::default();
         let mut s = 0u32;
         for op in &self.ops {
             if op.kind.is_step() {
                 step_of.push(Some(s));
                 s += 1;
-                let x = op.kind.inputs()[0];
-                let fail = |spec: String| {
-                    let tensor = self.tensors[x].name.clone();
-                    move |source| PlanError::Gate {
-                        tensor,
-                        spec,
-                        error: source,
-                    }
-                };
-                built.push(Some(match &op.kind {
-                    Kind::Gate { gate, .. } => {
-                        Built::Gate(gate.build().map_err(fail(format!("{gate:?}")))?)
-                    }
-                    Kind::Inverse { spec, .. } => {
-                        Built::Chain(spec.build().map_err(fail(format!("{spec:?}")))?)
-                    }
-                    Kind::Max { x, k, .. } => {
-                        let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
-                        Built::Max(
-                            MaxTree::new(RING, w, self.tensors[*x].cols)
-                                .map_err(fail(format!("max over width {k}")))?,
-                        )
-                    }
-                    _ => Built::Beaver,
-                }));
+                built.push(Some(cache.get(&op.kind, &self.tensors)?));
             } else {
                 step_of.push(None);
                 built.push(None);
