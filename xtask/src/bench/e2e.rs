@@ -408,12 +408,13 @@ fn print_table(records: &[Record]) {
     );
 }
 
-/// The decoder cases' per-pass figures: the prefill, then the median
-/// decode pass at the bucket's context.
+/// The decoder cases that ran decode passes: the prefill, then the
+/// median decode pass at the bucket's context (a prefill-only case is in
+/// the table above).
 fn print_generation(records: &[Record]) {
     let generated: Vec<&Record> = records
         .iter()
-        .filter(|r| r.report.get("decode_online_s_per_token").is_some())
+        .filter(|r| number(&r.report, "rounds_per_token") > 0.0)
         .collect();
     if generated.is_empty() {
         return;
