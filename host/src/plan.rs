@@ -600,6 +600,20 @@ pub enum Built {
     Beaver,
 }
 
+/// `map`'s object for `key`, built by `build` on first use.
+fn shared<K: std::hash::Hash + Eq, V>(
+    map: &mut HashMap<K, Arc<V>>,
+    key: K,
+    build: impl FnOnce() -> Result<V, PlanError>,
+) -> Result<Arc<V>, PlanError> {
+    if let Some(v) = map.get(&key) {
+        return Ok(v.clone());
+    }
+    let v = Arc::new(build()?);
+    map.insert(key, v.clone());
+    Ok(v)
+}
+
 /// The objects built so far in [`Builder::finish`], by spec.
 #[derive(Default)]
 struct BuiltCache {
@@ -620,31 +634,18 @@ impl BuiltCache {
             }
         };
         Ok(match kind {
-            Kind::Gate { gate, .. } => Built::Gate(match self.gates.get(gate) {
-                Some(g) => g.clone(),
-                None => {
-                    let g = Arc::new(gate.build().map_err(fail(format!("{gate:?}")))?);
-                    self.gates.entry(*gate).or_insert(g).clone()
-                }
-            }),
-            Kind::Inverse { spec, .. } => Built::Chain(match self.chains.get(spec) {
-                Some(c) => c.clone(),
-                None => {
-                    let c = Arc::new(spec.build().map_err(fail(format!("{spec:?}")))?);
-                    self.chains.entry(*spec).or_insert(c).clone()
-                }
-            }),
+            Kind::Gate { gate, .. } => Built::Gate(shared(&mut self.gates, *gate, || {
+                gate.build().map_err(fail(format!("{gate:?}")))
+            })?),
+            Kind::Inverse { spec, .. } => Built::Chain(shared(&mut self.chains, *spec, || {
+                spec.build().map_err(fail(format!("{spec:?}")))
+            })?),
             Kind::Max { x, k, .. } => {
                 let cols = tensors[*x].cols;
-                Built::Max(match self.trees.get(&(*k, cols)) {
-                    Some(t) => t.clone(),
-                    None => {
-                        let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
-                        let t = MaxTree::new(RING, w, cols)
-                            .map_err(fail(format!("max over width {k}")))?;
-                        self.trees.entry((*k, cols)).or_insert(Arc::new(t)).clone()
-                    }
-                })
+                Built::Max(shared(&mut self.trees, (*k, cols), || {
+                    let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
+                    MaxTree::new(RING, w, cols).map_err(fail(format!("max over width {k}")))
+                })?)
             }
             _ => Built::Beaver,
         })
