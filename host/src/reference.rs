@@ -14,7 +14,8 @@ use suffuse_core::batch::BatchEval;
 use zeroize::Zeroize;
 
 use crate::exec::{self, ExecError, Store};
-use crate::plan::{Built, Kind, Plan};
+use crate::plan::Plan;
+use crate::proto;
 
 /// Why the reference could not run.
 #[derive(Debug, thiserror::Error)]
@@ -191,90 +192,15 @@ fn check(plan: &Plan, store: &Store, t: usize) -> Result<(), ReferenceError> {
     }
 }
 
-/// One step in the clear.
+/// One step in the clear, by its kind's own algebra (`proto::reference`).
 fn step(
     plan: &Plan,
     i: usize,
     store: &mut Store,
     la: &dyn BatchEval,
 ) -> Result<(), ReferenceError> {
-    let t = &plan.tensors;
-    let built = plan.built[i].as_ref();
-    let out: Vec<u64> = match (&plan.ops[i].kind, built) {
-        (Kind::Gate { x, .. }, Some(Built::Gate(g))) => store
-            .get(plan, *x)?
-            .par_iter()
-            .map(|v| {
-                let mut o = [0u64; 2];
-                g.reference(*v, &mut o);
-                o[0]
-            })
-            .collect(),
-        (Kind::Inverse { x, .. }, Some(Built::Chain(c))) => store
-            .get(plan, *x)?
-            .par_iter()
-            .map(|v| c.reference(*v))
-            .collect(),
-        (Kind::Max { x, .. }, _) => {
-            let cols = t[*x].cols;
-            // Inside the proven width every ReLU of a difference is exact,
-            // so the tree computes the true maximum.
-            store
-                .get(plan, *x)?
-                .chunks(cols.max(1))
-                .map(|row| row.iter().map(|v| *v as i64).max().unwrap_or(0) as u64)
-                .collect()
-        }
-        (
-            Kind::MatMul {
-                a,
-                b,
-                transpose_b,
-                batches,
-                m,
-                k,
-                n,
-                out,
-            },
-            _,
-        ) => {
-            let mut y = vec![0u64; t[*out].len()];
-            let shape = exec::matmul_shape(*transpose_b, *batches, *m, *k, *n, false);
-            exec::matmul(
-                la,
-                shape,
-                store.get(plan, *a)?,
-                store.get(plan, *b)?,
-                &mut y,
-            )?;
-            y
-        }
-        (Kind::MulRows { x, v, .. }, _) => {
-            let cols = t[*x].cols;
-            let vs = store.get(plan, *v)?;
-            store
-                .get(plan, *x)?
-                .chunks(cols.max(1))
-                .zip(vs)
-                .flat_map(|(row, f)| row.iter().map(move |e| e.wrapping_mul(*f)))
-                .collect()
-        }
-        (Kind::Mul { a, b, .. }, _) => {
-            let bs = store.get(plan, *b)?;
-            store
-                .get(plan, *a)?
-                .iter()
-                .zip(bs)
-                .map(|(x, y)| x.wrapping_mul(*y))
-                .collect()
-        }
-        (Kind::Square { x, .. }, _) => store
-            .get(plan, *x)?
-            .iter()
-            .map(|v| v.wrapping_mul(*v))
-            .collect(),
-        _ => return Ok(()),
-    };
-    store.set(plan, plan.ops[i].kind.output(), out)?;
+    if let Some(out) = proto::reference(plan, i, store, la)? {
+        store.set(plan, plan.ops[i].kind.output(), out)?;
+    }
     Ok(())
 }

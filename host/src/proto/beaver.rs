@@ -1,0 +1,349 @@
+//! Secret × secret products by Beaver triples: matrix products, row
+//! products (and elementwise ones, a row product with one column) and
+//! squares. Each party's triple is expanded from its seed; P1's section
+//! holds only its share of the product, `C₁ = A·B − C₀`.
+
+use rayon::prelude::*;
+use suffuse_core::batch::BatchEval;
+use suffuse_core::fss::Party;
+use suffuse_core::prg::Prg;
+use zeroize::Zeroizing;
+
+use super::material::words_bytes;
+use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step};
+use crate::exec::{self, ExecError, Store};
+use crate::net::{get_words, put_words};
+use crate::plan::Kind;
+
+/// Triple material and products of it: wiped when dropped.
+type Secret = Zeroizing<Vec<u64>>;
+
+/// `n` words from a seeded stream.
+fn words(seed: &[u8; 16], stream: u64, n: usize) -> Secret {
+    let mut prg = Prg::with_stream(seed, stream);
+    let mut bytes = Zeroizing::new(vec![0u8; n * 8]);
+    prg.fill(&mut bytes);
+    Zeroizing::new(get_words(&bytes))
+}
+
+/// A triple's `(A_b, B_b, C_0)` from party b's seed: A has `na` words, B
+/// `nb`, C `nc`; C_0 only for P0 (`with_c`).
+fn triple(seed: &[u8; 16], [na, nb, nc]: [usize; 3], with_c: bool) -> (Secret, Secret, Secret) {
+    let c = match with_c {
+        true => words(seed, 2, nc),
+        false => Secret::default(),
+    };
+    (words(seed, 0, na), words(seed, 1, nb), c)
+}
+
+/// This party's share of the product: P0 expands C₀, P1 reads C₁.
+fn product_share(
+    party: Party,
+    seed: &[u8; 16],
+    n: usize,
+    cur: &mut Cursor<'_>,
+) -> Result<Secret, ProtoError> {
+    let c = match party {
+        Party::P0 => words(seed, 2, n),
+        Party::P1 => Zeroizing::new(get_words(cur.take(words_bytes(n))?)),
+    };
+    cur.done()?;
+    Ok(c)
+}
+
+/// `x − r` elementwise.
+fn masked(x: &[u64], r: &[u64]) -> impl Iterator<Item = u64> {
+    x.iter().zip(r).map(|(v, r)| v.wrapping_sub(*r))
+}
+
+/// `a + b` elementwise, wiped when dropped.
+fn sum(a: &[u64], b: &[u64]) -> Secret {
+    Zeroizing::new(a.iter().zip(b).map(|(x, y)| x.wrapping_add(*y)).collect())
+}
+
+/// Emits P1's share `C₁ = product − C₀` (P0's section is its seed only).
+fn emit_c1(mut c1: Secret, c0: &[u64], emit: &mut Emit<'_>) -> Result<(), DealError> {
+    for (x, y) in c1.iter_mut().zip(c0) {
+        *x = x.wrapping_sub(*y);
+    }
+    let mut out = [Vec::new(), Vec::new()];
+    put_words(&mut out[1], &c1);
+    Ok(emit(out)?)
+}
+
+/// Opens words: sends this party's, returns the sums.
+fn open_words(on: &mut Online<'_>, step: u32, mine: &[u64]) -> Result<Vec<u64>, ProtoError> {
+    let mut send = Vec::with_capacity(mine.len() * 8);
+    put_words(&mut send, mine);
+    let recv = on.exchange(step, &send)?;
+    let theirs = get_words(&recv);
+    Ok(mine
+        .iter()
+        .zip(&theirs)
+        .map(|(a, b)| a.wrapping_add(*b))
+        .collect())
+}
+
+/// `Kind::MatMul`: `batches` products `[m×k]·[k×n]` of tensors a and b.
+pub(super) struct MatMul<'a> {
+    at: At<'a>,
+    a: usize,
+    b: usize,
+    transpose_b: bool,
+    dims: [usize; 4],
+}
+
+impl<'a> MatMul<'a> {
+    pub(super) fn of(at: At<'a>, kind: &Kind) -> Option<Self> {
+        let Kind::MatMul {
+            a,
+            b,
+            transpose_b,
+            batches,
+            m,
+            k,
+            n,
+            ..
+        } = *kind
+        else {
+            return None;
+        };
+        Some(MatMul {
+            at,
+            a,
+            b,
+            transpose_b,
+            dims: [batches, m, k, n],
+        })
+    }
+
+    fn shape(&self, accumulate: bool) -> suffuse_core::batch::MatShape {
+        let [batches, m, k, n] = self.dims;
+        exec::matmul_shape(self.transpose_b, batches, m, k, n, accumulate)
+    }
+
+    /// Words of A, B and C.
+    fn sizes(&self) -> [usize; 3] {
+        let [batches, m, k, n] = self.dims;
+        [batches * m * k, batches * k * n, batches * m * n]
+    }
+}
+
+impl Step for MatMul<'_> {
+    fn body_len(&self, party: Party) -> usize {
+        (party == Party::P1) as usize * words_bytes(self.sizes()[2])
+    }
+
+    fn deal(
+        &self,
+        fss: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        emit: &mut Emit<'_>,
+    ) -> Result<(), DealError> {
+        let (a0, b0, c0) = triple(&seeds[0], self.sizes(), true);
+        let (a1, b1, _) = triple(&seeds[1], self.sizes(), false);
+        let mut c1 = Zeroizing::new(vec![0u64; self.sizes()[2]]);
+        exec::matmul(
+            fss,
+            self.shape(false),
+            &sum(&a0, &a1),
+            &sum(&b0, &b1),
+            &mut c1,
+        )?;
+        emit_c1(c1, &c0, emit)
+    }
+
+    fn run(
+        &self,
+        on: &mut Online<'_>,
+        seed: &[u8; 16],
+        cur: &mut Cursor<'_>,
+        store: &Store,
+    ) -> Result<Vec<u64>, ProtoError> {
+        let p0 = on.party == Party::P0;
+        let mut z = product_share(on.party, seed, self.sizes()[2], cur)?;
+        let (ta, tb, _) = triple(seed, self.sizes(), false);
+        // Open E = X − A and F = Y − B.
+        let mut mine: Vec<u64> = masked(store.get(self.at.plan, self.a)?, &ta).collect();
+        mine.extend(masked(store.get(self.at.plan, self.b)?, &tb));
+        let opened = open_words(on, self.at.step, &mine)?;
+        let (e, f) = opened.split_at(ta.len());
+        // XY = EF + EB + AF + AB: P0 takes E(F + B₀) + A₀F + C₀, P1 takes
+        // E·B₁ + A₁F + C₁.
+        let right = if p0 { sum(f, &tb) } else { tb };
+        exec::matmul(on.fss, self.shape(true), e, &right, &mut z)?;
+        exec::matmul(on.fss, self.shape(true), &ta, f, &mut z)?;
+        Ok(std::mem::take(&mut *z))
+    }
+
+    fn reference(&self, store: &Store, la: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
+        let mut y = vec![0u64; self.sizes()[2]];
+        let (a, b) = (
+            store.get(self.at.plan, self.a)?,
+            store.get(self.at.plan, self.b)?,
+        );
+        exec::matmul(la, self.shape(false), a, b, &mut y)?;
+        Ok(y)
+    }
+}
+
+/// `Kind::MulRows` (`x[r, c]·v[r]` over `rows × cols`) and `Kind::Mul`
+/// (elementwise: one column).
+pub(super) struct RowProduct<'a> {
+    at: At<'a>,
+    x: usize,
+    v: usize,
+    rows: usize,
+    cols: usize,
+}
+
+impl<'a> RowProduct<'a> {
+    pub(super) fn of(at: At<'a>, kind: &Kind) -> Option<Self> {
+        let t = &at.plan.tensors;
+        let (x, v, rows, cols) = match *kind {
+            Kind::Mul { a, b, .. } => (a, b, t[a].len(), 1),
+            Kind::MulRows { x, v, .. } => (x, v, t[x].rows, t[x].cols),
+            _ => return None,
+        };
+        Some(RowProduct {
+            at,
+            x,
+            v,
+            rows,
+            cols,
+        })
+    }
+
+    /// Words of a, b and c.
+    fn sizes(&self) -> [usize; 3] {
+        [self.rows * self.cols, self.rows, self.rows * self.cols]
+    }
+
+    /// `x[r, c]·v[r]`, row by row.
+    fn products(&self, x: &[u64], v: &[u64]) -> Vec<u64> {
+        (x.chunks(self.cols.max(1)).zip(v))
+            .flat_map(|(row, f)| row.iter().map(move |e| e.wrapping_mul(*f)))
+            .collect()
+    }
+}
+
+impl Step for RowProduct<'_> {
+    fn body_len(&self, party: Party) -> usize {
+        (party == Party::P1) as usize * words_bytes(self.sizes()[2])
+    }
+
+    fn deal(
+        &self,
+        _: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        emit: &mut Emit<'_>,
+    ) -> Result<(), DealError> {
+        let (a0, b0, c0) = triple(&seeds[0], self.sizes(), true);
+        let (a1, b1, _) = triple(&seeds[1], self.sizes(), false);
+        let c1 = Zeroizing::new(self.products(&sum(&a0, &a1), &sum(&b0, &b1)));
+        emit_c1(c1, &c0, emit)
+    }
+
+    fn run(
+        &self,
+        on: &mut Online<'_>,
+        seed: &[u8; 16],
+        cur: &mut Cursor<'_>,
+        store: &Store,
+    ) -> Result<Vec<u64>, ProtoError> {
+        let (p0, cols) = (on.party == Party::P0, self.cols);
+        let mut z = product_share(on.party, seed, self.sizes()[2], cur)?;
+        let (ta, tb, _) = triple(seed, self.sizes(), false);
+        let mut mine: Vec<u64> = masked(store.get(self.at.plan, self.x)?, &ta).collect();
+        mine.extend(masked(store.get(self.at.plan, self.v)?, &tb));
+        let opened = open_words(on, self.at.step, &mine)?;
+        let (e, f) = opened.split_at(self.rows * cols);
+        // x·v = e·f + e·b + a·f + c, e·f by P0 only.
+        z.par_chunks_mut(cols.max(1))
+            .enumerate()
+            .for_each(|(r, row)| {
+                for (col, zv) in row.iter_mut().enumerate() {
+                    let i = r * cols + col;
+                    let s = zv
+                        .wrapping_add(e[i].wrapping_mul(tb[r]))
+                        .wrapping_add(ta[i].wrapping_mul(f[r]));
+                    *zv = s.wrapping_add(e[i].wrapping_mul(f[r]) * p0 as u64);
+                }
+            });
+        Ok(std::mem::take(&mut *z))
+    }
+
+    fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
+        let (x, v) = (
+            store.get(self.at.plan, self.x)?,
+            store.get(self.at.plan, self.v)?,
+        );
+        Ok(self.products(x, v))
+    }
+}
+
+/// `Kind::Square`: `x²` elementwise.
+pub(super) struct Square<'a> {
+    pub(super) at: At<'a>,
+    pub(super) x: usize,
+}
+
+impl Square<'_> {
+    /// Words of a, (no b) and c.
+    fn sizes(&self) -> [usize; 3] {
+        let n = self.at.plan.tensors[self.x].len();
+        [n, 0, n]
+    }
+}
+
+impl Step for Square<'_> {
+    fn body_len(&self, party: Party) -> usize {
+        (party == Party::P1) as usize * words_bytes(self.sizes()[2])
+    }
+
+    fn deal(
+        &self,
+        _: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        emit: &mut Emit<'_>,
+    ) -> Result<(), DealError> {
+        let (a0, _, c0) = triple(&seeds[0], self.sizes(), true);
+        let (a1, _, _) = triple(&seeds[1], self.sizes(), false);
+        let a = sum(&a0, &a1);
+        emit_c1(
+            Zeroizing::new(a.iter().map(|a| a.wrapping_mul(*a)).collect()),
+            &c0,
+            emit,
+        )
+    }
+
+    fn run(
+        &self,
+        on: &mut Online<'_>,
+        seed: &[u8; 16],
+        cur: &mut Cursor<'_>,
+        store: &Store,
+    ) -> Result<Vec<u64>, ProtoError> {
+        let p0 = on.party == Party::P0;
+        let c = product_share(on.party, seed, self.sizes()[2], cur)?;
+        let (ta, _, _) = triple(seed, self.sizes(), false);
+        let mine: Vec<u64> = masked(store.get(self.at.plan, self.x)?, &ta).collect();
+        let e = open_words(on, self.at.step, &mine)?;
+        // x² = e² + 2ea + a², e² by P0 only.
+        Ok((0..e.len())
+            .into_par_iter()
+            .map(|i| {
+                let s = c[i].wrapping_add(e[i].wrapping_mul(ta[i]).wrapping_mul(2));
+                s.wrapping_add(e[i].wrapping_mul(e[i]) * p0 as u64)
+            })
+            .collect())
+    }
+
+    fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
+        Ok(store
+            .get(self.at.plan, self.x)?
+            .iter()
+            .map(|v| v.wrapping_mul(*v))
+            .collect())
+    }
+}

@@ -1,0 +1,133 @@
+//! A reciprocal or rsqrt chain on every element: its gate steps' material
+//! one after another in the section, its multiplications' Beaver words
+//! for P1.
+
+use rayon::prelude::*;
+use suffuse_core::batch::BatchEval;
+use suffuse_core::compile::MAX_KEYS;
+use suffuse_core::fss::Party;
+use suffuse_core::gate::PartyKeys;
+use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step as ChainStep, step_seed};
+use suffuse_core::prg::{Block, Hasher};
+
+use super::material::{Material, deal_material, gate_bytes, load_material, words_bytes};
+use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
+use crate::exec::{ExecError, Store};
+use crate::net::{get_words, put_words};
+
+/// `Kind::Inverse`: the chain `c` on every element of tensor `x`.
+pub(super) struct Inverse<'a> {
+    pub(super) at: At<'a>,
+    pub(super) c: &'a Chain,
+    pub(super) x: usize,
+}
+
+impl Inverse<'_> {
+    fn n(&self) -> usize {
+        self.at.plan.tensors[self.x].len()
+    }
+
+    fn step_bytes(&self, s: usize, party: Party) -> usize {
+        match &self.c.steps[s] {
+            ChainStep::Gate { gate, .. } => gate_bytes(gate, self.n(), party),
+            ChainStep::Mul { .. } if party == Party::P1 => words_bytes(self.n()),
+            ChainStep::Mul { .. } => 0,
+        }
+    }
+
+    /// A party's material for every chain step, in section order.
+    fn load(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        cur: &mut Cursor<'_>,
+    ) -> Result<Vec<Material>, ProtoError> {
+        let n = self.n();
+        let mut mats = Vec::with_capacity(self.c.count);
+        for s in 0..self.c.count {
+            mats.push(match &self.c.steps[s] {
+                ChainStep::Gate { gate, .. } => {
+                    let ss = step_seed(h, seed, s);
+                    load_material(gate, h, party, &ss, 0, n, cur)?
+                }
+                ChainStep::Mul { .. } => Material {
+                    keys: Default::default(),
+                    explicit: match party {
+                        Party::P0 => Vec::new(),
+                        Party::P1 => get_words(cur.take(words_bytes(n))?),
+                    },
+                },
+            });
+        }
+        cur.done()?;
+        Ok(mats)
+    }
+}
+
+impl Step for Inverse<'_> {
+    fn body_len(&self, party: Party) -> usize {
+        (0..self.c.count).map(|s| self.step_bytes(s, party)).sum()
+    }
+
+    fn deal(
+        &self,
+        fss: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        emit: &mut Emit<'_>,
+    ) -> Result<(), DealError> {
+        let (chain, n, h): (_, _, &(dyn Hasher + Sync)) = (self.c, self.n(), fss);
+        let c = deal_core(self.at.step);
+        let mut out = [Vec::new(), Vec::new()];
+        let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
+        for s in 0..chain.count {
+            match &chain.steps[s] {
+                ChainStep::Gate { gate, .. } => {
+                    deal_material(gate, n, &mut out, |k0, k1, ex| {
+                        chain.deal_step(s, h, seeds, 0, n, k0, k1, ex, &mut prf)
+                    })
+                    .map_err(&c)?;
+                }
+                ChainStep::Mul { .. } => {
+                    let mut ex = vec![0u64; n];
+                    let mut none0: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
+                    let mut none1: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
+                    chain
+                        .deal_step(s, h, seeds, 0, n, &mut none0, &mut none1, &mut ex, &mut [])
+                        .map_err(&c)?;
+                    put_words(&mut out[1], &ex);
+                }
+            }
+        }
+        Ok(emit(out)?)
+    }
+
+    fn run(
+        &self,
+        on: &mut Online<'_>,
+        seed: &[u8; 16],
+        cur: &mut Cursor<'_>,
+        store: &Store,
+    ) -> Result<Vec<u64>, ProtoError> {
+        let (n, step) = (self.n(), self.at.step);
+        let h: &(dyn Hasher + Sync) = on.fss;
+        let mats = self.load(h, on.party, seed, cur)?;
+        let mut keys = [PartyKeys::default(); MAX_STEPS];
+        for (k, m) in keys.iter_mut().zip(&mats) {
+            *k = m.party_keys();
+        }
+        let mut scratch = vec![0u64; self.c.scratch_words(n)];
+        let input = store.get(self.at.plan, self.x)?;
+        let mut ev = ChainEval::new(self.c, h, on.party, *seed, 0, n, keys, input, &mut scratch)
+            .map_err(core(step))?;
+        on.drive(step, &mut ev)
+    }
+
+    fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
+        Ok(store
+            .get(self.at.plan, self.x)?
+            .par_iter()
+            .map(|v| self.c.reference(*v))
+            .collect())
+    }
+}

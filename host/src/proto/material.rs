@@ -1,0 +1,144 @@
+//! DCF-gate material as it lies in a key section: every key's body (its
+//! root is re-derived from the section's seed), then P1's explicit words.
+//! Shared by scalar gates, chain steps and max-tree levels.
+
+use suffuse_core::compile::MAX_KEYS;
+use suffuse_core::fss::Party;
+use suffuse_core::gate::{Gate, PartyKeys};
+use suffuse_core::prg::Hasher;
+use zeroize::Zeroize;
+
+use super::{CHUNK, Cursor, ProtoError, core};
+use crate::net::{get_words, put_words};
+
+/// Bytes of P1's explicit words.
+pub(super) fn words_bytes(words: usize) -> usize {
+    words * 8
+}
+
+/// Bytes of one element's key bodies (roots excluded) for a gate.
+fn body_bytes(g: &Gate) -> usize {
+    (0..g.compiled.key_count)
+        .map(|k| g.key_params(k).key_len() - 16)
+        .sum()
+}
+
+/// Section bytes of `count` elements of a gate's material.
+pub(super) fn gate_bytes(g: &Gate, count: usize, party: Party) -> usize {
+    let ex = if party == Party::P1 {
+        words_bytes(count * g.explicit_words())
+    } else {
+        0
+    };
+    count * body_bytes(g) + ex
+}
+
+/// Full-key buffers for `count` elements.
+fn key_buffers(g: &Gate, count: usize) -> [Vec<u8>; MAX_KEYS] {
+    std::array::from_fn(|k| {
+        if k < g.compiled.key_count {
+            vec![0u8; count * g.key_params(k).key_len()]
+        } else {
+            Vec::new()
+        }
+    })
+}
+
+pub(super) fn as_mut(bufs: &mut [Vec<u8>; MAX_KEYS]) -> [&mut [u8]; MAX_KEYS] {
+    let [a, b, c] = bufs;
+    [a.as_mut_slice(), b.as_mut_slice(), c.as_mut_slice()]
+}
+
+/// Deals `count` elements with `deal` (which fills full keys and P1's
+/// explicit words) and appends both parties' section bytes.
+pub(super) fn deal_material(
+    g: &Gate,
+    count: usize,
+    out: &mut [Vec<u8>; 2],
+    deal: impl FnOnce(
+        &mut [&mut [u8]; MAX_KEYS],
+        &mut [&mut [u8]; MAX_KEYS],
+        &mut [u64],
+    ) -> Result<u64, suffuse_core::Error>,
+) -> Result<(), suffuse_core::Error> {
+    let mut k0 = key_buffers(g, count);
+    let mut k1 = key_buffers(g, count);
+    let mut explicit = vec![0u64; count * g.explicit_words()];
+    deal(&mut as_mut(&mut k0), &mut as_mut(&mut k1), &mut explicit)?;
+    for (p, keys) in [&k0, &k1].into_iter().enumerate() {
+        for (k, buf) in keys.iter().enumerate().take(g.compiled.key_count) {
+            let len = g.key_params(k).key_len();
+            for e in 0..count {
+                out[p].extend_from_slice(&buf[e * len + 16..(e + 1) * len]);
+            }
+        }
+    }
+    put_words(&mut out[1], &explicit);
+    Ok(())
+}
+
+/// A party's material for `count` elements, full keys rebuilt. Wiped on
+/// drop.
+pub(super) struct Material {
+    pub(super) keys: [Vec<u8>; MAX_KEYS],
+    pub(super) explicit: Vec<u64>,
+}
+
+impl Drop for Material {
+    fn drop(&mut self) {
+        for k in &mut self.keys {
+            k.zeroize();
+        }
+        self.explicit.zeroize();
+    }
+}
+
+impl Material {
+    pub(super) fn party_keys(&self) -> PartyKeys<'_> {
+        let [a, b, c] = &self.keys;
+        PartyKeys {
+            dcf: [a, b, c],
+            explicit: &self.explicit,
+        }
+    }
+}
+
+/// Reads `count` elements' material, re-deriving the DCF roots from `seed`
+/// at element offset `first`.
+pub(super) fn load_material(
+    g: &Gate,
+    h: &dyn Hasher,
+    party: Party,
+    seed: &[u8; 16],
+    first: u64,
+    count: usize,
+    cur: &mut Cursor<'_>,
+) -> Result<Material, ProtoError> {
+    let mut keys: [Vec<u8>; MAX_KEYS] = Default::default();
+    for (k, buf) in keys.iter_mut().enumerate().take(g.compiled.key_count) {
+        let len = g.key_params(k).key_len();
+        let bodies = cur.take(count * (len - 16))?;
+        // Room for each root (filled from the seed below), then the body:
+        // built by appending, so the buffer is written once.
+        buf.reserve_exact(count * len);
+        for body in bodies.chunks_exact(len - 16) {
+            buf.extend_from_slice(&[0u8; 16]);
+            buf.extend_from_slice(body);
+        }
+    }
+    if count > 0 {
+        g.fill_roots(h, party, seed, first, &mut as_mut(&mut keys))
+            .map_err(core(cur.step))?;
+    }
+    let explicit = if party == Party::P1 {
+        get_words(cur.take(words_bytes(count * g.explicit_words()))?)
+    } else {
+        Vec::new()
+    };
+    Ok(Material { keys, explicit })
+}
+
+/// `(first, count)` of each chunk of `n` elements.
+pub(super) fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..n.div_ceil(CHUNK)).map(move |c| (c * CHUNK, CHUNK.min(n - c * CHUNK)))
+}

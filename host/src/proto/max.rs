@@ -1,0 +1,93 @@
+//! Row maxima by a tree of ReLUs of differences: one level's ReLU material
+//! after another in the section.
+
+use suffuse_core::batch::BatchEval;
+use suffuse_core::fss::Party;
+use suffuse_core::gate::PartyKeys;
+use suffuse_core::gate::chain::step_seed;
+use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
+use suffuse_core::prg::{Block, Hasher};
+
+use super::material::{deal_material, gate_bytes, load_material};
+use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
+use crate::exec::{ExecError, Store};
+
+/// `Kind::Max`: the tree `t` over every row of tensor `x`.
+pub(super) struct RowMax<'a> {
+    pub(super) at: At<'a>,
+    pub(super) t: &'a MaxTree,
+    pub(super) x: usize,
+}
+
+impl RowMax<'_> {
+    fn rows(&self) -> usize {
+        self.at.plan.tensors[self.x].rows
+    }
+}
+
+impl Step for RowMax<'_> {
+    fn body_len(&self, party: Party) -> usize {
+        let (tree, rows) = (self.t, self.rows());
+        (0..tree.levels())
+            .map(|l| gate_bytes(&tree.relu, rows * tree.pairs(l), party))
+            .sum()
+    }
+
+    fn deal(
+        &self,
+        fss: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        emit: &mut Emit<'_>,
+    ) -> Result<(), DealError> {
+        let (tree, rows, h): (_, _, &(dyn Hasher + Sync)) = (self.t, self.rows(), fss);
+        let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+        for level in 0..tree.levels() {
+            let mut out = [Vec::new(), Vec::new()];
+            let count = rows * tree.pairs(level);
+            deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
+                tree.deal_level(level, rows, h, seeds, k0, k1, ex, &mut prf)
+            })
+            .map_err(deal_core(self.at.step))?;
+            emit(out)?;
+        }
+        Ok(())
+    }
+
+    fn run(
+        &self,
+        on: &mut Online<'_>,
+        seed: &[u8; 16],
+        cur: &mut Cursor<'_>,
+        store: &Store,
+    ) -> Result<Vec<u64>, ProtoError> {
+        let (tree, rows, step) = (self.t, self.rows(), self.at.step);
+        let h: &(dyn Hasher + Sync) = on.fss;
+        let mut mats = Vec::with_capacity(tree.levels());
+        for level in 0..tree.levels() {
+            let ls = step_seed(h, seed, level);
+            let count = rows * tree.pairs(level);
+            mats.push(load_material(&tree.relu, h, on.party, &ls, 0, count, cur)?);
+        }
+        cur.done()?;
+        let mut keys = [PartyKeys::default(); MAX_LEVELS];
+        for (k, m) in keys.iter_mut().zip(&mats) {
+            *k = m.party_keys();
+        }
+        let values = store.get(self.at.plan, self.x)?;
+        let mut scratch = vec![0u64; tree.scratch_words(rows)];
+        let mut ev = MaxEval::new(tree, h, on.party, *seed, rows, values, keys, &mut scratch)
+            .map_err(core(step))?;
+        on.drive(step, &mut ev)
+    }
+
+    /// Inside the proven width every ReLU of a difference is exact, so the
+    /// tree computes the true maximum.
+    fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
+        let cols = self.at.plan.tensors[self.x].cols;
+        Ok(store
+            .get(self.at.plan, self.x)?
+            .chunks(cols.max(1))
+            .map(|row| row.iter().map(|v| *v as i64).max().unwrap_or(0) as u64)
+            .collect())
+    }
+}
