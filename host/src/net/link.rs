@@ -388,13 +388,43 @@ impl Link {
         step: u32,
         expect_len: Option<usize>,
     ) -> Result<Vec<u8>, NetError> {
+        self.recv_within(kind, step, expect_len, None)
+    }
+
+    /// [`Link::recv`] for a link that idles between frames: waits at most
+    /// `wait` for the frame to begin, and once its first byte is in gives
+    /// the rest the link's io timeout. So a poll that ends before a frame
+    /// begins is `Timeout` and leaves the link usable, and a frame that
+    /// begins just before the poll would end is still read whole (a whole
+    /// frame under a `wait`-long io timeout would break the link there).
+    pub fn recv_polled(
+        &mut self,
+        kind: FrameKind,
+        step: u32,
+        expect_len: Option<usize>,
+        wait: Duration,
+    ) -> Result<Vec<u8>, NetError> {
+        self.recv_within(kind, step, expect_len, Some(wait))
+    }
+
+    fn recv_within(
+        &mut self,
+        kind: FrameKind,
+        step: u32,
+        expect_len: Option<usize>,
+        wait: Option<Duration>,
+    ) -> Result<Vec<u8>, NetError> {
         self.last_step = step;
         if !self.read_ok {
             return Err(NetError::Broken);
         }
         let want = self.expect(kind, step, expect_len)?;
         let mut received = 0;
-        let result = read_frame(&mut self.timed(), &want, &mut received);
+        let mut timed = match wait {
+            None => self.timed(),
+            Some(w) => Timed::polled(&*self.stream, w, self.timeouts.io),
+        };
+        let result = read_frame(&mut timed, &want, &mut received);
         self.tally(step, 0, received, 0);
         if result.is_err() && received > 0 {
             self.read_ok = false;

@@ -580,3 +580,69 @@ fn a_link_reads_back_what_it_wrote_on_a_raw_socket() {
         [b'S', b'F', 4, 4, 3, 2, 1, 3, 0, 0, 0, 0, 0, 0, 0]
     );
 }
+
+/// A frame split in two with `gap` between the halves, sent from a thread.
+fn send_split(mut raw: TcpStream, gap: Duration) -> thread::JoinHandle<TcpStream> {
+    thread::spawn(move || {
+        let mut frame = header(1, 7, 8);
+        frame.extend_from_slice(&pattern(8, 3));
+        raw.write_all(&frame[..5]).unwrap();
+        thread::sleep(gap);
+        raw.write_all(&frame[5..]).unwrap();
+        raw
+    })
+}
+
+#[test]
+fn a_poll_that_sees_no_frame_leaves_the_link_usable() {
+    let (mut link, mut raw) = raw_pair(patient());
+    let wait = Duration::from_millis(50);
+    let polled = link.recv_polled(FrameKind::Hello, 7, None, wait);
+    assert!(
+        matches!(polled, Err(NetError::Timeout { .. })),
+        "{polled:?}"
+    );
+    let mut frame = header(1, 7, 8);
+    frame.extend_from_slice(&pattern(8, 3));
+    raw.write_all(&frame).unwrap();
+    let got = link.recv_polled(FrameKind::Hello, 7, None, wait).unwrap();
+    assert_eq!(got, pattern(8, 3));
+}
+
+#[test]
+fn a_frame_begun_within_a_poll_gets_the_io_timeout_for_its_rest() {
+    // The halves are 300 ms apart, six times the poll: the poll must not
+    // cut the frame (the P1 standby loop broke links this way under load).
+    let (mut link, raw) = raw_pair(patient());
+    let sender = send_split(raw, Duration::from_millis(300));
+    let wait = Duration::from_millis(50);
+    let got = loop {
+        match link.recv_polled(FrameKind::Hello, 7, None, wait) {
+            Err(NetError::Timeout { .. }) => continue,
+            other => break other,
+        }
+    };
+    assert_eq!(got.unwrap(), pattern(8, 3));
+    drop(sender.join().unwrap());
+}
+
+#[test]
+fn planted_a_frame_wide_poll_deadline_breaks_the_split_frame() {
+    // The control: the old standby loop, the whole frame under a 50 ms io
+    // timeout, loses the link on the same split frame.
+    let (mut link, raw) = raw_pair(patient());
+    link.set_io_timeout(Duration::from_millis(50));
+    let sender = send_split(raw, Duration::from_millis(300));
+    let failed = loop {
+        match link.recv(FrameKind::Hello, 7, None) {
+            Err(NetError::Timeout { .. }) if link.traffic().received == 0 => continue,
+            other => break other,
+        }
+    };
+    assert!(failed.is_err(), "{failed:?}");
+    assert!(matches!(
+        link.recv(FrameKind::Hello, 7, None),
+        Err(NetError::Broken)
+    ));
+    drop(sender.join().unwrap());
+}

@@ -51,6 +51,9 @@ pub(super) struct Timed<'a> {
     deadline: Option<Instant>,
     /// Used when the deadline is too far to represent.
     io: Duration,
+    /// For a poll: the io timeout that replaces the deadline once the
+    /// first byte is in.
+    after_first: Option<Duration>,
 }
 
 impl<'a> Timed<'a> {
@@ -60,6 +63,16 @@ impl<'a> Timed<'a> {
             transport,
             deadline: Instant::now().checked_add(io),
             io,
+            after_first: None,
+        }
+    }
+
+    /// A frame that must begin within `wait` from now and, once begun, be
+    /// done within `io` from its first byte.
+    pub(super) fn polled(transport: &'a dyn Transport, wait: Duration, io: Duration) -> Self {
+        Self {
+            after_first: Some(io),
+            ..Self::new(transport, wait)
         }
     }
 
@@ -91,7 +104,13 @@ impl Read for Timed<'_> {
         if let Some(socket) = self.transport.socket() {
             socket.set_read_timeout(Some(left))?;
         }
-        self.transport.read(buf)
+        let n = self.transport.read(buf)?;
+        if n > 0
+            && let Some(io) = self.after_first.take()
+        {
+            *self = Self::new(self.transport, io);
+        }
+        Ok(n)
     }
 }
 

@@ -70,11 +70,10 @@ impl Shared<'_> {
     /// it can hold. Returns when the link is spent, broken, or stopping.
     fn stand(&self, mut link: Link) {
         loop {
-            link.set_io_timeout(TICK);
             if self.stopping() {
                 return;
             }
-            let bytes = match link.recv(Frame::Hello, super::AGREE_STEP, None) {
+            let bytes = match link.recv_polled(Frame::Hello, super::AGREE_STEP, None, TICK) {
                 Ok(b) => b,
                 Err(NetError::Timeout { .. }) => continue,
                 Err(_) => return,
