@@ -41,3 +41,4 @@ pub mod report;
 pub mod server;
 pub mod service;
 pub mod session;
+pub mod wipe;

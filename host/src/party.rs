@@ -287,7 +287,7 @@ pub fn run_passes(
             let t = Instant::now();
             match plan.step_of[i] {
                 Some(step) => {
-                    let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
+                    let mut section = rx.recv().map_err(|_| PartyError::Reader { step })??;
                     if trace {
                         eprintln!(
                             "P{} step {step}: waited {:.1} ms for {} key bytes",
@@ -303,6 +303,8 @@ pub fn run_passes(
                         .or_default()
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
+                    // At memory speed; `Zeroizing` then finds it empty.
+                    crate::wipe::vec(&mut section);
                 }
                 None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }

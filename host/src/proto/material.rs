@@ -6,7 +6,6 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::{Gate, PartyKeys};
 use suffuse_core::prg::Hasher;
-use zeroize::Zeroize;
 
 use super::{CHUNK, Cursor, ProtoError, core};
 use crate::net::{get_words, put_words};
@@ -87,9 +86,9 @@ pub(super) struct Material {
 impl Drop for Material {
     fn drop(&mut self) {
         for k in &mut self.keys {
-            k.zeroize();
+            crate::wipe::vec(k);
         }
-        self.explicit.zeroize();
+        crate::wipe::vec(&mut self.explicit);
     }
 }
 
