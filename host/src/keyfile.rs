@@ -647,8 +647,10 @@ impl KeyReader {
         self.check_digest(step, hash)
     }
 
-    /// Checks the end marker after the last section.
-    pub fn finish(mut self) -> Result<(), KeyFileError> {
+    /// Checks the end marker after the last section. The file stays open
+    /// until the reader is dropped: closing a spent (unlinked) file frees
+    /// its blocks, which the caller may want off its critical path.
+    pub fn finish(&mut self) -> Result<(), KeyFileError> {
         let mut t = [0u8; 8];
         read_exact(&mut self.input, &mut t, &self.path, "the end marker")?;
         if t[..4] != END || le_u32(&t[4..]) != self.header.steps {
