@@ -36,6 +36,19 @@ fn triple(seed: &[u8; 16], [na, nb, nc]: [usize; 3], with_c: bool) -> (Secret, S
     (words(seed, 0, na), words(seed, 1, nb), c)
 }
 
+/// Bytes of `party`'s section after the seed: P1's `c` words of C₁.
+fn c1_len(party: Party, c: usize) -> usize {
+    usize::from(party == Party::P1) * words_bytes(c)
+}
+
+/// Both parties' triples from their seeds: `(A₀, B₀, C₀)` and `(A₁, B₁)`.
+fn both(seeds: &[[u8; 16]; 2], sizes: [usize; 3]) -> [(Secret, Secret, Secret); 2] {
+    [
+        triple(&seeds[0], sizes, true),
+        triple(&seeds[1], sizes, false),
+    ]
+}
+
 /// This party's share of the product: P0 expands C₀, P1 reads C₁.
 fn product_share(
     party: Party,
@@ -131,7 +144,7 @@ impl<'a> MatMul<'a> {
 
 impl Step for MatMul<'_> {
     fn body_len(&self, party: Party) -> usize {
-        (party == Party::P1) as usize * words_bytes(self.sizes()[2])
+        c1_len(party, self.sizes()[2])
     }
 
     fn deal(
@@ -140,8 +153,7 @@ impl Step for MatMul<'_> {
         seeds: [[u8; 16]; 2],
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let (a0, b0, c0) = triple(&seeds[0], self.sizes(), true);
-        let (a1, b1, _) = triple(&seeds[1], self.sizes(), false);
+        let [(a0, b0, c0), (a1, b1, _)] = both(&seeds, self.sizes());
         let mut c1 = Zeroizing::new(vec![0u64; self.sizes()[2]]);
         exec::matmul(
             fss,
@@ -229,7 +241,7 @@ impl<'a> RowProduct<'a> {
 
 impl Step for RowProduct<'_> {
     fn body_len(&self, party: Party) -> usize {
-        (party == Party::P1) as usize * words_bytes(self.sizes()[2])
+        c1_len(party, self.sizes()[2])
     }
 
     fn deal(
@@ -238,8 +250,7 @@ impl Step for RowProduct<'_> {
         seeds: [[u8; 16]; 2],
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let (a0, b0, c0) = triple(&seeds[0], self.sizes(), true);
-        let (a1, b1, _) = triple(&seeds[1], self.sizes(), false);
+        let [(a0, b0, c0), (a1, b1, _)] = both(&seeds, self.sizes());
         let c1 = Zeroizing::new(self.products(&sum(&a0, &a1), &sum(&b0, &b1)));
         emit_c1(c1, &c0, emit)
     }
@@ -298,7 +309,7 @@ impl Square<'_> {
 
 impl Step for Square<'_> {
     fn body_len(&self, party: Party) -> usize {
-        (party == Party::P1) as usize * words_bytes(self.sizes()[2])
+        c1_len(party, self.sizes()[2])
     }
 
     fn deal(
@@ -307,8 +318,7 @@ impl Step for Square<'_> {
         seeds: [[u8; 16]; 2],
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let (a0, _, c0) = triple(&seeds[0], self.sizes(), true);
-        let (a1, _, _) = triple(&seeds[1], self.sizes(), false);
+        let [(a0, _, c0), (a1, _, _)] = both(&seeds, self.sizes());
         let a = sum(&a0, &a1);
         emit_c1(
             Zeroizing::new(a.iter().map(|a| a.wrapping_mul(*a)).collect()),
