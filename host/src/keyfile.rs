@@ -41,9 +41,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use zeroize::Zeroizing;
 
 use crate::ledger::{Ledger, LedgerError};
+use crate::wipe::Wiped;
 
 use serde::{Deserialize, Serialize};
 
@@ -563,7 +563,7 @@ impl KeyReader {
 
     /// Reads step `step`'s section, which must be `len` bytes, and checks
     /// its digest before returning it.
-    pub fn section(&mut self, step: u32, len: u64) -> Result<Zeroizing<Vec<u8>>, KeyFileError> {
+    pub fn section(&mut self, step: u32, len: u64) -> Result<Wiped, KeyFileError> {
         let (found, found_len) = self.section_header()?;
         if found != step {
             return Err(KeyFileError::Step {
@@ -589,7 +589,7 @@ impl KeyReader {
         // Read straight into the wiped buffer. Not `read_to_end`: it reads
         // a short section (a lone 16-byte seed) through a stack probe
         // buffer that nothing wipes, where the memory scan found it.
-        let mut buf = Zeroizing::new(vec![0u8; n]);
+        let mut buf = Wiped(vec![0u8; n]);
         let what = format!("step {step}'s keys");
         read_exact(&mut self.input, &mut buf, &self.path, &what)?;
         let mut hash = section_digest(&self.chain, step, len);

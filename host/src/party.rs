@@ -12,13 +12,14 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroize;
 
 use crate::exec::{self, ExecError, Store};
 use crate::keyfile::{KeyFileError, KeyReader};
 use crate::net::Link;
 use crate::plan::{Category, Plan};
 use crate::proto::{self, Online, ProtoError};
+use crate::wipe::Wiped;
 
 /// Figures of one category on one party.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
@@ -194,7 +195,7 @@ impl Drop for ScrubStacks {
 fn read_ahead(
     mut keys: KeyReader,
     lens: Vec<(u32, u64)>,
-    tx: &mpsc::SyncSender<Result<Zeroizing<Vec<u8>>, KeyFileError>>,
+    tx: &mpsc::SyncSender<Result<Wiped, KeyFileError>>,
 ) {
     for (step, len) in lens {
         let section = keys.section(step, len);
@@ -203,7 +204,7 @@ fn read_ahead(
             return;
         }
     }
-    let _ = tx.send(keys.finish().map(|()| Zeroizing::new(Vec::new())));
+    let _ = tx.send(keys.finish().map(|()| Wiped::default()));
     // The last close of a spent key file (unlinked at the spend) frees its
     // blocks: 3.1-3.3 s for a 2.2 GB MiniLM-128 file on this machine's ext4,
     // which was in every query's online time. So it closes on a thread of
@@ -256,7 +257,7 @@ pub fn run_passes(
         ..PartyReport::default()
     };
     let lens = key_sections(plan, party);
-    let (tx, rx) = mpsc::sync_channel::<Result<Zeroizing<Vec<u8>>, KeyFileError>>(2);
+    let (tx, rx) = mpsc::sync_channel::<Result<Wiped, KeyFileError>>(2);
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it
         // and a reader blocked on the full channel wakes and stops, instead
@@ -295,7 +296,7 @@ pub fn run_passes(
             let t = Instant::now();
             match plan.step_of[i] {
                 Some(step) => {
-                    let mut section = rx.recv().map_err(|_| PartyError::Reader { step })??;
+                    let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
                     if trace {
                         eprintln!(
                             "P{} step {step}: waited {:.1} ms for {} key bytes",
@@ -311,8 +312,6 @@ pub fn run_passes(
                         .or_default()
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
-                    // At memory speed; `Zeroizing` then finds it empty.
-                    crate::wipe::vec(&mut section);
                 }
                 None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }
