@@ -27,9 +27,8 @@
 
 use crate::batch::BatchEval;
 use crate::compile::{Compiled, MAX_KEYS};
-use crate::dcf;
 use crate::error::{Error, SufError};
-use crate::fss::{KeyBatch, Params, Party};
+use crate::fss::{self, GEN_LANES, GenBatch, KeyBatch, Params, Party};
 use crate::mpc;
 use crate::phi::program::{self, BLOCK, Program, Section};
 use crate::phi::{Mono, Phi, Plan};
@@ -387,53 +386,100 @@ impl Gate {
             let at = first + cast::u64_from_usize(done);
             calls += self.expand(h, &seeds[0], at, n, b0);
             calls += self.expand(h, &seeds[1], at, n, b1);
-            for e in 0..n {
-                let p0 = &b0[e * per..(e + 1) * per];
-                let p1 = &b1[e * per..(e + 1) * per];
-                let r = match masks {
-                    Some([m0, m1]) => w.add(m0[done + e], m1[done + e]),
-                    None => w.add(p0[0].low64(), p1[0].low64()),
-                };
-                for k in 0..c.key_count {
-                    let params = self.key_params(k);
-                    let len = params.key_len();
-                    let at = (done + e) * len;
-                    calls += dcf::generate_bit(
-                        h,
-                        &params,
-                        c.key_alpha(k, r),
-                        [self.root(p0, k), self.root(p1, k)],
-                        &mut dcf0[k][at..at + len],
-                        &mut dcf1[k][at..at + len],
-                    )?;
+            // Groups of GEN_LANES elements: their keys are walked in
+            // lockstep, 2·GEN_LANES independent AES blocks per level.
+            let mut g = 0;
+            while g < n {
+                let m = GEN_LANES.min(n - g);
+                let blocks = [&b0[g * per..(g + m) * per], &b1[g * per..(g + m) * per]];
+                let mut r = [0u64; GEN_LANES];
+                for (e, re) in r[..m].iter_mut().enumerate() {
+                    *re = match masks {
+                        Some([m0, m1]) => w.add(m0[done + g + e], m1[done + g + e]),
+                        None => w.add(blocks[0][e * per].low64(), blocks[1][e * per].low64()),
+                    };
                 }
-                let rho = p0[0].high64() ^ p1[0].high64();
-                let out = &mut explicit[(done + e) * ew..(done + e + 1) * ew];
-                let mut o = 0;
-                if c.and_count > 0 {
-                    let alpha = p0[SLOT_AND].low64() ^ p1[SLOT_AND].low64();
-                    let beta = p0[SLOT_AND].high64() ^ p1[SLOT_AND].high64();
-                    out[0] = (alpha & beta) ^ p0[SLOT_GAMMA].low64();
-                    o = 1;
+                calls += self.deal_keys(h, blocks, &r[..m], done + g, dcf0, dcf1)?;
+                for (e, &re) in r[..m].iter().enumerate() {
+                    let p = [
+                        &blocks[0][e * per..(e + 1) * per],
+                        &blocks[1][e * per..(e + 1) * per],
+                    ];
+                    let el = done + g + e;
+                    self.deal_explicit(p, re, &mut explicit[el * ew..(el + 1) * ew]);
                 }
-                let mut a = [0u64; crate::phi::MAX_BEAVER];
-                for (l, al) in a.iter_mut().enumerate().take(self.plan.beaver_count) {
-                    *al = w.add(self.seeded_word(p0, l), self.seeded_word(p1, l));
-                }
-                let mut s = self.plan.beaver_count;
-                for m in &self.plan.monos[..self.plan.mono_count] {
-                    if m.is_seeded() {
-                        continue;
-                    }
-                    let v = self.mono_value(m, r, rho, &a);
-                    out[o] = w.sub(v, self.seeded_word(p0, s));
-                    o += 1;
-                    s += 1;
-                }
+                g += m;
             }
             done += n;
         }
         Ok(calls)
+    }
+
+    /// Generates every DCF key pair of a group of at most [`GEN_LANES`]
+    /// elements whose masks are `r` and expanded blocks `blocks` (both
+    /// parties'), into the key slots of elements `first..first + r.len()`,
+    /// walking the group's keys in lockstep ([`fss::generate`], the same
+    /// bytes as one key at a time).
+    fn deal_keys(
+        &self,
+        h: &dyn Hasher,
+        blocks: [&[Block]; 2],
+        r: &[u64],
+        first: usize,
+        dcf0: &mut [&mut [u8]; MAX_KEYS],
+        dcf1: &mut [&mut [u8]; MAX_KEYS],
+    ) -> Result<u64, Error> {
+        let per = self.prf_blocks();
+        let m = r.len();
+        let mut alphas = [0u64; GEN_LANES];
+        let mut roots = [[Block::ZERO; 2]; GEN_LANES];
+        let mut calls = 0;
+        for k in 0..self.compiled.key_count {
+            let params = self.key_params(k);
+            for e in 0..m {
+                alphas[e] = self.compiled.key_alpha(k, r[e]);
+                roots[e] = [
+                    self.root(&blocks[0][e * per..], k),
+                    self.root(&blocks[1][e * per..], k),
+                ];
+            }
+            // Bit outputs: β is 1, and no random words are drawn.
+            let batch =
+                GenBatch::new(params, &alphas[..m], &[1; GEN_LANES][..m], &roots[..m], &[])?;
+            let len = params.key_len();
+            let span = first * len..(first + m) * len;
+            calls += fss::generate(h, &batch, &mut dcf0[k][span.clone()], &mut dcf1[k][span], m)?;
+        }
+        Ok(calls)
+    }
+
+    /// Writes one element's explicit words: the AND gate's masked product
+    /// and every monomial not drawn from the seeds, for mask `r`.
+    fn deal_explicit(&self, p: [&[Block]; 2], r: u64, out: &mut [u64]) {
+        let w = self.ring();
+        let [p0, p1] = p;
+        let rho = p0[0].high64() ^ p1[0].high64();
+        let mut o = 0;
+        if self.compiled.and_count > 0 {
+            let alpha = p0[SLOT_AND].low64() ^ p1[SLOT_AND].low64();
+            let beta = p0[SLOT_AND].high64() ^ p1[SLOT_AND].high64();
+            out[0] = (alpha & beta) ^ p0[SLOT_GAMMA].low64();
+            o = 1;
+        }
+        let mut a = [0u64; crate::phi::MAX_BEAVER];
+        for (l, al) in a.iter_mut().enumerate().take(self.plan.beaver_count) {
+            *al = w.add(self.seeded_word(p0, l), self.seeded_word(p1, l));
+        }
+        let mut s = self.plan.beaver_count;
+        for m in &self.plan.monos[..self.plan.mono_count] {
+            if m.is_seeded() {
+                continue;
+            }
+            let v = self.mono_value(m, r, rho, &a);
+            out[o] = w.sub(v, self.seeded_word(p0, s));
+            o += 1;
+            s += 1;
+        }
     }
 
     /// A monomial's value for mask `r`, B2A bits `rho` and Beaver masks `a`.
