@@ -92,6 +92,20 @@ impl AesNi {
     }
 }
 
+/// Prefetches the first two cache lines (the root and the first correction
+/// words) of the `group` keys that answer queries `first..first + group`,
+/// while the walk is still on the group before: one key per evaluation means
+/// every group would otherwise start with a miss per key.
+fn prefetch_heads(keys: &KeyBatch<'_>, per_key: usize, first: usize, group: usize) {
+    for j in 0..group {
+        let key = keys.key((first + j) / per_key);
+        for line in key.chunks(64).take(2) {
+            // SAFETY: prefetching never faults; the address is inside the key.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        }
+    }
+}
+
 /// σ(x) = swap64(x) ⊕ (x ∧ high-half): `(x_L ⊕ x_R) ‖ x_L` per 128-bit block.
 #[inline(always)]
 fn sigma128(x: __m128i) -> __m128i {

@@ -41,6 +41,9 @@ pub(crate) fn eval_bits(
     let mut calls = 0;
     let mut q = 0;
     while q + GROUP <= points.len() {
+        if q + 2 * GROUP <= points.len() {
+            super::prefetch_heads(keys, per_key, first + q + GROUP, GROUP);
+        }
         // SAFETY: `h.walks` records that AVX-512F, AVX-512DQ and VAES exist.
         calls += unsafe {
             walk_group(

@@ -33,6 +33,9 @@ pub(crate) fn eval_bits(
     let mut calls = 0;
     let mut q = 0;
     while q + GROUP <= points.len() {
+        if q + 2 * GROUP <= points.len() {
+            super::prefetch_heads(keys, per_key, first + q + GROUP, GROUP);
+        }
         // SAFETY: an `AesNi` exists only after AES-NI was detected.
         calls += unsafe {
             walk_group(

@@ -13,8 +13,10 @@ use suffuse_core::fss::{KeyBatch, Kind};
 
 use super::Vaes256;
 
-/// Evaluations per lockstep group: eight registers of two.
-const GROUP: usize = 16;
+/// Evaluations per lockstep group: sixteen registers of two, twice what
+/// VAES-256's latency × throughput needs, so the serial work between levels
+/// leaves the AES units busy.
+const GROUP: usize = 32;
 const PAIRS: usize = GROUP / 2;
 /// How many levels ahead correction words are prefetched.
 const PREFETCH_LEVELS: u32 = 6;
@@ -35,6 +37,9 @@ pub(crate) fn eval_bits(
     let mut calls = 0;
     let mut q = 0;
     while q + GROUP <= points.len() {
+        if q + 2 * GROUP <= points.len() {
+            super::prefetch_heads(keys, per_key, first + q + GROUP, GROUP);
+        }
         // SAFETY: a `Vaes256` exists only after AVX2 and VAES were detected.
         calls += unsafe {
             walk_group(
