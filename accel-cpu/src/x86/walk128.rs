@@ -135,8 +135,9 @@ unsafe fn walk_group(
                 // x_i = 0: the right sibling's control bit shares [x < α].
                 acc[j] ^= (_mm_cvtsi128_si64(right) as u64) & 1 & !xb;
             }
+            // s ← x_i ? right : left, where right = left ⊕ s.
             let m = _mm_set1_epi64x(xb as i64);
-            s[j] = _mm_or_si128(_mm_andnot_si128(m, left), _mm_and_si128(m, right));
+            s[j] = _mm_xor_si128(left, _mm_and_si128(m, s[j]));
         }
     }
 

@@ -131,7 +131,6 @@ unsafe fn walk_group(
     }
     let lsb_lo = _mm256_set_epi64x(0, 1, 0, 1);
     let hi_half = _mm256_set_epi64x(-1, 0, -1, 0);
-    let ones = _mm256_set1_epi64x(1);
 
     let mut s = [_mm256_setzero_si256(); PAIRS];
     let mut xv = [_mm256_setzero_si256(); PAIRS];
@@ -139,8 +138,10 @@ unsafe fn walk_group(
         let b = 2 * q;
         // SAFETY: every key is `key_len ≥ 32` bytes; the root is its first 16.
         s[q] = unsafe { load2(key_ptr[b], key_ptr[b + 1]) };
-        // Both 64-bit halves of a lane carry that lane's point.
-        xv[q] = _mm256_set_epi64x(x[b + 1] as i64, x[b + 1] as i64, x[b] as i64, x[b] as i64);
+        // Both 64-bit halves of a lane carry that lane's point, shifted so
+        // that the first level's bit x_{k−1} is the sign bit.
+        let (hi, lo) = ((x[b + 1] << (64 - k)) as i64, (x[b] << (64 - k)) as i64);
+        xv[q] = _mm256_set_epi64x(hi, hi, lo, lo);
     }
     // DCF accumulator per lane, in the low bit of each lane's low half.
     let mut acc = [_mm256_setzero_si256(); PAIRS];
@@ -154,7 +155,6 @@ unsafe fn walk_group(
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.add(ahead).cast()) };
             }
         }
-        let shift = _mm_set_epi64x(0, i64::from(k - 1 - level));
         let hs = hash(&s, rk_tree, hi_half);
         for q in 0..PAIRS {
             let b = 2 * q;
@@ -163,16 +163,13 @@ unsafe fn walk_group(
             let t = lsb_mask(s[q], lsb_lo);
             let left = _mm256_xor_si256(hs[q], _mm256_and_si256(cw, t));
             let right = _mm256_xor_si256(left, s[q]);
-            // All ones where x_i = 1 (both halves carry x).
-            let xb = _mm256_sub_epi64(
-                _mm256_setzero_si256(),
-                _mm256_and_si256(_mm256_srl_epi64(xv[q], shift), ones),
-            );
+            // All ones where x_i = 1: x_i is the sign bit at this level.
+            let xb = _mm256_cmpgt_epi64(_mm256_setzero_si256(), xv[q]);
+            xv[q] = _mm256_add_epi64(xv[q], xv[q]);
             if dcf {
                 // x_i = 0: the right sibling's control bit shares [x < α]
-                // here.
-                let bit = _mm256_and_si256(right, lsb_lo);
-                acc[q] = _mm256_xor_si256(acc[q], _mm256_andnot_si256(xb, bit));
+                // here; only the low bit of `acc` is read at the end.
+                acc[q] = _mm256_xor_si256(acc[q], _mm256_andnot_si256(xb, right));
             }
             s[q] = _mm256_blendv_epi8(left, right, xb);
         }
