@@ -182,16 +182,34 @@ fn run(party: u8, keys: Vec<u8>, peer: Box<dyn Peer>) -> Result<Vec<u64>, RunErr
         .check(party & 1, &f.plan.hash, &party::key_sections(&f.plan, who))
         .map_err(RunError::Header)?;
     let mut link = Link::in_memory(peer, Timeouts::default());
-    party::run(
-        &f.plan,
-        who,
-        reader,
-        &mut link,
-        backend::auto(),
-        inputs(&f.plan),
-    )
-    .map(|(share, _)| share)
-    .map_err(RunError::Party)
+    // On a pool's one thread, so that the party's parallel loops run where
+    // it runs instead of waking a worker for each (thread handoffs were
+    // most of a run's time outside the steps).
+    one_thread()
+        .install(|| {
+            party::run(
+                &f.plan,
+                who,
+                reader,
+                &mut link,
+                backend::auto(),
+                inputs(&f.plan),
+            )
+        })
+        .map(|(share, _)| share)
+        .map_err(RunError::Party)
+}
+
+/// A pool of one thread for [`run`], built once per process.
+fn one_thread() -> &'static rayon::ThreadPool {
+    static POOL: OnceLock<rayon::ThreadPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "fuzz party".into())
+            .build()
+            .unwrap_or_else(|e| panic!("a one-thread pool: {e}"))
+    })
 }
 
 /// Input shares of the plan's shape (their values do not matter to
