@@ -434,6 +434,9 @@ fn main() -> ExitCode {
         );
         return ExitCode::FAILURE;
     }
+    // `Wiping` zeroes every freed block, so secret buffers need no pass of
+    // their own before they are freed.
+    suffuse_host::wipe::allocator_wipes_freed_blocks();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,

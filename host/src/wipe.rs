@@ -11,9 +11,29 @@
 //! block is freed. The binary's allocator wipes every freed block as well,
 //! and `host/tests/memscan.rs` checks the result in a live server.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether the global allocator zeroes every block it is given back.
+static ALLOCATOR_WIPES: AtomicBool = AtomicBool::new(false);
+
+/// Declares that this process's global allocator zeroes every block, its
+/// whole layout, as the block is freed, as the `suffuse` binary's does.
+/// [`vec`] then only frees: its own `memset` would be a second pass over
+/// memory the allocator is about to zero (a key section or a gate's keys,
+/// hundreds of MB per query). A library user's allocator is never assumed
+/// to wipe; only a binary whose allocator does may call this.
+pub fn allocator_wipes_freed_blocks() {
+    ALLOCATOR_WIPES.store(true, Ordering::Relaxed);
+}
+
 /// Zeroes `v`'s whole capacity (one `memset`), then frees it (`v` is left
-/// empty).
+/// empty); only frees it when the allocator zeroes freed blocks itself
+/// ([`allocator_wipes_freed_blocks`]).
 pub fn vec<T: Copy + Default>(v: &mut Vec<T>) {
+    if ALLOCATOR_WIPES.load(Ordering::Relaxed) {
+        *v = Vec::new();
+        return;
+    }
     v.clear();
     v.resize(v.capacity(), T::default());
     std::hint::black_box(v.as_mut_ptr());
