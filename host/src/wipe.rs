@@ -5,11 +5,13 @@
 //! at P0, 2.4 GB at P1 in all) and the keys rebuilt from it; at that rate
 //! `Material::drop` alone took 5.8 % of the online phase's `perf` samples
 //! (2 cores), and the section wipe sat inlined in `party::run_passes`.
-//! Here a buffer is zeroed by `fill` (a `memset`) over its whole capacity,
-//! its pointer then escapes through `black_box`, so that the compiler must
+//! Here a buffer is zeroed over its whole capacity by one `memset`, its
+//! pointer then escapes through `black_box`, so that the compiler must
 //! assume the zeros are read and cannot drop the stores as dead; then the
-//! block is freed. The binary's allocator wipes every freed block as well,
-//! and `host/tests/memscan.rs` checks the result in a live server.
+//! block is freed. Where the global allocator zeroes every freed block
+//! itself (the `suffuse` binary's does, and says so through
+//! [`allocator_wipes_freed_blocks`]), the block is only freed.
+//! `host/tests/memscan.rs` checks the result in a live server.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -143,7 +143,8 @@ unsafe fn walk_group(
         let (hi, lo) = ((x[b + 1] << (64 - k)) as i64, (x[b] << (64 - k)) as i64);
         xv[q] = _mm256_set_epi64x(hi, hi, lo, lo);
     }
-    // DCF accumulator per lane, in the low bit of each lane's low half.
+    // DCF accumulator per lane: its low bit (of each lane's low half) is
+    // the share; the bits above it are never read.
     let mut acc = [_mm256_setzero_si256(); PAIRS];
 
     for level in 0..levels {
@@ -190,7 +191,10 @@ unsafe fn walk_group(
         // SAFETY: `leaf` and `accs` have room for four words at 4q.
         unsafe {
             _mm256_storeu_si256(leaf.as_mut_ptr().add(4 * q).cast(), v);
-            _mm256_storeu_si256(accs.as_mut_ptr().add(4 * q).cast(), acc[q]);
+            // Only the control bit leaves the registers: the other bits of
+            // `acc` are sums of seed bits.
+            let bit = _mm256_and_si256(acc[q], lsb_lo);
+            _mm256_storeu_si256(accs.as_mut_ptr().add(4 * q).cast(), bit);
         }
     }
     for j in 0..GROUP {
