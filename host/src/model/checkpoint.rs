@@ -146,7 +146,6 @@ fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
     };
     config.check()?;
 
-    let tokenizer = tokenizer(dir, lowercase_input, config.vocab_size)?;
     let weights = WeightFiles::open(dir)?;
     let tensors = weights.tensors(&["", "bert."])?;
     let (h, c) = (config.hidden, &config);
@@ -182,12 +181,14 @@ fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
 
+    // Last, as the decoders do: a bad weight file is refused before the
+    // tokenizer (the costliest part of a small folder) is built.
     Ok(Model {
         name: folder_name(dir),
+        tokenizer: tokenizer(dir, lowercase_input, config.vocab_size)?,
         config,
         embeddings,
         layers,
-        tokenizer,
     })
 }
 
