@@ -92,8 +92,9 @@ impl AesNi {
     }
 }
 
-/// Prefetches the first two cache lines (the root and the first correction
-/// words) of the `group` keys that answer queries `first..first + group`,
+/// The VAES-512 walk's prefetch (the two walks above use [`Ahead`], measured
+/// only on a CPU without AVX-512): the first two cache lines (the root and
+/// the first correction words) of the `group` keys that answer queries `first..first + group`,
 /// while the walk is still on the group before: one key per evaluation means
 /// every group would otherwise start with a miss per key.
 fn prefetch_heads(keys: &KeyBatch<'_>, per_key: usize, first: usize, group: usize) {
@@ -102,6 +103,72 @@ fn prefetch_heads(keys: &KeyBatch<'_>, per_key: usize, first: usize, group: usiz
         for line in key.chunks(64).take(2) {
             // SAFETY: prefetching never faults; the address is inside the key.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+        }
+    }
+}
+
+/// Runs `walk(first, points, out, next)` on every whole group of `group`
+/// queries in `points` (query `first + i` at `points[i]`), `next` being the
+/// group after it, for the walk to prefetch; returns how many queries it
+/// did (a multiple of `group`) and the sum of `walk`'s AES calls.
+fn by_groups(
+    keys: &KeyBatch<'_>,
+    per_key: usize,
+    first: usize,
+    group: usize,
+    points: &[u64],
+    out: &mut [u64],
+    mut walk: impl FnMut(usize, &[u64], &mut [u64], &Ahead<'_>) -> u64,
+) -> (usize, u64) {
+    let levels = keys.params().levels();
+    let mut calls = 0;
+    let mut q = 0;
+    while q + group <= points.len() {
+        let after = if q + 2 * group <= points.len() {
+            group
+        } else {
+            0
+        };
+        let next = Ahead::new(keys, per_key, first + q + group, after, levels);
+        let (p, o) = (&points[q..q + group], &mut out[q..q + group]);
+        calls += walk(first + q, p, o, &next);
+        q += group;
+    }
+    (q, calls)
+}
+
+/// The next group's keys, prefetched into L2 a slice per tree level while
+/// the walk is on the group before. With one key per evaluation every key is
+/// its own memory stream, too many for the hardware prefetchers and too
+/// far apart for prefetches a few levels ahead to hide memory's latency;
+/// a whole group ahead, its lines are in L2 when the walk reaches them.
+struct Ahead<'a> {
+    bytes: &'a [u8],
+    /// Cache lines per level.
+    per_level: usize,
+}
+
+impl<'a> Ahead<'a> {
+    /// The keys that answer queries `first..first + group`, spread over
+    /// `levels` steps.
+    fn new(keys: &KeyBatch<'a>, per_key: usize, first: usize, group: usize, levels: u32) -> Self {
+        let len = keys.params().key_len();
+        let (a, b) = (first / per_key, (first + group).div_ceil(per_key));
+        let bytes = keys.bytes().get(a * len..b * len).unwrap_or_default();
+        let levels = usize::try_from(levels.max(1)).unwrap_or(1);
+        let per_level = bytes.len().div_ceil(64).div_ceil(levels);
+        Ahead { bytes, per_level }
+    }
+
+    /// Prefetches level `level`'s slice.
+    #[inline(always)]
+    fn step(&self, level: u32) {
+        let from = usize::try_from(level)
+            .unwrap_or(usize::MAX)
+            .saturating_mul(self.per_level);
+        for line in self.bytes.chunks(64).skip(from).take(self.per_level) {
+            // SAFETY: prefetching never faults; the address is inside the keys.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
         }
     }
 }

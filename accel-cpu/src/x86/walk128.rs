@@ -3,8 +3,8 @@
 //!
 //! It computes exactly what core's `fss::eval_queries` computes (the
 //! conformance harness checks that bit for bit), with control bits as
-//! arithmetic masks and each key's correction words prefetched a few levels
-//! ahead, which core's walk cannot do.
+//! arithmetic masks and the next group's keys prefetched into L2 while a
+//! group is walked ([`super::Ahead`]), which core's walk cannot do.
 
 use core::arch::x86_64::*;
 use suffuse_core::fss::{KeyBatch, Kind};
@@ -14,8 +14,6 @@ use super::AesNi;
 /// Evaluations per lockstep group: sixteen blocks in flight per level,
 /// twice AES-NI's latency × throughput.
 const GROUP: usize = 16;
-/// How many levels ahead correction words are prefetched.
-const PREFETCH_LEVELS: u32 = 6;
 
 /// Bit-output evaluation of queries `first..first + points.len()`, query `q`
 /// being key `q / per_key` at `points[q − first]`, in whole groups; returns
@@ -30,26 +28,18 @@ pub(crate) fn eval_bits(
     points: &[u64],
     out: &mut [u64],
 ) -> (usize, u64) {
-    let mut calls = 0;
-    let mut q = 0;
-    while q + GROUP <= points.len() {
-        if q + 2 * GROUP <= points.len() {
-            super::prefetch_heads(keys, per_key, first + q + GROUP, GROUP);
-        }
-        // SAFETY: an `AesNi` exists only after AES-NI was detected.
-        calls += unsafe {
-            walk_group(
-                h,
-                keys,
-                per_key,
-                first + q,
-                &points[q..q + GROUP],
-                &mut out[q..q + GROUP],
-            )
-        };
-        q += GROUP;
-    }
-    (q, calls)
+    super::by_groups(
+        keys,
+        per_key,
+        first,
+        GROUP,
+        points,
+        out,
+        |first, points, out, next| {
+            // SAFETY: an `AesNi` exists only after AES-NI was detected.
+            unsafe { walk_group(h, keys, per_key, first, points, out, next) }
+        },
+    )
 }
 
 /// All ones if the block's low bit is set, else zero.
@@ -92,6 +82,7 @@ unsafe fn walk_group(
     first: usize,
     points: &[u64],
     out: &mut [u64],
+    next: &super::Ahead<'_>,
 ) -> u64 {
     let p = keys.params();
     let k = p.domain().bits();
@@ -114,13 +105,7 @@ unsafe fn walk_group(
 
     for level in 0..levels {
         let off = p.cw_offset(level);
-        if level + PREFETCH_LEVELS < levels {
-            let ahead = p.cw_offset(level + PREFETCH_LEVELS);
-            for ptr in key_ptr {
-                // SAFETY: prefetching never faults; the address is inside the key.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.add(ahead).cast()) };
-            }
-        }
+        next.step(level);
         let shift = k - 1 - level;
         let hs = hash(&s, rk_tree);
         for j in 0..GROUP {

@@ -3,10 +3,11 @@
 //!
 //! It computes exactly what core's `fss::eval_queries` computes (the
 //! conformance harness checks that bit for bit). Control bits become
-//! all-ones or all-zero 128-bit masks (AVX2 has no mask registers), and each
-//! key's correction words are prefetched a few levels ahead: with one key
-//! per evaluation every lane is its own memory stream, and core's walk, which
-//! cannot prefetch, waits on those streams at every level.
+//! all-ones or all-zero 128-bit masks (AVX2 has no mask registers), and the
+//! next group's keys are prefetched into L2 while a group is walked
+//! ([`super::Ahead`]): with one key per evaluation every lane is its own
+//! memory stream, and core's walk, which cannot prefetch, waits on those
+//! streams at every level.
 
 use core::arch::x86_64::*;
 use suffuse_core::fss::{KeyBatch, Kind};
@@ -18,8 +19,9 @@ use super::Vaes256;
 /// leaves the AES units busy.
 const GROUP: usize = 32;
 const PAIRS: usize = GROUP / 2;
-/// How many levels ahead correction words are prefetched.
-const PREFETCH_LEVELS: u32 = 6;
+/// Registers hashed round by round together: eight in flight cover
+/// VAES-256's latency × throughput and leave registers for the round keys.
+const HALF: usize = 8;
 
 /// Bit-output evaluation of queries `first..first + points.len()`, query `q`
 /// being key `q / per_key` at `points[q − first]`, in whole groups; returns
@@ -34,26 +36,18 @@ pub(crate) fn eval_bits(
     points: &[u64],
     out: &mut [u64],
 ) -> (usize, u64) {
-    let mut calls = 0;
-    let mut q = 0;
-    while q + GROUP <= points.len() {
-        if q + 2 * GROUP <= points.len() {
-            super::prefetch_heads(keys, per_key, first + q + GROUP, GROUP);
-        }
-        // SAFETY: a `Vaes256` exists only after AVX2 and VAES were detected.
-        calls += unsafe {
-            walk_group(
-                h,
-                keys,
-                per_key,
-                first + q,
-                &points[q..q + GROUP],
-                &mut out[q..q + GROUP],
-            )
-        };
-        q += GROUP;
-    }
-    (q, calls)
+    super::by_groups(
+        keys,
+        per_key,
+        first,
+        GROUP,
+        points,
+        out,
+        |first, points, out, next| {
+            // SAFETY: a `Vaes256` exists only after AVX2 and VAES were detected.
+            unsafe { walk_group(h, keys, per_key, first, points, out, next) }
+        },
+    )
 }
 
 /// Two 16-byte blocks at `a` (low lane) and `b` (high lane) as one register.
@@ -87,21 +81,24 @@ fn lsb_mask(s: __m256i, lsb_lo: __m256i) -> __m256i {
 #[target_feature(enable = "avx2,vaes")]
 #[inline]
 fn hash(s: &[__m256i; PAIRS], rk: &[__m256i; 11], hi_half: __m256i) -> [__m256i; PAIRS] {
-    let mut y = [_mm256_setzero_si256(); PAIRS];
-    let mut b = [_mm256_setzero_si256(); PAIRS];
-    for q in 0..PAIRS {
-        y[q] = sigma(s[q], hi_half);
-        b[q] = _mm256_xor_si256(y[q], rk[0]);
-    }
-    for k in &rk[1..10] {
-        for v in b.iter_mut() {
-            *v = _mm256_aesenc_epi128(*v, *k);
+    let mut out = [_mm256_setzero_si256(); PAIRS];
+    for (s, out) in s.chunks_exact(HALF).zip(out.chunks_exact_mut(HALF)) {
+        let mut y = [_mm256_setzero_si256(); HALF];
+        let mut b = [_mm256_setzero_si256(); HALF];
+        for q in 0..HALF {
+            y[q] = sigma(s[q], hi_half);
+            b[q] = _mm256_xor_si256(y[q], rk[0]);
+        }
+        for k in &rk[1..10] {
+            for v in b.iter_mut() {
+                *v = _mm256_aesenc_epi128(*v, *k);
+            }
+        }
+        for q in 0..HALF {
+            out[q] = _mm256_xor_si256(_mm256_aesenclast_epi128(b[q], rk[10]), y[q]);
         }
     }
-    for q in 0..PAIRS {
-        b[q] = _mm256_xor_si256(_mm256_aesenclast_epi128(b[q], rk[10]), y[q]);
-    }
-    b
+    out
 }
 
 /// # Safety
@@ -115,6 +112,7 @@ unsafe fn walk_group(
     first: usize,
     points: &[u64],
     out: &mut [u64],
+    next: &super::Ahead<'_>,
 ) -> u64 {
     let p = keys.params();
     let k = p.domain().bits();
@@ -149,13 +147,7 @@ unsafe fn walk_group(
 
     for level in 0..levels {
         let off = p.cw_offset(level);
-        if level + PREFETCH_LEVELS < levels {
-            let ahead = p.cw_offset(level + PREFETCH_LEVELS);
-            for ptr in key_ptr {
-                // SAFETY: prefetching never faults; the address is inside the key.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.add(ahead).cast()) };
-            }
-        }
+        next.step(level);
         let hs = hash(&s, rk_tree, hi_half);
         for q in 0..PAIRS {
             let b = 2 * q;
