@@ -107,18 +107,25 @@ fn prefetch_heads(keys: &KeyBatch<'_>, per_key: usize, first: usize, group: usiz
     }
 }
 
-/// Runs `walk(first, points, out, next)` on every whole group of `group`
-/// queries in `points` (query `first + i` at `points[i]`), `next` being the
-/// group after it, for the walk to prefetch; returns how many queries it
-/// did (a multiple of `group`) and the sum of `walk`'s AES calls.
-fn by_groups(
+/// One group's walk: `(hasher, keys, per_key, first, points, out, next)`
+/// evaluates queries `first..first + points.len()` (a whole group),
+/// prefetching `next`, and returns its AES calls.
+///
+/// # Safety
+/// The hasher is the walk's own witness type (its instructions exist).
+type GroupWalk<H> =
+    unsafe fn(&H, &KeyBatch<'_>, usize, usize, &[u64], &mut [u64], &Ahead<'_>) -> u64;
+
+/// Runs `walk` on every whole group of `group` queries in `points` (query
+/// `first + i` at `points[i]`), handing it the group after for prefetching;
+/// returns how many queries it did (a multiple of `group`) and the AES calls.
+fn by_groups<H>(
+    (h, group, walk): (&H, usize, GroupWalk<H>),
     keys: &KeyBatch<'_>,
     per_key: usize,
     first: usize,
-    group: usize,
     points: &[u64],
     out: &mut [u64],
-    mut walk: impl FnMut(usize, &[u64], &mut [u64], &Ahead<'_>) -> u64,
 ) -> (usize, u64) {
     let levels = keys.params().levels();
     let mut calls = 0;
@@ -131,7 +138,8 @@ fn by_groups(
         };
         let next = Ahead::new(keys, per_key, first + q + group, after, levels);
         let (p, o) = (&points[q..q + group], &mut out[q..q + group]);
-        calls += walk(first + q, p, o, &next);
+        // SAFETY: `h` is `walk`'s witness (the `GroupWalk` contract).
+        calls += unsafe { walk(h, keys, per_key, first + q, p, o, &next) };
         q += group;
     }
     (q, calls)

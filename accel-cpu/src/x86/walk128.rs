@@ -28,18 +28,7 @@ pub(crate) fn eval_bits(
     points: &[u64],
     out: &mut [u64],
 ) -> (usize, u64) {
-    super::by_groups(
-        keys,
-        per_key,
-        first,
-        GROUP,
-        points,
-        out,
-        |first, points, out, next| {
-            // SAFETY: an `AesNi` exists only after AES-NI was detected.
-            unsafe { walk_group(h, keys, per_key, first, points, out, next) }
-        },
-    )
+    super::by_groups((h, GROUP, walk_group), keys, per_key, first, points, out)
 }
 
 /// All ones if the block's low bit is set, else zero.

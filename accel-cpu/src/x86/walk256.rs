@@ -36,18 +36,7 @@ pub(crate) fn eval_bits(
     points: &[u64],
     out: &mut [u64],
 ) -> (usize, u64) {
-    super::by_groups(
-        keys,
-        per_key,
-        first,
-        GROUP,
-        points,
-        out,
-        |first, points, out, next| {
-            // SAFETY: a `Vaes256` exists only after AVX2 and VAES were detected.
-            unsafe { walk_group(h, keys, per_key, first, points, out, next) }
-        },
-    )
+    super::by_groups((h, GROUP, walk_group), keys, per_key, first, points, out)
 }
 
 /// Two 16-byte blocks at `a` (low lane) and `b` (high lane) as one register.
