@@ -92,11 +92,12 @@ impl AesNi {
     }
 }
 
-/// The VAES-512 walk's prefetch (the two walks above use [`Ahead`], measured
-/// only on a CPU without AVX-512): the first two cache lines (the root and
-/// the first correction words) of the `group` keys that answer queries `first..first + group`,
-/// while the walk is still on the group before: one key per evaluation means
-/// every group would otherwise start with a miss per key.
+/// The VAES-512 walk's prefetch (the other two walks use [`Ahead`], which
+/// was measured only on a CPU without AVX-512): the first two cache lines
+/// (the root and the first correction words) of the `group` keys that answer
+/// queries `first..first + group`, while the walk is still on the group
+/// before: one key per evaluation means every group would otherwise start
+/// with a miss per key.
 fn prefetch_heads(keys: &KeyBatch<'_>, per_key: usize, first: usize, group: usize) {
     for j in 0..group {
         let key = keys.key((first + j) / per_key);
