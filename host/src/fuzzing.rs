@@ -11,7 +11,6 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use sha2::Digest;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, ClientView, Expect, Hello};
@@ -131,7 +130,7 @@ pub fn seal(party: u8, payloads: &[Vec<u8>]) -> Vec<u8> {
     let p = usize::from(party & 1);
     let head = &fixture().files[p][..fixture().layouts[p].header];
     let mut out = head.to_vec();
-    let mut chain: [u8; 32] = sha2::Sha256::digest(head).into();
+    let mut chain: [u8; 32] = blake3::hash(head).into();
     for (step, payload) in (0u32..).zip(payloads) {
         let len = payload.len() as u64;
         out.extend_from_slice(&keyfile::SECTION);

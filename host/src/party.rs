@@ -15,7 +15,7 @@ use suffuse_core::fss::Party;
 use zeroize::Zeroize;
 
 use crate::exec::{self, ExecError, Store};
-use crate::keyfile::{KeyFileError, KeyReader};
+use crate::keyfile::{KeyFileError, KeyReader, Section};
 use crate::net::Link;
 use crate::plan::{Category, Plan};
 use crate::proto::{self, Online, ProtoError};
@@ -191,20 +191,24 @@ impl Drop for ScrubStacks {
 }
 
 /// The key reader: sends each section in turn, then the end marker's
-/// check, until the receiver goes or a read fails.
+/// check, until the receiver goes or a read fails. Spent sections come
+/// back on `spent`; each is read into the smallest one long enough.
 fn read_ahead(
     mut keys: KeyReader,
     lens: Vec<(u32, u64)>,
-    tx: &mpsc::SyncSender<Result<Wiped, KeyFileError>>,
+    tx: &mpsc::SyncSender<Result<Section, KeyFileError>>,
+    spent: &mpsc::Receiver<Wiped>,
 ) {
+    let mut spares = Spares::default();
     for (step, len) in lens {
-        let section = keys.section(step, len);
+        spares.take_back(spent);
+        let section = keys.section_in(step, len, spares.fit(len));
         let failed = section.is_err();
         if tx.send(section).is_err() || failed {
             return;
         }
     }
-    let _ = tx.send(keys.finish().map(|()| Wiped::default()));
+    let _ = tx.send(keys.finish().map(|()| Section::default()));
     // The last close of a spent key file (unlinked at the spend) frees its
     // blocks: 3.1-3.3 s for a 2.2 GB MiniLM-128 file on this machine's ext4,
     // which was in every query's online time. So it closes on a thread of
@@ -213,6 +217,31 @@ fn read_ahead(
     // file closes here: late, but closed.
     let closer = std::thread::Builder::new().name("key-file close".into());
     let _ = closer.spawn(move || drop(keys));
+}
+
+/// Spent section buffers kept for reuse: at most [`Spares::KEEP`], so
+/// that a party holds at most that many beside the ones in flight (the
+/// channel's two, the one running, the one being read).
+#[derive(Default)]
+struct Spares(Vec<Wiped>);
+
+impl Spares {
+    const KEEP: usize = 2;
+
+    fn take_back(&mut self, spent: &mpsc::Receiver<Wiped>) {
+        self.0.extend(spent.try_iter());
+        // Keep the longest: a short buffer is a fresh allocation's worth.
+        self.0.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        self.0.truncate(Self::KEEP);
+    }
+
+    /// The shortest buffer of at least `len` bytes, or an empty one.
+    fn fit(&mut self, len: u64) -> Wiped {
+        let best = (0..self.0.len())
+            .filter(|&i| self.0[i].len() as u64 >= len)
+            .min_by_key(|&i| self.0[i].len());
+        best.map(|i| self.0.swap_remove(i)).unwrap_or_default()
+    }
 }
 
 /// Words, not bytes: `zeroize` writes one volatile store per element, so
@@ -257,14 +286,15 @@ pub fn run_passes(
         ..PartyReport::default()
     };
     let lens = key_sections(plan, party);
-    let (tx, rx) = mpsc::sync_channel::<Result<Wiped, KeyFileError>>(2);
+    let (tx, rx) = mpsc::sync_channel::<Result<Section, KeyFileError>>(2);
+    let (give_back, spent) = mpsc::channel::<Wiped>();
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it
         // and a reader blocked on the full channel wakes and stops, instead
         // of `scope` waiting for it forever.
         let rx = rx;
         scope.spawn(move || {
-            read_ahead(keys, lens, &tx);
+            read_ahead(keys, lens, &tx, &spent);
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
         });
@@ -312,6 +342,8 @@ pub fn run_passes(
                         .or_default()
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
+                    // Refused once the reader has ended: then dropped, wiped.
+                    let _ = give_back.send(section.into_buffer());
                 }
                 None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }
