@@ -219,6 +219,20 @@ fn read_ahead(
     let _ = closer.spawn(move || drop(keys));
 }
 
+/// Lowers the calling thread's priority (Linux: `setpriority` on a thread
+/// id applies to that thread alone). The key reader hashes ahead of the
+/// steps; when both want a core, the step, whose round the other server
+/// waits on, should have it. A refusal is harmless: the reader then just
+/// competes as before.
+fn yield_to_steps() {
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::setpriority_process(None, READER_NICE);
+}
+
+/// The key reader's nice value.
+#[cfg(target_os = "linux")]
+const READER_NICE: i32 = 10;
+
 /// Spent section buffers kept for reuse: at most [`Spares::KEEP`], so
 /// that a party holds at most that many beside the ones in flight (the
 /// channel's two, the one running, the one being read).
@@ -294,6 +308,7 @@ pub fn run_passes(
         // of `scope` waiting for it forever.
         let rx = rx;
         scope.spawn(move || {
+            yield_to_steps();
             read_ahead(keys, lens, &tx, &spent);
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
