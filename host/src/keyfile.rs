@@ -971,14 +971,20 @@ mod tests {
         let d = tmp("spare");
         let p = write(&d);
         let mut r = KeyReader::open(&p).unwrap();
+        // Too short a spare is replaced by a buffer of the section's length.
+        let s = r.section_in(0, 3, Wiped(vec![9u8; 2])).unwrap();
+        assert_eq!(&*s, &[1, 2, 3]);
+        assert_eq!(s.into_buffer().len(), 3);
+        // A longer one is read into; the section is its first bytes alone.
+        let mut r = KeyReader::open(&p).unwrap();
         let spare = Wiped(vec![9u8; 64]);
         let at = spare.as_ptr();
         let s = r.section_in(0, 3, spare).unwrap();
         assert_eq!(&*s, &[1, 2, 3]);
         let buf = s.into_buffer();
         assert_eq!((buf.as_ptr(), buf.len()), (at, 64));
-        // Too short a spare is replaced, not grown.
-        let s = r.section_in(1, 0, Wiped(Vec::new())).unwrap();
+        assert_eq!(&buf[3..], &[9u8; 61][..]);
+        let s = r.section_in(1, 0, buf).unwrap();
         assert!(s.is_empty());
         r.finish().unwrap();
     }

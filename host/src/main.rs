@@ -1175,9 +1175,15 @@ mod allocator_tests {
         }
         // SAFETY: reads and sets an integer option.
         unsafe {
-            assert_eq!(libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY), 1000);
+            assert_eq!(
+                libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY),
+                1000
+            );
             super::keep_freed_memory();
-            assert_eq!(libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY), -1);
+            assert_eq!(
+                libmimalloc_sys::mi_option_get(super::MI_OPTION_PURGE_DELAY),
+                -1
+            );
         }
     }
 }

@@ -412,3 +412,30 @@ pub fn run_passes(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spares_keep_the_longest_and_fit_the_shortest_long_enough() {
+        let (tx, rx) = mpsc::channel();
+        for len in [10, 40, 20, 30] {
+            tx.send(Wiped(vec![0u8; len])).unwrap();
+        }
+        let mut spares = Spares::default();
+        spares.take_back(&rx);
+        // The two longest (40, 30) stay; 10 and 20 were freed.
+        let mut lens: Vec<usize> = spares.0.iter().map(|b| b.len()).collect();
+        lens.sort_unstable();
+        assert_eq!(lens, [30, 40]);
+        assert_eq!(spares.fit(25).len(), 30);
+        assert_eq!(
+            spares.fit(41).len(),
+            0,
+            "none fits: a new buffer is read into"
+        );
+        assert_eq!(spares.fit(0).len(), 40);
+        assert!(spares.0.is_empty());
+    }
+}
