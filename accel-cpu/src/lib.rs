@@ -327,6 +327,12 @@ impl BatchEval for CpuEval {
         }
         let aes = &self.aes;
         let lanes = self.lanes.div_ceil(2).min(GEN_LANES);
+        if n <= GEN_CHUNK {
+            // One chunk: on the calling thread, no trip through the pool
+            // (a gate deals its keys a group at a time from a worker).
+            let calls = fss::generate(aes, batch, key0, key1, lanes)?;
+            return Ok(EvalStats { aes_calls: calls });
+        }
         let step = GEN_CHUNK * len.max(1);
         let calls = self.install(|| {
             key0.par_chunks_mut(step)

@@ -28,7 +28,7 @@
 use crate::batch::BatchEval;
 use crate::compile::{Compiled, MAX_KEYS};
 use crate::error::{Error, SufError};
-use crate::fss::{self, GEN_LANES, GenBatch, KeyBatch, Params, Party};
+use crate::fss::{GEN_LANES, GenBatch, KeyBatch, Params, Party};
 use crate::mpc;
 use crate::phi::program::{self, BLOCK, Program, Section};
 use crate::phi::{Mono, Phi, Plan};
@@ -341,11 +341,13 @@ impl Gate {
     /// that to pin masks to 0, 2^n − 1 and every wrap point. `prf` is
     /// scratch for both parties' expanded PRF blocks: at least
     /// [`Gate::deal_scratch_min`] blocks, and [`Gate::deal_scratch_blocks`]
-    /// for full-sized AES batches. Returns the AES calls made.
+    /// for full-sized AES batches. The DCF keys come from the backend's
+    /// [`BatchEval::generate`], up to [`DEAL_GROUP`] keys a call. Returns
+    /// the AES calls made.
     #[allow(clippy::too_many_arguments)]
     pub fn deal(
         &self,
-        h: &dyn Hasher,
+        fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
         masks: Option<[&[u64]; 2]>,
         first: u64,
@@ -384,22 +386,22 @@ impl Gate {
         while done < count {
             let n = chunk.min(count - done);
             let at = first + cast::u64_from_usize(done);
-            calls += self.expand(h, &seeds[0], at, n, b0);
-            calls += self.expand(h, &seeds[1], at, n, b1);
-            // Groups of GEN_LANES elements: their keys are walked in
-            // lockstep, 2·GEN_LANES independent AES blocks per level.
+            calls += self.expand(fss, &seeds[0], at, n, b0);
+            calls += self.expand(fss, &seeds[1], at, n, b1);
+            // Groups of up to DEAL_GROUP elements: each key slot's keys of
+            // a group go to the backend in one `generate` call.
             let mut g = 0;
             while g < n {
-                let m = GEN_LANES.min(n - g);
+                let m = DEAL_GROUP.min(n - g);
                 let blocks = [&b0[g * per..(g + m) * per], &b1[g * per..(g + m) * per]];
-                let mut r = [0u64; GEN_LANES];
+                let mut r = [0u64; DEAL_GROUP];
                 for (e, re) in r[..m].iter_mut().enumerate() {
                     *re = match masks {
                         Some([m0, m1]) => w.add(m0[done + g + e], m1[done + g + e]),
                         None => w.add(blocks[0][e * per].low64(), blocks[1][e * per].low64()),
                     };
                 }
-                calls += self.deal_keys(h, blocks, &r[..m], done + g, dcf0, dcf1)?;
+                calls += self.deal_keys(fss, blocks, &r[..m], done + g, dcf0, dcf1)?;
                 for (e, &re) in r[..m].iter().enumerate() {
                     let p = [
                         &blocks[0][e * per..(e + 1) * per],
@@ -415,14 +417,14 @@ impl Gate {
         Ok(calls)
     }
 
-    /// Generates every DCF key pair of a group of at most [`GEN_LANES`]
+    /// Generates every DCF key pair of a group of at most [`DEAL_GROUP`]
     /// elements whose masks are `r` and expanded blocks `blocks` (both
-    /// parties'), into the key slots of elements `first..first + r.len()`,
-    /// walking the group's keys in lockstep ([`fss::generate`], the same
-    /// bytes as one key at a time).
+    /// parties'), into the key slots of elements `first..first + r.len()`:
+    /// one [`BatchEval::generate`] call per key slot, which writes the same
+    /// bytes whatever batching the backend chooses inside it.
     fn deal_keys(
         &self,
-        h: &dyn Hasher,
+        fss: &dyn BatchEval,
         blocks: [&[Block]; 2],
         r: &[u64],
         first: usize,
@@ -431,8 +433,8 @@ impl Gate {
     ) -> Result<u64, Error> {
         let per = self.prf_blocks();
         let m = r.len();
-        let mut alphas = [0u64; GEN_LANES];
-        let mut roots = [[Block::ZERO; 2]; GEN_LANES];
+        let mut alphas = [0u64; DEAL_GROUP];
+        let mut roots = [[Block::ZERO; 2]; DEAL_GROUP];
         let mut calls = 0;
         for k in 0..self.compiled.key_count {
             let params = self.key_params(k);
@@ -444,11 +446,11 @@ impl Gate {
                 ];
             }
             // Bit outputs: β is 1, and no random words are drawn.
-            let batch =
-                GenBatch::new(params, &alphas[..m], &[1; GEN_LANES][..m], &roots[..m], &[])?;
+            let batch = GenBatch::new(params, &alphas[..m], &ONES[..m], &roots[..m], &[])?;
             let len = params.key_len();
             let span = first * len..(first + m) * len;
-            calls += fss::generate(h, &batch, &mut dcf0[k][span.clone()], &mut dcf1[k][span], m)?;
+            let stats = fss.generate(&batch, &mut dcf0[k][span.clone()], &mut dcf1[k][span])?;
+            calls += stats.aes_calls;
         }
         Ok(calls)
     }
@@ -644,6 +646,15 @@ impl Gate {
         }
     }
 }
+
+/// Elements whose keys [`Gate::deal`] hands to the backend in one
+/// [`BatchEval::generate`] call per key slot: 8 × [`GEN_LANES`] lockstep
+/// walks for the CPU backend, 12 KiB of stack for the group's masks,
+/// points and roots.
+pub const DEAL_GROUP: usize = 8 * GEN_LANES;
+
+/// β of every bit-output key of a group.
+const ONES: [u64; DEAL_GROUP] = [1; DEAL_GROUP];
 
 /// PRF blocks per party and batch that [`Gate::deal_scratch_blocks`] asks
 /// for: 64 KiB, enough to keep AES pipelines full on the dealer.
@@ -1505,7 +1516,7 @@ pub(crate) mod testing {
             // Three elements per PRF batch: every test crosses batch edges.
             let mut prf = vec![Block::ZERO; 3 * gate.deal_scratch_min()];
             gate.deal(
-                &aes,
+                &Serial::new(),
                 seeds,
                 ms,
                 7,
@@ -1711,7 +1722,6 @@ mod tests {
     use super::*;
     use crate::compile::View;
     use crate::phi::{Factor, Kappa, PolyMode, Public, Term};
-    use crate::prg::FixedKeyAes;
     use crate::suf::{Domain, Op, Pred, Program};
     use std::vec::Vec;
 
@@ -1905,7 +1915,6 @@ mod tests {
         )
         .unwrap();
         let n = 37;
-        let aes = FixedKeyAes::new();
         let seeds = [[3; 16], [4; 16]];
         let deal = |blocks: usize| {
             let len = n * gate.key_params(0).key_len();
@@ -1914,7 +1923,17 @@ mod tests {
             let mut d0: [&mut [u8]; MAX_KEYS] = [&mut a, &mut [], &mut []];
             let mut d1: [&mut [u8]; MAX_KEYS] = [&mut b, &mut [], &mut []];
             let mut prf = std::vec![Block::ZERO; blocks];
-            let r = gate.deal(&aes, seeds, None, 5, n, &mut d0, &mut d1, &mut ex, &mut prf);
+            let r = gate.deal(
+                &crate::batch::Serial::new(),
+                seeds,
+                None,
+                5,
+                n,
+                &mut d0,
+                &mut d1,
+                &mut ex,
+                &mut prf,
+            );
             r.map(|_| (a, b, ex))
         };
         assert_eq!(gate.compiled.key_count, 1);

@@ -224,7 +224,7 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
         let mut d1: [&mut [u8]; MAX_KEYS] = f1.each_mut().map(Vec::as_mut_slice);
         let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(n)];
         gate.deal(
-            &aes,
+            &Serial::new(),
             seeds,
             None,
             FIRST,

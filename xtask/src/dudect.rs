@@ -229,7 +229,7 @@ impl Set {
             let mut a: [&mut [u8]; MAX_KEYS] = slices(d0);
             let mut b: [&mut [u8]; MAX_KEYS] = slices(d1);
             gate.deal(
-                h.backend(),
+                h,
                 seeds,
                 Some([&m0, &m1]),
                 0,

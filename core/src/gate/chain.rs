@@ -354,7 +354,7 @@ impl Chain {
     pub fn deal_step(
         &self,
         s: usize,
-        h: &dyn Hasher,
+        fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
         first: u64,
         count: usize,
@@ -363,11 +363,12 @@ impl Chain {
         explicit: &mut [u64],
         prf: &mut [Block],
     ) -> Result<u64, Error> {
+        let h: &dyn Hasher = fss;
         let step_seeds = [step_seed(h, &seeds[0], s), step_seed(h, &seeds[1], s)];
         match &self.steps[s] {
-            Step::Gate { gate, .. } => {
-                gate.deal(h, step_seeds, None, first, count, dcf0, dcf1, explicit, prf)
-            }
+            Step::Gate { gate, .. } => gate.deal(
+                fss, step_seeds, None, first, count, dcf0, dcf1, explicit, prf,
+            ),
             Step::Mul { .. } => {
                 if explicit.len() != count {
                     return Err(Error::BufferLength);
@@ -791,7 +792,17 @@ pub(crate) mod testing {
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
                 let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
                 chain
-                    .deal_step(s, &aes, seeds, 11, n, &mut d0, &mut d1, &mut ex, &mut prf)
+                    .deal_step(
+                        s,
+                        &Serial::new(),
+                        seeds,
+                        11,
+                        n,
+                        &mut d0,
+                        &mut d1,
+                        &mut ex,
+                        &mut prf,
+                    )
                     .unwrap();
             }
             dcf.push([k0, k1]);

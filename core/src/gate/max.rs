@@ -86,7 +86,7 @@ impl MaxTree {
         &self,
         level: usize,
         rows: usize,
-        h: &dyn Hasher,
+        fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
@@ -94,11 +94,11 @@ impl MaxTree {
         prf: &mut [Block],
     ) -> Result<u64, Error> {
         let s = [
-            step_seed(h, &seeds[0], level),
-            step_seed(h, &seeds[1], level),
+            step_seed(fss, &seeds[0], level),
+            step_seed(fss, &seeds[1], level),
         ];
         self.relu.deal(
-            h,
+            fss,
             s,
             None,
             0,
@@ -348,8 +348,17 @@ mod tests {
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
                 let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
-                tree.deal_level(l, rows, &aes, seeds, &mut d0, &mut d1, &mut ex, &mut prf)
-                    .unwrap();
+                tree.deal_level(
+                    l,
+                    rows,
+                    &Serial::new(),
+                    seeds,
+                    &mut d0,
+                    &mut d1,
+                    &mut ex,
+                    &mut prf,
+                )
+                .unwrap();
             }
             store.push(([k0, k1], ex));
         }

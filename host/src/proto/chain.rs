@@ -76,7 +76,7 @@ impl Step for Inverse<'_> {
         seeds: [[u8; 16]; 2],
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let (chain, n, h): (_, _, &(dyn Hasher + Sync)) = (self.c, self.n(), fss);
+        let (chain, n) = (self.c, self.n());
         let c = deal_core(self.at.step);
         let mut out = [Vec::new(), Vec::new()];
         let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
@@ -84,7 +84,7 @@ impl Step for Inverse<'_> {
             match &chain.steps[s] {
                 ChainStep::Gate { gate, .. } => {
                     deal_material(gate, n, &mut out, |k0, k1, ex| {
-                        chain.deal_step(s, h, seeds, 0, n, k0, k1, ex, &mut prf)
+                        chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, &mut prf)
                     })
                     .map_err(&c)?;
                 }
@@ -93,7 +93,17 @@ impl Step for Inverse<'_> {
                     let mut none0: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
                     let mut none1: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
                     chain
-                        .deal_step(s, h, seeds, 0, n, &mut none0, &mut none1, &mut ex, &mut [])
+                        .deal_step(
+                            s,
+                            fss,
+                            seeds,
+                            0,
+                            n,
+                            &mut none0,
+                            &mut none1,
+                            &mut ex,
+                            &mut [],
+                        )
                         .map_err(&c)?;
                     put_words(&mut out[1], &ex);
                 }

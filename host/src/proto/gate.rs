@@ -30,7 +30,7 @@ impl Step for Scalar<'_> {
         seeds: [[u8; 16]; 2],
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let (g, h): (_, &(dyn Hasher + Sync)) = (self.g, fss);
+        let g = self.g;
         let list: Vec<(usize, usize)> = chunks(self.at.plan.tensors[self.x].len()).collect();
         // A window of chunks in parallel, written in order.
         for window in list.chunks(2 * rayon::current_num_threads().max(1)) {
@@ -40,7 +40,7 @@ impl Step for Scalar<'_> {
                     let mut out = [Vec::new(), Vec::new()];
                     let mut prf = vec![Block::ZERO; g.deal_scratch_blocks(count)];
                     deal_material(g, count, &mut out, |k0, k1, ex| {
-                        g.deal(h, seeds, None, first as u64, count, k0, k1, ex, &mut prf)
+                        g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, &mut prf)
                     })?;
                     Ok(out)
                 })

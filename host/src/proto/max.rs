@@ -39,13 +39,13 @@ impl Step for RowMax<'_> {
         seeds: [[u8; 16]; 2],
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let (tree, rows, h): (_, _, &(dyn Hasher + Sync)) = (self.t, self.rows(), fss);
+        let (tree, rows) = (self.t, self.rows());
         let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
         for level in 0..tree.levels() {
             let mut out = [Vec::new(), Vec::new()];
             let count = rows * tree.pairs(level);
             deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
-                tree.deal_level(level, rows, h, seeds, k0, k1, ex, &mut prf)
+                tree.deal_level(level, rows, fss, seeds, k0, k1, ex, &mut prf)
             })
             .map_err(deal_core(self.at.step))?;
             emit(out)?;

@@ -479,9 +479,14 @@ fn real_run() -> HarnessResult<Stats> {
     if let Some(cpu) = &cpu {
         evals.push(cpu);
     }
+    let dealer: &dyn BatchEval = match &cpu {
+        Some(cpu) => cpu,
+        None => &serial,
+    };
     let g = gates::run(
         &gates::Backends {
             h,
+            dealer,
             evals: evals.clone(),
         },
         &mut inputs,
@@ -594,6 +599,7 @@ fn main() -> ExitCode {
             let aes = FixedKeyAes::new();
             let backends = gates::Backends {
                 h: &aes,
+                dealer: &serial,
                 evals: vec![&serial],
             };
             match gates::planted(&backends, &mut PublicInputs(0x91a7)) {

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, bail};
 use serde::Serialize;
-use suffuse_accel_cpu::{Backend, CpuEval};
+use suffuse_accel_cpu::CpuEval;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
@@ -107,7 +107,7 @@ fn key_buffers(gate: &Gate, n: usize) -> Vec<Vec<u8>> {
 }
 
 /// Deals `n` elements on two threads (each half with its element offset).
-fn deal(gate: &Gate, h: &Backend, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dealt, f64)> {
+fn deal(gate: &Gate, h: &CpuEval, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dealt, f64)> {
     let mut dcf0 = key_buffers(gate, n);
     let mut dcf1 = key_buffers(gate, n);
     let ew = gate.explicit_words();
@@ -508,7 +508,7 @@ fn measure(
     if !wanted(name) {
         return Ok(None);
     }
-    let backend = Backend::detect();
+    let backend = CpuEval::new();
     let seeds = [[0x11; 16], [0x22; 16]];
     let (dealt, gen_s) = deal(gate, &backend, seeds, n)?;
     // The machine is shared and noisy: the median of three online runs
@@ -845,7 +845,7 @@ fn run_chain_bench(
     }
     let n = xs.len();
     let w = chain.ring;
-    let backend = Backend::detect();
+    let backend = CpuEval::new();
     let seeds = [[0x31; 16], [0x32; 16]];
     let start = Instant::now();
     let mut dealt: Vec<Dealt> = Vec::new();
@@ -954,7 +954,7 @@ fn max_record() -> Result<Option<Record>> {
     let len = 128;
     let rows = 12 * 128;
     let tree = MaxTree::new(n, Width::of(k), len).map_err(|e| anyhow!("{e}"))?;
-    let backend = Backend::detect();
+    let backend = CpuEval::new();
     let seeds = [[0x41; 16], [0x42; 16]];
     let start = Instant::now();
     let mut dealt = Vec::new();

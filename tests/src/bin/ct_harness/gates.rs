@@ -236,8 +236,10 @@ fn secret_shares(w: Width, xs: &[u64], inputs: &mut PublicInputs) -> [Vec<u64>; 
 
 /// The AES hasher and the DCF backend a run uses.
 pub struct Backends<'a> {
-    /// The hasher for dealing and seed expansion.
+    /// The hasher for seed expansion.
     pub h: &'a (dyn Hasher + Sync),
+    /// The backend that deals (its `generate` makes the DCF keys).
+    pub dealer: &'a dyn BatchEval,
     /// The evaluators each protocol is run on.
     pub evals: Vec<&'a dyn BatchEval>,
 }
@@ -255,7 +257,7 @@ fn gate_case(
     let seeds = secret_seeds(inputs);
     let dealt = Dealt::new(&key_lens(gate), N, gate.explicit_words(), |k0, k1, ex| {
         let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(N)];
-        gate.deal(b.h, seeds, None, 0, N, k0, k1, ex, &mut prf)
+        gate.deal(b.dealer, seeds, None, 0, N, k0, k1, ex, &mut prf)
             .map(|_| ())
     })?;
     let x = secret_shares(gate.ring(), xs, inputs);
@@ -339,7 +341,7 @@ fn chain_case(
             |k0, k1, ex| {
                 let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
                 chain
-                    .deal_step(s, b.h, seeds, 0, n, k0, k1, ex, &mut prf)
+                    .deal_step(s, b.dealer, seeds, 0, n, k0, k1, ex, &mut prf)
                     .map(|_| ())
             },
         )?);
@@ -410,7 +412,7 @@ fn max_case(
             tree.relu.explicit_words(),
             |k0, k1, ex| {
                 let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
-                tree.deal_level(l, rows, b.h, seeds, k0, k1, ex, &mut prf)
+                tree.deal_level(l, rows, b.dealer, seeds, k0, k1, ex, &mut prf)
                     .map(|_| ())
             },
         )?);
