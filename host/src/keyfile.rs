@@ -321,7 +321,7 @@ impl KeyWriter {
             next: 0,
             steps: header.steps,
             bytes: h.len() as u64,
-            chain: Chain::new().update(&h).finalize().into(),
+            chain: blake3::hash(&h).into(),
             open: None,
         })
     }

@@ -105,10 +105,11 @@ const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 /// again (key sections, gate keys, scratch) still went back and were
 /// faulted in again, every page zeroed by the kernel: 123,217 page faults
 /// and 13 % of the online phase's CPU samples on MiniLM-128 (2 cores),
-/// against 1,617 faults with this. The cost: a process keeps its peak,
-/// 1.38 GB against 1.28 GB for `suffuse embed` at MiniLM-128 (dealer and
-/// both servers in one process). Freed blocks are wiped either way
-/// (`Wiping`).
+/// against 1,617 faults with this. `suffuse embed` at MiniLM-128 (dealer
+/// and both servers in one process, three alternating runs each): online
+/// 5.29–5.49 s without, 4.91–5.10 s with; peak RSS 1.23–1.25 GB without,
+/// 1.26–1.30 GB with, as a process now keeps its peak. Freed blocks are
+/// wiped either way (`Wiping`).
 #[allow(unsafe_code)]
 fn keep_freed_memory() {
     // SAFETY: sets an integer option; mimalloc reads options atomically.

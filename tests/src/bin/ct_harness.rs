@@ -471,22 +471,17 @@ fn real_run() -> HarnessResult<Stats> {
     }
 
     // The gate layer: dealing, every protocol round, Φ, mpc, linalg.
-    let h: &(dyn suffuse_core::prg::Hasher + Sync) = match &cpu {
-        Some(cpu) => cpu.backend(),
-        None => &aes,
-    };
     let mut evals: Vec<&dyn BatchEval> = vec![&serial];
     if let Some(cpu) = &cpu {
         evals.push(cpu);
     }
-    let dealer: &dyn BatchEval = match &cpu {
+    let fss: &dyn BatchEval = match &cpu {
         Some(cpu) => cpu,
         None => &serial,
     };
     let g = gates::run(
         &gates::Backends {
-            h,
-            dealer,
+            fss,
             evals: evals.clone(),
         },
         &mut inputs,
@@ -596,10 +591,8 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             let serial = Serial::new();
-            let aes = FixedKeyAes::new();
             let backends = gates::Backends {
-                h: &aes,
-                dealer: &serial,
+                fss: &serial,
                 evals: vec![&serial],
             };
             match gates::planted(&backends, &mut PublicInputs(0x91a7)) {

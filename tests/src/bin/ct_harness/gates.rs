@@ -234,12 +234,11 @@ fn secret_shares(w: Width, xs: &[u64], inputs: &mut PublicInputs) -> [Vec<u64>; 
     [x0, x1]
 }
 
-/// The AES hasher and the DCF backend a run uses.
+/// The backends a run uses.
 pub struct Backends<'a> {
-    /// The hasher for seed expansion.
-    pub h: &'a (dyn Hasher + Sync),
-    /// The backend that deals (its `generate` makes the DCF keys).
-    pub dealer: &'a dyn BatchEval,
+    /// The one that deals (its `generate` makes the DCF keys) and expands
+    /// seeds.
+    pub fss: &'a dyn BatchEval,
     /// The evaluators each protocol is run on.
     pub evals: Vec<&'a dyn BatchEval>,
 }
@@ -257,7 +256,7 @@ fn gate_case(
     let seeds = secret_seeds(inputs);
     let dealt = Dealt::new(&key_lens(gate), N, gate.explicit_words(), |k0, k1, ex| {
         let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(N)];
-        gate.deal(b.dealer, seeds, None, 0, N, k0, k1, ex, &mut prf)
+        gate.deal(b.fss, seeds, None, 0, N, k0, k1, ex, &mut prf)
             .map(|_| ())
     })?;
     let x = secret_shares(gate.ring(), xs, inputs);
@@ -275,7 +274,7 @@ fn gate_case(
             let mut s1 = vec![0u64; gate.scratch_words(N)];
             let mut p0 = Eval::new(
                 gate,
-                b.h,
+                b.fss,
                 Party::P0,
                 &seeds[0],
                 None,
@@ -287,7 +286,7 @@ fn gate_case(
             )?;
             let mut p1 = Eval::new(
                 gate,
-                b.h,
+                b.fss,
                 Party::P1,
                 &seeds[1],
                 None,
@@ -341,7 +340,7 @@ fn chain_case(
             |k0, k1, ex| {
                 let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
                 chain
-                    .deal_step(s, b.dealer, seeds, 0, n, k0, k1, ex, &mut prf)
+                    .deal_step(s, b.fss, seeds, 0, n, k0, k1, ex, &mut prf)
                     .map(|_| ())
             },
         )?);
@@ -360,7 +359,7 @@ fn chain_case(
         let mut s1 = vec![0u64; chain.scratch_words(n)];
         let mut p0 = ChainEval::new(
             chain,
-            b.h,
+            b.fss,
             Party::P0,
             seeds[0],
             0,
@@ -371,7 +370,7 @@ fn chain_case(
         )?;
         let mut p1 = ChainEval::new(
             chain,
-            b.h,
+            b.fss,
             Party::P1,
             seeds[1],
             0,
@@ -412,7 +411,7 @@ fn max_case(
             tree.relu.explicit_words(),
             |k0, k1, ex| {
                 let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
-                tree.deal_level(l, rows, b.dealer, seeds, k0, k1, ex, &mut prf)
+                tree.deal_level(l, rows, b.fss, seeds, k0, k1, ex, &mut prf)
                     .map(|_| ())
             },
         )?);
@@ -442,7 +441,7 @@ fn max_case(
         let mut s1 = vec![0u64; tree.scratch_words(rows)];
         let mut p0 = MaxEval::new(
             &tree,
-            b.h,
+            b.fss,
             Party::P0,
             seeds[0],
             rows,
@@ -452,7 +451,7 @@ fn max_case(
         )?;
         let mut p1 = MaxEval::new(
             &tree,
-            b.h,
+            b.fss,
             Party::P1,
             seeds[1],
             rows,
@@ -477,7 +476,7 @@ fn select_case(
     let sel = Select { ring: Width::W64 };
     let seeds = secret_seeds(inputs);
     let mut explicit = vec![0u64; N * select::EXPLICIT_WORDS];
-    sel.deal(b.h, seeds, 0, &mut explicit)?;
+    sel.deal(b.fss, seeds, 0, &mut explicit)?;
     memcheck::mark_secret(explicit.as_mut_slice());
     let bits: Vec<u64> = (0..N).map(|_| inputs.next() & 1).collect();
     let ys: Vec<u64> = (0..N).map(|_| inputs.next()).collect();
@@ -490,10 +489,20 @@ fn select_case(
     for eval in &b.evals {
         let mut s0 = vec![0u64; select::scratch_words(N)];
         let mut s1 = vec![0u64; select::scratch_words(N)];
-        let mut p0 = SelectEval::new(&sel, b.h, Party::P0, seeds[0], 0, &[], &b0, &y[0], &mut s0)?;
+        let mut p0 = SelectEval::new(
+            &sel,
+            b.fss,
+            Party::P0,
+            seeds[0],
+            0,
+            &[],
+            &b0,
+            &y[0],
+            &mut s0,
+        )?;
         let mut p1 = SelectEval::new(
             &sel,
-            b.h,
+            b.fss,
             Party::P1,
             seeds[1],
             0,
