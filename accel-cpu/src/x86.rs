@@ -93,15 +93,15 @@ impl AesNi {
 }
 
 /// The VAES-512 walk's prefetch (the other two walks use [`Ahead`], which
-/// was measured only on a CPU without AVX-512): the first two cache lines
-/// (the root and the first correction words) of the `group` keys that answer
-/// queries `first..first + group`, while the walk is still on the group
-/// before: one key per evaluation means every group would otherwise start
-/// with a miss per key.
+/// was measured only on a CPU without AVX-512): the root and the first
+/// cache line of the body (the first correction words) of the `group` keys
+/// that answer queries `first..first + group`, while the walk is still on
+/// the group before: one key per evaluation means every group would
+/// otherwise start with a miss per key.
 fn prefetch_heads(keys: &KeyBatch<'_>, per_key: usize, first: usize, group: usize) {
     for j in 0..group {
         let key = keys.key((first + j) / per_key);
-        for line in key.chunks(64).take(2) {
+        for line in [key.root(), key.body()] {
             // SAFETY: prefetching never faults; the address is inside the key.
             unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
         }
@@ -161,9 +161,12 @@ impl<'a> Ahead<'a> {
     /// The keys that answer queries `first..first + group`, spread over
     /// `levels` steps.
     fn new(keys: &KeyBatch<'a>, per_key: usize, first: usize, group: usize, levels: u32) -> Self {
-        let len = keys.params().key_len();
         let (a, b) = (first / per_key, (first + group).div_ceil(per_key));
-        let bytes = keys.bytes().get(a * len..b * len).unwrap_or_default();
+        let bytes = if group == 0 {
+            &[][..]
+        } else {
+            keys.bodies(a, b)
+        };
         let levels = usize::try_from(levels.max(1)).unwrap_or(1);
         let per_level = bytes.len().div_ceil(64).div_ceil(levels);
         Ahead { bytes, per_level }

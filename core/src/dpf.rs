@@ -5,7 +5,7 @@
 //! caller buffer, which is how lookup tables are read obliviously.
 
 use crate::error::Error;
-use crate::fss::{self, KeyBatch, Kind, Params, Party};
+use crate::fss::{self, KeyBatch, KeyRef, Kind, Params, Party};
 use crate::prg::{Block, FixedKeyAes, Hasher};
 
 /// Generates DPF keys for `β·[x = α]` into `key0` and `key1` (each
@@ -60,5 +60,8 @@ pub fn eval_full_domain(
     key: &[u8],
     out: &mut [u64],
 ) -> Result<u64, Error> {
-    fss::full_domain(aes, params, party, key, out)
+    if params.kind() != Kind::Dpf {
+        return Err(Error::KindMismatch);
+    }
+    fss::full_domain(aes, params, party, KeyRef::whole(params, key)?, out)
 }

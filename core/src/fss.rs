@@ -210,14 +210,29 @@ impl Params {
         16 + cast::usize_from_u32(self.levels()) * self.level_bytes() + 16
     }
 
+    /// Length of a key's body: the key without its 16-byte root.
+    pub const fn body_len(&self) -> usize {
+        self.key_len() - 16
+    }
+
     /// Offset of level `i`'s seed correction word.
     pub const fn cw_offset(&self, level: u32) -> usize {
-        16 + cast::usize_from_u32(level) * self.level_bytes()
+        16 + self.body_cw_offset(level)
     }
 
     /// Offset of the leaf correction block.
     pub const fn leaf_offset(&self) -> usize {
-        16 + cast::usize_from_u32(self.levels()) * self.level_bytes()
+        16 + self.body_leaf_offset()
+    }
+
+    /// Offset of level `i`'s seed correction word in a key's body.
+    pub const fn body_cw_offset(&self, level: u32) -> usize {
+        cast::usize_from_u32(level) * self.level_bytes()
+    }
+
+    /// Offset of the leaf correction block in a key's body.
+    pub const fn body_leaf_offset(&self) -> usize {
+        cast::usize_from_u32(self.levels()) * self.level_bytes()
     }
 
     /// AES calls per evaluation at one point.
@@ -251,11 +266,26 @@ impl Params {
 }
 
 /// A borrowed, length-checked batch of one party's keys with common params.
+///
+/// A key is its 16-byte root seed followed by its body (each level's
+/// correction words, then the leaf correction). A batch holds either whole
+/// keys back to back ([`KeyBatch::new`], the wire layout) or the roots and
+/// the bodies in two arrays ([`KeyBatch::split`]): a key file stores bodies
+/// only and the roots are re-derived from a seed, so the split layout lets
+/// the bodies be evaluated where they were read, without a copy.
 #[derive(Clone, Copy)]
 pub struct KeyBatch<'a> {
     params: Params,
     party: Party,
-    bytes: &'a [u8],
+    count: usize,
+    /// Key `i`'s root at `roots[i · root_stride..][..16]`.
+    roots: &'a [u8],
+    root_stride: usize,
+    /// Key `i`'s body at `bodies[i · body_stride..][..body_len]`.
+    bodies: &'a [u8],
+    body_stride: usize,
+    /// Whole keys back to back, when the batch was made from them.
+    whole: Option<&'a [u8]>,
 }
 
 impl core::fmt::Debug for KeyBatch<'_> {
@@ -268,16 +298,89 @@ impl core::fmt::Debug for KeyBatch<'_> {
     }
 }
 
+/// One key of a batch: its root seed and its body. Secret: no `Debug`.
+#[derive(Clone, Copy)]
+pub struct KeyRef<'a> {
+    root: &'a [u8],
+    body: &'a [u8],
+}
+
+impl<'a> KeyRef<'a> {
+    /// One whole key's bytes (`params.key_len()` of them), taken apart.
+    pub fn whole(params: &Params, key: &'a [u8]) -> Result<KeyRef<'a>, Error> {
+        if key.len() != params.key_len() {
+            return Err(Error::BufferLength);
+        }
+        let (root, body) = key.split_at(16);
+        Ok(KeyRef { root, body })
+    }
+
+    /// The 16-byte root seed.
+    pub fn root(&self) -> &'a [u8] {
+        self.root
+    }
+
+    /// The correction words: level `i`'s at [`Params::body_cw_offset`],
+    /// the leaf's at [`Params::body_leaf_offset`].
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+}
+
+/// The byte range of items `start..end` in an array with `stride` bytes
+/// between item starts and `len` bytes per item.
+fn span(stride: usize, len: usize, start: usize, end: usize) -> core::ops::Range<usize> {
+    let from = start * stride;
+    if end > start {
+        from..(end - 1) * stride + len
+    } else {
+        from..from
+    }
+}
+
 impl<'a> KeyBatch<'a> {
     /// A batch over `bytes`, which must hold a whole number of keys.
     pub fn new(params: Params, party: Party, bytes: &'a [u8]) -> Result<KeyBatch<'a>, Error> {
-        if !bytes.len().is_multiple_of(params.key_len()) {
+        let len = params.key_len();
+        if !bytes.len().is_multiple_of(len) {
             return Err(Error::BufferLength);
         }
         Ok(KeyBatch {
             params,
             party,
-            bytes,
+            count: bytes.len() / len,
+            roots: bytes,
+            root_stride: len,
+            bodies: bytes.get(16..).unwrap_or_default(),
+            body_stride: len,
+            whole: Some(bytes),
+        })
+    }
+
+    /// A batch of keys whose 16-byte roots lie back to back in `roots` and
+    /// whose bodies ([`Params::body_len`] bytes each) lie back to back in
+    /// `bodies`; both must hold the same number of keys.
+    pub fn split(
+        params: Params,
+        party: Party,
+        roots: &'a [u8],
+        bodies: &'a [u8],
+    ) -> Result<KeyBatch<'a>, Error> {
+        let count = roots.len() / 16;
+        if !roots.len().is_multiple_of(16)
+            || Some(bodies.len()) != count.checked_mul(params.body_len())
+        {
+            return Err(Error::BufferLength);
+        }
+        Ok(KeyBatch {
+            params,
+            party,
+            count,
+            roots,
+            root_stride: 16,
+            bodies,
+            body_stride: params.body_len(),
+            whole: None,
         })
     }
 
@@ -293,27 +396,40 @@ impl<'a> KeyBatch<'a> {
 
     /// The number of keys.
     pub fn count(&self) -> usize {
-        self.bytes.len() / self.params.key_len()
+        self.count
     }
 
-    /// Key `i`'s bytes; panics if `i ≥ count()`.
-    pub fn key(&self, i: usize) -> &'a [u8] {
-        let l = self.params.key_len();
-        &self.bytes[i * l..(i + 1) * l]
+    /// Key `i`; panics if `i ≥ count()`.
+    pub fn key(&self, i: usize) -> KeyRef<'a> {
+        assert!(i < self.count, "key index out of range");
+        KeyRef {
+            root: &self.roots[span(self.root_stride, 16, i, i + 1)],
+            body: &self.bodies[span(self.body_stride, self.params.body_len(), i, i + 1)],
+        }
     }
 
-    /// All key bytes.
-    pub fn bytes(&self) -> &'a [u8] {
-        self.bytes
+    /// The bytes that hold keys `start..end`'s bodies (with the roots
+    /// between them when the batch holds whole keys); for prefetching.
+    pub fn bodies(&self, start: usize, end: usize) -> &'a [u8] {
+        let end = end.min(self.count);
+        let start = start.min(end);
+        &self.bodies[span(self.body_stride, self.params.body_len(), start, end)]
+    }
+
+    /// All key bytes, when the batch holds whole keys back to back.
+    pub fn bytes(&self) -> Option<&'a [u8]> {
+        self.whole
     }
 
     /// The sub-batch of keys `start..end`.
     pub fn slice(&self, start: usize, end: usize) -> KeyBatch<'a> {
-        let l = self.params.key_len();
+        let len = self.params.key_len();
         KeyBatch {
-            params: self.params,
-            party: self.party,
-            bytes: &self.bytes[start * l..end * l],
+            count: end - start,
+            roots: &self.roots[span(self.root_stride, 16, start, end)],
+            bodies: &self.bodies[span(self.body_stride, self.params.body_len(), start, end)],
+            whole: self.whole.map(|w| &w[start * len..end * len]),
+            ..*self
         }
     }
 
@@ -407,15 +523,15 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
     let mut keep = [0u64; L];
     for j in 0..n {
         let key = keys.key((first + j) / per_key);
-        key_of[j] = key;
+        key_of[j] = key.body();
         x[j] = points[j] & p.domain.mask();
-        seed[j] = Block::read(key);
+        seed[j] = Block::read(key.root());
     }
 
     let mut calls = 0;
     for level in 0..p.levels() {
         let shift = k - 1 - level;
-        let off = p.cw_offset(level);
+        let off = p.body_cw_offset(level);
         h[..n].copy_from_slice(&seed[..n]);
         calls += aes.hash_many(Domain::Tree, &mut h[..n]);
         for j in 0..n {
@@ -456,7 +572,7 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
 
     h[..n].copy_from_slice(&seed[..n]);
     calls += aes.hash_many(Domain::Leaf, &mut h[..n]);
-    let leaf_off = p.leaf_offset();
+    let leaf_off = p.body_leaf_offset();
     let lane_bits = p.lane_bits();
     let lane_mask = (1u64 << p.leaf_bits()) - 1;
     let sign = keys.party.index();
@@ -573,14 +689,14 @@ pub fn full_domain<H: Hasher + ?Sized>(
     aes: &H,
     params: &Params,
     party: Party,
-    key: &[u8],
+    key: KeyRef<'_>,
     out: &mut [u64],
 ) -> Result<u64, Error> {
     let p = params;
     if p.kind != Kind::Dpf {
         return Err(Error::KindMismatch);
     }
-    if key.len() != p.key_len() {
+    if key.root.len() != 16 || key.body.len() != p.body_len() {
         return Err(Error::BufferLength);
     }
     let k = p.domain.bits();
@@ -596,13 +712,13 @@ pub fn full_domain<H: Hasher + ?Sized>(
             ((u128::from(out[2 * i + 1]) << 64) | u128::from(out[2 * i])).to_le_bytes(),
         )
     };
-    store(out, 0, Block::read(key));
+    store(out, 0, Block::read(key.root));
 
     let mut calls = 0;
     let mut seeds = [Block::ZERO; HASH_CHUNK];
     let mut h = [Block::ZERO; HASH_CHUNK];
     for level in 0..p.levels() {
-        let cw = Block::read(&key[p.cw_offset(level)..]);
+        let cw = Block::read(&key.body[p.body_cw_offset(level)..]);
         let nodes = 1usize << level;
         // Descending chunks: children 2i, 2i+1 overwrite only nodes ≥ i,
         // which are already read.
@@ -629,7 +745,7 @@ pub fn full_domain<H: Hasher + ?Sized>(
     let leaves = 1usize << p.levels();
     let per_leaf = 1usize << p.leaf_bits();
     let lane_bits = p.lane_bits();
-    let lcw = Block::read(&key[p.leaf_offset()..]);
+    let lcw = Block::read(&key.body[p.body_leaf_offset()..]);
     let sign = party.index();
     let mut end = leaves;
     while end > 0 {

@@ -521,9 +521,43 @@ impl Gate {
         first: u64,
         dcf: &mut [&mut [u8]; MAX_KEYS],
     ) -> Result<u64, Error> {
+        let count = dcf[0].len() / self.key_params(0).key_len();
+        self.write_roots(h, party, (seed, first, count), dcf, |k| {
+            self.key_params(k).key_len()
+        })
+    }
+
+    /// Writes each element's DCF root seeds, 16 bytes per element per key
+    /// width, into `roots`: the roots of keys whose bodies stay where a key
+    /// file was read ([`PartyKeys::roots`]).
+    pub fn derive_roots(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        first: u64,
+        roots: &mut [&mut [u8]; MAX_KEYS],
+    ) -> Result<u64, Error> {
+        let count = roots[0].len() / 16;
+        self.write_roots(h, party, (seed, first, count), roots, |_| 16)
+    }
+
+    /// Writes element `e`'s root for key width `k` at `out[k][e · stride(k)..]`
+    /// for `count` elements from `first`.
+    fn write_roots(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        (seed, first, count): (&[u8; 16], u64, usize),
+        out: &mut [&mut [u8]; MAX_KEYS],
+        stride: impl Fn(usize) -> usize,
+    ) -> Result<u64, Error> {
         let c = &self.compiled;
-        let len0 = self.key_params(0).key_len();
-        let count = dcf[0].len() / len0;
+        for k in 0..c.key_count {
+            if out[k].len() != count * stride(k) {
+                return Err(Error::BufferLength);
+            }
+        }
         let per = self.prf_blocks();
         let chunk = PRF_STACK / per;
         let mut blocks = [Block::ZERO; PRF_STACK];
@@ -535,11 +569,10 @@ impl Gate {
             for e in 0..n {
                 let b = &blocks[e * per..(e + 1) * per];
                 for k in 0..c.key_count {
-                    let len = self.key_params(k).key_len();
-                    let at = (done + e) * len;
+                    let at = (done + e) * stride(k);
                     self.root(b, k)
                         .with_lsb(party.index())
-                        .write(&mut dcf[k][at..]);
+                        .write(&mut out[k][at..]);
                 }
             }
             done += n;
@@ -695,8 +728,13 @@ struct Layout {
 /// lengths only.
 #[derive(Clone, Copy, Default)]
 pub struct PartyKeys<'a> {
-    /// Full DCF keys (roots included, [`Gate::fill_roots`]) per key width.
+    /// The DCF keys per key width: whole keys (roots included,
+    /// [`Gate::fill_roots`]) where `roots[k]` is empty, else their bodies
+    /// ([`crate::fss::Params::body_len`] bytes each).
     pub dcf: [&'a [u8]; MAX_KEYS],
+    /// The keys' 16-byte roots per key width ([`Gate::derive_roots`]) when
+    /// `dcf` holds bodies; empty when it holds whole keys.
+    pub roots: [&'a [u8]; MAX_KEYS],
     /// P1's explicit words (empty for P0).
     pub explicit: &'a [u64],
 }
@@ -706,8 +744,39 @@ impl core::fmt::Debug for PartyKeys<'_> {
         let lens = self.dcf.map(<[u8]>::len);
         f.debug_struct("PartyKeys")
             .field("dcf_bytes", &lens)
+            .field("root_bytes", &self.roots.map(<[u8]>::len))
             .field("explicit_words", &self.explicit.len())
             .finish()
+    }
+}
+
+impl<'a> PartyKeys<'a> {
+    /// Elements `start..end` of key width `k` as a batch under `params`.
+    fn batch(
+        &self,
+        k: usize,
+        params: Params,
+        party: Party,
+        start: usize,
+        end: usize,
+    ) -> Result<KeyBatch<'a>, Error> {
+        let (roots, dcf) = (self.roots[k], self.dcf[k]);
+        let range = |len: usize| dcf.get(start * len..end * len).ok_or(Error::BufferLength);
+        if roots.is_empty() {
+            KeyBatch::new(params, party, range(params.key_len())?)
+        } else {
+            let r = roots.get(start * 16..end * 16).ok_or(Error::BufferLength)?;
+            KeyBatch::split(params, party, r, range(params.body_len())?)
+        }
+    }
+
+    /// Whether key width `k` holds exactly `n` keys under `params`.
+    fn holds(&self, k: usize, params: Params, n: usize) -> bool {
+        if self.roots[k].is_empty() {
+            self.dcf[k].len() == n * params.key_len()
+        } else {
+            self.roots[k].len() == n * 16 && self.dcf[k].len() == n * params.body_len()
+        }
     }
 }
 
@@ -768,8 +837,8 @@ impl<'a> Eval<'a> {
         if scratch.len() < l.end {
             return Err(Error::BufferLength);
         }
-        for (k, dcf) in keys.dcf.iter().enumerate().take(c.key_count) {
-            if dcf.len() != n * gate.key_params(k).key_len() {
+        for k in 0..c.key_count {
+            if !keys.holds(k, gate.key_params(k), n) {
                 return Err(Error::BufferLength);
             }
         }
@@ -1016,16 +1085,12 @@ impl<'a> Eval<'a> {
             let mut off = 0;
             for k in 0..c.key_count {
                 let per = c.points_per_key[k];
-                let len = g.key_params(k).key_len();
                 for e in 0..count {
                     let x_hat = head[l.x_hat + start + e];
                     c.points(k, x_hat, &mut points[off + e * per..off + (e + 1) * per]);
                 }
-                let keys = KeyBatch::new(
-                    g.key_params(k),
-                    self.party,
-                    &self.keys.dcf[k][start * len..(start + count) * len],
-                )?;
+                let keys =
+                    (self.keys).batch(k, g.key_params(k), self.party, start, start + count)?;
                 fss.eval(
                     &keys,
                     &points[off..off + count * per],
@@ -1546,6 +1611,7 @@ pub(crate) mod testing {
             n,
             PartyKeys {
                 dcf: r0,
+                roots: [&[]; MAX_KEYS],
                 explicit: &[],
             },
             &x0,
@@ -1562,6 +1628,7 @@ pub(crate) mod testing {
             n,
             PartyKeys {
                 dcf: r1,
+                roots: [&[]; MAX_KEYS],
                 explicit: &explicit,
             },
             &x1,

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use suffuse_core::batch::{BatchEval, Serial};
-use suffuse_core::fss::{Kind, Output};
+use suffuse_core::fss::{KeyBatch, Kind, Output};
 use suffuse_core::prg::FixedKeyAes;
 use suffuse_core::wire::parse_key_batch;
 use suffuse_core::{Error, dcf, dpf};
@@ -87,10 +87,22 @@ fuzz_target!(|data: &[u8]| {
         Err(Error::BufferLength)
     );
 
+    // The same keys with their roots apart from their bodies give the same
+    // outputs.
+    let roots: Vec<u8> = (0..n).flat_map(|i| keys.key(i).root().to_vec()).collect();
+    let bodies: Vec<u8> = (0..n).flat_map(|i| keys.key(i).body().to_vec()).collect();
+    let apart = KeyBatch::split(params, keys.party(), &roots, &bodies).expect("same keys");
+    let mut again = vec![0u64; points.len()];
+    serial()
+        .eval(&apart, &points, &mut again)
+        .expect("well-formed buffers must evaluate");
+    assert_eq!(again, out);
+
     // The one-key evaluators agree with the batch.
     let per_key = per_key_points.len();
+    let (whole, len) = (keys.bytes().unwrap_or_default(), params.key_len());
     for (q, (&x, &y)) in points.iter().zip(&out).enumerate() {
-        let key = keys.key(q / per_key);
+        let key = &whole[q / per_key * len..(q / per_key + 1) * len];
         let single = match params.kind() {
             Kind::Dcf => dcf::eval(aes(), &params, keys.party(), key, x),
             Kind::Dpf => dpf::eval(aes(), &params, keys.party(), key, x),

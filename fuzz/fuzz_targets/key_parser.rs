@@ -18,6 +18,9 @@ fuzz_target!(|data: &[u8]| {
         write_key_header(&params, batch.party(), batch.count())[..],
         data[..KEY_HEADER_LEN]
     );
-    assert_eq!(batch.bytes(), &data[KEY_HEADER_LEN..]);
-    assert_eq!(batch.bytes().len(), batch.count() * params.key_len());
+    assert_eq!(batch.bytes(), Some(&data[KEY_HEADER_LEN..]));
+    assert_eq!(
+        batch.bytes().map(<[u8]>::len),
+        Some(batch.count() * params.key_len())
+    );
 });

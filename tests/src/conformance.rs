@@ -447,12 +447,29 @@ fn u64_from(n: usize) -> u64 {
     u64::try_from(n).unwrap()
 }
 
-/// Evaluates `points` and compares outputs and AES calls with `expected`.
+/// Evaluates `points` and compares outputs and AES calls with `expected`,
+/// on `keys` as given and again with their roots apart from their bodies
+/// (how the host evaluates keys read from a key file).
 fn compare_eval(
     eval: &dyn BatchEval,
     keys: &KeyBatch<'_>,
     points: &[u64],
     expected: &[u64],
+    what: &str,
+    report: &mut Report,
+) {
+    compare_layout(eval, keys, (points, expected), what, report);
+    let (roots, bodies) = taken_apart(keys);
+    let split = KeyBatch::split(keys.params(), keys.party(), &roots, &bodies).unwrap();
+    let what = format!("{what}, roots apart");
+    compare_layout(eval, &split, (points, expected), &what, report);
+}
+
+/// [`compare_eval`] on one layout.
+fn compare_layout(
+    eval: &dyn BatchEval,
+    keys: &KeyBatch<'_>,
+    (points, expected): (&[u64], &[u64]),
     what: &str,
     report: &mut Report,
 ) {
@@ -484,6 +501,17 @@ fn compare_eval(
             stats.aes_calls
         ));
     }
+}
+
+/// The batch's keys taken apart: their roots back to back, then their
+/// bodies back to back (the layout of [`KeyBatch::split`]).
+fn taken_apart(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
+    let (mut roots, mut bodies) = (Vec::new(), Vec::new());
+    for i in 0..keys.count() {
+        roots.extend_from_slice(keys.key(i).root());
+        bodies.extend_from_slice(keys.key(i).body());
+    }
+    (roots, bodies)
 }
 
 fn check_point_case(eval: &dyn BatchEval, case: &PointCase, report: &mut Report) {

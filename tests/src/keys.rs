@@ -155,6 +155,12 @@ impl DealtBatch {
     }
 
     /// `party`'s keys `0..count` as a batch.
+    /// Party `party`'s whole key `i`.
+    pub fn key(&self, party: Party, i: usize) -> &[u8] {
+        let len = self.params.key_len();
+        &self.bytes(party)[i * len..(i + 1) * len]
+    }
+
     pub fn batch(&self, party: Party, count: usize) -> KeyBatch<'_> {
         let bytes = &self.bytes(party)[..count * self.params.key_len()];
         KeyBatch::new(self.params, party, bytes).unwrap()

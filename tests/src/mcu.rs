@@ -251,6 +251,7 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
         let p = PARTIES[i];
         let keys = PartyKeys {
             dcf: full[i].each_ref().map(Vec::as_slice),
+            roots: [&[]; MAX_KEYS],
             explicit: explicit_of(p),
         };
         Eval::new(

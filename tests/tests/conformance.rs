@@ -179,6 +179,9 @@ enum Fault {
     OverwritesTransposedAccumulate,
     /// Accepts a `c` longer than the shape.
     AcceptsLongProduct,
+    /// Walks a batch whose roots lie apart from its bodies with each key's
+    /// root taken from the key after it.
+    ShiftsSplitRoots,
 }
 
 impl Hasher for Faulty {
@@ -218,6 +221,14 @@ impl BatchEval for Faulty {
             _ => (out, &mut [][..]),
         };
         let saved = out.last().copied();
+        let shifted;
+        let keys = match self.fault {
+            Fault::ShiftsSplitRoots if keys.bytes().is_none() && keys.count() > 1 => {
+                shifted = shifted_roots(keys);
+                &KeyBatch::split(keys.params(), keys.party(), &shifted.0, &shifted.1)?
+            }
+            _ => keys,
+        };
         let mut stats = Serial::new().eval(keys, points, out)?;
         match self.fault {
             Fault::FlipsOneOutput if n > 4096 => out[4096] ^= 1,
@@ -303,6 +314,17 @@ impl BatchEval for Faulty {
     }
 }
 
+/// `keys`' roots, each moved to the key before it, and their bodies.
+fn shifted_roots(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
+    let n = keys.count();
+    let (mut roots, mut bodies) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        roots.extend_from_slice(keys.key((i + 1) % n).root());
+        bodies.extend_from_slice(keys.key(i).body());
+    }
+    (roots, bodies)
+}
+
 #[test]
 fn harness_catches_planted_faults() {
     for fault in [
@@ -317,6 +339,7 @@ fn harness_catches_planted_faults() {
         Fault::MiscountsGeneration,
         Fault::OverwritesTransposedAccumulate,
         Fault::AcceptsLongProduct,
+        Fault::ShiftsSplitRoots,
     ] {
         let report = conformance::run(&Faulty { fault });
         assert!(!report.passed(), "the harness missed {fault:?}");

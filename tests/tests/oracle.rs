@@ -75,7 +75,7 @@ fn serial_matches_reference_on_every_shape() {
                 params.aes_per_eval() * u64::try_from(points.len()).unwrap()
             );
             for (q, (&x, &y)) in points.iter().zip(out.iter()).enumerate() {
-                let key = batch.key(q / per_key);
+                let key = dealt.key(party, q / per_key);
                 let want = reference::eval(&aes, &params, party, key, x);
                 assert_eq!(
                     y,
@@ -142,12 +142,13 @@ fn full_domain_matches_reference() {
             assert_eq!(stats.aes_calls, 2 * params.aes_per_full_domain());
             let mut single = vec![0; size];
             let calls =
-                dpf::eval_full_domain(&aes, &params, party, batch.key(1), &mut single).unwrap();
+                dpf::eval_full_domain(&aes, &params, party, dealt.key(party, 1), &mut single)
+                    .unwrap();
             assert_eq!(calls, params.aes_per_full_domain());
             assert_eq!(single, table[size..], "{params:?} {party:?}");
             for (i, &y) in table.iter().enumerate() {
                 let x = u64::try_from(i % size).unwrap();
-                let want = reference::eval(&aes, &params, party, batch.key(i / size), x);
+                let want = reference::eval(&aes, &params, party, dealt.key(party, i / size), x);
                 assert_eq!(y, want, "{params:?} {party:?} key {} x = {x}", i / size);
             }
         }

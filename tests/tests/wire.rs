@@ -87,7 +87,7 @@ fn valid_files_round_trip_and_evaluate() {
                 assert_eq!(parsed.params(), params);
                 assert_eq!(parsed.party(), party);
                 assert_eq!(parsed.count(), count);
-                assert_eq!(parsed.bytes(), &file[KEY_HEADER_LEN..]);
+                assert_eq!(parsed.bytes(), Some(&file[KEY_HEADER_LEN..]));
                 Serial::new().eval(&parsed, &points, out).unwrap();
             }
             for (q, &x) in points.iter().enumerate() {

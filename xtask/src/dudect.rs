@@ -253,6 +253,7 @@ impl Set {
     fn keys(&self, p: usize) -> PartyKeys<'_> {
         PartyKeys {
             dcf: core::array::from_fn(|k| self.dcf[p][k].as_slice()),
+            roots: [&[]; MAX_KEYS],
             explicit: if p == 1 { &self.explicit } else { &[] },
         }
     }

@@ -87,9 +87,12 @@ unsafe fn walk_group(
     let rk_leaf = &h.keys[1];
 
     let mut key_ptr = [core::ptr::null::<u8>(); GROUP];
+    let mut root_ptr = [core::ptr::null::<u8>(); GROUP];
     let mut x = [0u64; GROUP];
     for j in 0..GROUP {
-        key_ptr[j] = keys.key((first + j) / per_key).as_ptr();
+        let key = keys.key((first + j) / per_key);
+        key_ptr[j] = key.body().as_ptr();
+        root_ptr[j] = key.root().as_ptr();
         x[j] = points[j] & p.domain().mask();
     }
 
@@ -101,12 +104,12 @@ unsafe fn walk_group(
     let mut xv = [_mm512_setzero_si512(); QUADS];
     for q in 0..QUADS {
         let b = 4 * q;
-        // SAFETY: every key is `key_len ≥ 32` bytes; the root is its first 16.
+        // SAFETY: a key's root is 16 bytes.
         s[q] = unsafe {
-            let v = _mm512_castsi128_si512(_mm_loadu_si128(key_ptr[b].cast()));
-            let v = insert::<1>(v, key_ptr[b + 1]);
-            let v = insert::<2>(v, key_ptr[b + 2]);
-            insert::<3>(v, key_ptr[b + 3])
+            let v = _mm512_castsi128_si512(_mm_loadu_si128(root_ptr[b].cast()));
+            let v = insert::<1>(v, root_ptr[b + 1]);
+            let v = insert::<2>(v, root_ptr[b + 2]);
+            insert::<3>(v, root_ptr[b + 3])
         };
         // Both 64-bit halves of a lane carry that lane's point.
         xv[q] = _mm512_set_epi64(
@@ -124,9 +127,9 @@ unsafe fn walk_group(
     let mut acc = [_mm512_setzero_si512(); QUADS];
 
     for level in 0..levels {
-        let off = p.cw_offset(level);
+        let off = p.body_cw_offset(level);
         if level + PREFETCH_LEVELS < levels {
-            let ahead = p.cw_offset(level + PREFETCH_LEVELS);
+            let ahead = p.body_cw_offset(level + PREFETCH_LEVELS);
             for ptr in key_ptr {
                 // SAFETY: prefetching never faults; the address is inside the key.
                 unsafe { _mm_prefetch::<_MM_HINT_T0>(ptr.add(ahead).cast()) };
@@ -151,7 +154,7 @@ unsafe fn walk_group(
         for q in 0..QUADS {
             let hq = _mm512_xor_si512(_mm512_aesenclast_epi128(b[q], rk_tree[10]), y[q]);
             let base = 4 * q;
-            // SAFETY: level < levels, so `off + 16 ≤ key_len` for every key.
+            // SAFETY: level < levels, so `off + 16 ≤ body_len` for every key.
             let cw = unsafe {
                 let v = _mm512_castsi128_si512(_mm_loadu_si128(key_ptr[base].add(off).cast()));
                 let v = insert::<1>(v, key_ptr[base + 1].add(off));
@@ -175,7 +178,7 @@ unsafe fn walk_group(
     }
 
     // Leaf: H_leaf(s) ⊕ t·LCW, then the bit at x mod 2^ν.
-    let leaf_off = p.leaf_offset();
+    let leaf_off = p.body_leaf_offset();
     let mut y = [_mm512_setzero_si512(); QUADS];
     let mut b = [_mm512_setzero_si512(); QUADS];
     for q in 0..QUADS {
@@ -196,7 +199,7 @@ unsafe fn walk_group(
     for q in 0..QUADS {
         let hq = _mm512_xor_si512(_mm512_aesenclast_epi128(b[q], rk_leaf[10]), y[q]);
         let base = 4 * q;
-        // SAFETY: the leaf correction is the key's last 16 bytes.
+        // SAFETY: the leaf correction is the body's last 16 bytes.
         let lcw = unsafe {
             let v = _mm512_castsi128_si512(_mm_loadu_si128(key_ptr[base].add(leaf_off).cast()));
             let v = insert::<1>(v, key_ptr[base + 1].add(leaf_off));

@@ -84,21 +84,22 @@ unsafe fn walk_group(
     let mut x = [0u64; GROUP];
     let mut s = [_mm_setzero_si128(); GROUP];
     for j in 0..GROUP {
-        key_ptr[j] = keys.key((first + j) / per_key).as_ptr();
+        let key = keys.key((first + j) / per_key);
+        key_ptr[j] = key.body().as_ptr();
         x[j] = points[j] & p.domain().mask();
-        // SAFETY: every key is `key_len ≥ 32` bytes; the root is its first 16.
-        s[j] = unsafe { _mm_loadu_si128(key_ptr[j].cast()) };
+        // SAFETY: a key's root is 16 bytes.
+        s[j] = unsafe { _mm_loadu_si128(key.root().as_ptr().cast()) };
     }
     let lsb_lo = _mm_set_epi64x(0, 1);
     let mut acc = [0u64; GROUP];
 
     for level in 0..levels {
-        let off = p.cw_offset(level);
+        let off = p.body_cw_offset(level);
         next.step(level);
         let shift = k - 1 - level;
         let hs = hash(&s, rk_tree);
         for j in 0..GROUP {
-            // SAFETY: level < levels, so `off + 16 ≤ key_len` for every key.
+            // SAFETY: level < levels, so `off + 16 ≤ body_len` for every key.
             let cw = unsafe { _mm_loadu_si128(key_ptr[j].add(off).cast()) };
             let t = lsb_mask(s[j], lsb_lo);
             let left = _mm_xor_si128(hs[j], _mm_and_si128(cw, t));
@@ -116,11 +117,11 @@ unsafe fn walk_group(
     }
 
     // Leaf: H_leaf(s) ⊕ t·LCW, then the bit at x mod 2^ν.
-    let leaf_off = p.leaf_offset();
+    let leaf_off = p.body_leaf_offset();
     let hs = hash(&s, rk_leaf);
     let lane_mask = (1u64 << p.leaf_bits()) - 1;
     for j in 0..GROUP {
-        // SAFETY: the leaf correction is the key's last 16 bytes.
+        // SAFETY: the leaf correction is the body's last 16 bytes.
         let lcw = unsafe { _mm_loadu_si128(key_ptr[j].add(leaf_off).cast()) };
         let t = lsb_mask(s[j], lsb_lo);
         let v = _mm_xor_si128(hs[j], _mm_and_si128(lcw, t));

@@ -111,9 +111,12 @@ unsafe fn walk_group(
     let rk_leaf = &h.keys[1];
 
     let mut key_ptr = [core::ptr::null::<u8>(); GROUP];
+    let mut root_ptr = [core::ptr::null::<u8>(); GROUP];
     let mut x = [0u64; GROUP];
     for j in 0..GROUP {
-        key_ptr[j] = keys.key((first + j) / per_key).as_ptr();
+        let key = keys.key((first + j) / per_key);
+        key_ptr[j] = key.body().as_ptr();
+        root_ptr[j] = key.root().as_ptr();
         x[j] = points[j] & p.domain().mask();
     }
     let lsb_lo = _mm256_set_epi64x(0, 1, 0, 1);
@@ -123,8 +126,8 @@ unsafe fn walk_group(
     let mut xv = [_mm256_setzero_si256(); PAIRS];
     for q in 0..PAIRS {
         let b = 2 * q;
-        // SAFETY: every key is `key_len ≥ 32` bytes; the root is its first 16.
-        s[q] = unsafe { load2(key_ptr[b], key_ptr[b + 1]) };
+        // SAFETY: a key's root is 16 bytes.
+        s[q] = unsafe { load2(root_ptr[b], root_ptr[b + 1]) };
         // Both 64-bit halves of a lane carry that lane's point, shifted so
         // that the first level's bit x_{k−1} is the sign bit.
         let (hi, lo) = ((x[b + 1] << (64 - k)) as i64, (x[b] << (64 - k)) as i64);
@@ -135,12 +138,12 @@ unsafe fn walk_group(
     let mut acc = [_mm256_setzero_si256(); PAIRS];
 
     for level in 0..levels {
-        let off = p.cw_offset(level);
+        let off = p.body_cw_offset(level);
         next.step(level);
         let hs = hash(&s, rk_tree, hi_half);
         for q in 0..PAIRS {
             let b = 2 * q;
-            // SAFETY: level < levels, so `off + 16 ≤ key_len` for every key.
+            // SAFETY: level < levels, so `off + 16 ≤ body_len` for every key.
             let cw = unsafe { load2(key_ptr[b].add(off), key_ptr[b + 1].add(off)) };
             let t = lsb_mask(s[q], lsb_lo);
             let left = _mm256_xor_si256(hs[q], _mm256_and_si256(cw, t));
@@ -158,14 +161,14 @@ unsafe fn walk_group(
     }
 
     // Leaf: H_leaf(s) ⊕ t·LCW, then the bit at x mod 2^ν.
-    let leaf_off = p.leaf_offset();
+    let leaf_off = p.body_leaf_offset();
     let hs = hash(&s, rk_leaf, hi_half);
     let lane_mask = (1u64 << p.leaf_bits()) - 1;
     let mut leaf = [0u64; 2 * GROUP];
     let mut accs = [0u64; 2 * GROUP];
     for q in 0..PAIRS {
         let b = 2 * q;
-        // SAFETY: the leaf correction is the key's last 16 bytes.
+        // SAFETY: the leaf correction is the body's last 16 bytes.
         let lcw = unsafe { load2(key_ptr[b].add(leaf_off), key_ptr[b + 1].add(leaf_off)) };
         let t = lsb_mask(s[q], lsb_lo);
         let v = _mm256_xor_si256(hs[q], _mm256_and_si256(lcw, t));

@@ -817,6 +817,7 @@ pub(crate) mod testing {
                 let d = &dcf[s][party];
                 k[s] = PartyKeys {
                     dcf: [&d[0][..], &d[1][..], &d[2][..]],
+                    roots: [&[]; MAX_KEYS],
                     explicit: if party == 1 { &explicit[s][..] } else { &[] },
                 };
             }

@@ -368,6 +368,7 @@ mod tests {
                 let d = &d[party];
                 k[l] = PartyKeys {
                     dcf: [&d[0][..], &d[1][..], &d[2][..]],
+                    roots: [&[]; MAX_KEYS],
                     explicit: if party == 1 { ex } else { &[] },
                 };
             }

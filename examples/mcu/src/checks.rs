@@ -351,6 +351,7 @@ fn run_party(
     let [d0, d1, d2] = dcf;
     let keys = PartyKeys {
         dcf: [&*d0, &*d1, &*d2],
+        roots: [&[]; MAX_KEYS],
         explicit: t.explicit,
     };
     let scratch = &mut scratch[..words];

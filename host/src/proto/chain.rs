@@ -36,13 +36,13 @@ impl Inverse<'_> {
     }
 
     /// A party's material for every chain step, in section order.
-    fn load(
+    fn load<'s>(
         &self,
         h: &dyn Hasher,
         party: Party,
         seed: &[u8; 16],
-        cur: &mut Cursor<'_>,
-    ) -> Result<Vec<Material>, ProtoError> {
+        cur: &mut Cursor<'s>,
+    ) -> Result<Vec<Material<'s>>, ProtoError> {
         let n = self.n();
         let mut mats = Vec::with_capacity(self.c.count);
         for s in 0..self.c.count {
@@ -51,13 +51,10 @@ impl Inverse<'_> {
                     let ss = step_seed(h, seed, s);
                     load_material(gate, h, party, &ss, 0, n, cur)?
                 }
-                ChainStep::Mul { .. } => Material {
-                    keys: Default::default(),
-                    explicit: match party {
-                        Party::P0 => Vec::new(),
-                        Party::P1 => get_words(cur.take(words_bytes(n))?),
-                    },
-                },
+                ChainStep::Mul { .. } => Material::words(match party {
+                    Party::P0 => Vec::new(),
+                    Party::P1 => get_words(cur.take(words_bytes(n))?),
+                }),
             });
         }
         cur.done()?;

@@ -77,10 +77,10 @@ impl Step for Scalar<'_> {
 }
 
 /// One chunk of a scalar gate: its material and evaluation scratch.
-struct GateChunk {
+struct GateChunk<'s> {
     first: usize,
     count: usize,
-    mat: Material,
+    mat: Material<'s>,
     scratch: Vec<u64>,
 }
 
@@ -174,13 +174,13 @@ fn run_gate(
 
 /// Slices the section per chunk, then rebuilds the chunks' keys in
 /// parallel.
-fn load_chunks(
+fn load_chunks<'s>(
     g: &Gate,
     on: &Online<'_>,
     seed: &[u8; 16],
-    cur: &mut Cursor<'_>,
+    cur: &mut Cursor<'s>,
     n: usize,
-) -> Result<Vec<GateChunk>, ProtoError> {
+) -> Result<Vec<GateChunk<'s>>, ProtoError> {
     let (party, step) = (on.party, cur.step);
     let h: &(dyn Hasher + Sync) = on.fss;
     let mut slices = Vec::new();

@@ -76,27 +76,39 @@ pub(super) fn deal_material(
     Ok(())
 }
 
-/// A party's material for `count` elements, full keys rebuilt. Wiped on
-/// drop.
-pub(super) struct Material {
-    pub(super) keys: [Vec<u8>; MAX_KEYS],
+/// A party's material for `count` elements: each key width's roots,
+/// re-derived from the section's seed, and its bodies, left where the
+/// section was read (no copy). The roots and P1's words are wiped on drop;
+/// the bodies are the section's, wiped with it.
+#[derive(Default)]
+pub(super) struct Material<'s> {
+    roots: [Vec<u8>; MAX_KEYS],
+    bodies: [&'s [u8]; MAX_KEYS],
     pub(super) explicit: Vec<u64>,
 }
 
-impl Drop for Material {
+impl Drop for Material<'_> {
     fn drop(&mut self) {
-        for k in &mut self.keys {
-            crate::wipe::vec(k);
+        for r in &mut self.roots {
+            crate::wipe::vec(r);
         }
         crate::wipe::vec(&mut self.explicit);
     }
 }
 
-impl Material {
+impl<'s> Material<'s> {
+    /// Material with no DCF keys: P1's explicit words only.
+    pub(super) fn words(explicit: Vec<u64>) -> Self {
+        let mut mat = Material::default();
+        mat.explicit = explicit;
+        mat
+    }
+
     pub(super) fn party_keys(&self) -> PartyKeys<'_> {
-        let [a, b, c] = &self.keys;
+        let [a, b, c] = &self.roots;
         PartyKeys {
-            dcf: [a, b, c],
+            dcf: self.bodies,
+            roots: [a, b, c],
             explicit: &self.explicit,
         }
     }
@@ -104,37 +116,28 @@ impl Material {
 
 /// Reads `count` elements' material, re-deriving the DCF roots from `seed`
 /// at element offset `first`.
-pub(super) fn load_material(
+pub(super) fn load_material<'s>(
     g: &Gate,
     h: &dyn Hasher,
     party: Party,
     seed: &[u8; 16],
     first: u64,
     count: usize,
-    cur: &mut Cursor<'_>,
-) -> Result<Material, ProtoError> {
-    let mut keys: [Vec<u8>; MAX_KEYS] = Default::default();
-    for (k, buf) in keys.iter_mut().enumerate().take(g.compiled.key_count) {
-        let len = g.key_params(k).key_len();
-        let bodies = cur.take(count * (len - 16))?;
-        // Room for each root (filled from the seed below), then the body:
-        // built by appending, so the buffer is written once.
-        buf.reserve_exact(count * len);
-        for body in bodies.chunks_exact(len - 16) {
-            buf.extend_from_slice(&[0u8; 16]);
-            buf.extend_from_slice(body);
-        }
+    cur: &mut Cursor<'s>,
+) -> Result<Material<'s>, ProtoError> {
+    let mut mat = Material::default();
+    for k in 0..g.compiled.key_count {
+        mat.bodies[k] = cur.take(count * g.key_params(k).body_len())?;
+        mat.roots[k] = vec![0u8; count * 16];
     }
     if count > 0 {
-        g.fill_roots(h, party, seed, first, &mut as_mut(&mut keys))
+        g.derive_roots(h, party, seed, first, &mut as_mut(&mut mat.roots))
             .map_err(core(cur.step))?;
     }
-    let explicit = if party == Party::P1 {
-        get_words(cur.take(words_bytes(count * g.explicit_words()))?)
-    } else {
-        Vec::new()
-    };
-    Ok(Material { keys, explicit })
+    if party == Party::P1 {
+        mat.explicit = get_words(cur.take(words_bytes(count * g.explicit_words()))?);
+    }
+    Ok(mat)
 }
 
 /// `(first, count)` of each chunk of `n` elements.

@@ -88,6 +88,7 @@ impl Dealt {
         let dcf = &self.dcf[p];
         PartyKeys {
             dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
+            roots: [&[]; MAX_KEYS],
             explicit: if p == 1 { &self.explicit } else { &[] },
         }
     }

@@ -202,6 +202,7 @@ impl Dealt {
         let dcf = &self.dcf[p];
         PartyKeys {
             dcf: core::array::from_fn(|k| dcf[k].as_slice()),
+            roots: [&[]; MAX_KEYS],
             explicit: if p == 1 { &self.explicit } else { &[] },
         }
     }
