@@ -316,12 +316,14 @@ impl<'a> KeyRef<'a> {
     }
 
     /// The 16-byte root seed.
+    #[inline]
     pub fn root(&self) -> &'a [u8] {
         self.root
     }
 
     /// The correction words: level `i`'s at [`Params::body_cw_offset`],
     /// the leaf's at [`Params::body_leaf_offset`].
+    #[inline]
     pub fn body(&self) -> &'a [u8] {
         self.body
     }
@@ -329,6 +331,7 @@ impl<'a> KeyRef<'a> {
 
 /// The byte range of items `start..end` in an array with `stride` bytes
 /// between item starts and `len` bytes per item.
+#[inline]
 fn span(stride: usize, len: usize, start: usize, end: usize) -> core::ops::Range<usize> {
     let from = start * stride;
     if end > start {
@@ -400,6 +403,7 @@ impl<'a> KeyBatch<'a> {
     }
 
     /// Key `i`; panics if `i ≥ count()`.
+    #[inline]
     pub fn key(&self, i: usize) -> KeyRef<'a> {
         assert!(i < self.count, "key index out of range");
         KeyRef {

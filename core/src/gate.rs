@@ -28,7 +28,7 @@
 use crate::batch::BatchEval;
 use crate::compile::{Compiled, MAX_KEYS};
 use crate::error::{Error, SufError};
-use crate::fss::{GEN_LANES, GenBatch, KeyBatch, Params, Party};
+use crate::fss::{GenBatch, KeyBatch, Params, Party};
 use crate::mpc;
 use crate::phi::program::{self, BLOCK, Program, Section};
 use crate::phi::{Mono, Phi, Plan};
@@ -338,12 +338,12 @@ impl Gate {
     ///
     /// The input mask shares come from the seeds unless `masks` supplies
     /// them (then the evaluators must be given the same shares); tests use
-    /// that to pin masks to 0, 2^n − 1 and every wrap point. `prf` is
-    /// scratch for both parties' expanded PRF blocks: at least
-    /// [`Gate::deal_scratch_min`] blocks, and [`Gate::deal_scratch_blocks`]
-    /// for full-sized AES batches. The DCF keys come from the backend's
-    /// [`BatchEval::generate`], up to [`DEAL_GROUP`] keys a call. Returns
-    /// the AES calls made.
+    /// that to pin masks to 0, 2^n − 1 and every wrap point. The DCF keys
+    /// come from the backend's [`BatchEval::generate`], one call per key
+    /// slot for each group of elements; `scratch` ([`DealScratch`]) sets
+    /// the group's size (the caller sizes it from the backend's
+    /// [`BatchEval::preferred_batch`]) and holds both parties' expanded
+    /// PRF blocks. Returns the AES calls made.
     #[allow(clippy::too_many_arguments)]
     pub fn deal(
         &self,
@@ -355,7 +355,7 @@ impl Gate {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
-        prf: &mut [Block],
+        scratch: &mut DealScratch<'_>,
     ) -> Result<u64, Error> {
         if let Some([m0, m1]) = masks
             && (m0.len() != count || m1.len() != count)
@@ -375,11 +375,9 @@ impl Gate {
             }
         }
         let per = self.prf_blocks();
+        let (group, prf, mut gen_in) = scratch.parts(per)?;
         // Elements per batch: as many as both parties' blocks fit.
         let chunk = prf.len() / (2 * per);
-        if chunk == 0 {
-            return Err(Error::BufferLength);
-        }
         let (b0, b1) = prf.split_at_mut(chunk * per);
         let mut calls = 0;
         let mut done = 0;
@@ -388,21 +386,20 @@ impl Gate {
             let at = first + cast::u64_from_usize(done);
             calls += self.expand(fss, &seeds[0], at, n, b0);
             calls += self.expand(fss, &seeds[1], at, n, b1);
-            // Groups of up to DEAL_GROUP elements: each key slot's keys of
-            // a group go to the backend in one `generate` call.
+            // Groups of up to `group` elements: each key slot's keys of a
+            // group go to the backend in one `generate` call.
             let mut g = 0;
             while g < n {
-                let m = DEAL_GROUP.min(n - g);
+                let m = group.min(n - g);
                 let blocks = [&b0[g * per..(g + m) * per], &b1[g * per..(g + m) * per]];
-                let mut r = [0u64; DEAL_GROUP];
-                for (e, re) in r[..m].iter_mut().enumerate() {
-                    *re = match masks {
+                for e in 0..m {
+                    gen_in.masks[e] = match masks {
                         Some([m0, m1]) => w.add(m0[done + g + e], m1[done + g + e]),
                         None => w.add(blocks[0][e * per].low64(), blocks[1][e * per].low64()),
                     };
                 }
-                calls += self.deal_keys(fss, blocks, &r[..m], done + g, dcf0, dcf1)?;
-                for (e, &re) in r[..m].iter().enumerate() {
+                calls += self.deal_keys(fss, blocks, done + g, &mut gen_in, dcf0, dcf1)?;
+                for (e, &re) in gen_in.masks[..m].iter().enumerate() {
                     let p = [
                         &blocks[0][e * per..(e + 1) * per],
                         &blocks[1][e * per..(e + 1) * per],
@@ -417,36 +414,36 @@ impl Gate {
         Ok(calls)
     }
 
-    /// Generates every DCF key pair of a group of at most [`DEAL_GROUP`]
-    /// elements whose masks are `r` and expanded blocks `blocks` (both
-    /// parties'), into the key slots of elements `first..first + r.len()`:
-    /// one [`BatchEval::generate`] call per key slot, which writes the same
+    /// Generates every DCF key pair of a group of `m` elements whose
+    /// expanded blocks are `blocks` (both parties', `m` elements' each) and
+    /// masks `gen_in.masks[..m]`, into the key slots of elements
+    /// `first..first + m`: one
+    /// [`BatchEval::generate`] call per key slot, which writes the same
     /// bytes whatever batching the backend chooses inside it.
     fn deal_keys(
         &self,
         fss: &dyn BatchEval,
         blocks: [&[Block]; 2],
-        r: &[u64],
         first: usize,
+        gen_in: &mut GenInputs<'_>,
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
     ) -> Result<u64, Error> {
         let per = self.prf_blocks();
-        let m = r.len();
-        let mut alphas = [0u64; DEAL_GROUP];
-        let mut roots = [[Block::ZERO; 2]; DEAL_GROUP];
+        let m = blocks[0].len() / per;
         let mut calls = 0;
         for k in 0..self.compiled.key_count {
             let params = self.key_params(k);
             for e in 0..m {
-                alphas[e] = self.compiled.key_alpha(k, r[e]);
-                roots[e] = [
+                gen_in.alphas[e] = self.compiled.key_alpha(k, gen_in.masks[e]);
+                gen_in.roots[e] = [
                     self.root(&blocks[0][e * per..], k),
                     self.root(&blocks[1][e * per..], k),
                 ];
             }
             // Bit outputs: β is 1, and no random words are drawn.
-            let batch = GenBatch::new(params, &alphas[..m], &ONES[..m], &roots[..m], &[])?;
+            let (alphas, betas) = (&gen_in.alphas[..m], &gen_in.betas[..m]);
+            let batch = GenBatch::new(params, alphas, betas, &gen_in.roots[..m], &[])?;
             let len = params.key_len();
             let span = first * len..(first + m) * len;
             let stats = fss.generate(&batch, &mut dcf0[k][span.clone()], &mut dcf1[k][span])?;
@@ -625,20 +622,24 @@ impl Gate {
         l.end
     }
 
-    /// The least PRF scratch [`Gate::deal`] accepts: one element's blocks
-    /// for each party.
-    pub const fn deal_scratch_min(&self) -> usize {
-        2 * self.prf_blocks()
+    /// The least [`DealScratch`] blocks [`Gate::deal`] accepts for groups
+    /// of `group` elements: one element's PRF blocks for each party, and
+    /// the group's roots.
+    pub const fn deal_scratch_min(&self, group: usize) -> usize {
+        2 * self.prf_blocks() + 2 * group
     }
 
-    /// PRF scratch for dealing `count` elements in full-sized batches: up
-    /// to 64 KiB per party, less when `count` needs less.
-    pub const fn deal_scratch_blocks(&self, count: usize) -> usize {
+    /// [`DealScratch`] blocks for dealing `count` elements in groups of
+    /// `group` and full-sized AES batches: PRF blocks for up to 64 KiB per
+    /// party or a whole group, whichever is more (less when `count` needs
+    /// less), and the group's roots.
+    pub const fn deal_scratch_blocks(&self, count: usize, group: usize) -> usize {
         let per = self.prf_blocks();
         let batch = PRF_BUFFER / per;
+        let batch = if group > batch { group } else { batch };
         let elements = if count < batch { count } else { batch };
         let elements = if elements == 0 { 1 } else { elements };
-        2 * per * elements
+        2 * per * elements + 2 * group
     }
 
     const fn layout(&self, n: usize) -> Layout {
@@ -680,14 +681,75 @@ impl Gate {
     }
 }
 
-/// Elements whose keys [`Gate::deal`] hands to the backend in one
-/// [`BatchEval::generate`] call per key slot: 8 × [`GEN_LANES`] lockstep
-/// walks for the CPU backend, 12 KiB of stack for the group's masks,
-/// points and roots.
-pub const DEAL_GROUP: usize = 8 * GEN_LANES;
+/// Caller scratch for dealing ([`Gate::deal`], [`chain::Chain::deal_step`],
+/// [`max::MaxTree::deal_level`]): both parties' expanded PRF blocks, and
+/// the key-generation inputs of one group of elements, the elements whose
+/// keys go to the backend in one [`BatchEval::generate`] call per key slot.
+/// The caller picks the group's size, from the backend's
+/// [`BatchEval::preferred_batch`], and the dealt bytes do not depend on it.
+pub struct DealScratch<'a> {
+    /// PRF blocks, then two root blocks per group element.
+    blocks: &'a mut [Block],
+    /// Three words per group element: its mask, its key's point α and β.
+    words: &'a mut [u64],
+}
 
-/// β of every bit-output key of a group.
-const ONES: [u64; DEAL_GROUP] = [1; DEAL_GROUP];
+impl core::fmt::Debug for DealScratch<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DealScratch")
+            .field("blocks", &self.blocks.len())
+            .field("words", &self.words.len())
+            .finish()
+    }
+}
+
+/// One group's key-generation inputs, carved from a [`DealScratch`].
+struct GenInputs<'a> {
+    masks: &'a mut [u64],
+    alphas: &'a mut [u64],
+    betas: &'a [u64],
+    roots: &'a mut [[Block; 2]],
+}
+
+impl<'a> DealScratch<'a> {
+    /// Scratch over `blocks` ([`Gate::deal_scratch_blocks`] of them) and
+    /// `words` ([`DealScratch::words`] of the group).
+    pub fn new(blocks: &'a mut [Block], words: &'a mut [u64]) -> Self {
+        DealScratch { blocks, words }
+    }
+
+    /// Words for a group of `group` elements.
+    pub const fn words(group: usize) -> usize {
+        3 * group
+    }
+
+    /// The group's size, the PRF blocks (at least one element's for each
+    /// party of a gate with `per` blocks per element) and the group's
+    /// inputs, β set to 1 (bit outputs).
+    fn parts(&mut self, per: usize) -> Result<(usize, &mut [Block], GenInputs<'_>), Error> {
+        let group = self.words.len() / 3;
+        let prf_len = self.blocks.len().saturating_sub(2 * group);
+        if group == 0 || prf_len < 2 * per {
+            return Err(Error::BufferLength);
+        }
+        let (prf, roots) = self.blocks.split_at_mut(prf_len);
+        let (roots, _) = roots.as_chunks_mut::<2>();
+        let (masks, rest) = self.words.split_at_mut(group);
+        let (alphas, betas) = rest.split_at_mut(group);
+        betas[..group].fill(1);
+        let betas = &betas[..group];
+        Ok((
+            group,
+            prf,
+            GenInputs {
+                masks,
+                alphas,
+                betas,
+                roots,
+            },
+        ))
+    }
+}
 
 /// PRF blocks per party and batch that [`Gate::deal_scratch_blocks`] asks
 /// for: 64 KiB, enough to keep AES pipelines full on the dealer.
@@ -1578,8 +1640,10 @@ pub(crate) mod testing {
             let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
             let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
             let ms = masks.map(|_| [&m0[..], &m1[..]]);
-            // Three elements per PRF batch: every test crosses batch edges.
-            let mut prf = vec![Block::ZERO; 3 * gate.deal_scratch_min()];
+            // Three elements per PRF batch and two per key-generation
+            // group: every test crosses both kinds of edge.
+            let mut prf = vec![Block::ZERO; 3 * gate.deal_scratch_min(0) + 2 * 2];
+            let mut words = vec![0u64; DealScratch::words(2)];
             gate.deal(
                 &Serial::new(),
                 seeds,
@@ -1589,7 +1653,7 @@ pub(crate) mod testing {
                 &mut d0,
                 &mut d1,
                 &mut explicit,
-                &mut prf,
+                &mut DealScratch::new(&mut prf, &mut words),
             )
             .unwrap();
         }
@@ -1983,13 +2047,14 @@ mod tests {
         .unwrap();
         let n = 37;
         let seeds = [[3; 16], [4; 16]];
-        let deal = |blocks: usize| {
+        let deal = |blocks: usize, group: usize| {
             let len = n * gate.key_params(0).key_len();
             let (mut a, mut b) = (std::vec![0u8; len], std::vec![0u8; len]);
             let mut ex = std::vec![0u64; n * gate.explicit_words()];
             let mut d0: [&mut [u8]; MAX_KEYS] = [&mut a, &mut [], &mut []];
             let mut d1: [&mut [u8]; MAX_KEYS] = [&mut b, &mut [], &mut []];
             let mut prf = std::vec![Block::ZERO; blocks];
+            let mut words = std::vec![0u64; DealScratch::words(group)];
             let r = gate.deal(
                 &crate::batch::Serial::new(),
                 seeds,
@@ -1999,17 +2064,26 @@ mod tests {
                 &mut d0,
                 &mut d1,
                 &mut ex,
-                &mut prf,
+                &mut DealScratch::new(&mut prf, &mut words),
             );
             r.map(|_| (a, b, ex))
         };
         assert_eq!(gate.compiled.key_count, 1);
-        let full = deal(gate.deal_scratch_blocks(n)).unwrap();
-        assert_eq!(deal(gate.deal_scratch_min()).unwrap(), full);
+        let full = deal(gate.deal_scratch_blocks(n, n), n).unwrap();
+        // Groups of one, of five (across PRF batches of one and of all),
+        // and larger than the PRF batch.
+        assert_eq!(deal(gate.deal_scratch_min(1), 1).unwrap(), full);
+        assert_eq!(deal(gate.deal_scratch_min(5), 5).unwrap(), full);
+        assert_eq!(deal(gate.deal_scratch_blocks(n, 5), 5).unwrap(), full);
+        assert_eq!(deal(gate.deal_scratch_min(8) + 6, 8).unwrap(), full);
         assert_eq!(
-            deal(gate.deal_scratch_min() - 1).unwrap_err(),
+            deal(gate.deal_scratch_min(3) - 1, 3).unwrap_err(),
             Error::BufferLength
         );
-        assert!(gate.deal_scratch_blocks(n) >= n * gate.deal_scratch_min());
+        assert_eq!(
+            deal(gate.deal_scratch_blocks(n, 1), 0).unwrap_err(),
+            Error::BufferLength
+        );
+        assert!(gate.deal_scratch_blocks(n, n) >= n * gate.deal_scratch_min(0));
     }
 }

@@ -21,7 +21,7 @@ use suffuse_core::batch::Serial;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::{Eval, Gate, Input, PartyKeys, Protocol, relu};
+use suffuse_core::gate::{DealScratch, Eval, Gate, Input, PartyKeys, Protocol, relu};
 use suffuse_core::phi::{Phi, PolyMode};
 use suffuse_core::prg::{Block, FixedKeyAes, Prg};
 use suffuse_core::ring::Width;
@@ -222,7 +222,8 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
         let [f0, f1] = &mut full;
         let mut d0: [&mut [u8]; MAX_KEYS] = f0.each_mut().map(Vec::as_mut_slice);
         let mut d1: [&mut [u8]; MAX_KEYS] = f1.each_mut().map(Vec::as_mut_slice);
-        let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(n)];
+        let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(n, n)];
+        let mut words = vec![0u64; DealScratch::words(n)];
         gate.deal(
             &Serial::new(),
             seeds,
@@ -232,7 +233,7 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
             &mut d0,
             &mut d1,
             &mut explicit,
-            &mut prf,
+            &mut DealScratch::new(&mut prf, &mut words),
         )
         .unwrap();
     }

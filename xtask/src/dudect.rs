@@ -27,7 +27,7 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::dcf;
 use suffuse_core::fss::{Kind, Output, Params, Party};
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::prg::{Block, FixedKeyAes, Prg};
 use suffuse_core::ring::Width;
 
@@ -225,7 +225,8 @@ impl Set {
         let mut explicit = vec![0u64; ELEMENTS * gate.explicit_words()];
         {
             let [d0, d1] = &mut dcf;
-            let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(ELEMENTS)];
+            let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(ELEMENTS, ELEMENTS)];
+            let mut words = vec![0u64; DealScratch::words(ELEMENTS)];
             let mut a: [&mut [u8]; MAX_KEYS] = slices(d0);
             let mut b: [&mut [u8]; MAX_KEYS] = slices(d1);
             gate.deal(
@@ -237,7 +238,7 @@ impl Set {
                 &mut a,
                 &mut b,
                 &mut explicit,
-                &mut prf,
+                &mut DealScratch::new(&mut prf, &mut words),
             )
             .map_err(|e| anyhow!("deal: {e}"))?;
         }

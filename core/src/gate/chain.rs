@@ -12,7 +12,7 @@ use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
 use crate::fss::Party;
-use crate::gate::{Eval, Gate, PartyKeys, Protocol};
+use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use crate::mpc;
 use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};
@@ -331,14 +331,15 @@ impl Chain {
         read(&values, self.output)
     }
 
-    /// PRF scratch blocks [`Chain::deal_step`] wants for `count` elements:
-    /// the most any gate step asks for (see [`Gate::deal_scratch_blocks`]).
-    pub const fn deal_scratch_blocks(&self, count: usize) -> usize {
+    /// [`DealScratch`] blocks [`Chain::deal_step`] wants for `count`
+    /// elements in groups of `group`: the most any gate step asks for (see
+    /// [`Gate::deal_scratch_blocks`]).
+    pub const fn deal_scratch_blocks(&self, count: usize, group: usize) -> usize {
         let mut most = 0;
         let mut s = 0;
         while s < self.count {
             if let Step::Gate { gate, .. } = &self.steps[s] {
-                let b = gate.deal_scratch_blocks(count);
+                let b = gate.deal_scratch_blocks(count, group);
                 if b > most {
                     most = b;
                 }
@@ -348,8 +349,8 @@ impl Chain {
         most
     }
 
-    /// Deals step `s` for `count` elements from element `first`; `prf` is
-    /// the PRF scratch of a gate step ([`Gate::deal`]).
+    /// Deals step `s` for `count` elements from element `first`; `scratch`
+    /// is a gate step's ([`Gate::deal`]).
     #[allow(clippy::too_many_arguments)]
     pub fn deal_step(
         &self,
@@ -361,13 +362,13 @@ impl Chain {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
-        prf: &mut [Block],
+        scratch: &mut DealScratch<'_>,
     ) -> Result<u64, Error> {
         let h: &dyn Hasher = fss;
         let step_seeds = [step_seed(h, &seeds[0], s), step_seed(h, &seeds[1], s)];
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.deal(
-                fss, step_seeds, None, first, count, dcf0, dcf1, explicit, prf,
+                fss, step_seeds, None, first, count, dcf0, dcf1, explicit, scratch,
             ),
             Step::Mul { .. } => {
                 if explicit.len() != count {
@@ -790,7 +791,8 @@ pub(crate) mod testing {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
-                let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
+                let mut prf = vec![crate::prg::Block::ZERO; chain.deal_scratch_blocks(n, 5)];
+                let mut words = vec![0u64; DealScratch::words(5)];
                 chain
                     .deal_step(
                         s,
@@ -801,7 +803,7 @@ pub(crate) mod testing {
                         &mut d0,
                         &mut d1,
                         &mut ex,
-                        &mut prf,
+                        &mut DealScratch::new(&mut prf, &mut words),
                     )
                     .unwrap();
             }

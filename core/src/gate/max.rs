@@ -15,8 +15,8 @@ use crate::error::{Error, SufError};
 use crate::fss::Party;
 use crate::gate::chain::step_seed;
 use crate::gate::relu::relu_value;
-use crate::gate::{Eval, Gate, PartyKeys, Protocol};
-use crate::prg::{Block, Hasher};
+use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
+use crate::prg::Hasher;
 use crate::ring::Width;
 
 /// Row maxima of `rows × len` values.
@@ -72,15 +72,16 @@ impl MaxTree {
         2 * self.levels()
     }
 
-    /// PRF scratch blocks [`MaxTree::deal_level`] wants for `rows` rows
-    /// (its widest level, see [`Gate::deal_scratch_blocks`]).
-    pub const fn deal_scratch_blocks(&self, rows: usize) -> usize {
-        self.relu.deal_scratch_blocks(rows * self.pairs(0))
+    /// [`DealScratch`] blocks [`MaxTree::deal_level`] wants for `rows` rows
+    /// in groups of `group` (its widest level, see
+    /// [`Gate::deal_scratch_blocks`]).
+    pub const fn deal_scratch_blocks(&self, rows: usize, group: usize) -> usize {
+        self.relu.deal_scratch_blocks(rows * self.pairs(0), group)
     }
 
     /// Deals `level` for `rows` rows: ReLU keys for `rows · pairs(level)`
-    /// elements, seeded from the level's derived seeds; `prf` is
-    /// [`Gate::deal`]'s scratch.
+    /// elements, seeded from the level's derived seeds; `scratch` is
+    /// [`Gate::deal`]'s.
     #[allow(clippy::too_many_arguments)]
     pub fn deal_level(
         &self,
@@ -91,7 +92,7 @@ impl MaxTree {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
-        prf: &mut [Block],
+        scratch: &mut DealScratch<'_>,
     ) -> Result<u64, Error> {
         let s = [
             step_seed(fss, &seeds[0], level),
@@ -106,7 +107,7 @@ impl MaxTree {
             dcf0,
             dcf1,
             explicit,
-            prf,
+            scratch,
         )
     }
 
@@ -347,7 +348,8 @@ mod tests {
                 };
                 let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
                 let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
-                let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+                let mut prf = vec![crate::prg::Block::ZERO; tree.deal_scratch_blocks(rows, 5)];
+                let mut words = vec![0u64; DealScratch::words(5)];
                 tree.deal_level(
                     l,
                     rows,
@@ -356,7 +358,7 @@ mod tests {
                     &mut d0,
                     &mut d1,
                     &mut ex,
-                    &mut prf,
+                    &mut DealScratch::new(&mut prf, &mut words),
                 )
                 .unwrap();
             }

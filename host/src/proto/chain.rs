@@ -6,11 +6,13 @@ use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::PartyKeys;
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step as ChainStep, step_seed};
-use suffuse_core::prg::{Block, Hasher};
+use suffuse_core::gate::{DealScratch, PartyKeys};
+use suffuse_core::prg::Hasher;
 
-use super::material::{Material, deal_material, gate_bytes, load_material, words_bytes};
+use super::material::{
+    DealBuffers, Material, deal_material, gate_bytes, load_material, words_bytes,
+};
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
 use crate::net::{get_words, put_words};
@@ -76,12 +78,12 @@ impl Step for Inverse<'_> {
         let (chain, n) = (self.c, self.n());
         let c = deal_core(self.at.step);
         let mut out = [Vec::new(), Vec::new()];
-        let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
+        let mut buf = DealBuffers::new(fss, n, |m| chain.deal_scratch_blocks(n, m));
         for s in 0..chain.count {
             match &chain.steps[s] {
                 ChainStep::Gate { gate, .. } => {
                     deal_material(gate, n, &mut out, |k0, k1, ex| {
-                        chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, &mut prf)
+                        chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, &mut buf.scratch())
                     })
                     .map_err(&c)?;
                 }
@@ -99,7 +101,7 @@ impl Step for Inverse<'_> {
                             &mut none0,
                             &mut none1,
                             &mut ex,
-                            &mut [],
+                            &mut DealScratch::new(&mut [], &mut []),
                         )
                         .map_err(&c)?;
                     put_words(&mut out[1], &ex);

@@ -6,9 +6,9 @@ use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::{Eval, Gate, Protocol};
-use suffuse_core::prg::{Block, Hasher};
+use suffuse_core::prg::Hasher;
 
-use super::material::{Material, chunks, deal_material, gate_bytes, load_material};
+use super::material::{DealBuffers, Material, chunks, deal_material, gate_bytes, load_material};
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
 
@@ -38,9 +38,10 @@ impl Step for Scalar<'_> {
                 .par_iter()
                 .map(|&(first, count)| {
                     let mut out = [Vec::new(), Vec::new()];
-                    let mut prf = vec![Block::ZERO; g.deal_scratch_blocks(count)];
+                    let mut buf = DealBuffers::new(fss, count, |m| g.deal_scratch_blocks(count, m));
                     deal_material(g, count, &mut out, |k0, k1, ex| {
-                        g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, &mut prf)
+                        let s = &mut buf.scratch();
+                        g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, s)
                     })?;
                     Ok(out)
                 })

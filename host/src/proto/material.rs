@@ -2,10 +2,11 @@
 //! root is re-derived from the section's seed), then P1's explicit words.
 //! Shared by scalar gates, chain steps and max-tree levels.
 
+use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::{Gate, PartyKeys};
-use suffuse_core::prg::Hasher;
+use suffuse_core::gate::{DealScratch, Gate, PartyKeys};
+use suffuse_core::prg::{Block, Hasher};
 
 use super::{CHUNK, Cursor, ProtoError, core};
 use crate::net::{get_words, put_words};
@@ -74,6 +75,33 @@ pub(super) fn deal_material(
     }
     put_words(&mut out[1], &explicit);
     Ok(())
+}
+
+/// Dealing scratch sized by the backend: groups of its preferred batch
+/// (at most the elements dealt), with PRF room for a whole group.
+pub(super) struct DealBuffers {
+    blocks: Vec<Block>,
+    words: Vec<u64>,
+}
+
+impl DealBuffers {
+    /// For `count` elements, `blocks(group)` scratch blocks (the step's
+    /// `deal_scratch_blocks` at that group size).
+    pub(super) fn new(
+        fss: &dyn BatchEval,
+        count: usize,
+        blocks: impl FnOnce(usize) -> usize,
+    ) -> Self {
+        let group = fss.preferred_batch().clamp(1, count.max(1));
+        DealBuffers {
+            blocks: vec![Block::ZERO; blocks(group)],
+            words: vec![0; DealScratch::words(group)],
+        }
+    }
+
+    pub(super) fn scratch(&mut self) -> DealScratch<'_> {
+        DealScratch::new(&mut self.blocks, &mut self.words)
+    }
 }
 
 /// A party's material for `count` elements: each key width's roots,

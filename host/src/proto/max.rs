@@ -6,9 +6,9 @@ use suffuse_core::fss::Party;
 use suffuse_core::gate::PartyKeys;
 use suffuse_core::gate::chain::step_seed;
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
-use suffuse_core::prg::{Block, Hasher};
+use suffuse_core::prg::Hasher;
 
-use super::material::{deal_material, gate_bytes, load_material};
+use super::material::{DealBuffers, deal_material, gate_bytes, load_material};
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
 
@@ -40,12 +40,14 @@ impl Step for RowMax<'_> {
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let (tree, rows) = (self.t, self.rows());
-        let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
+        let mut buf = DealBuffers::new(fss, rows * tree.pairs(0), |m| {
+            tree.deal_scratch_blocks(rows, m)
+        });
         for level in 0..tree.levels() {
             let mut out = [Vec::new(), Vec::new()];
             let count = rows * tree.pairs(level);
             deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
-                tree.deal_level(level, rows, fss, seeds, k0, k1, ex, &mut prf)
+                tree.deal_level(level, rows, fss, seeds, k0, k1, ex, &mut buf.scratch())
             })
             .map_err(deal_core(self.at.step))?;
             emit(out)?;

@@ -34,7 +34,7 @@ use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::gate::width::extend;
-use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::phi::program::Section;
 use suffuse_core::prg::{Block, Hasher, Prg};
 use suffuse_core::ring::{Width, pow2};
@@ -141,7 +141,9 @@ fn deal(gate: &Gate, h: &CpuEval, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dea
             parts.push(s.spawn(move || -> Result<()> {
                 let mut a: [&mut [u8]; MAX_KEYS] = a.try_into().map_err(|_| anyhow!("keys"))?;
                 let mut b: [&mut [u8]; MAX_KEYS] = b.try_into().map_err(|_| anyhow!("keys"))?;
-                let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(count)];
+                let group = h.preferred_batch().clamp(1, count.max(1));
+                let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(count, group)];
+                let mut words = vec![0u64; DealScratch::words(group)];
                 gate.deal(
                     h,
                     seeds,
@@ -151,7 +153,7 @@ fn deal(gate: &Gate, h: &CpuEval, seeds: [[u8; 16]; 2], n: usize) -> Result<(Dea
                     &mut a,
                     &mut b,
                     e,
-                    &mut prf,
+                    &mut DealScratch::new(&mut prf, &mut words),
                 )
                 .map_err(|e| anyhow!("deal: {e}"))?;
                 Ok(())
@@ -869,9 +871,12 @@ fn run_chain_bench(
                 .collect::<Vec<_>>()
                 .try_into()
                 .map_err(|_| anyhow!("keys"))?;
-            let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
+            let group = backend.preferred_batch().clamp(1, n.max(1));
+            let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n, group)];
+            let mut words = vec![0u64; DealScratch::words(group)];
+            let scratch = &mut DealScratch::new(&mut prf, &mut words);
             chain
-                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex, &mut prf)
+                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex, scratch)
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {
@@ -979,8 +984,11 @@ fn max_record() -> Result<Option<Record>> {
                 .collect::<Vec<_>>()
                 .try_into()
                 .map_err(|_| anyhow!("keys"))?;
-            let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
-            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex, &mut prf)
+            let group = backend.preferred_batch().clamp(1, rows * tree.pairs(0));
+            let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows, group)];
+            let mut words = vec![0u64; DealScratch::words(group)];
+            let scratch = &mut DealScratch::new(&mut prf, &mut words);
+            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex, scratch)
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {

@@ -23,13 +23,17 @@ use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::relu;
 use suffuse_core::gate::select::{self, Select, SelectEval};
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
-use suffuse_core::gate::{Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::phi::program::{Inputs, Program, Section};
 use suffuse_core::prg::{Block, Domain, Hasher};
 use suffuse_core::ring::Width;
 use suffuse_core::{Error, mpc};
 
 use super::{HarnessResult, PublicInputs, memcheck};
+
+/// Elements per key-generation call when dealing: small, so that every
+/// gate's dealing crosses group edges under memcheck.
+const DEAL_GROUP: usize = 7;
 
 /// Elements per gate: one full bit-sliced block of 64 and a partial one.
 const N: usize = 70;
@@ -256,8 +260,10 @@ fn gate_case(
 ) -> HarnessResult<()> {
     let seeds = secret_seeds(inputs);
     let dealt = Dealt::new(&key_lens(gate), N, gate.explicit_words(), |k0, k1, ex| {
-        let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(N)];
-        gate.deal(b.fss, seeds, None, 0, N, k0, k1, ex, &mut prf)
+        let mut prf = vec![Block::ZERO; gate.deal_scratch_blocks(N, DEAL_GROUP)];
+        let mut words = vec![0u64; DealScratch::words(DEAL_GROUP)];
+        let scratch = &mut DealScratch::new(&mut prf, &mut words);
+        gate.deal(b.fss, seeds, None, 0, N, k0, k1, ex, scratch)
             .map(|_| ())
     })?;
     let x = secret_shares(gate.ring(), xs, inputs);
@@ -339,9 +345,11 @@ fn chain_case(
             n,
             chain.explicit_words(s),
             |k0, k1, ex| {
-                let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n)];
+                let mut prf = vec![Block::ZERO; chain.deal_scratch_blocks(n, DEAL_GROUP)];
+                let mut words = vec![0u64; DealScratch::words(DEAL_GROUP)];
+                let scratch = &mut DealScratch::new(&mut prf, &mut words);
                 chain
-                    .deal_step(s, b.fss, seeds, 0, n, k0, k1, ex, &mut prf)
+                    .deal_step(s, b.fss, seeds, 0, n, k0, k1, ex, scratch)
                     .map(|_| ())
             },
         )?);
@@ -411,8 +419,10 @@ fn max_case(
             count,
             tree.relu.explicit_words(),
             |k0, k1, ex| {
-                let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows)];
-                tree.deal_level(l, rows, b.fss, seeds, k0, k1, ex, &mut prf)
+                let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows, DEAL_GROUP)];
+                let mut words = vec![0u64; DealScratch::words(DEAL_GROUP)];
+                let scratch = &mut DealScratch::new(&mut prf, &mut words);
+                tree.deal_level(l, rows, b.fss, seeds, k0, k1, ex, scratch)
                     .map(|_| ())
             },
         )?);
