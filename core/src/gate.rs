@@ -306,11 +306,25 @@ impl Gate {
         count: usize,
         out: &mut [Block],
     ) -> u64 {
-        let per = self.prf_blocks();
+        self.expand_slots(h, seed, (first, count), 0..self.prf_blocks(), out)
+    }
+
+    /// [`Gate::expand`] of the blocks in `slots` only: element `e`'s block
+    /// for slot `slots.start + j` at `out[e · slots.len() + j]` (every block
+    /// is its own PRF call, so a subset costs only its own AES calls).
+    fn expand_slots(
+        &self,
+        h: &dyn Hasher,
+        seed: &[u8; 16],
+        (first, count): (u64, usize),
+        slots: core::ops::Range<usize>,
+        out: &mut [Block],
+    ) -> u64 {
+        let per = slots.len();
         let s = Block::from_bytes(*seed);
         for (e, chunk) in out.chunks_mut(per).take(count).enumerate() {
             let element = cast::u128_from_u64(first + cast::u64_from_usize(e));
-            for (slot, b) in chunk.iter_mut().enumerate() {
+            for (slot, b) in slots.clone().zip(chunk.iter_mut()) {
                 let index = element | (cast::u128_from_u64(cast::u64_from_usize(slot)) << 64);
                 *b = s ^ Block::from_bytes(index.to_le_bytes());
             }
@@ -555,21 +569,24 @@ impl Gate {
                 return Err(Error::BufferLength);
             }
         }
-        let per = self.prf_blocks();
+        // Only the root slots: the rest of an element's blocks are
+        // expanded again by `Eval::new`.
+        let per = c.key_count.max(1);
+        let slots = SLOT_ROOTS..SLOT_ROOTS + c.key_count;
         let chunk = PRF_STACK / per;
         let mut blocks = [Block::ZERO; PRF_STACK];
         let mut calls = 0;
         let mut done = 0;
         while done < count {
             let n = chunk.min(count - done);
-            calls += self.expand(h, seed, first + cast::u64_from_usize(done), n, &mut blocks);
+            let at = first + cast::u64_from_usize(done);
+            calls += self.expand_slots(h, seed, (at, n), slots.clone(), &mut blocks);
             for e in 0..n {
-                let b = &blocks[e * per..(e + 1) * per];
                 for k in 0..c.key_count {
-                    let at = (done + e) * stride(k);
-                    self.root(b, k)
+                    let to = (done + e) * stride(k);
+                    blocks[e * per + k]
                         .with_lsb(party.index())
-                        .write(&mut out[k][at..]);
+                        .write(&mut out[k][to..]);
                 }
             }
             done += n;
