@@ -559,38 +559,49 @@ fn check_full_domain_case(eval: &dyn BatchEval, case: &FullDomainCase, report: &
             let keys = case.keys.batch(party, count);
             let what = format!("full domain {params:?} {party:?}, {count} keys");
             let expected = &case.expected[party_index(party)][..count * size];
-            let mut out = vec![UNWRITTEN; count * size];
-            report.calls += 1;
-            let stats = match guarded(|| eval.eval_full_domain(&keys, &mut out)) {
-                Ok(Ok(stats)) => stats,
-                Ok(Err(e)) => {
-                    report.fail(format!("{what}: returned error {e:?}"));
-                    continue;
-                }
-                Err(panic) => {
-                    report.fail(format!("{what}: panicked: {panic}"));
-                    continue;
-                }
-            };
-            report.outputs += out.len();
-            if let Some(i) = (0..out.len()).find(|&i| out[i] != expected[i]) {
-                report.fail(format!(
-                    "{what}: first difference at key {}, x = {:#x}: Serial {:#x}, got {:#x}",
-                    i / size,
-                    i % size,
-                    expected[i],
-                    out[i]
-                ));
-            }
-            let predicted = params.aes_per_full_domain() * u64_from(count);
-            if stats.aes_calls != predicted {
-                report.fail(format!(
-                    "{what}: reported {} AES calls, Params::aes_per_full_domain predicts \
-                     {predicted}",
-                    stats.aes_calls
-                ));
-            }
+            compare_full_domain(eval, &keys, expected, &what, report);
+            let (roots, bodies) = taken_apart(&keys);
+            let split = KeyBatch::split(params, party, &roots, &bodies).unwrap();
+            let what = format!("{what}, roots apart");
+            compare_full_domain(eval, &split, expected, &what, report);
         }
+    }
+}
+
+/// Evaluates `keys` on their whole domain and compares outputs and AES
+/// calls with `expected`.
+fn compare_full_domain(
+    eval: &dyn BatchEval,
+    keys: &KeyBatch<'_>,
+    expected: &[u64],
+    what: &str,
+    report: &mut Report,
+) {
+    let params = keys.params();
+    let size = 1usize << params.domain().bits();
+    let mut out = vec![UNWRITTEN; expected.len()];
+    report.calls += 1;
+    let stats = match guarded(|| eval.eval_full_domain(keys, &mut out)) {
+        Ok(Ok(stats)) => stats,
+        Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
+        Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
+    };
+    report.outputs += out.len();
+    if let Some(i) = (0..out.len()).find(|&i| out[i] != expected[i]) {
+        report.fail(format!(
+            "{what}: first difference at key {}, x = {:#x}: Serial {:#x}, got {:#x}",
+            i / size,
+            i % size,
+            expected[i],
+            out[i]
+        ));
+    }
+    let predicted = params.aes_per_full_domain() * u64_from(keys.count());
+    if stats.aes_calls != predicted {
+        report.fail(format!(
+            "{what}: reported {} AES calls, Params::aes_per_full_domain predicts {predicted}",
+            stats.aes_calls
+        ));
     }
 }
 

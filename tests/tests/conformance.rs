@@ -155,7 +155,7 @@ struct Faulty {
     fault: Fault,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Fault {
     /// Flips the low bit of the output of query 4096 (a chunk boundary).
     FlipsOneOutput,
@@ -182,6 +182,8 @@ enum Fault {
     /// Walks a batch whose roots lie apart from its bodies with each key's
     /// root taken from the key after it.
     ShiftsSplitRoots,
+    /// The same, in full-domain evaluation only.
+    ShiftsSplitRootsInFullDomain,
 }
 
 impl Hasher for Faulty {
@@ -221,14 +223,8 @@ impl BatchEval for Faulty {
             _ => (out, &mut [][..]),
         };
         let saved = out.last().copied();
-        let shifted;
-        let keys = match self.fault {
-            Fault::ShiftsSplitRoots if keys.bytes().is_none() && keys.count() > 1 => {
-                shifted = shifted_roots(keys);
-                &KeyBatch::split(keys.params(), keys.party(), &shifted.0, &shifted.1)?
-            }
-            _ => keys,
-        };
+        let mut shifted = Default::default();
+        let keys = &self.maybe_shifted(Fault::ShiftsSplitRoots, keys, &mut shifted)?;
         let mut stats = Serial::new().eval(keys, points, out)?;
         match self.fault {
             Fault::FlipsOneOutput if n > 4096 => out[4096] ^= 1,
@@ -251,7 +247,9 @@ impl BatchEval for Faulty {
         if let Fault::PanicsOnEmptyOutput = self.fault {
             assert!(!out.is_empty(), "empty output");
         }
-        Serial::new().eval_full_domain(keys, out)
+        let mut shifted = Default::default();
+        let planted = Fault::ShiftsSplitRootsInFullDomain;
+        Serial::new().eval_full_domain(&self.maybe_shifted(planted, keys, &mut shifted)?, out)
     }
 
     fn eval_phi(
@@ -314,6 +312,24 @@ impl BatchEval for Faulty {
     }
 }
 
+impl Faulty {
+    /// `keys`, or, when `planted` is this evaluator's fault and the batch
+    /// holds its roots apart, the batch with its roots shifted (built in
+    /// `store`).
+    fn maybe_shifted<'k>(
+        &self,
+        planted: Fault,
+        keys: &KeyBatch<'k>,
+        store: &'k mut (Vec<u8>, Vec<u8>),
+    ) -> Result<KeyBatch<'k>, suffuse_core::Error> {
+        if self.fault != planted || keys.bytes().is_some() || keys.count() < 2 {
+            return Ok(*keys);
+        }
+        *store = shifted_roots(keys);
+        KeyBatch::split(keys.params(), keys.party(), &store.0, &store.1)
+    }
+}
+
 /// `keys`' roots, each moved to the key before it, and their bodies.
 fn shifted_roots(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
     let n = keys.count();
@@ -340,6 +356,7 @@ fn harness_catches_planted_faults() {
         Fault::OverwritesTransposedAccumulate,
         Fault::AcceptsLongProduct,
         Fault::ShiftsSplitRoots,
+        Fault::ShiftsSplitRootsInFullDomain,
     ] {
         let report = conformance::run(&Faulty { fault });
         assert!(!report.passed(), "the harness missed {fault:?}");
