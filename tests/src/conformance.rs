@@ -505,7 +505,7 @@ fn compare_layout(
 
 /// The batch's keys taken apart: their roots back to back, then their
 /// bodies back to back (the layout of [`KeyBatch::split`]).
-fn taken_apart(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
+pub fn taken_apart(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
     let (mut roots, mut bodies) = (Vec::new(), Vec::new());
     for i in 0..keys.count() {
         roots.extend_from_slice(keys.key(i).root());

@@ -332,12 +332,8 @@ impl Faulty {
 
 /// `keys`' roots, each moved to the key before it, and their bodies.
 fn shifted_roots(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
-    let n = keys.count();
-    let (mut roots, mut bodies) = (Vec::new(), Vec::new());
-    for i in 0..n {
-        roots.extend_from_slice(keys.key((i + 1) % n).root());
-        bodies.extend_from_slice(keys.key(i).body());
-    }
+    let (mut roots, bodies) = conformance::taken_apart(keys);
+    roots.rotate_left(16);
     (roots, bodies)
 }
 
