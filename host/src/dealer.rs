@@ -175,9 +175,11 @@ fn write_file(mut w: KeyWriter, rx: Receiver<Piece>) -> Result<u64, KeyFileError
         match piece {
             Piece::Section { step, len } => w.section(step, len)?,
             Piece::Bytes(mut b) => {
-                // Key bytes are secrets: wiped once on their way to disk.
+                // Key bytes are secrets: wiped once on their way to disk, at
+                // memory speed (`zeroize` on bytes, one volatile store a
+                // byte, took 7 % of the dealer's CPU samples at MiniLM-128).
                 let wrote = w.write(&b);
-                b.zeroize();
+                crate::wipe::vec(&mut b);
                 wrote?;
             }
         }
