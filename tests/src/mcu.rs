@@ -181,7 +181,8 @@ pub struct PartyRecord {
     pub seed: [u8; 16],
     /// Its input shares.
     pub input: Vec<u64>,
-    /// Its DCF key bodies, roots zeroed.
+    /// Its DCF key bodies, without roots, back to back (a key file's
+    /// layout).
     pub dcf: [Vec<u8>; MAX_KEYS],
     /// Its explicit words.
     pub explicit: Vec<u64>,
@@ -303,14 +304,14 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
     )
 }
 
-/// Key bodies as a key file stores them: each key's 16-byte root zeroed.
-fn without_roots(gate: &Gate, k: usize, mut keys: Vec<u8>) -> Vec<u8> {
-    if k < gate.compiled.key_count {
-        for key in keys.chunks_mut(gate.key_params(k).key_len()) {
-            key[..16].fill(0);
-        }
+/// Key bodies as a key file stores them: each key without its 16-byte
+/// root, back to back.
+fn without_roots(gate: &Gate, k: usize, keys: Vec<u8>) -> Vec<u8> {
+    if k >= gate.compiled.key_count {
+        return keys;
     }
-    keys
+    let len = gate.key_params(k).key_len();
+    keys.chunks(len).flat_map(|key| &key[16..]).copied().collect()
 }
 
 /// The source file written at [`default_path`].

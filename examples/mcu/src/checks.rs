@@ -309,11 +309,52 @@ fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
             return 1;
         }
     }
-    match run_party(gate, t, &mut b.bytes, &mut b.scratch, &mut b.send, marks) {
-        Ok(wrong) => wrong,
-        Err(e) => {
-            hprintln!("gate {}: core error {:?}", t.name, e);
-            1
+    [Layout::Whole, Layout::Split]
+        .into_iter()
+        .map(|layout| {
+            match run_party(
+                gate,
+                t,
+                layout,
+                &mut b.bytes,
+                &mut b.scratch,
+                &mut b.send,
+                marks,
+            ) {
+                Ok(wrong) => wrong,
+                Err(e) => {
+                    hprintln!("gate {} ({}): core error {:?}", t.name, layout.name(), e);
+                    1
+                }
+            }
+        })
+        .sum()
+}
+
+/// How a party holds its DCF keys: the two layouts `PartyKeys` accepts.
+#[derive(Clone, Copy)]
+enum Layout {
+    /// Whole keys in RAM: each body copied beside a root slot that
+    /// `Gate::fill_roots` fills.
+    Whole,
+    /// The bodies read where they lie (flash) and only the roots in RAM,
+    /// from `Gate::derive_roots`: what a host does with a key file.
+    Split,
+}
+
+impl Layout {
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Whole => "whole keys",
+            Layout::Split => "roots apart",
+        }
+    }
+
+    /// The core call that derives the roots, for the stack marks.
+    fn roots_entry(self) -> &'static str {
+        match self {
+            Layout::Whole => "Gate::fill_roots",
+            Layout::Split => "Gate::derive_roots",
         }
     }
 }
@@ -322,6 +363,7 @@ fn gate_transcript(t: &GateTranscript, marks: &mut Marks) -> usize {
 fn run_party(
     gate: &Gate,
     t: &GateTranscript,
+    layout: Layout,
     bytes: &mut [u8; BYTES],
     scratch: &mut [u64; MAX_SCRATCH],
     send: &mut [u8; MAX_MESSAGE],
@@ -341,18 +383,13 @@ fn run_party(
         );
         return Ok(1);
     }
-    let Some(mut dcf) = key_bodies(bytes, &t.dcf) else {
-        hprintln!("gate {}: the DCF keys exceed {} bytes", t.name, BYTES);
+    let Some(keys) = party_keys(gate, t, layout, &aes, bytes, marks)? else {
+        hprintln!(
+            "gate {}: the DCF keys exceed {} bytes or do not fit the gate",
+            t.name,
+            BYTES
+        );
         return Ok(1);
-    };
-    let (r, used) = high_water(|| gate.fill_roots(&aes, party, &t.seed, t.first, &mut dcf));
-    marks.record("Gate::fill_roots", used);
-    r?;
-    let [d0, d1, d2] = dcf;
-    let keys = PartyKeys {
-        dcf: [&*d0, &*d1, &*d2],
-        roots: [&[]; MAX_KEYS],
-        explicit: t.explicit,
     };
     let scratch = &mut scratch[..words];
     let (ev, used) = high_water(|| {
@@ -394,9 +431,10 @@ fn run_party(
     let reference_ok = reference_agrees(gate, t, arith, bits, marks);
     let verdict = |ok: bool| if ok { "equal" } else { "WRONG" };
     hprintln!(
-        "gate {} P{}: {} elements, {} rounds; sent messages {} to the host's, output shares {} to the host's, reconstruction {} to the reference",
+        "gate {} P{} ({}): {} elements, {} rounds; sent messages {} to the host's, output shares {} to the host's, reconstruction {} to the reference",
         t.name,
         t.party,
+        layout.name(),
         n,
         ev.rounds(),
         verdict(messages_wrong == 0),
@@ -406,23 +444,89 @@ fn run_party(
     Ok(messages_wrong + usize::from(!shares_ok) + usize::from(!reference_ok))
 }
 
-/// The DCF key bodies as a key file holds them (the roots come from the
-/// seed), copied into consecutive slices of `bytes`; `None` if they do not
-/// fit.
-fn key_bodies<'a>(
+/// The party's keys in `layout`, with the roots derived from its seed into
+/// `bytes`; `None` if they do not fit.
+fn party_keys<'a>(
+    gate: &Gate,
+    t: &'a GateTranscript,
+    layout: Layout,
+    aes: &FixedKeyAes,
     bytes: &'a mut [u8],
-    keys: &[&[u8]; MAX_KEYS],
+    marks: &mut Marks,
+) -> Result<Option<PartyKeys<'a>>, Error> {
+    let party = if t.party == 0 { Party::P0 } else { Party::P1 };
+    let (seed, first, n) = (&t.seed, t.first, t.input.len());
+    let used_keys = |per_key: &dyn Fn(usize) -> usize| {
+        core::array::from_fn(|k| match k < gate.compiled.key_count {
+            true => n * per_key(k),
+            false => 0,
+        })
+    };
+    let Some(mut held) = (match layout {
+        Layout::Whole => whole_keys(
+            gate,
+            bytes,
+            &t.dcf,
+            used_keys(&|k| gate.key_params(k).key_len()),
+        ),
+        Layout::Split => zeroed_slices(bytes, used_keys(&|_| 16)),
+    }) else {
+        return Ok(None);
+    };
+    let (r, used) = match layout {
+        Layout::Whole => high_water(|| gate.fill_roots(aes, party, seed, first, &mut held)),
+        Layout::Split => high_water(|| gate.derive_roots(aes, party, seed, first, &mut held)),
+    };
+    marks.record(layout.roots_entry(), used);
+    r?;
+    let [a, b, c] = held;
+    let (held, none): ([&'a [u8]; MAX_KEYS], _) = ([a, b, c], [&[][..]; MAX_KEYS]);
+    let (dcf, roots) = match layout {
+        Layout::Whole => (held, none),
+        Layout::Split => (t.dcf, held),
+    };
+    Ok(Some(PartyKeys {
+        dcf,
+        roots,
+        explicit: t.explicit,
+    }))
+}
+
+/// Consecutive zeroed slices of `lens` bytes at the start of `bytes`;
+/// `None` if they do not fit.
+fn zeroed_slices(bytes: &mut [u8], lens: [usize; MAX_KEYS]) -> Option<[&mut [u8]; MAX_KEYS]> {
+    let total = lens.iter().sum::<usize>();
+    let (used, _) = bytes.split_at_mut_checked(total)?;
+    used.fill(0);
+    let (k0, rest) = used.split_at_mut(lens[0]);
+    let (k1, k2) = rest.split_at_mut(lens[1]);
+    Some([k0, k1, k2])
+}
+
+/// Whole keys of `lens` bytes in `bytes`: each body as the key file holds
+/// it (`bodies`, back to back) after a zeroed root slot for
+/// `Gate::fill_roots`; `None` if they do not fit or the bodies are not
+/// one per key.
+fn whole_keys<'a>(
+    gate: &Gate,
+    bytes: &'a mut [u8],
+    bodies: &[&[u8]; MAX_KEYS],
+    lens: [usize; MAX_KEYS],
 ) -> Option<[&'a mut [u8]; MAX_KEYS]> {
-    if keys.iter().map(|k| k.len()).sum::<usize>() > bytes.len() {
-        return None;
+    let mut keys = zeroed_slices(bytes, lens)?;
+    for (k, (keys, bodies)) in keys.iter_mut().zip(bodies).enumerate() {
+        if keys.is_empty() {
+            continue;
+        }
+        let len = gate.key_params(k).key_len();
+        if bodies.len() != keys.len() / len * (len - 16) {
+            return None;
+        }
+        for (key, body) in keys.chunks_mut(len).zip(bodies.chunks(len - 16)) {
+            key[16..].copy_from_slice(body);
+        }
     }
-    let (k0, rest) = bytes.split_at_mut(keys[0].len());
-    let (k1, rest) = rest.split_at_mut(keys[1].len());
-    let mut out = [k0, k1, &mut rest[..keys[2].len()]];
-    for (d, s) in out.iter_mut().zip(keys) {
-        d.copy_from_slice(s);
-    }
-    Some(out)
+    Some(keys)
 }
 
 /// My shares plus the peer's recorded ones equal `Gate::reference`,

@@ -46,8 +46,9 @@ pub struct GateTranscript {
     pub xs: &'static [u64],
     /// This party's input shares.
     pub input: &'static [u64],
-    /// The DCF key bodies as a key file holds them: roots zeroed, to be
-    /// re-derived from the seed with `Gate::fill_roots`.
+    /// The DCF key bodies as a key file holds them: without roots, back to
+    /// back; the roots are re-derived from the seed (`Gate::fill_roots`
+    /// into whole keys, or `Gate::derive_roots` beside the bodies).
     pub dcf: [&'static [u8]; 3],
     /// P1's explicit words (empty for P0).
     pub explicit: &'static [u64],
