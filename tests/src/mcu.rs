@@ -311,7 +311,10 @@ fn without_roots(gate: &Gate, k: usize, keys: Vec<u8>) -> Vec<u8> {
         return keys;
     }
     let len = gate.key_params(k).key_len();
-    keys.chunks(len).flat_map(|key| &key[16..]).copied().collect()
+    keys.chunks(len)
+        .flat_map(|key| &key[16..])
+        .copied()
+        .collect()
 }
 
 /// The source file written at [`default_path`].
