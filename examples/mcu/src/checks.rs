@@ -479,10 +479,9 @@ fn party_keys<'a>(
     };
     marks.record(layout.roots_entry(), used);
     r?;
-    let [a, b, c] = held;
-    let (held, none): ([&'a [u8]; MAX_KEYS], _) = ([a, b, c], [&[][..]; MAX_KEYS]);
+    let held: [&'a [u8]; MAX_KEYS] = held.map(|h| &*h);
     let (dcf, roots) = match layout {
-        Layout::Whole => (held, none),
+        Layout::Whole => (held, [&[][..]; MAX_KEYS]),
         Layout::Split => (t.dcf, held),
     };
     Ok(Some(PartyKeys {
