@@ -569,9 +569,12 @@ impl Gate {
                 return Err(Error::BufferLength);
             }
         }
+        if c.key_count == 0 {
+            return Ok(0);
+        }
         // Only the root slots: the rest of an element's blocks are
         // expanded again by `Eval::new`.
-        let per = c.key_count.max(1);
+        let per = c.key_count;
         let slots = SLOT_ROOTS..SLOT_ROOTS + c.key_count;
         let chunk = PRF_STACK / per;
         let mut blocks = [Block::ZERO; PRF_STACK];

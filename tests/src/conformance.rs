@@ -447,9 +447,18 @@ fn u64_from(n: usize) -> u64 {
     u64::try_from(n).unwrap()
 }
 
+/// Runs `check` on `keys` as given and again with their roots apart from
+/// their bodies (how the host evaluates keys read from a key file), the
+/// second time with ", roots apart" after `what`.
+fn in_both_layouts(keys: &KeyBatch<'_>, what: &str, mut check: impl FnMut(&KeyBatch<'_>, &str)) {
+    check(keys, what);
+    let (roots, bodies) = taken_apart(keys);
+    let split = KeyBatch::split(keys.params(), keys.party(), &roots, &bodies).unwrap();
+    check(&split, &format!("{what}, roots apart"));
+}
+
 /// Evaluates `points` and compares outputs and AES calls with `expected`,
-/// on `keys` as given and again with their roots apart from their bodies
-/// (how the host evaluates keys read from a key file).
+/// in both key layouts ([`in_both_layouts`]).
 fn compare_eval(
     eval: &dyn BatchEval,
     keys: &KeyBatch<'_>,
@@ -458,11 +467,9 @@ fn compare_eval(
     what: &str,
     report: &mut Report,
 ) {
-    compare_layout(eval, keys, (points, expected), what, report);
-    let (roots, bodies) = taken_apart(keys);
-    let split = KeyBatch::split(keys.params(), keys.party(), &roots, &bodies).unwrap();
-    let what = format!("{what}, roots apart");
-    compare_layout(eval, &split, (points, expected), &what, report);
+    in_both_layouts(keys, what, |keys, what| {
+        compare_layout(eval, keys, (points, expected), what, report);
+    });
 }
 
 /// [`compare_eval`] on one layout.
@@ -559,11 +566,9 @@ fn check_full_domain_case(eval: &dyn BatchEval, case: &FullDomainCase, report: &
             let keys = case.keys.batch(party, count);
             let what = format!("full domain {params:?} {party:?}, {count} keys");
             let expected = &case.expected[party_index(party)][..count * size];
-            compare_full_domain(eval, &keys, expected, &what, report);
-            let (roots, bodies) = taken_apart(&keys);
-            let split = KeyBatch::split(params, party, &roots, &bodies).unwrap();
-            let what = format!("{what}, roots apart");
-            compare_full_domain(eval, &split, expected, &what, report);
+            in_both_layouts(&keys, &what, |keys, what| {
+                compare_full_domain(eval, keys, expected, what, report);
+            });
         }
     }
 }

@@ -371,7 +371,7 @@ fn run_party(
 ) -> Result<usize, Error> {
     let aes = FixedKeyAes::new();
     let serial = Serial::new();
-    let party = if t.party == 0 { Party::P0 } else { Party::P1 };
+    let party = t.party();
     let n = t.input.len();
     let words = gate.scratch_words(n);
     if n > MAX_ELEMENTS || words > scratch.len() {
@@ -454,22 +454,16 @@ fn party_keys<'a>(
     bytes: &'a mut [u8],
     marks: &mut Marks,
 ) -> Result<Option<PartyKeys<'a>>, Error> {
-    let party = if t.party == 0 { Party::P0 } else { Party::P1 };
-    let (seed, first, n) = (&t.seed, t.first, t.input.len());
-    let used_keys = |per_key: &dyn Fn(usize) -> usize| {
-        core::array::from_fn(|k| match k < gate.compiled.key_count {
-            true => n * per_key(k),
-            false => 0,
-        })
-    };
+    let party = t.party();
+    let (seed, first) = (&t.seed, t.first);
+    // Elements per key width: the transcript's, for the widths the gate uses.
+    let count = |k: usize| usize::from(k < gate.compiled.key_count) * t.input.len();
     let Some(mut held) = (match layout {
-        Layout::Whole => whole_keys(
-            gate,
-            bytes,
-            &t.dcf,
-            used_keys(&|k| gate.key_params(k).key_len()),
-        ),
-        Layout::Split => zeroed_slices(bytes, used_keys(&|_| 16)),
+        Layout::Whole => {
+            let lens = core::array::from_fn(|k| count(k) * gate.key_params(k).key_len());
+            whole_keys(gate, bytes, &t.dcf, lens)
+        }
+        Layout::Split => zeroed_slices(bytes, core::array::from_fn(|k| count(k) * 16)),
     }) else {
         return Ok(None);
     };

@@ -2,7 +2,7 @@
 //! (`cargo xtask vectors`) and checks (`tests/tests/mcu_kat.rs`).
 
 use suffuse_core::error::SufError;
-use suffuse_core::fss::{Kind, Output};
+use suffuse_core::fss::{Kind, Output, Party};
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::{Gate, relu};
 use suffuse_core::ring::Width;
@@ -64,6 +64,17 @@ pub struct GateTranscript {
     pub peer_arith: &'static [u64],
     /// The peer's bit output shares.
     pub peer_bits: &'static [u64],
+}
+
+impl GateTranscript {
+    /// The party this transcript plays.
+    pub fn party(&self) -> Party {
+        if self.party == 0 {
+            Party::P0
+        } else {
+            Party::P1
+        }
+    }
 }
 
 /// A gate constructor of the core and its arguments, called at run time
