@@ -18,6 +18,12 @@
 //! and against anyone who can write but not read the file; one who can
 //! read a key file holds its secrets already.
 //!
+//! A server maps sections of 1 MiB or more instead of copying them out of
+//! the page cache, where the file is its user's own and no other user may
+//! write to it; each is hashed where it lies, before use, as a read one is.
+//! Anyone else's file is read as before. `mapped` says what mapping
+//! assumes and what it risks.
+//!
 //! All integers are little-endian. The summary names the model and the
 //! shape, so a server can rebuild the plan from the file and compare
 //! hashes before any work. Section payloads are laid out by
@@ -46,8 +52,11 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 use blake3::Hasher as Chain;
 
+mod mapped;
+
 use crate::ledger::{Ledger, LedgerError};
 use crate::wipe::Wiped;
+use mapped::Mapped;
 
 use serde::{Deserialize, Serialize};
 
@@ -497,9 +506,14 @@ impl KeyWriter {
 /// Reads one party's key file, section by section.
 pub struct KeyReader {
     /// Unbuffered: a read-ahead buffer would hold key bytes that nothing
-    /// wipes. Payloads are read straight into their wiped section buffers;
-    /// headers and digests cost a few small reads per section.
-    input: Box<dyn Read + Send>,
+    /// wipes. Payloads are read straight into their wiped section buffers
+    /// or mapped; headers and digests cost a few small reads per section.
+    input: Box<dyn ReadSeek>,
+    /// A second handle on the file for mapping sections, where it may be
+    /// mapped ([`mapped::mappable`]).
+    mapping: Option<File>,
+    /// Sections of at least this many bytes are mapped.
+    map_from: usize,
     path: PathBuf,
     /// The header.
     pub header: Header,
@@ -513,28 +527,54 @@ pub struct KeyReader {
 /// Bytes read and hashed at a time: a piece is hashed while it is in L2.
 const READ_PIECE: usize = 256 * 1024;
 
-/// A checked section's payload. Its buffer may be longer than the payload
-/// (a spent section's, reused); it derefs to the payload alone, and the
-/// whole buffer is wiped when dropped.
-#[derive(Default)]
-pub struct Section {
-    buf: Wiped,
-    len: usize,
+/// A checked section's payload: read into a buffer, which may be longer
+/// than the payload (a spent section's, reused) and is wiped whole when
+/// dropped, or mapped from the file. It derefs to the payload alone.
+pub struct Section(Payload);
+
+enum Payload {
+    Read { buf: Wiped, len: usize },
+    Mapped(Mapped),
+}
+
+impl Default for Section {
+    fn default() -> Section {
+        Section(Payload::Read {
+            buf: Wiped::default(),
+            len: 0,
+        })
+    }
 }
 
 impl Section {
-    /// The buffer, for the next [`KeyReader::section_in`].
+    /// The buffer, for the next [`KeyReader::section_in`]; a mapped
+    /// section is unmapped and leaves none.
     pub fn into_buffer(self) -> Wiped {
-        self.buf
+        match self.0 {
+            Payload::Read { buf, .. } => buf,
+            Payload::Mapped(_) => Wiped::default(),
+        }
+    }
+
+    /// Whether the payload is mapped from the file rather than read.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.0, Payload::Mapped(_))
     }
 }
 
 impl std::ops::Deref for Section {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.buf[..self.len]
+        match &self.0 {
+            Payload::Read { buf, len } => &buf[..*len],
+            Payload::Mapped(m) => m.bytes(),
+        }
     }
 }
+
+/// What a key reader reads from: a file, or bytes in memory.
+trait ReadSeek: Read + Seek + Send {}
+impl<R: Read + Seek + Send> ReadSeek for R {}
 
 impl std::fmt::Debug for KeyReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -551,7 +591,14 @@ impl KeyReader {
     /// refused here.
     pub fn open(path: &Path) -> Result<KeyReader, KeyFileError> {
         let file = File::open(path).map_err(io(path))?;
-        KeyReader::walked(path, file)
+        let mapping = if mapped::mappable(&file) {
+            file.try_clone().ok()
+        } else {
+            None
+        };
+        let mut reader = KeyReader::walked(path, file)?;
+        reader.mapping = mapping;
+        Ok(reader)
     }
 
     /// Reads a key file held in memory as [`KeyReader::open`] reads one on
@@ -572,6 +619,8 @@ impl KeyReader {
         input.seek(SeekFrom::Start(start)).map_err(io(path))?;
         Ok(KeyReader {
             input: Box::new(input),
+            mapping: None,
+            map_from: mapped::MAP_FROM,
             path: path.to_path_buf(),
             header,
             next: 0,
@@ -692,6 +741,9 @@ impl KeyReader {
         spare: Wiped,
     ) -> Result<Section, KeyFileError> {
         let n = self.checked_header(step, len)?;
+        if let Some(mapped) = self.mapped(n)? {
+            return self.checked_in_place(step, len, mapped);
+        }
         // Read straight into the wiped buffer. Not `read_to_end`: it reads
         // a short section (a lone 16-byte seed) through a stack probe
         // buffer that nothing wipes, where the memory scan found it.
@@ -707,7 +759,42 @@ impl KeyReader {
             hash.update(piece);
         }
         self.check_digest(step, hash)?;
-        Ok(Section { buf, len: n })
+        Ok(Section(Payload::Read { buf, len: n }))
+    }
+
+    /// This reader, mapping sections of `n` bytes or more.
+    #[cfg(test)]
+    fn mapping_from(mut self, n: usize) -> KeyReader {
+        self.map_from = n;
+        self
+    }
+
+    /// The next `n` bytes mapped, where the file may be mapped and `n` is
+    /// at least `map_from`; `None` where they are to be read instead,
+    /// which is also what a refused mapping falls back to.
+    fn mapped(&mut self, n: usize) -> Result<Option<Mapped>, KeyFileError> {
+        let Some(file) = self.mapping.as_ref().filter(|_| n >= self.map_from) else {
+            return Ok(None);
+        };
+        let at = self.input.stream_position().map_err(io(&self.path))?;
+        Ok(Mapped::section(file, at, n).ok())
+    }
+
+    /// Hashes a mapped payload where it lies, steps the stream past it and
+    /// checks its digest.
+    fn checked_in_place(
+        &mut self,
+        step: u32,
+        len: u64,
+        mapped: Mapped,
+    ) -> Result<Section, KeyFileError> {
+        let mut hash = section_digest(&self.chain, step, len);
+        hash.update(mapped.bytes());
+        // A length walked at open lies inside the file, so it fits an i64.
+        let past = i64::try_from(len).unwrap_or(i64::MAX);
+        self.input.seek_relative(past).map_err(io(&self.path))?;
+        self.check_digest(step, hash)?;
+        Ok(Section(Payload::Mapped(mapped)))
     }
 
     /// Reads the next section header and holds it against `(step, len)`;
@@ -1178,23 +1265,99 @@ mod tests {
         let d = tmp("flip");
         let p = write(&d);
         let full = std::fs::read(&p).unwrap();
-        for byte in 0..full.len() {
-            for bit in 0..8 {
-                let mut bad = full.clone();
-                bad[byte] ^= 1 << bit;
-                std::fs::write(&p, &bad).unwrap();
-                let result = KeyReader::open(&p).and_then(|mut r| {
-                    r.check(1, &[7; 32], SECTIONS)?;
-                    r.section(0, 3)?;
-                    r.section(1, 0)?;
-                    r.finish()
-                });
-                assert!(
-                    result.is_err(),
-                    "a flip of bit {bit} of byte {byte} went unseen"
-                );
+        // Read, and with every non-empty section mapped.
+        for map_from in [mapped::MAP_FROM, 1] {
+            for byte in 0..full.len() {
+                for bit in 0..8 {
+                    let mut bad = full.clone();
+                    bad[byte] ^= 1 << bit;
+                    std::fs::write(&p, &bad).unwrap();
+                    let result = KeyReader::open(&p).and_then(|r| {
+                        let mut r = r.mapping_from(map_from);
+                        r.check(1, &[7; 32], SECTIONS)?;
+                        r.section(0, 3)?;
+                        r.section(1, 0)?;
+                        r.finish()
+                    });
+                    assert!(
+                        result.is_err(),
+                        "a flip of bit {bit} of byte {byte} went unseen (mapping from {map_from})"
+                    );
+                }
             }
         }
+    }
+
+    /// Sections of 3 bytes, 5000 bytes and just over [`mapped::MAP_FROM`],
+    /// with bytes that differ from place to place.
+    fn write_long(dir: &Path) -> (PathBuf, Vec<Vec<u8>>) {
+        let lens = [3, 5000, mapped::MAP_FROM + 17];
+        let bodies: Vec<Vec<u8>> = (0u64..)
+            .zip(lens)
+            .map(|(s, n)| {
+                (0..n as u64)
+                    .map(|i| (i.wrapping_mul(2654435761) >> 7 ^ s) as u8)
+                    .collect()
+            })
+            .collect();
+        let p = dir.join("long.p1");
+        let h = Header {
+            steps: 3,
+            ..header()
+        };
+        let mut w = KeyWriter::create(&p, &h).unwrap();
+        for (step, body) in (0u32..).zip(&bodies) {
+            w.section(step, body.len() as u64).unwrap();
+            w.write(body).unwrap();
+        }
+        w.finish().unwrap();
+        (p, bodies)
+    }
+
+    /// Reads every section of `r`: its bytes and whether it was mapped.
+    fn read_all(mut r: KeyReader, bodies: &[Vec<u8>]) -> Vec<(Vec<u8>, bool)> {
+        let out = (0u32..)
+            .zip(bodies)
+            .map(|(step, b)| {
+                let s = r.section(step, b.len() as u64).unwrap();
+                (s.to_vec(), s.is_mapped())
+            })
+            .collect();
+        r.finish().unwrap();
+        out
+    }
+
+    #[test]
+    fn mapped_sections_hold_what_read_ones_do() {
+        let d = tmp("mapped");
+        let (p, bodies) = write_long(&d);
+        let read = |r: KeyReader| read_all(r, &bodies);
+        let in_memory = read(KeyReader::from_bytes(&p, std::fs::read(&p).unwrap()).unwrap());
+        let default = read(KeyReader::open(&p).unwrap());
+        let all = read(KeyReader::open(&p).unwrap().mapping_from(1));
+        for (i, body) in bodies.iter().enumerate() {
+            assert_eq!(&in_memory[i].0, body);
+            assert_eq!(&default[i].0, body);
+            assert_eq!(&all[i].0, body);
+        }
+        let mapped = |v: &[(Vec<u8>, bool)]| v.iter().map(|s| s.1).collect::<Vec<_>>();
+        assert_eq!(mapped(&in_memory), [false, false, false]);
+        assert_eq!(mapped(&default), [false, false, true]);
+        assert_eq!(mapped(&all), [true, true, true]);
+    }
+
+    #[test]
+    fn a_file_others_may_write_is_read_not_mapped() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp("shared");
+        let (p, bodies) = write_long(&d);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o620)).unwrap();
+        let sections = read_all(KeyReader::open(&p).unwrap().mapping_from(1), &bodies);
+        assert!(
+            sections
+                .iter()
+                .all(|(bytes, mapped)| !mapped && !bytes.is_empty())
+        );
     }
 
     #[test]

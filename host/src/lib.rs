@@ -17,7 +17,7 @@
 //! | [`session`], [`report`] | a whole run in one process; the report |
 //! | [`backend`] | `--backend`: the one place a concrete accelerator is named |
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod backend;
 pub mod client;

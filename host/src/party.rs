@@ -192,16 +192,19 @@ impl Drop for ScrubStacks {
 
 /// The key reader: sends each section in turn, then the end marker's
 /// check, until the receiver goes or a read fails. Spent sections come
-/// back on `spent`; each is read into the smallest one long enough.
+/// back on `spent`; each is read into the smallest spent buffer long
+/// enough, and a mapped one is unmapped here, off the steps' thread.
+/// `drained` is dropped once every section sent back has been dropped.
 fn read_ahead(
     mut keys: KeyReader,
     lens: Vec<(u32, u64)>,
     tx: &mpsc::SyncSender<Result<Section, KeyFileError>>,
-    spent: &mpsc::Receiver<Wiped>,
+    spent: mpsc::Receiver<Section>,
+    drained: mpsc::Sender<()>,
 ) {
     let mut spares = Spares::default();
     for (step, len) in lens {
-        spares.take_back(spent);
+        spares.take_back(spent.try_iter().map(Section::into_buffer));
         let section = keys.section_in(step, len, spares.fit(len));
         let failed = section.is_err();
         if tx.send(section).is_err() || failed {
@@ -213,10 +216,17 @@ fn read_ahead(
     // blocks: 3.1-3.3 s for a 2.2 GB MiniLM-128 file on this machine's ext4,
     // which was in every query's online time. So it closes on a thread of
     // its own, after the end marker has gone to the party.
+    // A mapped section keeps the file open too, so the last sections come
+    // back to that thread and go before the file does; the party waits
+    // for them (`drained`), not for the close.
     // With no thread to spare, the failed spawn drops the closure, and the
     // file closes here: late, but closed.
     let closer = std::thread::Builder::new().name("key-file close".into());
-    let _ = closer.spawn(move || drop(keys));
+    let _ = closer.spawn(move || {
+        spent.iter().for_each(drop);
+        drop(drained);
+        drop(keys);
+    });
 }
 
 /// Lowers the calling thread's priority (Linux: `setpriority` on a thread
@@ -242,8 +252,8 @@ struct Spares(Vec<Wiped>);
 impl Spares {
     const KEEP: usize = 2;
 
-    fn take_back(&mut self, spent: &mpsc::Receiver<Wiped>) {
-        self.0.extend(spent.try_iter());
+    fn take_back(&mut self, spent: impl Iterator<Item = Wiped>) {
+        self.0.extend(spent);
         // Keep the longest: a short buffer is a fresh allocation's worth.
         self.0.sort_by_key(|b| std::cmp::Reverse(b.len()));
         self.0.truncate(Self::KEEP);
@@ -301,7 +311,8 @@ pub fn run_passes(
     };
     let lens = key_sections(plan, party);
     let (tx, rx) = mpsc::sync_channel::<Result<Section, KeyFileError>>(2);
-    let (give_back, spent) = mpsc::channel::<Wiped>();
+    let (give_back, spent) = mpsc::channel::<Section>();
+    let (drained_tx, drained) = mpsc::channel::<()>();
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it
         // and a reader blocked on the full channel wakes and stops, instead
@@ -309,7 +320,7 @@ pub fn run_passes(
         let rx = rx;
         scope.spawn(move || {
             yield_to_steps();
-            read_ahead(keys, lens, &tx, &spent);
+            read_ahead(keys, lens, &tx, spent, drained_tx);
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
         });
@@ -357,8 +368,9 @@ pub fn run_passes(
                         .or_default()
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
-                    // Refused once the reader has ended: then dropped, wiped.
-                    let _ = give_back.send(section.into_buffer());
+                    // Refused once the reader has ended: then dropped here
+                    // (wiped, or unmapped).
+                    let _ = give_back.send(section);
                 }
                 None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }
@@ -410,6 +422,10 @@ pub fn run_passes(
         let last = plan.passes.len().saturating_sub(1);
         io.output(last, store.take(plan, plan.output)?, &report)?;
     }
+    // No spent section outlives the query: a mapped one would keep key
+    // bytes in this process's memory.
+    drop(give_back);
+    let _ = drained.recv();
     Ok(report)
 }
 
@@ -419,12 +435,12 @@ mod tests {
 
     #[test]
     fn spares_keep_the_longest_and_fit_the_shortest_long_enough() {
-        let (tx, rx) = mpsc::channel();
-        for len in [10, 40, 20, 30] {
-            tx.send(Wiped(vec![0u8; len])).unwrap();
-        }
         let mut spares = Spares::default();
-        spares.take_back(&rx);
+        spares.take_back(
+            [10, 40, 20, 30]
+                .into_iter()
+                .map(|len| Wiped(vec![0u8; len])),
+        );
         // The two longest (40, 30) stay; 10 and 20 were freed.
         let mut lens: Vec<usize> = spares.0.iter().map(|b| b.len()).collect();
         lens.sort_unstable();

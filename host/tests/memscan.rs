@@ -41,6 +41,11 @@ use suffuse_host::net::{FrameKind, Role, Security, Timeouts, TlsConfig, put_word
 
 const BIN: &str = env!("CARGO_BIN_EXE_suffuse");
 
+/// Tokens per query: at 32 the largest key sections (1.8 MiB) are past
+/// the size from which a server maps a section rather than reading it, so
+/// both kinds are scanned for.
+const SEQ: usize = 32;
+
 /// Bytes per searched window: a random window is found by chance with
 /// probability 2^-128 per offset.
 const W: usize = 16;
@@ -226,7 +231,10 @@ fn query(dir: &Path, addrs: [&str; 2], tls: bool) -> [Vec<u8>; 2] {
         seq: None,
     };
     let mut conn = client::connect(&model, addrs, t, &sec, expect).unwrap();
-    let tokens = model.tokenizer.encode("a secret nobody keeps", 16).unwrap();
+    let tokens = model
+        .tokenizer
+        .encode("a secret nobody keeps", SEQ)
+        .unwrap();
     let inputs = client::clear_inputs(&model, conn.view(), &[tokens]).unwrap();
     let shares = client::share(&inputs).unwrap();
     let payloads = shares.each_ref().map(|s| {
@@ -249,7 +257,15 @@ fn query(dir: &Path, addrs: [&str; 2], tls: bool) -> [Vec<u8>; 2] {
 fn scan(dir: &Path, tls: bool) -> Vec<String> {
     let pool = dir.join("pool");
     let out = Command::new(BIN)
-        .args(["dealer", "--model", "demo", "--seq", "16", "--count", "1"])
+        .args([
+            "dealer",
+            "--model",
+            "demo",
+            "--seq",
+            &SEQ.to_string(),
+            "--count",
+            "1",
+        ])
         .arg("--out")
         .arg(&pool)
         .output()

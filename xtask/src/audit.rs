@@ -13,6 +13,9 @@
 //!   (which has no `std`, so no std-only crate can hide in the tree).
 //! * `core/src/lib.rs` declares `#![no_std]` and `#![forbid(unsafe_code)]`
 //!   and has no `extern crate alloc`.
+//! * The host library denies `unsafe` everywhere but in the modules of
+//!   [`HOST_UNSAFE`] (the binary's `main.rs`, for its allocator, is its
+//!   own crate root and is held to the same list).
 
 use anyhow::{Context, Result, bail};
 
@@ -109,6 +112,13 @@ pub fn run() -> Result<()> {
         Ok(v) if v.is_empty() => {
             eprintln!("#![no_std], #![forbid(unsafe_code)], no extern crate alloc")
         }
+        Ok(v) => failures.extend(v),
+        Err(e) => failures.push(format!("{e:#}")),
+    }
+
+    eprintln!("\n==> unsafe in host");
+    match host_unsafe_violations() {
+        Ok(v) if v.is_empty() => eprintln!("only in {}", HOST_UNSAFE.join(", ")),
         Ok(v) => failures.extend(v),
         Err(e) => failures.push(format!("{e:#}")),
     }
@@ -223,9 +233,86 @@ fn crate_root_violations() -> Result<Vec<String>> {
     Ok(violations)
 }
 
+/// The host files that may hold `unsafe`, relative to `host/src`: the
+/// allocator that wipes freed blocks, and the key-section mapping.
+const HOST_UNSAFE: [&str; 2] = ["main.rs", "keyfile/mapped.rs"];
+
+fn host_unsafe_violations() -> Result<Vec<String>> {
+    let root = command::workspace_root().join("host/src");
+    let mut files = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                let rel = path.strip_prefix(&root).unwrap_or(&path);
+                files.push((rel.to_string_lossy().replace('\\', "/"), text));
+            }
+        }
+    }
+    Ok(unsafe_outside(&files, &HOST_UNSAFE))
+}
+
+/// `unsafe` in the code (not the comments) of a file not in `allowed`, and
+/// a `lib.rs` that does not deny it.
+fn unsafe_outside(files: &[(String, String)], allowed: &[&str]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (path, text) in files {
+        let code = || text.lines().map(|l| l.split("//").next().unwrap_or(""));
+        if path == "lib.rs" && !code().any(|l| l.replace(' ', "") == "#![deny(unsafe_code)]") {
+            found.push("host/src/lib.rs lacks #![deny(unsafe_code)]".to_owned());
+        }
+        if allowed.contains(&path.as_str()) {
+            continue;
+        }
+        for (i, line) in code().enumerate() {
+            let refusal =
+                line.contains("deny(unsafe_code)") || line.contains("forbid(unsafe_code)");
+            if line.contains("unsafe") && !refusal {
+                found.push(format!(
+                    "host/src/{path}:{}: unsafe outside {allowed:?}",
+                    i + 1
+                ));
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
 #[cfg(test)]
 mod tests {
-    use super::std_feature_lines;
+    use super::{std_feature_lines, unsafe_outside};
+
+    #[test]
+    fn unsafe_is_found_outside_the_allowed_files_only() {
+        let file = |p: &str, t: &str| (p.to_owned(), t.to_owned());
+        let files = [
+            file("lib.rs", "#![deny(unsafe_code)]\npub mod a;\n"),
+            file("a.rs", "// unsafe in a comment is fine\nfn f() {}\n"),
+            file("b.rs", "fn g() {\n    unsafe { h() }\n}\n"),
+            file("c.rs", "#![allow(unsafe_code)]\n"),
+            file("ok.rs", "#![allow(unsafe_code)]\nunsafe fn k() {}\n"),
+        ];
+        assert_eq!(
+            unsafe_outside(&files, &["ok.rs"]),
+            [
+                "host/src/b.rs:2: unsafe outside [\"ok.rs\"]",
+                "host/src/c.rs:1: unsafe outside [\"ok.rs\"]",
+            ]
+        );
+        let forbid = [file("lib.rs", "#![forbid(unsafe_code)]\n")];
+        assert_eq!(
+            unsafe_outside(&forbid, &[]),
+            ["host/src/lib.rs lacks #![deny(unsafe_code)]"]
+        );
+    }
 
     #[test]
     fn finds_std_and_alloc_features_only() {
