@@ -21,9 +21,9 @@
 //!   count and size it reads is checked against the bytes that remain
 //!   before anything is allocated, so a malformed file gives a
 //!   [`GgufError`], never a panic or a huge allocation.
-//! - The file is read into memory, not mapped: host forbids `unsafe`, and
-//!   the weights are dequantized to f32 at load time anyway, which needs
-//!   several times the file's size.
+//! - The file is read into memory, not mapped: host allows `unsafe` only
+//!   for mapping key sections, and the weights are dequantized to f32 at
+//!   load time anyway, which needs several times the file's size.
 //! - Version 1 (u32 counts) is refused, as llama.cpp does. Big-endian files
 //!   (version 3 written byte-swapped) are recognised and refused.
 
