@@ -557,7 +557,8 @@ impl Section {
     }
 
     /// Whether the payload is mapped from the file rather than read.
-    pub fn is_mapped(&self) -> bool {
+    #[cfg(test)]
+    fn is_mapped(&self) -> bool {
         matches!(self.0, Payload::Mapped(_))
     }
 }
