@@ -211,9 +211,15 @@ fn one_thread() -> &'static rayon::ThreadPool {
     })
 }
 
+/// The plan the fixture's keys were dealt for.
+#[cfg(test)]
+pub(crate) fn plan() -> Arc<Plan> {
+    Arc::clone(&fixture().plan)
+}
+
 /// Input shares of the plan's shape (their values do not matter to
 /// parsing; they are fixed so that runs repeat).
-fn inputs(plan: &Plan) -> InputShares {
+pub(crate) fn inputs(plan: &Plan) -> InputShares {
     let words = |t: usize| -> Vec<u64> {
         (0..plan.tensors[t].len() as u64)
             .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))

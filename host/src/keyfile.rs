@@ -765,7 +765,7 @@ impl KeyReader {
 
     /// This reader, mapping sections of `n` bytes or more.
     #[cfg(test)]
-    fn mapping_from(mut self, n: usize) -> KeyReader {
+    pub(crate) fn mapping_from(mut self, n: usize) -> KeyReader {
         self.map_from = n;
         self
     }

@@ -229,6 +229,34 @@ fn read_ahead(
     });
 }
 
+/// The party's way back to the key reader for spent sections. Dropped
+/// on every return of [`run_passes`], errors included, it closes the way
+/// and waits until the reader's side has dropped every section sent back
+/// (`drained`), so that no spent section outlives the query: a mapped one
+/// would keep key bytes in this process's memory.
+struct GiveBack {
+    to: Option<mpsc::Sender<Section>>,
+    drained: mpsc::Receiver<()>,
+}
+
+impl GiveBack {
+    /// Refused once the reader has ended: the section is then dropped
+    /// here (wiped, or unmapped).
+    fn send(&self, section: Section) {
+        if let Some(to) = &self.to {
+            let _ = to.send(section);
+        }
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        drop(self.to.take());
+        // Ends at once where no closing thread holds the other end.
+        let _ = self.drained.recv();
+    }
+}
+
 /// Lowers the calling thread's priority (Linux: `setpriority` on a thread
 /// id applies to that thread alone). The key reader hashes ahead of the
 /// steps; when both want a core, the step, whose round the other server
@@ -311,8 +339,13 @@ pub fn run_passes(
     };
     let lens = key_sections(plan, party);
     let (tx, rx) = mpsc::sync_channel::<Result<Section, KeyFileError>>(2);
-    let (give_back, spent) = mpsc::channel::<Section>();
+    let (to, spent) = mpsc::channel::<Section>();
     let (drained_tx, drained) = mpsc::channel::<()>();
+    // Dropped after the reader has been joined, on every return.
+    let give_back = GiveBack {
+        to: Some(to),
+        drained,
+    };
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it
         // and a reader blocked on the full channel wakes and stops, instead
@@ -368,9 +401,7 @@ pub fn run_passes(
                         .or_default()
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
-                    // Refused once the reader has ended: then dropped here
-                    // (wiped, or unmapped).
-                    let _ = give_back.send(section);
+                    give_back.send(section);
                 }
                 None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }
@@ -422,16 +453,94 @@ pub fn run_passes(
         let last = plan.passes.len().saturating_sub(1);
         io.output(last, store.take(plan, plan.output)?, &report)?;
     }
-    // No spent section outlives the query: a mapped one would keep key
-    // bytes in this process's memory.
-    drop(give_back);
-    let _ = drained.recv();
     Ok(report)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::net::{Peer, Timeouts};
+    use crate::{backend, fuzzing};
+
+    /// Echoes `left` answers, then closes the link; notes whether the key
+    /// file at `path` was mapped at any answer.
+    struct EchoFor {
+        left: usize,
+        path: String,
+        saw_mapped: Arc<AtomicBool>,
+    }
+
+    impl Peer for EchoFor {
+        fn answer(&mut self, written: &[u8]) -> Vec<u8> {
+            if mapped(&self.path) {
+                self.saw_mapped.store(true, Ordering::Relaxed);
+            }
+            self.left = self.left.saturating_sub(1);
+            if self.left == 0 {
+                Vec::new()
+            } else {
+                written.to_vec()
+            }
+        }
+    }
+
+    /// Refuses the output.
+    struct Refuses;
+
+    impl PassIo for Refuses {
+        fn input(&mut self, _: usize) -> Result<Option<InputShares>, PartyError> {
+            Ok(None)
+        }
+
+        fn output(&mut self, _: usize, _: Vec<u64>, _: &PartyReport) -> Result<(), PartyError> {
+            Err(PartyError::Client("refused".into()))
+        }
+    }
+
+    fn mapped(path: &str) -> bool {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|l| l.contains(path))
+    }
+
+    /// Whether a query fails at a step's round (the peer closes while the
+    /// reader still reads) or at the output's delivery (every section
+    /// read and given back), no mapped section outlives it. As a control,
+    /// the peer sees the key file mapped during the rounds, so the check
+    /// does see mappings.
+    #[test]
+    fn no_mapped_section_outlives_a_failed_query() {
+        let dir = std::env::temp_dir().join(format!("suffuse-unmapped-{}", std::process::id()));
+        crate::keyfile::private_dir(&dir).unwrap();
+        let file = dir.join("keys");
+        std::fs::write(&file, fuzzing::key_file(0)).unwrap();
+        let path = file.to_str().unwrap();
+        let plan = fuzzing::plan();
+        for rounds in [1, 3, usize::MAX] {
+            let keys = KeyReader::open(&file).unwrap().mapping_from(1);
+            keys.check(0, &plan.hash, &key_sections(&plan, Party::P0))
+                .unwrap();
+            let saw_mapped = Arc::new(AtomicBool::new(false));
+            let peer = EchoFor {
+                left: rounds,
+                path: path.to_owned(),
+                saw_mapped: Arc::clone(&saw_mapped),
+            };
+            let mut link = Link::in_memory(Box::new(peer), Timeouts::default());
+            let inputs = fuzzing::inputs(&plan);
+            let fss = backend::auto();
+            let run = run_passes(&plan, Party::P0, keys, &mut link, fss, inputs, &mut Refuses);
+            assert!(run.is_err(), "{rounds} rounds");
+            assert!(
+                !mapped(path),
+                "{path} is still mapped after {rounds} rounds"
+            );
+            assert!(saw_mapped.load(Ordering::Relaxed), "{rounds} rounds");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn spares_keep_the_longest_and_fit_the_shortest_long_enough() {
