@@ -1635,6 +1635,16 @@ pub(crate) mod testing {
     use std::vec;
     use std::vec::Vec;
 
+    /// Evaluator scratch of `words` words left dirty, as a driver that
+    /// reuses one area across steps hands it over: a different pattern in
+    /// each party's area and at each word, none of them zero. An evaluator
+    /// that read a word before writing it would disagree with the spec.
+    pub(crate) fn dirty(words: usize, party: u64) -> Vec<u64> {
+        (0..words as u64)
+            .map(|i| (i ^ party << 63).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+            .collect()
+    }
+
     /// Reconstructed outputs of a two-party run: ring outputs
     /// (element-major) and bits.
     pub(crate) struct Run {
@@ -1703,8 +1713,8 @@ pub(crate) mod testing {
         }
         let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
         let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
-        let mut s0 = vec![0u64; gate.scratch_words(n)];
-        let mut s1 = vec![0u64; gate.scratch_words(n)];
+        let mut s0 = dirty(gate.scratch_words(n), 0);
+        let mut s1 = dirty(gate.scratch_words(n), 1);
         let r0 = [&k0[0][..], &k0[1][..], &k0[2][..]];
         let r1 = [&k1[0][..], &k1[1][..], &k1[2][..]];
         let mask0 = masks.map(|_| &m0[..]);

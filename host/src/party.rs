@@ -357,7 +357,7 @@ pub fn run_passes(
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
         });
-        let mut on = Online { party, link, fss };
+        let mut on = Online::new(party, link, fss);
         let mut times: BTreeMap<Category, f64> = BTreeMap::new();
         // Per-operation timings on stderr, for profiling.
         let trace = std::env::var_os("SUFFUSE_TRACE").is_some();

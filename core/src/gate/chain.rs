@@ -825,8 +825,8 @@ pub(crate) mod testing {
             }
             k
         };
-        let mut s0 = vec![0u64; chain.scratch_words(n)];
-        let mut s1 = vec![0u64; chain.scratch_words(n)];
+        let mut s0 = crate::gate::testing::dirty(chain.scratch_words(n), 0);
+        let mut s1 = crate::gate::testing::dirty(chain.scratch_words(n), 1);
         let mut e0 = ChainEval::new(
             chain,
             &aes,

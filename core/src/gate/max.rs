@@ -379,8 +379,8 @@ mod tests {
         let mut prg = Prg::new(&[8; 16]);
         let v0: Vec<u64> = values.iter().map(|_| w.reduce(prg.next_u64())).collect();
         let v1: Vec<u64> = values.iter().zip(&v0).map(|(v, a)| w.sub(*v, *a)).collect();
-        let mut s0 = vec![0u64; tree.scratch_words(rows)];
-        let mut s1 = vec![0u64; tree.scratch_words(rows)];
+        let mut s0 = crate::gate::testing::dirty(tree.scratch_words(rows), 0);
+        let mut s1 = crate::gate::testing::dirty(tree.scratch_words(rows), 1);
         let mut e0 =
             MaxEval::new(tree, &aes, Party::P0, seeds[0], rows, &v0, keys(0), &mut s0).unwrap();
         let mut e1 =

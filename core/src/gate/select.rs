@@ -356,7 +356,8 @@ mod tests {
             let b1: Vec<u64> = b.iter().zip(&b0).map(|(x, r)| x ^ r).collect();
             let y0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
             let y1: Vec<u64> = y.iter().zip(&y0).map(|(x, r)| w.sub(*x, *r)).collect();
-            let (mut s0, mut s1) = (vec![0u64; scratch_words(n)], vec![0u64; scratch_words(n)]);
+            let dirty = crate::gate::testing::dirty;
+            let (mut s0, mut s1) = (dirty(scratch_words(n), 0), dirty(scratch_words(n), 1));
             let mut e0 =
                 SelectEval::new(&sel, &aes, Party::P0, seeds[0], 5, &[], &b0, &y0, &mut s0)
                     .unwrap();

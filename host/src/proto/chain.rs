@@ -125,11 +125,12 @@ impl Step for Inverse<'_> {
         for (k, m) in keys.iter_mut().zip(&mats) {
             *k = m.party_keys();
         }
-        let mut scratch = vec![0u64; self.c.scratch_words(n)];
         let input = store.get(self.at.plan, self.x)?;
-        let mut ev = ChainEval::new(self.c, h, on.party, *seed, 0, n, keys, input, &mut scratch)
-            .map_err(core(step))?;
-        on.drive(step, &mut ev)
+        on.with_area(self.c.scratch_words(n), |on, area| {
+            let mut ev = ChainEval::new(self.c, h, on.party, *seed, 0, n, keys, input, area)
+                .map_err(core(step))?;
+            on.drive(step, &mut ev)
+        })
     }
 
     fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {

@@ -77,12 +77,12 @@ impl Step for Scalar<'_> {
     }
 }
 
-/// One chunk of a scalar gate: its material and evaluation scratch.
-struct GateChunk<'s> {
+/// One chunk of a scalar gate: its material and its part of the area.
+struct GateChunk<'s, 'w> {
     first: usize,
     count: usize,
     mat: Material<'s>,
-    scratch: Vec<u64>,
+    scratch: &'w mut [u64],
 }
 
 /// A chunk's first element, element count and evaluation.
@@ -136,8 +136,27 @@ fn run_gate(
     cur: &mut Cursor<'_>,
     input: &[u64],
 ) -> Result<Vec<u64>, ProtoError> {
+    let words: Vec<usize> = chunks(input.len())
+        .map(|(_, count)| g.scratch_words(count))
+        .collect();
+    on.with_area(words.iter().sum(), |on, area| {
+        let areas = split_mut(area, &words);
+        run_chunks(g, step, on, seed, cur, input, areas)
+    })
+}
+
+/// [`run_gate`] with each chunk's part of the evaluator area.
+fn run_chunks(
+    g: &Gate,
+    step: u32,
+    on: &mut Online<'_>,
+    seed: &[u8; 16],
+    cur: &mut Cursor<'_>,
+    input: &[u64],
+    areas: Vec<&mut [u64]>,
+) -> Result<Vec<u64>, ProtoError> {
     let mut trace = Trace::start();
-    let mut states = load_chunks(g, on, seed, cur, input.len())?;
+    let mut states = load_chunks(g, on, seed, cur, input.len(), areas)?;
     trace.mark("load");
     let h: &(dyn Hasher + Sync) = on.fss;
     let party = on.party;
@@ -156,7 +175,7 @@ fn run_gate(
                 s.count,
                 keys,
                 &input[range],
-                &mut s.scratch,
+                s.scratch,
             )?;
             Ok((s.first, s.count, ev))
         })
@@ -174,27 +193,33 @@ fn run_gate(
 }
 
 /// Slices the section per chunk, then rebuilds the chunks' keys in
-/// parallel.
-fn load_chunks<'s>(
+/// parallel; `areas` holds each chunk's part of the evaluator area, in
+/// the order of `chunks(n)`.
+fn load_chunks<'s, 'w>(
     g: &Gate,
     on: &Online<'_>,
     seed: &[u8; 16],
     cur: &mut Cursor<'s>,
     n: usize,
-) -> Result<Vec<GateChunk<'s>>, ProtoError> {
+    areas: Vec<&'w mut [u64]>,
+) -> Result<Vec<GateChunk<'s, 'w>>, ProtoError> {
     let (party, step) = (on.party, cur.step);
     let h: &(dyn Hasher + Sync) = on.fss;
     let mut slices = Vec::new();
-    for (first, count) in chunks(n) {
-        slices.push((first, count, cur.take(gate_bytes(g, count, party))?));
+    for ((first, count), scratch) in chunks(n).zip(areas) {
+        slices.push((
+            first,
+            count,
+            cur.take(gate_bytes(g, count, party))?,
+            scratch,
+        ));
     }
     cur.done()?;
     slices
         .into_par_iter()
-        .map(|(first, count, bytes)| {
+        .map(|(first, count, bytes, scratch)| {
             let mut c = Cursor { bytes, step };
             let mat = load_material(g, h, party, seed, first as u64, count, &mut c)?;
-            let scratch = vec![0u64; g.scratch_words(count)];
             Ok(GateChunk {
                 first,
                 count,
@@ -232,8 +257,8 @@ fn round(
         .map_err(core(step))
 }
 
-/// `buf` cut into consecutive parts of `lens` bytes.
-fn split_mut<'b>(buf: &'b mut [u8], lens: &[usize]) -> Vec<&'b mut [u8]> {
+/// `buf` cut into consecutive parts of `lens` elements.
+fn split_mut<'b, T>(buf: &'b mut [T], lens: &[usize]) -> Vec<&'b mut [T]> {
     let mut parts = Vec::with_capacity(lens.len());
     let mut rest = buf;
     for l in lens {

@@ -76,10 +76,11 @@ impl Step for RowMax<'_> {
             *k = m.party_keys();
         }
         let values = store.get(self.at.plan, self.x)?;
-        let mut scratch = vec![0u64; tree.scratch_words(rows)];
-        let mut ev = MaxEval::new(tree, h, on.party, *seed, rows, values, keys, &mut scratch)
-            .map_err(core(step))?;
-        on.drive(step, &mut ev)
+        on.with_area(tree.scratch_words(rows), |on, area| {
+            let mut ev = MaxEval::new(tree, h, on.party, *seed, rows, values, keys, area)
+                .map_err(core(step))?;
+            on.drive(step, &mut ev)
+        })
     }
 
     /// Inside the proven width every ReLU of a difference is exact, so the
