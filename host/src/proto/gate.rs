@@ -140,27 +140,36 @@ fn run_gate(
         .map(|(_, count)| g.scratch_words(count))
         .collect();
     on.with_area(words.iter().sum(), |on, area| {
+        let mut trace = Trace::start();
         let areas = split_mut(area, &words);
-        run_chunks(g, step, on, seed, cur, input, areas)
+        let mut states = load_chunks(g, on, seed, cur, input.len(), areas)?;
+        trace.mark("load");
+        let mut evals = seed_chunks(g, on, seed, step, input, &mut states)?;
+        trace.mark("seeded");
+        for i in 0..g.schedule().1 {
+            round(&mut evals, i, on, step)?;
+            trace.mark("finish");
+        }
+        let y = outputs(g, &evals, input.len()).map_err(core(step))?;
+        trace.mark("outputs");
+        trace.print(on.party, step, input.len());
+        Ok(y)
     })
 }
 
-/// [`run_gate`] with each chunk's part of the evaluator area.
-fn run_chunks(
-    g: &Gate,
-    step: u32,
-    on: &mut Online<'_>,
+/// Each chunk's evaluator, its seeded material unpacked into its part of
+/// the area.
+fn seed_chunks<'c>(
+    g: &'c Gate,
+    on: &Online<'_>,
     seed: &[u8; 16],
-    cur: &mut Cursor<'_>,
+    step: u32,
     input: &[u64],
-    areas: Vec<&mut [u64]>,
-) -> Result<Vec<u64>, ProtoError> {
-    let mut trace = Trace::start();
-    let mut states = load_chunks(g, on, seed, cur, input.len(), areas)?;
-    trace.mark("load");
+    states: &'c mut [GateChunk<'_, '_>],
+) -> Result<Vec<Chunk<'c>>, ProtoError> {
     let h: &(dyn Hasher + Sync) = on.fss;
     let party = on.party;
-    let mut evals: Vec<Chunk<'_>> = states
+    states
         .par_iter_mut()
         .map(|s| {
             let range = s.first..s.first + s.count;
@@ -180,16 +189,7 @@ fn run_chunks(
             Ok((s.first, s.count, ev))
         })
         .collect::<Result<_, suffuse_core::Error>>()
-        .map_err(core(step))?;
-    trace.mark("seeded");
-    for i in 0..g.schedule().1 {
-        round(&mut evals, i, on, step)?;
-        trace.mark("finish");
-    }
-    let y = outputs(g, &evals, input.len()).map_err(core(step))?;
-    trace.mark("outputs");
-    trace.print(party, step, input.len());
-    Ok(y)
+        .map_err(core(step))
 }
 
 /// Slices the section per chunk, then rebuilds the chunks' keys in
