@@ -213,12 +213,13 @@ fn read_ahead(
     }
     let _ = tx.send(keys.finish().map(|()| Section::default()));
     // The last close of a spent key file (unlinked at the spend) frees its
-    // blocks: 3.1-3.3 s for a 2.2 GB MiniLM-128 file on this machine's ext4,
-    // which was in every query's online time. So it closes on a thread of
-    // its own, after the end marker has gone to the party.
-    // A mapped section keeps the file open too, so the last sections come
-    // back to that thread and go before the file does; the party waits
-    // for them (`drained`), not for the close.
+    // blocks, and so does the last unmapping of a section of it: seconds
+    // for a 2.2 GB MiniLM-128 file on ext4 (docs/BACKENDS.md, fifth and
+    // eleventh sessions), which were in every query's online time. So the
+    // file closes on a thread of its own, after the end marker has gone to
+    // the party; the last sections come back to that thread and are
+    // unmapped before the file closes. The party waits for them
+    // (`drained`), not for the close.
     // With no thread to spare, the failed spawn drops the closure, and the
     // file closes here: late, but closed.
     let closer = std::thread::Builder::new().name("key-file close".into());
