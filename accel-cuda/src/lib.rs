@@ -1,42 +1,58 @@
 //! # suffuse-accel-cuda
 //!
-//! The CUDA side of suffuse's accelerator boundary.
+//! [`CudaEval`] implements [`BatchEval`], core's accelerator boundary, with
+//! CUDA kernels: DCF/DPF evaluation at public points and over whole
+//! domains, seed expansion, key generation and ring matrix products. The
+//! kernels are CUDA C under `kernels/`, with no CUDA headers, one thread per
+//! evaluation, keys transposed level-major by the host ([`layout`]), and a
+//! T-table fixed-key AES that computes core's hash bit for bit.
 //!
-//! What this crate does today:
+//! `CudaEval` is generic over a [`Launcher`], the one place kernels run:
 //!
-//! * [`CudaEval::new`] looks for the CUDA driver library at run time
-//!   (`cudarc` with dynamic loading, so nothing CUDA is needed to build),
-//!   opens the primary context of device 0 and records the device name. When
-//!   there is no driver or no device it returns a [`CudaError`] that says so
-//!   and points at the CPU evaluator.
-//! * [`CudaEval`] implements [`BatchEval`], so hosts can already select it and
-//!   fall back cleanly. This release ships no evaluation kernels, so
-//!   [`BatchEval::eval`] and [`BatchEval::eval_full_domain`] return
-//!   [`Error::Unsupported`] on every machine, GPU or not, and hosts use
-//!   `suffuse-accel-cpu` instead.
+//! * [`Device`]: a GPU through `cudarc` with dynamic loading, so a binary
+//!   built without CUDA runs on a GPU machine. NVRTC compiles the kernels
+//!   at run time for the device's architecture (cached on disk per source
+//!   hash, architecture and NVRTC version); the checked-in PTX is the
+//!   fallback where NVRTC is missing.
+//! * `Emulator` (feature `emulator`): the same `.cu` files compiled as C++
+//!   by g++ and run on the CPU, every thread of a block an OS thread. It is
+//!   how the kernels are proven bit-exact on machines without a GPU; it
+//!   reports itself as `cuda-emu` and is never a user's backend.
 //!
-//! The kernels (CUDA C under `kernels/`, compiled at run time with NVRTC,
-//! with checked-in PTX as a fallback) arrive in a later issue; see
-//! `kernels/README.md`. Once they exist they must match
-//! [`suffuse_core::batch::Serial`] bit for bit on the shared conformance
-//! harness, and nothing GPU-related is claimed before it has run on a GPU.
+//! Everything above the launcher (key layouts, batching, the device-memory
+//! budget) is the same code on both. Results must equal
+//! [`suffuse_core::batch::Serial`] bit for bit on the conformance harness,
+//! and nothing GPU-related is claimed before it has run on a GPU
+//! (`docs/BACKENDS.md`).
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+mod device;
 mod driver;
+#[cfg(feature = "emulator")]
+mod emulator;
+mod eval;
+pub mod launcher;
+pub mod layout;
+pub mod nvrtc;
+mod pool;
+pub mod source;
 
-use std::sync::Arc;
+use std::sync::Mutex;
 
-use cudarc::driver::{CudaContext, DriverError};
-use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
-use suffuse_core::fss::{GenBatch, KeyBatch};
-use suffuse_core::prg::{Block, Domain, FixedKeyAes, Hasher};
+use cudarc::driver::DriverError;
+use suffuse_core::prg::FixedKeyAes;
 
+pub use device::{Code, CodeSource, Device};
 pub use driver::driver_library_present;
+#[cfg(feature = "emulator")]
+pub use emulator::{EmuBuffer, Emulator};
+pub use launcher::Launcher;
 
-/// Why no CUDA evaluator could be created.
+use pool::Pool;
+
+/// Why the CUDA evaluator could not be created or could not run a call.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum CudaError {
@@ -66,136 +82,183 @@ pub enum CudaError {
         #[source]
         source: DriverError,
     },
+    /// NVRTC was asked for but its library could not be loaded.
+    #[error(
+        "no NVRTC: libnvrtc could not be loaded (put the folder holding libnvrtc.so on \
+         LD_LIBRARY_PATH), so the kernels cannot be compiled at run time"
+    )]
+    NvrtcNotFound,
+    /// NVRTC failed to compile the kernels.
+    #[error("NVRTC failed: {0}")]
+    Nvrtc(String),
+    /// A launch or copy was refused before it ran.
+    #[error("CUDA launch refused: {0}")]
+    Launch(&'static str),
+    /// A call needs more device memory than the budget leaves.
+    #[error(
+        "a CUDA call needs {needed} bytes of device memory with {held} held, over the budget of \
+         {budget} bytes; raise the budget (--device-memory) or use smaller batches"
+    )]
+    OverBudget {
+        /// Bytes the allocation needed.
+        needed: usize,
+        /// Bytes already held.
+        held: usize,
+        /// The budget.
+        budget: usize,
+    },
+    /// The start-up self-test disagreed with core's reference.
+    #[error("the CUDA self-test failed: {0}")]
+    SelfTest(String),
 }
 
-/// A CUDA device opened for batch evaluation.
-///
-/// See the crate documentation for what it evaluates today.
-pub struct CudaEval {
-    context: Arc<CudaContext>,
-    device_name: String,
-    /// Seed expansion runs on the host until the kernels exist.
-    aes: FixedKeyAes,
+/// Device memory a [`CudaEval`] may hold when the user sets no budget: this
+/// share of what the device has free when it is opened.
+pub const DEFAULT_BUDGET_SHARE: f64 = 0.8;
+
+/// Device memory the emulator may hold when the user sets no budget.
+pub const EMULATOR_BUDGET: usize = 256 << 20;
+
+/// Blocks at or above which [`CudaEval`]'s seed expansion runs on the
+/// device; fewer run on the host's AES, where a launch would cost more than
+/// the hashes.
+pub const DEVICE_HASH_MIN: usize = 1 << 14;
+
+/// The CUDA batch evaluator over a [`Launcher`].
+pub struct CudaEval<L: Launcher = Device> {
+    launcher: L,
+    state: Mutex<State<L>>,
+    /// Small seed expansions run here (see [`DEVICE_HASH_MIN`]).
+    host: FixedKeyAes,
+    device_hash_min: usize,
+    /// The last device failure, for reports: `BatchEval` returns core's
+    /// error codes, which cannot carry it.
+    last_failure: Mutex<Option<String>>,
 }
 
-impl core::fmt::Debug for CudaEval {
+/// What the calls share, behind one lock: device calls are serialised.
+struct State<L: Launcher> {
+    pool: Pool<L>,
+    /// The four domains' AES keys, uploaded once.
+    aes: Option<L::Buffer>,
+    /// Host staging for transposed keys and inputs.
+    staging: Vec<u64>,
+}
+
+impl<L: Launcher> core::fmt::Debug for CudaEval<L> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("CudaEval")
-            .field("ordinal", &self.context.ordinal())
-            .field("device_name", &self.device_name)
+            .field("launcher", &self.launcher.kind())
+            .field("device", &self.launcher.device_name())
             .finish_non_exhaustive()
     }
 }
 
-impl CudaEval {
-    /// Opens device 0.
-    pub fn new() -> Result<CudaEval, CudaError> {
-        CudaEval::on_device(0)
+impl CudaEval<Device> {
+    /// Opens device 0 with its kernels from NVRTC, or the checked-in PTX
+    /// where NVRTC is missing, and the default memory budget.
+    pub fn new() -> Result<CudaEval<Device>, CudaError> {
+        CudaEval::open(0, Code::Auto, None)
     }
 
-    /// Opens device `ordinal`: checks that the driver library loads, that the
-    /// device exists, and creates (retains) its primary context.
-    pub fn on_device(ordinal: usize) -> Result<CudaEval, CudaError> {
-        // cudarc panics when a driver symbol is used without the library, so
-        // the probe must come first.
-        if !driver_library_present() {
-            return Err(CudaError::DriverNotFound);
-        }
-        let available = match CudaContext::device_count() {
-            Ok(n) => usize::try_from(n).unwrap_or(0),
-            // cuInit reports a machine without GPUs as an error, not as zero.
-            Err(DriverError(cudarc::driver::sys::CUresult::CUDA_ERROR_NO_DEVICE)) => 0,
-            Err(source) => {
-                return Err(CudaError::Driver {
-                    call: "cuInit/cuDeviceGetCount",
-                    source,
-                });
+    /// Opens device `ordinal` with kernels from `code` and `budget` bytes of
+    /// device memory at most ([`DEFAULT_BUDGET_SHARE`] of the free memory
+    /// when `None`).
+    pub fn open(
+        ordinal: usize,
+        code: Code,
+        budget: Option<usize>,
+    ) -> Result<CudaEval<Device>, CudaError> {
+        let device = Device::open(ordinal, code)?;
+        let budget = match budget {
+            Some(b) => b,
+            None => {
+                let (free, _) = device.memory_info()?;
+                // Truncation is the intent: a share of the free bytes.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                let share = (free as f64 * DEFAULT_BUDGET_SHARE) as usize;
+                share
             }
         };
-        if ordinal >= available {
-            return Err(CudaError::NoDevice { ordinal, available });
-        }
-        let context = CudaContext::new(ordinal).map_err(|source| CudaError::Driver {
-            call: "cuDevicePrimaryCtxRetain",
-            source,
-        })?;
-        let device_name = context.name().map_err(|source| CudaError::Driver {
-            call: "cuDeviceGetName",
-            source,
-        })?;
-        Ok(CudaEval {
-            context,
-            device_name,
-            aes: FixedKeyAes::new(),
-        })
-    }
-
-    /// The device's name as the driver reports it.
-    pub fn device_name(&self) -> &str {
-        &self.device_name
+        Ok(CudaEval::with_launcher(device, budget))
     }
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
-        self.context.ordinal()
+        self.launcher.ordinal()
+    }
+
+    /// How the kernels were made (NVRTC or the checked-in PTX).
+    pub fn code(&self) -> &CodeSource {
+        self.launcher.code()
     }
 }
 
-/// Seed expansion on the host CPU (the `aes` crate) until the kernels exist.
-impl Hasher for CudaEval {
-    fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
-        self.aes.hash_many(d, blocks)
+#[cfg(feature = "emulator")]
+impl CudaEval<Emulator> {
+    /// The kernels on the CPU emulator, with [`EMULATOR_BUDGET`]; for tests.
+    pub fn emulated() -> CudaEval<Emulator> {
+        CudaEval::with_launcher(Emulator::new(), EMULATOR_BUDGET).with_device_hash_min(0)
     }
 }
 
-impl BatchEval for CudaEval {
-    fn name(&self) -> &'static str {
-        "cuda"
+impl<L: Launcher> CudaEval<L> {
+    /// An evaluator on `launcher` that holds at most `budget` bytes of its
+    /// memory.
+    pub fn with_launcher(launcher: L, budget: usize) -> CudaEval<L> {
+        CudaEval {
+            launcher,
+            state: Mutex::new(State {
+                pool: Pool::new(budget),
+                aes: None,
+                staging: Vec::new(),
+            }),
+            host: FixedKeyAes::new(),
+            device_hash_min: DEVICE_HASH_MIN,
+            last_failure: Mutex::new(None),
+        }
     }
 
-    fn aes_path(&self) -> &'static str {
-        "aes-crate (host)"
+    /// Runs seed expansions of at least `blocks` blocks on the device (0:
+    /// all of them, as the conformance tests do).
+    pub fn with_device_hash_min(mut self, blocks: usize) -> CudaEval<L> {
+        self.device_hash_min = blocks;
+        self
     }
 
-    /// A GPU wants millions of elements per launch.
-    fn preferred_batch(&self) -> usize {
-        1 << 22
+    /// The launcher.
+    pub fn launcher(&self) -> &L {
+        &self.launcher
     }
 
-    /// Returns [`Error::Unsupported`]: this release has no evaluation kernels
-    /// (they arrive in a later issue). Use `suffuse-accel-cpu` meanwhile.
-    fn eval(
-        &self,
-        _keys: &KeyBatch<'_>,
-        _points: &[u64],
-        _out: &mut [u64],
-    ) -> Result<EvalStats, Error> {
-        Err(Error::Unsupported)
+    /// The device's name as the driver (or the emulator) reports it.
+    pub fn device_name(&self) -> &str {
+        self.launcher.device_name()
     }
 
-    /// Returns [`Error::Unsupported`], as [`CudaEval::eval`] does.
-    fn eval_full_domain(&self, _keys: &KeyBatch<'_>, _out: &mut [u64]) -> Result<EvalStats, Error> {
-        Err(Error::Unsupported)
+    /// The device-memory budget in bytes.
+    pub fn memory_budget(&self) -> usize {
+        self.lock().pool.budget()
     }
 
-    /// Returns [`Error::Unsupported`], as [`CudaEval::eval`] does.
-    fn generate(
-        &self,
-        _batch: &GenBatch<'_>,
-        _key0: &mut [u8],
-        _key1: &mut [u8],
-    ) -> Result<EvalStats, Error> {
-        Err(Error::Unsupported)
+    /// The most device memory this evaluator has held at once, in bytes.
+    pub fn peak_memory(&self) -> usize {
+        self.lock().pool.peak()
     }
 
-    /// Returns [`Error::Unsupported`], as [`CudaEval::eval`] does.
-    fn matmul(
-        &self,
-        _shape: &MatShape,
-        _a: &[u64],
-        _b: &[u64],
-        _c: &mut [u64],
-    ) -> Result<(), Error> {
-        Err(Error::Unsupported)
+    /// The last device failure, if a call failed on the device.
+    pub fn last_failure(&self) -> Option<String> {
+        self.last_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<L>> {
+        // A panic in another call leaves no half-updated state that matters:
+        // buffers are reallocated and re-uploaded as needed.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }

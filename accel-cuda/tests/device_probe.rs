@@ -1,9 +1,8 @@
 //! `CudaEval::new` on whatever machine the tests run on: without a driver it
 //! must fail with an error that tells the user what to do; with a GPU it must
-//! open the device and still refuse evaluation (no kernels in this release).
+//! open the device and evaluate an empty batch.
 
 use suffuse_accel_cuda::{CudaError, CudaEval, driver_library_present};
-use suffuse_core::Error;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::{KeyBatch, Params, Party};
 use suffuse_core::ring::Width;
@@ -28,7 +27,7 @@ fn new_fails_clearly_without_a_driver_or_opens_the_device() {
             assert!(!gpu.device_name().is_empty());
             let params = Params::dcf_bit(Width::of(16));
             let keys = KeyBatch::new(params, Party::P0, &[]).unwrap();
-            assert_eq!(gpu.eval(&keys, &[], &mut []), Err(Error::Unsupported));
+            assert_eq!(gpu.eval(&keys, &[], &mut []), Ok(Default::default()));
         }
     }
 }

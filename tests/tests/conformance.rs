@@ -5,10 +5,9 @@
 
 use suffuse_accel_cpu::{Backend, CpuEval};
 use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Serial};
-use suffuse_core::fss::{GenBatch, KeyBatch, Output, Params, Party};
+use suffuse_core::fss::{GenBatch, KeyBatch, Party};
 use suffuse_core::phi::program::{self, Inputs, Program, Section};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, Hasher};
-use suffuse_core::ring::Width;
 use suffuse_tests::conformance;
 
 const LANES: [usize; 3] = [1, 5, 64];
@@ -112,38 +111,33 @@ fn cpu_vaes512_conforms() {
 }
 
 // ---------------------------------------------------------------------------
-// CudaEval (suffuse-accel-cuda). Runs the harness wherever a CUDA device
-// opens; elsewhere it prints why it was skipped. While the crate ships no
-// kernels its evaluator answers `Unsupported`, which is reported as a skip,
-// not a pass: once kernels exist, any `Unsupported` is a harness failure.
+// CudaEval (suffuse-accel-cuda): its kernels on the CPU emulator everywhere,
+// and on a device wherever one opens.
 // ---------------------------------------------------------------------------
 
-/// Whether `eval` evaluates at all: one bit-DCF key at one point.
-fn evaluates_anything(eval: &dyn BatchEval) -> Result<(), suffuse_core::Error> {
-    let params = Params::new(suffuse_core::fss::Kind::Dcf, Width::of(8), Output::Bit);
-    let key = vec![0u8; params.key_len()];
-    let keys = KeyBatch::new(params, Party::P0, &key)?;
-    eval.eval(&keys, &[0], &mut [0]).map(|_| ())
+#[test]
+fn cuda_emulated_conforms() {
+    let eval = suffuse_accel_cuda::CudaEval::emulated();
+    assert_eq!(eval.name(), "cuda-emu");
+    print_report("cuda-emu", &conformance::check(&eval));
 }
 
 #[test]
 fn cuda_conforms_where_a_device_exists() {
-    let eval = match suffuse_accel_cuda::CudaEval::new() {
-        Ok(eval) => eval,
-        Err(e) => {
-            println!("note: CudaEval not checked: {e}");
-            return;
-        }
-    };
-    if let Err(suffuse_core::Error::Unsupported) = evaluates_anything(&eval) {
-        println!(
-            "note: CudaEval on {} answers Unsupported (no kernels yet); not checked",
-            eval.device_name()
-        );
-        return;
+    for code in [
+        suffuse_accel_cuda::Code::Auto,
+        suffuse_accel_cuda::Code::Ptx,
+    ] {
+        let eval = match suffuse_accel_cuda::CudaEval::open(0, code, None) {
+            Ok(eval) => eval.with_device_hash_min(0),
+            Err(e) => {
+                println!("note: CudaEval ({code:?}) not checked: {e}");
+                return;
+            }
+        };
+        let label = format!("cuda on {} ({})", eval.device_name(), eval.code());
+        print_report(&label, &conformance::check(&eval));
     }
-    let label = format!("cuda on {}", eval.device_name());
-    print_report(&label, &conformance::check(&eval));
 }
 
 // ---------------------------------------------------------------------------

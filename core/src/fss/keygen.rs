@@ -76,6 +76,27 @@ impl<'a> GenBatch<'a> {
         self.alphas.len()
     }
 
+    /// Every key's α (secret), for accelerators that generate elsewhere.
+    pub fn alphas(&self) -> &'a [u64] {
+        self.alphas
+    }
+
+    /// Every key's β (secret; ignored for bit outputs).
+    pub fn betas(&self) -> &'a [u64] {
+        self.betas
+    }
+
+    /// Every key's two root seeds (secret).
+    pub fn roots(&self) -> &'a [[Block; 2]] {
+        self.roots
+    }
+
+    /// The uniform words of ring-output DCFs, [`Params::gen_random_words`]
+    /// per key, key-major (secret).
+    pub fn random(&self) -> &'a [u64] {
+        self.random
+    }
+
     /// The sub-batch of keys `start..end`; panics if out of range.
     pub fn slice(&self, start: usize, end: usize) -> GenBatch<'a> {
         let w = self.params.gen_random_words();

@@ -1,0 +1,261 @@
+// DCF/DPF evaluation, full-domain DPF expansion, seed expansion and key
+// generation: the kernels behind `CudaEval`'s `BatchEval` methods. Each is
+// a line-for-line port of core's reference (core/src/fss.rs and
+// core/src/fss/keygen.rs), one thread per evaluation, key or node.
+//
+// Keys arrive level-major (the host transposes them): level l's correction
+// word of key i is at cw[2·(l·count + i)], so neighbouring threads read
+// neighbouring words. Roots and leaf corrections are two words per key.
+//
+// Public (may steer branches and indices): shapes, the points (masked,
+// opened values), the party and domain indices. Secret (may not): seeds,
+// control bits, correction words, α, β and the random words.
+
+// Shape flags of a key batch.
+#define FSS_DCF 1u
+
+// Evaluates `queries` queries: query q is key q / per_key at points[q],
+// taken mod 2^k. Bit outputs are 0 or 1, ring outputs canonical in Z_2^w
+// (w = 0 means bit output).
+extern "C" __global__ void suffuse_fss_eval(const u32* aes_keys, const u64* roots, const u64* cw,
+                                            const u64* vcw, const u64* leaf, const u64* points,
+                                            u64* out, u64 queries, u64 per_key, u64 count, u32 k,
+                                            u32 levels, u32 nu, u32 lane_bits, u32 w, u32 flags,
+                                            u32 party) {
+    extern __shared__ u64 suffuse_smem[];
+    u32* sh = (u32*)suffuse_smem;
+    aes_setup(sh, aes_keys);
+    const u32 dcf = flags & FSS_DCF;
+    const u64 wmask = low_mask(w);
+    for (u64 q = global_thread(); q < queries; q += grid_threads()) {
+        const u64 key = q / per_key;
+        const u64 x = points[q] & low_mask(k);
+        blk s = blk_load(roots + 2 * key);
+        // DCF accumulator: XOR of control bits (bit output) or a sum.
+        u64 acc = 0;
+        for (u32 level = 0; level < levels; level++) {
+            const u32 shift = k - 1 - level;
+            blk h = hash_block(sh, DOMAIN_TREE, s);
+            blk c = blk_load(cw + 2 * ((u64)level * count + key));
+            blk left = blk_xor(h, blk_and(c, word_mask(s.lo)));
+            blk right = blk_xor(left, s);
+            const u64 xb = (x >> shift) & 1;
+            // When x_i = 0 the right sibling is on α's path exactly when this
+            // level decides x < α; its control bit is then a share of that.
+            const u64 keep = xb ^ 1;
+            const u64 t_right = right.lo & 1;
+            s = blk_xor(left, blk_and(s, word_mask(xb)));
+            if (dcf) {
+                if (w == 0) {
+                    acc ^= t_right & keep;
+                } else {
+                    const u64 v = hash_block(sh, DOMAIN_VALUE, right).lo;
+                    const u64 corr = vcw[(u64)level * count + key];
+                    const u64 share = v + (corr & word_mask(t_right));
+                    acc = (acc + (share & word_mask(keep))) & wmask;
+                }
+            }
+        }
+        const blk h = hash_block(sh, DOMAIN_LEAF, s);
+        const u64 t = s.lo & 1;
+        const blk lcw = blk_load(leaf + 2 * key);
+        const u32 lane = (u32)(x & low_mask(nu));
+        if (w == 0) {
+            out[q] = (acc ^ blk_bit(blk_xor(h, blk_and(lcw, word_mask(t))), lane)) & 1;
+        } else {
+            const u64 v = blk_lane(h, lane_bits, lane) + (blk_lane(lcw, lane_bits, lane) & word_mask(t));
+            const u64 sum = acc + v;
+            // P1 negates so that the two shares add up to the output.
+            const u64 neg = (u64)0 - party;
+            out[q] = ((sum ^ neg) + party) & wmask;
+        }
+    }
+}
+
+// One level of a breadth-first DPF expansion: `src` holds `2^level` seeds
+// per key, `dst` receives their `2^(level+1)` children, key-major.
+extern "C" __global__ void suffuse_dpf_level(const u32* aes_keys, const u64* cw, const u64* src,
+                                             u64* dst, u64 count, u32 level) {
+    extern __shared__ u64 suffuse_smem[];
+    u32* sh = (u32*)suffuse_smem;
+    aes_setup(sh, aes_keys);
+    const u64 nodes = (u64)1 << level;
+    for (u64 i = global_thread(); i < count * nodes; i += grid_threads()) {
+        const u64 key = i >> level;
+        const blk s = blk_load(src + 2 * i);
+        const blk h = hash_block(sh, DOMAIN_TREE, s);
+        const blk c = blk_load(cw + 2 * ((u64)level * count + key));
+        const blk left = blk_xor(h, blk_and(c, word_mask(s.lo)));
+        // Node i of the level is node (i mod nodes) of key i / nodes; its
+        // children are at 2i and 2i + 1 of the next level, key-major too.
+        blk_store(dst + 4 * i, left);
+        blk_store(dst + 4 * i + 2, blk_xor(left, s));
+    }
+}
+
+// The leaves of a DPF expansion: `seeds` holds 2^levels leaf seeds per key;
+// each writes its 2^nu outputs, key-major over the whole domain.
+extern "C" __global__ void suffuse_dpf_leaves(const u32* aes_keys, const u64* leaf,
+                                              const u64* seeds, u64* out, u64 count, u32 levels,
+                                              u32 nu, u32 lane_bits, u32 w, u32 party) {
+    extern __shared__ u64 suffuse_smem[];
+    u32* sh = (u32*)suffuse_smem;
+    aes_setup(sh, aes_keys);
+    const u64 leaves = (u64)1 << levels;
+    const u64 per_leaf = (u64)1 << nu;
+    const u64 wmask = low_mask(w);
+    for (u64 i = global_thread(); i < count * leaves; i += grid_threads()) {
+        const u64 key = i >> levels;
+        const blk s = blk_load(seeds + 2 * i);
+        const blk h = hash_block(sh, DOMAIN_LEAF, s);
+        const u64 t = s.lo & 1;
+        const blk lcw = blk_load(leaf + 2 * key);
+        for (u32 lane = 0; lane < per_leaf; lane++) {
+            u64 v;
+            if (w == 0) {
+                v = blk_bit(blk_xor(h, blk_and(lcw, word_mask(t))), lane);
+            } else {
+                const u64 sum = blk_lane(h, lane_bits, lane) + (blk_lane(lcw, lane_bits, lane) & word_mask(t));
+                const u64 neg = (u64)0 - party;
+                v = ((sum ^ neg) + party) & wmask;
+            }
+            out[i * per_leaf + lane] = v;
+        }
+    }
+}
+
+// H_d of every block of `blocks` (two words each), in place.
+extern "C" __global__ void suffuse_hash(const u32* aes_keys, u64* blocks, u64 n, u32 domain) {
+    extern __shared__ u64 suffuse_smem[];
+    u32* sh = (u32*)suffuse_smem;
+    aes_setup(sh, aes_keys);
+    for (u64 i = global_thread(); i < n; i += grid_threads()) {
+        blk_store(blocks + 2 * i, hash_block(sh, domain, blk_load(blocks + 2 * i)));
+    }
+}
+
+// `v` mod 2^w, negated if `flip` is 1, without a branch.
+__device__ __forceinline__ u64 cond_neg(u64 wmask, u64 v, u64 flip) {
+    const u64 m = word_mask(flip);
+    return ((v ^ m) + (m & 1)) & wmask;
+}
+
+// [a < b] for a, b < 2^63, without a branch.
+__device__ __forceinline__ u64 ct_lt(u64 a, u64 b) {
+    return (a - b) >> 63;
+}
+
+// [a = b] without a branch.
+__device__ __forceinline__ u64 ct_eq(u64 a, u64 b) {
+    const u64 d = a ^ b;
+    return ((d | ((u64)0 - d)) >> 63) ^ 1;
+}
+
+// Writes the low `n` bytes of `v` little-endian.
+__device__ __forceinline__ void put_word(u8* p, u64 v, u32 n) {
+    for (u32 i = 0; i < n; i++) {
+        p[i] = (u8)(v >> (8 * i));
+    }
+}
+
+__device__ __forceinline__ void put_block(u8* p, blk b) {
+    put_word(p, b.lo, 8);
+    put_word(p + 8, b.hi, 8);
+}
+
+// The leaf correction of one key pair (core's `gen_leaf`).
+__device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, u64 beta, u32 dcf, u32 lane_bits,
+                           u32 w) {
+    const blk g0 = hash_block(sh, DOMAIN_LEAF, s0);
+    const blk g1 = hash_block(sh, DOMAIN_LEAF, s1);
+    blk lcw;
+    lcw.lo = 0;
+    lcw.hi = 0;
+    if (w == 0) {
+        lcw = blk_xor(g0, g1);
+        for (u32 i = 0; i < 128; i++) {
+            const u64 bit = dcf ? ct_lt(i, a_lo) : ct_eq(i, a_lo);
+            if (i < 64) {
+                lcw.lo ^= bit << i;
+            } else {
+                lcw.hi ^= bit << (i - 64);
+            }
+        }
+        return lcw;
+    }
+    const u64 wmask = low_mask(w);
+    const u64 flip = (s0.lo & 1) ^ 1;
+    for (u32 i = 0; i < 128 / lane_bits; i++) {
+        const u64 bit = dcf ? ct_lt(i, a_lo) : ct_eq(i, a_lo);
+        const u64 pj = beta & word_mask(bit);
+        const u64 v = (pj - (blk_lane(g0, lane_bits, i) & wmask) + (blk_lane(g1, lane_bits, i) & wmask)) & wmask;
+        const u64 lanev = cond_neg(wmask, v, flip) & low_mask(lane_bits);
+        const u32 pos = i * lane_bits;
+        if (pos < 64) {
+            lcw.lo |= lanev << pos;
+        } else {
+            lcw.hi |= lanev << (pos - 64);
+        }
+    }
+    return lcw;
+}
+
+// Generates key pair j of a batch into P0's key bytes (key-major,
+// `key_len` bytes each; core's layout). P1's key is P0's body behind its
+// own root, which the host writes. `roots` holds both parties' root seeds
+// (four words per pair); `random` the ring DCF's per-level words.
+extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alphas, const u64* betas,
+                                           const u64* roots, const u64* random, u8* key0, u64 count,
+                                           u64 key_len, u32 k, u32 levels, u32 nu, u32 lane_bits,
+                                           u32 w, u32 flags, u32 value_bytes) {
+    extern __shared__ u64 suffuse_smem[];
+    u32* sh = (u32*)suffuse_smem;
+    aes_setup(sh, aes_keys);
+    const u32 dcf = flags & FSS_DCF;
+    const u64 wmask = low_mask(w);
+    const u64 level_bytes = 16 + value_bytes;
+    for (u64 j = global_thread(); j < count; j += grid_threads()) {
+        u8* key = key0 + j * key_len;
+        // α and β are secret: reduced, not range-checked.
+        const u64 alpha = alphas[j] & low_mask(k);
+        const u64 a_hi = alpha >> nu;
+        const u64 a_lo = alpha & low_mask(nu);
+        const u64 beta = w == 0 ? 1 : (betas[j] & wmask);
+        blk s0 = blk_load(roots + 4 * j);
+        blk s1 = blk_load(roots + 4 * j + 2);
+        s0.lo &= ~(u64)1;
+        s1.lo |= 1;
+        const blk delta = blk_xor(s0, s1);
+        put_block(key, s0);
+        for (u32 level = 0; level < levels; level++) {
+            const blk h0 = hash_block(sh, DOMAIN_TREE, s0);
+            const blk h1 = hash_block(sh, DOMAIN_TREE, s1);
+            const u64 a_i = (a_hi >> (levels - 1 - level)) & 1;
+            // Keeps the child toward α on the path (difference Δ) and makes
+            // the other child's seeds equal.
+            const blk c = blk_xor(blk_xor(h0, h1), blk_and(delta, word_mask(a_i ^ 1)));
+            u8* at = key + 16 + level * level_bytes;
+            put_block(at, c);
+            const blk l0 = blk_xor(h0, blk_and(c, word_mask(s0.lo)));
+            const blk l1 = blk_xor(h1, blk_and(c, word_mask(s1.lo)));
+            const blk r0 = blk_xor(l0, s0);
+            const blk r1 = blk_xor(l1, s1);
+            s0 = blk_xor(l0, blk_and(s0, word_mask(a_i)));
+            s1 = blk_xor(l1, blk_and(s1, word_mask(a_i)));
+            if (dcf && w != 0) {
+                const u64 t0 = r0.lo & 1;
+                const u64 v0 = hash_block(sh, DOMAIN_VALUE, r0).lo;
+                const u64 v1 = hash_block(sh, DOMAIN_VALUE, r1).lo;
+                // On path: P0's +(v0 + t0·V) and P1's −(v1 + t1·V) sum to β.
+                u64 on = (beta - (v0 & wmask) + (v1 & wmask)) & wmask;
+                on = cond_neg(wmask, on, t0 ^ 1);
+                // Off path V cancels; a random V makes the cases look alike.
+                const u64 rnd = random[j * levels + level] & wmask;
+                const u64 m = word_mask(a_i);
+                put_word(at + 16, (rnd & ~m) | (on & m), value_bytes);
+            }
+        }
+        put_block(key + 16 + levels * level_bytes,
+                  gen_leaf_cw(sh, s0, s1, a_lo, beta, dcf, lane_bits, w));
+    }
+}

@@ -1,0 +1,526 @@
+//! [`BatchEval`] on a [`Launcher`]: what each method uploads, launches and
+//! reads back. Every method checks its buffers exactly as core's `Serial`
+//! does, so misuse gets the same typed error on every backend.
+
+// Launches pass raw device addresses; each unsafe block says why the
+// arguments match the kernel and stay inside the buffers.
+#![allow(unsafe_code)]
+
+use suffuse_core::Error;
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, full_domain_each};
+use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
+use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
+
+use crate::launcher::{Arg, Dims, Kernel, Launcher};
+use crate::{CudaError, CudaEval, State, layout};
+
+/// Bytes of shared memory the hashing kernels use: four T-tables and the
+/// round keys of four domains (`AES_SHARED_BYTES` in `kernels/common.cuh`).
+const AES_SHARED_BYTES: u32 = 4 * (1024 + 4 * 44);
+
+/// Threads per side of a matrix tile (`MM_TILE` in `kernels/matmul.cu`).
+const TILE: u32 = 16;
+
+/// Blocks per grid dimension y and z, as CUDA allows.
+const GRID_YZ: u32 = 65_535;
+
+/// The domains in the order the kernels number them.
+const DOMAINS: [Domain; 4] = [Domain::Tree, Domain::Leaf, Domain::Value, Domain::Prf];
+
+fn domain_index(d: Domain) -> u32 {
+    match d {
+        Domain::Tree => 0,
+        Domain::Leaf => 1,
+        Domain::Value => 2,
+        Domain::Prf => 3,
+    }
+}
+
+fn u64_of(n: usize) -> u64 {
+    n as u64
+}
+
+fn u32_of(n: usize) -> Result<u32, CudaError> {
+    u32::try_from(n).map_err(|_| CudaError::Launch("a shape exceeds 32 bits"))
+}
+
+fn word_of(b: Block) -> [u64; 2] {
+    [b.low64(), b.high64()]
+}
+
+fn block_of(lo: u64, hi: u64) -> Block {
+    Block::from_bytes(((u128::from(hi) << 64) | u128::from(lo)).to_le_bytes())
+}
+
+/// The output width the kernels take: 0 for bits.
+fn ring_bits(p: &Params) -> u32 {
+    match p.output() {
+        Output::Bit => 0,
+        Output::Ring(w) => w.bits(),
+    }
+}
+
+fn flags(p: &Params) -> u32 {
+    u32::from(p.kind() == Kind::Dcf)
+}
+
+impl<L: Launcher> State<L> {
+    /// The device address of the four domains' AES keys, uploaded once.
+    fn aes(&mut self, l: &L) -> Result<u64, CudaError> {
+        if self.aes.is_none() {
+            let words: Vec<u64> = DOMAINS
+                .iter()
+                .flat_map(|d| {
+                    let k = domain_key(*d);
+                    let mut lo = [0u8; 8];
+                    let mut hi = [0u8; 8];
+                    lo.copy_from_slice(&k[..8]);
+                    hi.copy_from_slice(&k[8..]);
+                    [u64::from_le_bytes(lo), u64::from_le_bytes(hi)]
+                })
+                .collect();
+            let (_, mut buf) = self.pool.take(l, words.len())?;
+            l.upload(&mut buf, &words)?;
+            self.aes = Some(buf);
+        }
+        match &self.aes {
+            Some(buf) => Ok(l.address(buf)),
+            None => Err(CudaError::Launch("AES keys missing")),
+        }
+    }
+
+    /// Runs `f` with `N` buffers of the given word counts, which go back to
+    /// the pool afterwards, whatever `f` returns.
+    fn with_buffers<const N: usize, R>(
+        &mut self,
+        l: &L,
+        words: [usize; N],
+        f: impl FnOnce(&mut Vec<u64>, &mut [L::Buffer]) -> Result<R, CudaError>,
+    ) -> Result<R, CudaError> {
+        let mut held: Vec<(usize, L::Buffer)> = Vec::with_capacity(N);
+        for w in words {
+            match self.pool.take(l, w) {
+                Ok(b) => held.push(b),
+                Err(e) => {
+                    for (w, b) in held {
+                        self.pool.give(w, b);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let (sizes, mut bufs): (Vec<usize>, Vec<L::Buffer>) = held.into_iter().unzip();
+        let result = f(&mut self.staging, &mut bufs);
+        for (w, b) in sizes.into_iter().zip(bufs) {
+            self.pool.give(w, b);
+        }
+        result
+    }
+}
+
+/// A one-dimensional launch over `work` items.
+fn line<L: Launcher>(l: &L, work: usize) -> Dims {
+    let threads = l.threads_per_block();
+    let blocks = u64_of(work).div_ceil(u64::from(threads)).max(1);
+    let blocks = u32::try_from(blocks)
+        .unwrap_or(u32::MAX)
+        .min(l.max_blocks().max(1));
+    Dims {
+        grid: [blocks, 1, 1],
+        block: [threads, 1, 1],
+        shared_bytes: AES_SHARED_BYTES,
+    }
+}
+
+impl<L: Launcher> CudaEval<L> {
+    /// Records a device failure and turns it into core's error code.
+    fn failed(&self, e: CudaError) -> Error {
+        let mut slot = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = Some(e.to_string());
+        Error::Unsupported
+    }
+
+    fn eval_device(
+        &self,
+        keys: &KeyBatch<'_>,
+        per_key: usize,
+        points: &[u64],
+        out: &mut [u64],
+    ) -> Result<(), CudaError> {
+        let l = &self.launcher;
+        let p = keys.params();
+        let mut st = self.lock();
+        let aes = st.aes(l)?;
+        let unit = layout::words_per_key(&p) + per_key;
+        let piece = (st.pool.words_for_work(0) / unit).max(1);
+        let n = keys.count();
+        let mut start = 0;
+        while start < n {
+            let end = n.min(start + piece);
+            let (q0, q1) = (start * per_key, end * per_key);
+            let key_words = layout::offsets(&p, end - start).total;
+            st.with_buffers(l, [key_words, q1 - q0], |staging, bufs| {
+                let at = layout::transpose(keys, start, end, staging);
+                l.upload(&mut bufs[0], staging)?;
+                // Points in, outputs out, in place: thread q reads point q
+                // before it writes output q, and no other thread touches it.
+                l.upload(&mut bufs[1], &points[q0..q1])?;
+                let (base, io) = (l.address(&bufs[0]), l.address(&bufs[1]));
+                let word = |i: usize| Arg::Ptr(base + 8 * u64_of(i));
+                let args = [
+                    Arg::Ptr(aes),
+                    word(at.roots),
+                    word(at.cw),
+                    word(at.vcw),
+                    word(at.leaf),
+                    Arg::Ptr(io),
+                    Arg::Ptr(io),
+                    Arg::U64(u64_of(q1 - q0)),
+                    Arg::U64(u64_of(per_key)),
+                    Arg::U64(u64_of(end - start)),
+                    Arg::U32(p.domain().bits()),
+                    Arg::U32(p.levels()),
+                    Arg::U32(p.leaf_bits()),
+                    Arg::U32(p.lane_bits()),
+                    Arg::U32(ring_bits(&p)),
+                    Arg::U32(flags(&p)),
+                    Arg::U32(u32_of(keys.party().index() as usize)?),
+                ];
+                // SAFETY: the arguments follow `suffuse_fss_eval`'s list; the
+                // key buffer holds `at.total` words laid out as `at` says for
+                // `end − start` keys of these params, and the point buffer
+                // holds `q1 − q0` words, the queries the kernel walks.
+                unsafe { l.launch(Kernel::FssEval, line(l, q1 - q0), &args) }?;
+                l.download(&bufs[1], &mut out[q0..q1])
+            })?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn full_domain_device(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<(), CudaError> {
+        let l = &self.launcher;
+        let p = keys.params();
+        let (levels, k) = (p.levels(), p.domain().bits());
+        let nodes = 1usize << levels;
+        let size = 1usize << k;
+        let mut st = self.lock();
+        let aes = st.aes(l)?;
+        let unit = layout::words_per_key(&p) + 4 * nodes + size;
+        let piece = (st.pool.words_for_work(0) / unit).max(1);
+        let n = keys.count();
+        let mut start = 0;
+        while start < n {
+            let end = n.min(start + piece);
+            let c = end - start;
+            let words = [
+                layout::offsets(&p, c).total,
+                2 * nodes * c,
+                2 * nodes * c,
+                size * c,
+            ];
+            st.with_buffers(l, words, |staging, bufs| {
+                let at = layout::transpose(keys, start, end, staging);
+                l.upload(&mut bufs[0], staging)?;
+                l.upload(&mut bufs[1], &staging[at.roots..at.roots + 2 * c])?;
+                let base = l.address(&bufs[0]);
+                let (mut src, mut dst) = (1, 2);
+                for level in 0..levels {
+                    let args = [
+                        Arg::Ptr(aes),
+                        Arg::Ptr(base + 8 * u64_of(at.cw)),
+                        Arg::Ptr(l.address(&bufs[src])),
+                        Arg::Ptr(l.address(&bufs[dst])),
+                        Arg::U64(u64_of(c)),
+                        Arg::U32(level),
+                    ];
+                    let dims = line(l, c << level);
+                    // SAFETY: `suffuse_dpf_level`'s list; `src` holds 2^level
+                    // seeds per key (two words each) and `dst` room for twice
+                    // as many, both buffers 2·2^levels·c words long.
+                    unsafe { l.launch(Kernel::DpfLevel, dims, &args) }?;
+                    (src, dst) = (dst, src);
+                }
+                let args = [
+                    Arg::Ptr(aes),
+                    Arg::Ptr(base + 8 * u64_of(at.leaf)),
+                    Arg::Ptr(l.address(&bufs[src])),
+                    Arg::Ptr(l.address(&bufs[3])),
+                    Arg::U64(u64_of(c)),
+                    Arg::U32(levels),
+                    Arg::U32(p.leaf_bits()),
+                    Arg::U32(p.lane_bits()),
+                    Arg::U32(ring_bits(&p)),
+                    Arg::U32(u32_of(keys.party().index() as usize)?),
+                ];
+                // SAFETY: `suffuse_dpf_leaves`'s list; the seeds buffer holds
+                // 2^levels leaf seeds per key and the output 2^k words per key.
+                unsafe { l.launch(Kernel::DpfLeaves, line(l, c * nodes), &args) }?;
+                l.download(&bufs[3], &mut out[start * size..end * size])
+            })?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    fn generate_device(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<(), CudaError> {
+        let l = &self.launcher;
+        let p = batch.params();
+        let len = p.key_len();
+        let draws = p.gen_random_words();
+        let mut st = self.lock();
+        let aes = st.aes(l)?;
+        let unit = 6 + draws + len.div_ceil(8) + 1;
+        let piece = (st.pool.words_for_work(0) / unit).max(1);
+        let n = batch.count();
+        let mut start = 0;
+        while start < n {
+            let end = n.min(start + piece);
+            let part = batch.slice(start, end);
+            let c = end - start;
+            let out_words = (c * len).div_ceil(8);
+            st.with_buffers(l, [c * (6 + draws), out_words], |staging, bufs| {
+                staging.clear();
+                staging.extend_from_slice(part.alphas());
+                staging.extend_from_slice(part.betas());
+                for [r0, r1] in part.roots() {
+                    staging.extend_from_slice(&word_of(*r0));
+                    staging.extend_from_slice(&word_of(*r1));
+                }
+                staging.extend_from_slice(part.random());
+                l.upload(&mut bufs[0], staging)?;
+                let base = l.address(&bufs[0]);
+                let at = |i: usize| Arg::Ptr(base + 8 * u64_of(i));
+                let args = [
+                    Arg::Ptr(aes),
+                    at(0),
+                    at(c),
+                    at(2 * c),
+                    at(6 * c),
+                    Arg::Ptr(l.address(&bufs[1])),
+                    Arg::U64(u64_of(c)),
+                    Arg::U64(u64_of(len)),
+                    Arg::U32(p.domain().bits()),
+                    Arg::U32(p.levels()),
+                    Arg::U32(p.leaf_bits()),
+                    Arg::U32(p.lane_bits()),
+                    Arg::U32(ring_bits(&p)),
+                    Arg::U32(flags(&p)),
+                    Arg::U32(u32_of(p.value_bytes())?),
+                ];
+                // SAFETY: `suffuse_fss_gen`'s list; the input buffer holds c
+                // α, c β, 4c root words and c·draws random words at the
+                // offsets passed, and the output buffer c·key_len bytes.
+                unsafe { l.launch(Kernel::FssGen, line(l, c), &args) }?;
+                staging.clear();
+                staging.resize(out_words, 0);
+                l.download(&bufs[1], staging)?;
+                let bytes = &mut key0[start * len..end * len];
+                for (chunk, w) in bytes.chunks_mut(8).zip(staging.iter()) {
+                    chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+                }
+                Ok(())
+            })?;
+            start = end;
+        }
+        // P1's key is P0's body behind P1's root (lsb 1), as core writes it.
+        for (j, [_, r1]) in batch.roots().iter().enumerate() {
+            let (a, b) = (j * len, (j + 1) * len);
+            key1[a..a + 16].copy_from_slice(&r1.with_lsb(1).to_bytes());
+            key1[a + 16..b].copy_from_slice(&key0[a + 16..b]);
+        }
+        Ok(())
+    }
+
+    /// Hashes `blocks` on the device; on failure, how many leading blocks
+    /// were already hashed, with the error.
+    fn hash_device(&self, d: Domain, blocks: &mut [Block]) -> Result<(), (usize, CudaError)> {
+        let l = &self.launcher;
+        let mut st = self.lock();
+        let aes = st.aes(l).map_err(|e| (0, e))?;
+        let piece = (st.pool.words_for_work(0) / 2).max(1);
+        let mut done = 0;
+        for part in blocks.chunks_mut(piece) {
+            st.with_buffers(l, [2 * part.len()], |staging, bufs| {
+                staging.clear();
+                staging.extend(part.iter().flat_map(|b| word_of(*b)));
+                l.upload(&mut bufs[0], staging)?;
+                let args = [
+                    Arg::Ptr(aes),
+                    Arg::Ptr(l.address(&bufs[0])),
+                    Arg::U64(u64_of(part.len())),
+                    Arg::U32(domain_index(d)),
+                ];
+                // SAFETY: `suffuse_hash`'s list; the buffer holds the
+                // `part.len()` blocks, two words each.
+                unsafe { l.launch(Kernel::Hash, line(l, part.len()), &args) }?;
+                l.download(&bufs[0], staging)?;
+                for (b, w) in part.iter_mut().zip(staging.chunks(2)) {
+                    *b = block_of(w[0], w[1]);
+                }
+                Ok(())
+            })
+            .map_err(|e| (done, e))?;
+            done += part.len();
+        }
+        Ok(())
+    }
+
+    fn matmul_device(
+        &self,
+        shape: &MatShape,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), CudaError> {
+        let l = &self.launcher;
+        let MatShape { m, k, n, .. } = *shape;
+        let (pa, pb, pc) = (m * k, k * n, m * n);
+        let mut st = self.lock();
+        let piece = (st.pool.words_for_work(0) / (pa + pb + pc).max(1)).max(1);
+        let mut t = 0;
+        while t < shape.batches {
+            let end = shape.batches.min(t + piece);
+            let bt = end - t;
+            st.with_buffers(l, [bt * pa, bt * pb, bt * pc], |_, bufs| {
+                l.upload(&mut bufs[0], &a[t * pa..end * pa])?;
+                l.upload(&mut bufs[1], &b[t * pb..end * pb])?;
+                if shape.accumulate {
+                    l.upload(&mut bufs[2], &c[t * pc..end * pc])?;
+                }
+                let args = [
+                    Arg::Ptr(l.address(&bufs[0])),
+                    Arg::Ptr(l.address(&bufs[1])),
+                    Arg::Ptr(l.address(&bufs[2])),
+                    Arg::U64(u64_of(bt)),
+                    Arg::U64(u64_of(m)),
+                    Arg::U64(u64_of(k)),
+                    Arg::U64(u64_of(n)),
+                    Arg::U32(u32::from(shape.transpose_b)),
+                    Arg::U32(u32::from(shape.accumulate)),
+                ];
+                let tiles = |x: usize| {
+                    u32::try_from(u64_of(x).div_ceil(u64::from(TILE)))
+                        .unwrap_or(u32::MAX)
+                        .max(1)
+                };
+                let dims = Dims {
+                    grid: [
+                        tiles(n).min(i32::MAX as u32),
+                        tiles(m).min(GRID_YZ),
+                        u32::try_from(bt).unwrap_or(u32::MAX).clamp(1, GRID_YZ),
+                    ],
+                    block: [TILE, TILE, 1],
+                    shared_bytes: 2 * TILE * TILE * 8,
+                };
+                // SAFETY: `suffuse_matmul`'s list; the buffers hold bt
+                // products' A (m·k), B (k·n) and C (m·n) words.
+                unsafe { l.launch(Kernel::Matmul, dims, &args) }?;
+                l.download(&bufs[2], &mut c[t * pc..end * pc])
+            })?;
+            t = end;
+        }
+        Ok(())
+    }
+}
+
+impl<L: Launcher> Hasher for CudaEval<L> {
+    /// On the device from [`DEVICE_HASH_MIN`](crate::DEVICE_HASH_MIN)
+    /// blocks up, on the host below. A device failure falls back to the
+    /// host's AES, which computes the same hash, and is recorded
+    /// ([`CudaEval::last_failure`]): this method cannot return an error.
+    fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
+        if blocks.len() < self.device_hash_min.max(1) {
+            return self.host.hash_many(d, blocks);
+        }
+        if let Err((done, e)) = self.hash_device(d, blocks) {
+            let _ = self.failed(e);
+            self.host.hash_many(d, &mut blocks[done..]);
+        }
+        u64_of(blocks.len())
+    }
+}
+
+impl<L: Launcher> BatchEval for CudaEval<L> {
+    fn name(&self) -> &'static str {
+        self.launcher.kind()
+    }
+
+    fn aes_path(&self) -> &'static str {
+        "t-tables (shared memory)"
+    }
+
+    /// A GPU wants millions of elements per launch.
+    fn preferred_batch(&self) -> usize {
+        1 << 22
+    }
+
+    fn eval(
+        &self,
+        keys: &KeyBatch<'_>,
+        points: &[u64],
+        out: &mut [u64],
+    ) -> Result<EvalStats, Error> {
+        if points.len() != out.len() {
+            return Err(Error::BufferLength);
+        }
+        let per_key = keys.points_per_key(points.len())?;
+        if points.is_empty() {
+            return Ok(EvalStats::default());
+        }
+        self.eval_device(keys, per_key, points, out)
+            .map_err(|e| self.failed(e))?;
+        let aes_calls = keys.params().aes_per_eval() * u64_of(points.len());
+        Ok(EvalStats { aes_calls })
+    }
+
+    fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error> {
+        let p = keys.params();
+        let n = keys.count();
+        let k = p.domain().bits();
+        if p.kind() != Kind::Dpf || n == 0 || k > 40 || Some(out.len()) != n.checked_mul(1 << k) {
+            // Serial's checks give the same typed errors for every misuse.
+            return full_domain_each(&self.host, keys, out);
+        }
+        self.full_domain_device(keys, out)
+            .map_err(|e| self.failed(e))?;
+        let aes_calls = p.aes_per_full_domain() * u64_of(n);
+        Ok(EvalStats { aes_calls })
+    }
+
+    fn generate(
+        &self,
+        batch: &GenBatch<'_>,
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<EvalStats, Error> {
+        let len = batch.params().key_len();
+        let n = batch.count();
+        if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
+            return Err(Error::BufferLength);
+        }
+        if n > 0 {
+            self.generate_device(batch, key0, key1)
+                .map_err(|e| self.failed(e))?;
+        }
+        let aes_calls = batch.params().aes_per_gen() * u64_of(n);
+        Ok(EvalStats { aes_calls })
+    }
+
+    fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+        shape.check(a, b, c)?;
+        if c.is_empty() {
+            return Ok(());
+        }
+        self.matmul_device(shape, a, b, c)
+            .map_err(|e| self.failed(e))
+    }
+}
