@@ -34,7 +34,9 @@ std::function<void()> bind(void (*f)(A...), void** params) {
     X(suffuse_fss_gen)     \
     X(suffuse_matmul)
 
-extern "C" int suffuse_emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+// Exported even when the library is built with hidden visibility (the race
+// check's shared library), so that the emulator can load it by name.
+extern "C" __attribute__((visibility("default"))) int suffuse_emu_launch(const char* name, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                   unsigned by, unsigned bz, unsigned shared_bytes, void** params) {
     const dim3 grid{gx, gy, gz};
     const dim3 block{bx, by, bz};

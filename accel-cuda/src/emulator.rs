@@ -42,16 +42,89 @@ const THREADS: u32 = 48;
 /// another.
 const BLOCKS: u32 = 3;
 
+/// The signature of `suffuse_emu_launch`.
+type LaunchFn = unsafe extern "C" fn(
+    *const c_char,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    *mut *mut c_void,
+) -> c_int;
+
+/// The environment variable naming an emulator library to load instead of
+/// the one linked in: how `cargo xtask cuda-tsan` runs the kernels built
+/// with ThreadSanitizer (and with its planted fault) under this same test
+/// binary.
+pub const LIBRARY_VAR: &str = "SUFFUSE_EMU_LIBRARY";
+
 /// The CPU emulator of the CUDA kernels.
-#[derive(Debug, Default)]
 pub struct Emulator {
-    _private: (),
+    launch: LaunchFn,
+    /// The library `launch` lives in, when it was loaded at run time.
+    _library: Option<libloading::Library>,
+    origin: String,
+}
+
+impl core::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Emulator")
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Emulator {
+    fn default() -> Self {
+        Emulator {
+            launch: suffuse_emu_launch,
+            _library: None,
+            origin: "linked".into(),
+        }
+    }
 }
 
 impl Emulator {
-    /// The emulator.
+    /// The emulator linked into this binary, or the library that
+    /// [`LIBRARY_VAR`] names.
+    ///
+    /// # Panics
+    ///
+    /// If [`LIBRARY_VAR`] is set and the library cannot be loaded: a test
+    /// that asked for an instrumented emulator must not silently run
+    /// another.
     pub fn new() -> Emulator {
-        Emulator { _private: () }
+        match std::env::var_os(LIBRARY_VAR) {
+            None => Emulator::default(),
+            Some(path) => match Emulator::load(std::path::Path::new(&path)) {
+                Ok(e) => e,
+                Err(e) => panic!("{LIBRARY_VAR}={}: {e}", path.to_string_lossy()),
+            },
+        }
+    }
+
+    /// The emulator in the shared library at `path` (built from `emu/` by
+    /// `cargo xtask cuda-tsan`).
+    pub fn load(path: &std::path::Path) -> Result<Emulator, libloading::Error> {
+        // SAFETY: loading runs the library's initialisers; the library is
+        // the emulator built from this crate's own sources for tests.
+        let library = unsafe { libloading::Library::new(path) }?;
+        // SAFETY: `suffuse_emu_launch` has the signature of `LaunchFn` in
+        // every build of `emu/kernels.cpp`.
+        let launch: LaunchFn = unsafe { *library.get::<LaunchFn>(b"suffuse_emu_launch\0")? };
+        Ok(Emulator {
+            launch,
+            _library: Some(library),
+            origin: path.display().to_string(),
+        })
+    }
+
+    /// Where the kernels come from: `linked`, or the loaded library's path.
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 }
 
@@ -149,7 +222,7 @@ impl Launcher for Emulator {
         // parameters and address live buffers; `params` and `values` outlive
         // the call, which returns when every emulated thread has finished.
         let rc = unsafe {
-            suffuse_emu_launch(
+            (self.launch)(
                 name.as_ptr(),
                 gx,
                 gy,

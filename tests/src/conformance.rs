@@ -35,8 +35,9 @@ use suffuse_core::ring::Width;
 
 use crate::keys::{self, DealtBatch, PARTIES};
 
-/// Input widths k of the point-evaluation cases.
-pub const DOMAINS: [u32; 7] = [1, 5, 7, 8, 24, 50, 64];
+/// Input widths k of the point-evaluation cases: the smallest, around the
+/// bit-output leaf (ν = 7), the plan's typical widths and the word's edge.
+pub const DOMAINS: [u32; 11] = [1, 2, 3, 5, 7, 8, 24, 32, 50, 63, 64];
 /// Ring output widths w; together they cover every leaf lane size.
 pub const RING_WIDTHS: [u32; 6] = [1, 8, 13, 32, 50, 64];
 /// Keys per batch: empty, single, and both sides of the 8- and 64-lane
@@ -136,8 +137,30 @@ pub fn check(eval: &dyn BatchEval) -> Report {
     report
 }
 
+/// How much of the harness a run covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    /// Every case.
+    Full,
+    /// A few cases of every method and output kind, at small batch sizes:
+    /// for runs that are slow per call, such as the CUDA emulator under
+    /// ThreadSanitizer (`cargo xtask cuda-tsan`).
+    Small,
+}
+
+impl Scope {
+    fn small(self) -> bool {
+        self == Scope::Small
+    }
+}
+
 /// Runs every case against `eval` and collects the disagreements.
 pub fn run(eval: &dyn BatchEval) -> Report {
+    run_in(eval, Scope::Full)
+}
+
+/// Runs the cases of `scope` against `eval`.
+pub fn run_in(eval: &dyn BatchEval, scope: Scope) -> Report {
     let suite = suite();
     let mut report = Report {
         evaluator: eval.name(),
@@ -146,23 +169,38 @@ pub fn run(eval: &dyn BatchEval) -> Report {
         failures: Vec::new(),
     };
     for case in &suite.point_cases {
-        check_point_case(eval, case, &mut report);
+        if !scope.small() || SMALL_DOMAINS.contains(&case.keys.params.domain().bits()) {
+            check_point_case(eval, case, scope, &mut report);
+        }
     }
-    for case in &suite.large_cases {
-        check_large_case(eval, case, &mut report);
+    if !scope.small() {
+        for case in &suite.large_cases {
+            check_large_case(eval, case, &mut report);
+        }
     }
     for case in &suite.full_domain_cases {
-        check_full_domain_case(eval, case, &mut report);
+        if !scope.small() || case.keys.params.domain().bits() <= 7 {
+            check_full_domain_case(eval, case, scope, &mut report);
+        }
     }
     check_errors(eval, suite, &mut report);
-    for gate in phi_gates() {
-        check_phi(eval, &gate, &mut report);
+    if !scope.small() {
+        for gate in phi_gates() {
+            check_phi(eval, &gate, &mut report);
+        }
     }
-    check_hashes(eval, &mut report);
-    check_generation(eval, &mut report);
-    check_matmul(eval, &mut report);
+    check_hashes(eval, scope, &mut report);
+    check_generation(eval, scope, &mut report);
+    check_matmul(eval, scope, &mut report);
     report
 }
+
+/// Input widths of [`Scope::Small`]'s point and generation cases: below,
+/// at and above the bit-output leaf, and the word.
+const SMALL_DOMAINS: [u32; 3] = [3, 8, 64];
+
+/// Largest batch (keys, blocks or key pairs) of [`Scope::Small`].
+const SMALL_BATCH: usize = 65;
 
 /// Gates whose Φ programs cover every operation: Beaver-style spline
 /// (GeLU), wraps and mask constants (exact truncation), monomials (ReLU),
@@ -521,11 +559,14 @@ pub fn taken_apart(keys: &KeyBatch<'_>) -> (Vec<u8>, Vec<u8>) {
     (roots, bodies)
 }
 
-fn check_point_case(eval: &dyn BatchEval, case: &PointCase, report: &mut Report) {
+fn check_point_case(eval: &dyn BatchEval, case: &PointCase, scope: Scope, report: &mut Report) {
     let params = case.keys.params;
     for set in &case.point_sets {
         for party in PARTIES {
             for count in BATCH_SIZES {
+                if scope.small() && count > 9 {
+                    continue;
+                }
                 let keys = case.keys.batch(party, count);
                 let queries = count * set.per_key;
                 let what = format!(
@@ -558,11 +599,19 @@ fn check_large_case(eval: &dyn BatchEval, case: &LargeCase, report: &mut Report)
     compare_eval(eval, &keys, &case.points, &case.expected, &what, report);
 }
 
-fn check_full_domain_case(eval: &dyn BatchEval, case: &FullDomainCase, report: &mut Report) {
+fn check_full_domain_case(
+    eval: &dyn BatchEval,
+    case: &FullDomainCase,
+    scope: Scope,
+    report: &mut Report,
+) {
     let params = case.keys.params;
     let size = 1usize << params.domain().bits();
     for party in PARTIES {
         for count in FULL_DOMAIN_KEYS {
+            if scope.small() && count > 3 {
+                continue;
+            }
             let keys = case.keys.batch(party, count);
             let what = format!("full domain {params:?} {party:?}, {count} keys");
             let expected = &case.expected[party_index(party)][..count * size];
@@ -706,11 +755,14 @@ fn blocks_equal(a: &[Block], b: &[Block]) -> Option<usize> {
     (0..a.len()).find(|&i| a[i].to_bytes() != b[i].to_bytes())
 }
 
-fn check_hashes(eval: &dyn BatchEval, report: &mut Report) {
+fn check_hashes(eval: &dyn BatchEval, scope: Scope, report: &mut Report) {
     let aes = FixedKeyAes::new();
     let mut rng = Prg::new(b"conformance hash");
     for d in [Domain::Tree, Domain::Leaf, Domain::Value, Domain::Prf] {
         for n in HASH_LENGTHS {
+            if scope.small() && n > SMALL_BATCH {
+                continue;
+            }
             let input = random_blocks(n, &mut rng);
             let mut want = input.clone();
             aes.hash_many(d, &mut want);
@@ -776,7 +828,7 @@ fn generate_with(
     }
 }
 
-fn check_generation(eval: &dyn BatchEval, report: &mut Report) {
+fn check_generation(eval: &dyn BatchEval, scope: Scope, report: &mut Report) {
     let mut rng = Prg::new(b"conformance gen\0");
     let large = [Params::dcf_bit(Width::of(50)), {
         Params::new(Kind::Dcf, Width::of(24), Output::Ring(Width::of(13)))
@@ -785,7 +837,11 @@ fn check_generation(eval: &dyn BatchEval, report: &mut Report) {
     for params in keys::shapes(&DOMAINS, &RING_WIDTHS) {
         cases.extend(GEN_COUNTS.iter().map(|&c| (params, c)));
     }
-    cases.extend(large.iter().map(|&p| (p, GEN_LARGE)));
+    if scope.small() {
+        cases.retain(|(p, c)| SMALL_DOMAINS.contains(&p.domain().bits()) && *c <= SMALL_BATCH);
+    } else {
+        cases.extend(large.iter().map(|&p| (p, GEN_LARGE)));
+    }
     for (params, count) in cases {
         let inputs = GenInputs::new(&params, count, &mut rng);
         let batch = inputs.batch(params);
@@ -841,9 +897,12 @@ fn check_generation(eval: &dyn BatchEval, report: &mut Report) {
     );
 }
 
-fn check_matmul(eval: &dyn BatchEval, report: &mut Report) {
+fn check_matmul(eval: &dyn BatchEval, scope: Scope, report: &mut Report) {
     let mut rng = Prg::new(b"conformance mat\0");
     for (batches, m, k, n) in MAT_SHAPES {
+        if scope.small() && batches * m * k * n > 17 * 33 * 65 {
+            continue;
+        }
         for transpose_b in [false, true] {
             for accumulate in [false, true] {
                 let shape = MatShape {

@@ -74,6 +74,23 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
         };
         passed(command::run(&mut cmd))
     })?;
+    step("CUDA kernels under NVRTC", &mut || {
+        let start = Instant::now();
+        if !crate::cuda::nvrtc_present() {
+            let why = "NVRTC is not fetched; `cargo xtask fetch-model nvrtc`".to_owned();
+            if in_ci() {
+                anyhow::bail!("{why} (.ci/run fetches it)");
+            }
+            return Ok(Outcome::Skipped(why));
+        }
+        crate::cuda::check(&[])?;
+        Ok(Outcome::Passed(start.elapsed()))
+    })?;
+    step("CUDA races (ThreadSanitizer)", &mut || {
+        let start = Instant::now();
+        crate::cuda::tsan()?;
+        Ok(Outcome::Passed(start.elapsed()))
+    })?;
     step("doc tests", &mut || {
         passed(command::run(&mut cargo(["test", "--workspace", "--doc"])))
     })?;

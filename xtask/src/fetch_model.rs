@@ -40,7 +40,7 @@ enum Layout {
     DirInWheel(&'static str),
 }
 
-const SOURCES: &[Source] = &[MINILM, SMOLLM2];
+const SOURCES: &[Source] = &[MINILM, SMOLLM2, NVRTC];
 
 const MINILM: Source = Source {
     name: "minilm",
@@ -89,6 +89,33 @@ const SMOLLM2: Source = Source {
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     )],
 };
+
+/// NVIDIA's run-time CUDA compiler, not a model: CI compiles every kernel
+/// of `accel-cuda/kernels` with it for sm_80 and sm_90 (`cargo xtask
+/// cuda-check`) on machines without a GPU or a CUDA toolkit. The wheel
+/// holds only the library and its builtins.
+const NVRTC: Source = Source {
+    name: "nvrtc",
+    folder: "nvrtc-cu12-12.9.86",
+    requirement: "nvidia-cuda-nvrtc-cu12==12.9.86",
+    wheel_sha256: "210cf05005a447e29214e9ce50851e83fc5f4358df8b453155d5e1918094dcb4",
+    layout: Layout::DirInWheel("nvidia/cuda_nvrtc/lib"),
+    files: &[
+        (
+            "libnvrtc.so.12",
+            "7c67c6b51ea0e0279634cebd676ff7efda1674806444520c84430ad5c35fe625",
+        ),
+        (
+            "libnvrtc-builtins.so.12.9",
+            "6507cf33450cfb22970c2c1e7aa8e7c0a33e39d864720277b05f61a92791e2e8",
+        ),
+    ],
+};
+
+/// The folder `cargo xtask fetch-model nvrtc` fills.
+pub fn nvrtc_dir() -> PathBuf {
+    workspace_root().join("models").join(NVRTC.folder)
+}
 
 /// SHA-256 of each file named on the command line, one hex digest a line:
 /// python3 is needed anyway (for pip), so xtask needs no hash crate.

@@ -17,6 +17,7 @@ mod bench;
 mod ci;
 mod command;
 mod ct;
+mod cuda;
 mod dudect;
 mod fetch_model;
 mod fit;
@@ -39,7 +40,11 @@ commands:
   mcu             build examples/mcu and run it under qemu-system-arm: known answers,
                   one party's gate rounds, key parsing, stack high-water marks
   fit             refit the gates' splines into core/src/gate/splines.rs
-  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2)
+  cuda-check [--write-ptx]
+                  compile every CUDA kernel with NVRTC (sm_80, sm_90): registers, spills,
+                  and the checked-in PTX up to date (needs `fetch-model nvrtc`)
+  cuda-tsan       the emulated CUDA kernels under ThreadSanitizer, and its planted race
+  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2; also nvrtc, the CUDA compiler CI uses)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
 
@@ -75,6 +80,8 @@ fn dispatch(args: &[String]) -> Result<()> {
         "fit" => no_arguments("fit").and_then(|()| fit::run()),
         "mcu" => no_arguments("mcu").and_then(|()| mcu::run()),
         "fetch-model" => fetch_model::run(rest),
+        "cuda-check" => cuda::check(rest),
+        "cuda-tsan" => no_arguments("cuda-tsan").and_then(|()| cuda::tsan()),
         "bench" => bench::run(rest),
         // What `bench` re-invokes in a release build; not for direct use.
         "bench-run" => bench::run_in_process(rest),
