@@ -143,7 +143,7 @@ impl<L: Launcher> CudaEval<L> {
         Error::Unsupported
     }
 
-    fn eval_device(
+    pub(crate) fn eval_device(
         &self,
         keys: &KeyBatch<'_>,
         per_key: usize,
@@ -266,7 +266,7 @@ impl<L: Launcher> CudaEval<L> {
         Ok(())
     }
 
-    fn generate_device(
+    pub(crate) fn generate_device(
         &self,
         batch: &GenBatch<'_>,
         key0: &mut [u8],
@@ -342,7 +342,11 @@ impl<L: Launcher> CudaEval<L> {
 
     /// Hashes `blocks` on the device; on failure, how many leading blocks
     /// were already hashed, with the error.
-    fn hash_device(&self, d: Domain, blocks: &mut [Block]) -> Result<(), (usize, CudaError)> {
+    pub(crate) fn hash_device(
+        &self,
+        d: Domain,
+        blocks: &mut [Block],
+    ) -> Result<(), (usize, CudaError)> {
         let l = &self.launcher;
         let mut st = self.lock();
         let aes = st.aes(l).map_err(|e| (0, e))?;
@@ -374,7 +378,7 @@ impl<L: Launcher> CudaEval<L> {
         Ok(())
     }
 
-    fn matmul_device(
+    pub(crate) fn matmul_device(
         &self,
         shape: &MatShape,
         a: &[u64],
@@ -456,6 +460,14 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
 
     fn aes_path(&self) -> &'static str {
         "t-tables (shared memory)"
+    }
+
+    fn device(&self) -> Option<&str> {
+        Some(self.launcher.device_name())
+    }
+
+    fn device_peak_bytes(&self) -> Option<u64> {
+        Some(u64_of(self.peak_memory()))
     }
 
     /// A GPU wants millions of elements per launch.

@@ -87,6 +87,18 @@ pub trait BatchEval: Hasher + Sync {
     /// `"aesni"`, `"vaes256"`, `"vaes512"`, ...).
     fn aes_path(&self) -> &'static str;
 
+    /// The device the backend runs on, for reports; `None` for backends
+    /// that run on the host's CPUs.
+    fn device(&self) -> Option<&str> {
+        None
+    }
+
+    /// The most device memory the backend has held at once so far, in
+    /// bytes, for reports; `None` for backends without device memory.
+    fn device_peak_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Elements this backend wants per call to work at full speed: callers
     /// that can group work group at least this many (a CPU core wants
     /// thousands, a GPU millions). A hint; every size is accepted.

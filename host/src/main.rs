@@ -137,6 +137,10 @@ struct Cli {
     /// in the report.
     #[arg(long, global = true, value_enum, default_value_t = Choice::Auto)]
     backend: Choice,
+    /// Device memory the CUDA backend may hold, in MiB (default: 80 % of
+    /// what the device has free). Calls larger than it run in pieces.
+    #[arg(long, global = true, value_name = "MIB", value_parser = clap::value_parser!(u64).range(16..=1 << 24))]
+    device_memory: Option<u64>,
     #[command(subcommand)]
     command: Command,
 }
@@ -544,6 +548,9 @@ fn write_json(path: &Option<PathBuf>, value: &impl serde::Serialize) -> Result<(
 
 fn run(cli: Cli) -> Result<ExitCode> {
     let choice = cli.backend;
+    if let Some(mib) = cli.device_memory {
+        backend::set_device_memory(usize::try_from(mib << 20)?);
+    }
     match cli.command {
         Command::Demo { out } => demo(&out, choice),
         Command::Embed {

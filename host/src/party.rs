@@ -57,6 +57,13 @@ pub struct PartyReport {
     /// Its AES path ([`BatchEval::aes_path`]).
     #[serde(default)]
     pub aes_path: String,
+    /// The device it ran on ([`BatchEval::device`]); empty on CPUs.
+    #[serde(default)]
+    pub device: String,
+    /// The most device memory it had held when the pass ended
+    /// ([`BatchEval::device_peak_bytes`]); 0 on CPUs.
+    #[serde(default)]
+    pub device_peak_bytes: u64,
 }
 
 /// Why a party failed.
@@ -336,6 +343,7 @@ pub fn run_passes(
         party: u8::from(party == Party::P1),
         backend: fss.name().to_owned(),
         aes_path: fss.aes_path().to_owned(),
+        device: fss.device().unwrap_or_default().to_owned(),
         ..PartyReport::default()
     };
     let lens = key_sections(plan, party);
@@ -373,6 +381,7 @@ pub fn run_passes(
                 report.online_s = start.elapsed().as_secs_f64();
                 report.rounds = on.link.traffic().rounds - before.rounds;
                 report.comm_bytes = on.link.traffic().sent - before.sent;
+                report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
                 io.output(pass, share, &report)?;
                 pass += 1;
                 let Some(mut next) = io.input(pass)? else {
@@ -450,6 +459,7 @@ pub fn run_passes(
     report.recv_bytes = total.received - before.received;
     report.rounds = total.rounds - before.rounds;
     report.online_s = start.elapsed().as_secs_f64();
+    report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
     if finished {
         let last = plan.passes.len().saturating_sub(1);
         io.output(last, store.take(plan, plan.output)?, &report)?;

@@ -66,6 +66,12 @@ pub struct Report {
     pub backend: String,
     /// Its AES path: `vaes512`, `vaes256`, `aesni` or `portable` on CPUs.
     pub aes_path: String,
+    /// The device the servers ran on (empty on CPUs), as P0 reports it.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub device: String,
+    /// The most device memory either server had held, in bytes (0 on CPUs).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub device_peak_bytes: u64,
     /// Per layer kind.
     pub breakdown: BTreeMap<&'static str, Breakdown>,
 }
@@ -80,6 +86,10 @@ impl Report {
         self.comm_bytes_per_party = [parties[0].comm_bytes, parties[1].comm_bytes];
         self.backend.clone_from(&parties[0].backend);
         self.aes_path.clone_from(&parties[0].aes_path);
+        self.device.clone_from(&parties[0].device);
+        self.device_peak_bytes = parties[0]
+            .device_peak_bytes
+            .max(parties[1].device_peak_bytes);
         self.rounds = parties[0].rounds.max(parties[1].rounds);
         for c in Category::ALL {
             let mut b = Breakdown::default();
@@ -151,6 +161,14 @@ impl Report {
         if !self.backend.is_empty() {
             let _ = writeln!(s, "backend {} (AES: {})", self.backend, self.aes_path);
         }
+        if !self.device.is_empty() {
+            let _ = writeln!(
+                s,
+                "device {}, peak device memory {}",
+                self.device,
+                bytes(self.device_peak_bytes)
+            );
+        }
         // Zero when the keys came from a separate `suffuse dealer` run.
         if self.keygen_s > 0.0 {
             let _ = writeln!(s, "key generation {:.3} s", self.keygen_s);
@@ -210,4 +228,9 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f64 {
     } else {
         dot / (na * nb)
     }
+}
+
+/// For `skip_serializing_if`: CPU runs hold no device memory.
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }

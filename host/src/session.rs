@@ -137,6 +137,18 @@ impl From<ReferenceError> for SessionError {
 /// Runs `batch` (token ids, one sequence per sentence) through dealer,
 /// servers and client, padded to the longest sentence.
 pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome, SessionError> {
+    run_on(model, batch, opts, backend::resolve(opts.backend)?)
+}
+
+/// [`run`] with the heavy operations of the dealer, both servers and the
+/// reference on `fss` instead of `opts.backend` (tests run the emulated CUDA
+/// kernels this way; no user can choose that backend).
+pub fn run_on(
+    model: &Model,
+    batch: &[Vec<u32>],
+    opts: &Options,
+    fss: &dyn BatchEval,
+) -> Result<Outcome, SessionError> {
     let seq = batch.iter().map(Vec::len).max().unwrap_or(0);
     let plan = bert::build(model, batch.len(), seq)?;
     let temp;
@@ -147,7 +159,6 @@ pub fn run(model: &Model, batch: &[Vec<u32>], opts: &Options) -> Result<Outcome,
             &temp.0
         }
     };
-    let fss = backend::resolve(opts.backend)?;
     let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
     let serve = local_serve(dir, opts.timeouts)?;
     let (served, query) = query_pair(model, &deal.files, batch, &serve, fss)?;
@@ -251,6 +262,20 @@ pub fn generate(
     opts: &Options,
     on_token: &mut dyn FnMut(u32),
 ) -> Result<Generation, SessionError> {
+    let fss = backend::resolve(opts.backend)?;
+    generate_on(model, (prompt, max_new), sampling, opts, fss, on_token)
+}
+
+/// [`generate`] of `max_new` tokens after `prompt` with the heavy operations
+/// on `fss` instead of `opts.backend`, as [`run_on`].
+pub fn generate_on(
+    model: &Decoder,
+    (prompt, max_new): (&[u32], usize),
+    sampling: generate::Sampling,
+    opts: &Options,
+    fss: &dyn BatchEval,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<Generation, SessionError> {
     let steps = max_new.max(1) - 1;
     let room = model.config.max_positions.saturating_sub(steps);
     let bucket = opts
@@ -278,7 +303,6 @@ pub fn generate(
             &temp.0
         }
     };
-    let fss = backend::resolve(opts.backend)?;
     let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
     let serve = local_serve(dir, opts.timeouts)?;
     let (served, outcome) = serve_pair(model, &deal.files, &serve, fss, |addrs| {

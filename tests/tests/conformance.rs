@@ -117,9 +117,16 @@ fn cpu_vaes512_conforms() {
 
 #[test]
 fn cuda_emulated_conforms() {
-    let eval = suffuse_accel_cuda::CudaEval::emulated();
+    let eval = suffuse_accel_cuda::CudaEval::emulated().with_device_hash_min(0);
     assert_eq!(eval.name(), "cuda-emu");
     print_report("cuda-emu", &conformance::check(&eval));
+}
+
+#[test]
+fn cuda_emulated_passes_its_self_test() {
+    suffuse_accel_cuda::CudaEval::emulated()
+        .self_test()
+        .unwrap();
 }
 
 #[test]

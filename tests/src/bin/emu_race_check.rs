@@ -11,7 +11,7 @@ use suffuse_accel_cuda::CudaEval;
 use suffuse_tests::conformance::{self, Scope};
 
 fn main() -> ExitCode {
-    let eval = CudaEval::emulated();
+    let eval = CudaEval::emulated().with_device_hash_min(0);
     eprintln!("emulator: {}", eval.launcher().origin());
     let report = conformance::run_in(&eval, Scope::Small);
     eprintln!(
