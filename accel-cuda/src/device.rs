@@ -286,6 +286,12 @@ impl Launcher for Device {
             .map_err(driver("cuStreamSynchronize"))
     }
 
+    fn synchronize(&self) -> Result<(), CudaError> {
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
     fn address(&self, buf: &CudaSlice<u64>) -> u64 {
         let (ptr, _sync) = buf.device_ptr(&self.stream);
         ptr

@@ -195,6 +195,11 @@ impl Launcher for Emulator {
         Ok(())
     }
 
+    /// Launches are synchronous: nothing is ever outstanding.
+    fn synchronize(&self) -> Result<(), CudaError> {
+        Ok(())
+    }
+
     fn address(&self, buf: &EmuBuffer) -> u64 {
         buf.ptr as u64
     }

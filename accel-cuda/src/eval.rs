@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape, full_domain_each};
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Resident, full_domain_each};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 
@@ -66,7 +66,7 @@ fn flags(p: &Params) -> u32 {
 
 impl<L: Launcher> State<L> {
     /// The device address of the four domains' AES keys, uploaded once.
-    fn aes(&mut self, l: &L) -> Result<u64, CudaError> {
+    pub(crate) fn aes(&mut self, l: &L) -> Result<u64, CudaError> {
         if self.aes.is_none() {
             let words: Vec<u64> = DOMAINS
                 .iter()
@@ -91,7 +91,7 @@ impl<L: Launcher> State<L> {
 
     /// Runs `f` with `N` buffers of the given word counts, which go back to
     /// the pool afterwards, whatever `f` returns.
-    fn with_buffers<const N: usize, R>(
+    pub(crate) fn with_buffers<const N: usize, R>(
         &mut self,
         l: &L,
         words: [usize; N],
@@ -132,6 +132,58 @@ fn line<L: Launcher>(l: &L, work: usize) -> Dims {
     }
 }
 
+/// A transposed key batch in device memory: where its parts start.
+pub(crate) struct KeysAt {
+    pub(crate) params: Params,
+    pub(crate) party: suffuse_core::fss::Party,
+    pub(crate) count: usize,
+    /// The device address of the batch's first word.
+    pub(crate) base: u64,
+    pub(crate) at: layout::Offsets,
+}
+
+/// Launches `suffuse_fss_eval` over `count · per_key` queries of `keys`,
+/// reading points at `io.0` and writing outputs at `io.1` (the same address
+/// evaluates in place).
+///
+/// # Safety
+///
+/// `keys.base` must address `keys.at.total` words laid out as `keys.at`
+/// says, and both `io` addresses `count · per_key` words, on `l`.
+pub(crate) unsafe fn launch_eval<L: Launcher>(
+    l: &L,
+    aes: u64,
+    keys: &KeysAt,
+    io: (u64, u64),
+    per_key: usize,
+) -> Result<(), CudaError> {
+    let p = &keys.params;
+    let queries = keys.count * per_key;
+    let word = |i: usize| Arg::Ptr(keys.base + 8 * u64_of(i));
+    let args = [
+        Arg::Ptr(aes),
+        word(keys.at.roots),
+        word(keys.at.cw),
+        word(keys.at.vcw),
+        word(keys.at.leaf),
+        Arg::Ptr(io.0),
+        Arg::Ptr(io.1),
+        Arg::U64(u64_of(queries)),
+        Arg::U64(u64_of(per_key)),
+        Arg::U64(u64_of(keys.count)),
+        Arg::U32(p.domain().bits()),
+        Arg::U32(p.levels()),
+        Arg::U32(p.leaf_bits()),
+        Arg::U32(p.lane_bits()),
+        Arg::U32(ring_bits(p)),
+        Arg::U32(flags(p)),
+        Arg::U32(u32::from(keys.party == suffuse_core::fss::Party::P1)),
+    ];
+    // SAFETY: the arguments follow `suffuse_fss_eval`'s list, and the caller
+    // guarantees the buffers behind them.
+    unsafe { l.launch(Kernel::FssEval, line(l, queries), &args) }
+}
+
 impl<L: Launcher> CudaEval<L> {
     /// Records a device failure and turns it into core's error code.
     fn failed(&self, e: CudaError) -> Error {
@@ -168,32 +220,17 @@ impl<L: Launcher> CudaEval<L> {
                 // Points in, outputs out, in place: thread q reads point q
                 // before it writes output q, and no other thread touches it.
                 l.upload(&mut bufs[1], &points[q0..q1])?;
-                let (base, io) = (l.address(&bufs[0]), l.address(&bufs[1]));
-                let word = |i: usize| Arg::Ptr(base + 8 * u64_of(i));
-                let args = [
-                    Arg::Ptr(aes),
-                    word(at.roots),
-                    word(at.cw),
-                    word(at.vcw),
-                    word(at.leaf),
-                    Arg::Ptr(io),
-                    Arg::Ptr(io),
-                    Arg::U64(u64_of(q1 - q0)),
-                    Arg::U64(u64_of(per_key)),
-                    Arg::U64(u64_of(end - start)),
-                    Arg::U32(p.domain().bits()),
-                    Arg::U32(p.levels()),
-                    Arg::U32(p.leaf_bits()),
-                    Arg::U32(p.lane_bits()),
-                    Arg::U32(ring_bits(&p)),
-                    Arg::U32(flags(&p)),
-                    Arg::U32(u32_of(keys.party().index() as usize)?),
-                ];
-                // SAFETY: the arguments follow `suffuse_fss_eval`'s list; the
-                // key buffer holds `at.total` words laid out as `at` says for
-                // `end − start` keys of these params, and the point buffer
-                // holds `q1 − q0` words, the queries the kernel walks.
-                unsafe { l.launch(Kernel::FssEval, line(l, q1 - q0), &args) }?;
+                let io = l.address(&bufs[1]);
+                let keys_at = KeysAt {
+                    params: p,
+                    party: keys.party(),
+                    count: end - start,
+                    base: l.address(&bufs[0]),
+                    at,
+                };
+                // SAFETY: the key buffer holds `at.total` words laid out as
+                // `at` says, and the point buffer `q1 − q0` words.
+                unsafe { launch_eval(l, aes, &keys_at, (io, io), per_key) }?;
                 l.download(&bufs[1], &mut out[q0..q1])
             })?;
             start = end;
@@ -385,24 +422,44 @@ impl<L: Launcher> CudaEval<L> {
         b: &[u64],
         c: &mut [u64],
     ) -> Result<(), CudaError> {
+        let mut st = self.lock();
+        self.matmul_with(&mut st, shape, a, Operand::Host(b), c)
+    }
+
+    /// The products of `shape`, in pieces of whole batches that fit the
+    /// budget, with `b` from the host or already on the device.
+    pub(crate) fn matmul_with(
+        &self,
+        st: &mut State<L>,
+        shape: &MatShape,
+        a: &[u64],
+        b: Operand<'_>,
+        c: &mut [u64],
+    ) -> Result<(), CudaError> {
         let l = &self.launcher;
         let MatShape { m, k, n, .. } = *shape;
         let (pa, pb, pc) = (m * k, k * n, m * n);
-        let mut st = self.lock();
-        let piece = (st.pool.words_for_work(0) / (pa + pb + pc).max(1)).max(1);
+        let copied_b = if matches!(b, Operand::Host(_)) { pb } else { 0 };
+        let piece = (st.pool.words_for_work(0) / (pa + copied_b + pc).max(1)).max(1);
         let mut t = 0;
         while t < shape.batches {
             let end = shape.batches.min(t + piece);
             let bt = end - t;
-            st.with_buffers(l, [bt * pa, bt * pb, bt * pc], |_, bufs| {
+            st.with_buffers(l, [bt * pa, bt * copied_b, bt * pc], |_, bufs| {
                 l.upload(&mut bufs[0], &a[t * pa..end * pa])?;
-                l.upload(&mut bufs[1], &b[t * pb..end * pb])?;
+                let b_at = match b {
+                    Operand::Host(words) => {
+                        l.upload(&mut bufs[1], &words[t * pb..end * pb])?;
+                        l.address(&bufs[1])
+                    }
+                    Operand::Device(at) => at + 8 * u64_of(t * pb),
+                };
                 if shape.accumulate {
                     l.upload(&mut bufs[2], &c[t * pc..end * pc])?;
                 }
                 let args = [
                     Arg::Ptr(l.address(&bufs[0])),
-                    Arg::Ptr(l.address(&bufs[1])),
+                    Arg::Ptr(b_at),
                     Arg::Ptr(l.address(&bufs[2])),
                     Arg::U64(u64_of(bt)),
                     Arg::U64(u64_of(m)),
@@ -411,28 +468,43 @@ impl<L: Launcher> CudaEval<L> {
                     Arg::U32(u32::from(shape.transpose_b)),
                     Arg::U32(u32::from(shape.accumulate)),
                 ];
-                let tiles = |x: usize| {
-                    u32::try_from(u64_of(x).div_ceil(u64::from(TILE)))
-                        .unwrap_or(u32::MAX)
-                        .max(1)
-                };
-                let dims = Dims {
-                    grid: [
-                        tiles(n).min(i32::MAX as u32),
-                        tiles(m).min(GRID_YZ),
-                        u32::try_from(bt).unwrap_or(u32::MAX).clamp(1, GRID_YZ),
-                    ],
-                    block: [TILE, TILE, 1],
-                    shared_bytes: 2 * TILE * TILE * 8,
-                };
                 // SAFETY: `suffuse_matmul`'s list; the buffers hold bt
-                // products' A (m·k), B (k·n) and C (m·n) words.
-                unsafe { l.launch(Kernel::Matmul, dims, &args) }?;
+                // products' A (m·k) and C (m·n) words, and B's address holds
+                // bt products' k·n words (copied here or resident).
+                unsafe { l.launch(Kernel::Matmul, matmul_dims(m, n, bt), &args) }?;
                 l.download(&bufs[2], &mut c[t * pc..end * pc])
             })?;
             t = end;
         }
         Ok(())
+    }
+}
+
+/// Where a matrix operand is: in host memory, to be copied, or on the
+/// device already.
+#[derive(Clone, Copy)]
+pub(crate) enum Operand<'a> {
+    /// Host words, copied for the call.
+    Host(&'a [u64]),
+    /// A device address holding the words.
+    Device(u64),
+}
+
+/// The grid of `bt` products of `m × n` outputs: one block per tile.
+fn matmul_dims(m: usize, n: usize, bt: usize) -> Dims {
+    let tiles = |x: usize| {
+        u32::try_from(u64_of(x).div_ceil(u64::from(TILE)))
+            .unwrap_or(u32::MAX)
+            .max(1)
+    };
+    Dims {
+        grid: [
+            tiles(n).min(i32::MAX as u32),
+            tiles(m).min(GRID_YZ),
+            u32::try_from(bt).unwrap_or(u32::MAX).clamp(1, GRID_YZ),
+        ],
+        block: [TILE, TILE, 1],
+        shared_bytes: 2 * TILE * TILE * 8,
     }
 }
 
@@ -533,6 +605,21 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
             return Ok(());
         }
         self.matmul_device(shape, a, b, c)
+            .map_err(|e| self.failed(e))
+    }
+
+    fn matmul_resident(
+        &self,
+        shape: &MatShape,
+        a: &[u64],
+        b: Resident<'_>,
+        c: &mut [u64],
+    ) -> Result<(), Error> {
+        shape.check(a, b.words, c)?;
+        if c.is_empty() {
+            return Ok(());
+        }
+        self.matmul_resident_device(shape, a, &b, c)
             .map_err(|e| self.failed(e))
     }
 }

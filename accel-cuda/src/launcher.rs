@@ -107,6 +107,9 @@ pub trait Launcher: Send + Sync {
     /// finished.
     fn download(&self, src: &Self::Buffer, dst: &mut [u64]) -> Result<(), CudaError>;
 
+    /// Waits until every earlier launch and copy has finished.
+    fn synchronize(&self) -> Result<(), CudaError>;
+
     /// The device address of `buf`'s first word, for [`Arg::Ptr`].
     fn address(&self, buf: &Self::Buffer) -> u64;
 

@@ -35,8 +35,10 @@ mod emulator;
 mod eval;
 pub mod launcher;
 pub mod layout;
+mod measure;
 pub mod nvrtc;
 mod pool;
+mod resident;
 mod selftest;
 pub mod source;
 
@@ -50,6 +52,7 @@ pub use driver::driver_library_present;
 #[cfg(feature = "emulator")]
 pub use emulator::{EmuBuffer, Emulator};
 pub use launcher::Launcher;
+pub use measure::ResidentTiming;
 
 use pool::Pool;
 
@@ -144,6 +147,11 @@ struct State<L: Launcher> {
     aes: Option<L::Buffer>,
     /// Host staging for transposed keys and inputs.
     staging: Vec<u64>,
+    /// Public operands kept on the device
+    /// ([`suffuse_core::batch::BatchEval::matmul_resident`]).
+    resident: Vec<resident::Entry<L>>,
+    /// A clock for evicting the least recently used resident operand.
+    tick: u64,
 }
 
 impl<L: Launcher> core::fmt::Debug for CudaEval<L> {
@@ -215,6 +223,8 @@ impl<L: Launcher> CudaEval<L> {
                 pool: Pool::new(budget),
                 aes: None,
                 staging: Vec::new(),
+                resident: Vec::new(),
+                tick: 0,
             }),
             host: FixedKeyAes::new(),
             device_hash_min: DEVICE_HASH_MIN,

@@ -83,4 +83,10 @@ impl<L: Launcher> Pool<L> {
     pub fn give(&mut self, words: usize, buf: L::Buffer) {
         self.free.push((words, buf));
     }
+
+    /// Forgets a buffer of `words` words that was taken and then dropped
+    /// for good (an evicted resident operand).
+    pub fn release(&mut self, words: usize) {
+        self.held_bytes = self.held_bytes.saturating_sub(words.max(1) * 8);
+    }
 }

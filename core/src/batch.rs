@@ -75,6 +75,20 @@ impl MatShape {
     }
 }
 
+/// A public operand that stays the same for the life of a process, such as
+/// a model's weight matrix: a backend with its own memory keeps it there
+/// across calls instead of copying it for every product.
+///
+/// `id` names the contents: two operands with the same `id` must hold the
+/// same words (the host derives it from the model's digest and the layer).
+#[derive(Clone, Copy, Debug)]
+pub struct Resident<'a> {
+    /// What the words are, for the process's life.
+    pub id: [u8; 16],
+    /// The words.
+    pub words: &'a [u64],
+}
+
 /// The accelerator boundary: every heavy operation of dealing and of the
 /// online phase, over caller slices.
 ///
@@ -147,6 +161,19 @@ pub trait BatchEval: Hasher + Sync {
     /// Ring matrix products mod 2^64 of shape `shape` (see [`MatShape`]);
     /// [`Error::BufferLength`] if a slice does not match it.
     fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error>;
+
+    /// [`BatchEval::matmul`] with a `b` that the backend may keep in its
+    /// own memory across calls ([`Resident`]). The default, right for
+    /// backends that compute in host memory, is `matmul` itself.
+    fn matmul_resident(
+        &self,
+        shape: &MatShape,
+        a: &[u64],
+        b: Resident<'_>,
+        c: &mut [u64],
+    ) -> Result<(), Error> {
+        self.matmul(shape, a, b.words, c)
+    }
 }
 
 /// One evaluation at a time on the calling thread: each evaluation is a

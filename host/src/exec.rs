@@ -4,7 +4,7 @@
 //! offsets) are added once: by the reference, and by P0 only.
 
 use rayon::prelude::*;
-use suffuse_core::batch::{BatchEval, MatShape};
+use suffuse_core::batch::{BatchEval, MatShape, Resident};
 use zeroize::Zeroize;
 
 use crate::plan::{Kind, Plan};
@@ -155,7 +155,12 @@ pub fn run_local(
                 transpose_b: false,
                 accumulate: false,
             };
-            matmul(la, shape, store.get(plan, *x)?, &l.w, &mut y)?;
+            let w = Resident {
+                id: l.id,
+                words: &l.w,
+            };
+            la.matmul_resident(&shape, store.get(plan, *x)?, w, &mut y)
+                .map_err(|error| ExecError::MatMul { shape, error })?;
             if constants {
                 y.par_chunks_mut(l.outputs.max(1)).for_each(|row| {
                     for (v, b) in row.iter_mut().zip(&l.b) {

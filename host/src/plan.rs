@@ -669,6 +669,34 @@ pub struct EncodedLinear {
     pub b: Vec<u64>,
     /// The bias scale.
     pub bias_scale: u32,
+    /// Names `w` for backends that keep it resident
+    /// ([`suffuse_core::batch::Resident`]): derived at [`Builder::finish`]
+    /// from the model's digest, the layer's name, its shape and its scale,
+    /// which together determine the encoded weights.
+    #[serde(skip)]
+    pub id: [u8; 16],
+}
+
+impl EncodedLinear {
+    /// The id of this layer's weights in a model with `model_digest`.
+    fn derive_id(&self, model_digest: &[u8; 32]) -> [u8; 16] {
+        let mut h = Sha256::new();
+        h.update(b"suffuse resident weights v1\0");
+        h.update(model_digest);
+        h.update((self.name.len() as u64).to_le_bytes());
+        h.update(self.name.as_bytes());
+        for v in [
+            self.inputs as u64,
+            self.outputs as u64,
+            u64::from(self.bias_scale),
+        ] {
+            h.update(v.to_le_bytes());
+        }
+        let digest: [u8; 32] = h.finalize().into();
+        let mut id = [0u8; 16];
+        id.copy_from_slice(&digest[..16]);
+        id
+    }
 }
 
 /// How the client's pooled output is finished.
@@ -1168,6 +1196,10 @@ impl Builder {
         finish: Finish,
         normalize: bool,
     ) -> Result<Plan, PlanError> {
+        let mut linears = self.linears;
+        for l in &mut linears {
+            l.id = l.derive_id(&model_digest);
+        }
         let mut step_of = Vec::with_capacity(self.ops.len());
         let mut built = Vec::with_capacity(self.ops.len());
         let mut cache = BuiltCache::default();
@@ -1209,7 +1241,7 @@ impl Builder {
             seq,
             tensors: &self.tensors,
             ops: &self.ops,
-            linears: &self.linears,
+            linears: &linears,
             inputs,
             output,
             passes: &passes,
@@ -1231,7 +1263,7 @@ impl Builder {
             ops: self.ops,
             step_of,
             built,
-            linears: self.linears,
+            linears,
             inputs,
             output,
             passes,

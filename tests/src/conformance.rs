@@ -28,7 +28,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Serial, matmul_reference};
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Resident, Serial, matmul_reference};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, Prg};
 use suffuse_core::ring::Width;
@@ -950,19 +950,46 @@ fn check_one_product(eval: &dyn BatchEval, shape: &MatShape, rng: &mut Prg, repo
     let c0: Vec<u64> = (0..lc).map(|_| rng.next_u64()).collect();
     let mut want = c0.clone();
     matmul_reference(shape, &a, &b, &mut want).unwrap();
-    let mut got = c0;
-    let what = format!("matmul {shape:?}");
-    report.calls += 1;
-    match guarded(|| eval.matmul(shape, &a, &b, &mut got)) {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
-        Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
+    // Plainly, then twice with `b` as a resident operand: the second call
+    // finds it kept (on backends that keep it) and must not use stale words.
+    let id = resident_id(shape);
+    for (pass, resident) in [(0, false), (1, true), (2, true)] {
+        let mut got = c0.clone();
+        let what = format!("matmul {shape:?} (resident {resident}, pass {pass})");
+        report.calls += 1;
+        let call = || {
+            if resident {
+                let b = Resident { id, words: &b };
+                eval.matmul_resident(shape, &a, b, &mut got)
+            } else {
+                eval.matmul(shape, &a, &b, &mut got)
+            }
+        };
+        match guarded(call) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
+            Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
+        }
+        report.outputs += lc;
+        if let Some(i) = (0..lc).find(|&i| want[i] != got[i]) {
+            report.fail(format!(
+                "{what}: entry {i} is {:#x}, the triple loop gives {:#x}",
+                got[i], want[i]
+            ));
+        }
     }
-    report.outputs += lc;
-    if let Some(i) = (0..lc).find(|&i| want[i] != got[i]) {
-        report.fail(format!(
-            "{what}: entry {i} is {:#x}, the triple loop gives {:#x}",
-            got[i], want[i]
-        ));
-    }
+}
+
+/// A resident operand's id for one case: unique per shape and per run of
+/// the harness, so that no backend can hold another case's words under it.
+fn resident_id(shape: &MatShape) -> [u8; 16] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static RUN: AtomicU64 = AtomicU64::new(0);
+    let run = RUN.fetch_add(1, Ordering::Relaxed);
+    let mut id = [0u8; 16];
+    let [la, lb, _] = shape.lens().unwrap_or([0; 3]);
+    id[..8].copy_from_slice(&run.to_le_bytes());
+    id[8..12].copy_from_slice(&u32::try_from(la % (1 << 31)).unwrap_or(0).to_le_bytes());
+    id[12..].copy_from_slice(&u32::try_from(lb % (1 << 31)).unwrap_or(0).to_le_bytes());
+    id
 }

@@ -21,6 +21,7 @@ mod cuda;
 mod dudect;
 mod fetch_model;
 mod fit;
+mod gpu_bundle;
 mod mcu;
 mod vectors;
 
@@ -44,6 +45,8 @@ commands:
                   compile every CUDA kernel with NVRTC (sm_80, sm_90): registers, spills,
                   and the checked-in PTX up to date (needs `fetch-model nvrtc`)
   cuda-tsan       the emulated CUDA kernels under ThreadSanitizer, and its planted race
+  gpu-bundle      build target/gpu-bundle: stripped binaries and run.sh, the GPU checks
+                  to run on a lent GPU machine in one device call (docs/BACKENDS.md)
   fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2; also nvrtc, the CUDA compiler CI uses)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
@@ -82,6 +85,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "fetch-model" => fetch_model::run(rest),
         "cuda-check" => cuda::check(rest),
         "cuda-tsan" => no_arguments("cuda-tsan").and_then(|()| cuda::tsan()),
+        "gpu-bundle" => no_arguments("gpu-bundle").and_then(|()| gpu_bundle::run()),
         "bench" => bench::run(rest),
         // What `bench` re-invokes in a release build; not for direct use.
         "bench-run" => bench::run_in_process(rest),

@@ -284,6 +284,7 @@ pub(super) fn encode_linear(
         w,
         b: bias,
         bias_scale,
+        id: [0; 16],
     }
 }
 
