@@ -286,6 +286,17 @@ impl Launcher for Device {
             .map_err(driver("cuStreamSynchronize"))
     }
 
+    fn wipe(&self, buf: &mut CudaSlice<u64>, words: usize) -> Result<(), CudaError> {
+        let words = words.min(buf.len());
+        if words == 0 {
+            return Ok(());
+        }
+        let mut view = buf.slice_mut(..words);
+        self.stream
+            .memset_zeros(&mut view)
+            .map_err(driver("cuMemsetD8"))
+    }
+
     fn synchronize(&self) -> Result<(), CudaError> {
         self.stream
             .synchronize()

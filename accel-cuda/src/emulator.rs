@@ -195,6 +195,13 @@ impl Launcher for Emulator {
         Ok(())
     }
 
+    fn wipe(&self, buf: &mut EmuBuffer, words: usize) -> Result<(), CudaError> {
+        // SAFETY: `buf` owns `buf.len` words, of which the first
+        // `min(words, len)` are written; no launch is running.
+        unsafe { std::ptr::write_bytes(buf.ptr, 0, words.min(buf.len)) };
+        Ok(())
+    }
+
     /// Launches are synchronous: nothing is ever outstanding.
     fn synchronize(&self) -> Result<(), CudaError> {
         Ok(())

@@ -10,6 +10,7 @@ use suffuse_core::Error;
 use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Resident, full_domain_each};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
+use zeroize::Zeroize;
 
 use crate::launcher::{Arg, Dims, Kernel, Launcher};
 use crate::{CudaError, CudaEval, State, layout};
@@ -110,9 +111,22 @@ impl<L: Launcher> State<L> {
             }
         }
         let (sizes, mut bufs): (Vec<usize>, Vec<L::Buffer>) = held.into_iter().unzip();
-        let result = f(&mut self.staging, &mut bufs);
-        for (w, b) in sizes.into_iter().zip(bufs) {
-            self.pool.give(w, b);
+        let mut result = f(&mut self.staging, &mut bufs);
+        // Keys, shares and triples leave nothing behind on the device or in
+        // the host's staging: every buffer is wiped before it is kept for
+        // reuse (a wipe that fails drops the buffer instead).
+        self.staging.as_mut_slice().zeroize();
+        for ((w, mut b), used) in sizes.into_iter().zip(bufs).zip(words) {
+            match l.wipe(&mut b, used) {
+                Ok(()) => self.pool.give(w, b),
+                Err(e) => {
+                    drop(b);
+                    self.pool.release(w);
+                    if result.is_ok() {
+                        result = Err(e);
+                    }
+                }
+            }
         }
         result
     }

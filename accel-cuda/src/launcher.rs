@@ -107,6 +107,10 @@ pub trait Launcher: Send + Sync {
     /// finished.
     fn download(&self, src: &Self::Buffer, dst: &mut [u64]) -> Result<(), CudaError>;
 
+    /// Overwrites the first `words` words of `buf` with zeros (key material
+    /// is wiped before a buffer is reused or freed).
+    fn wipe(&self, buf: &mut Self::Buffer, words: usize) -> Result<(), CudaError>;
+
     /// Waits until every earlier launch and copy has finished.
     fn synchronize(&self) -> Result<(), CudaError>;
 
