@@ -7,7 +7,7 @@
 #![allow(unsafe_code)]
 
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Resident, full_domain_each};
+use suffuse_core::batch::{BatchEval, EvalJob, EvalStats, MatShape, Resident, full_domain_each};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 use zeroize::Zeroize;
@@ -200,7 +200,7 @@ pub(crate) unsafe fn launch_eval<L: Launcher>(
 
 impl<L: Launcher> CudaEval<L> {
     /// Records a device failure and turns it into core's error code.
-    fn failed(&self, e: CudaError) -> Error {
+    pub(crate) fn failed(&self, e: CudaError) -> Error {
         let mut slot = self
             .last_failure
             .lock()
@@ -578,6 +578,46 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
             .map_err(|e| self.failed(e))?;
         let aes_calls = keys.params().aes_per_eval() * u64_of(points.len());
         Ok(EvalStats { aes_calls })
+    }
+
+    /// Jobs with the same params, party and points per key (a step's
+    /// chunks of one key slot) go to the device together.
+    fn eval_many(&self, jobs: &mut [EvalJob<'_>]) -> Result<EvalStats, Error> {
+        let mut stats = EvalStats::default();
+        let mut start = 0;
+        while start < jobs.len() {
+            let first = &jobs[start];
+            if first.points.len() != first.out.len() {
+                return Err(Error::BufferLength);
+            }
+            let (p, party) = (first.keys.params(), first.keys.party());
+            let per_key = first.keys.points_per_key(first.points.len())?;
+            let mut end = start + 1;
+            while end < jobs.len() {
+                let j = &jobs[end];
+                let same = j.keys.params() == p
+                    && j.keys.party() == party
+                    && j.points.len() == j.out.len()
+                    && j.keys.points_per_key(j.points.len()) == Ok(per_key);
+                if !same {
+                    break;
+                }
+                end += 1;
+            }
+            let group = &mut jobs[start..end];
+            let queries: usize = group.iter().map(|j| j.points.len()).sum();
+            if per_key > 0 && queries > 0 {
+                self.eval_gathered(group, per_key)
+                    .map_err(|e| self.failed(e))?;
+            }
+            stats.aes_calls += p.aes_per_eval() * u64_of(queries);
+            start = end;
+        }
+        Ok(stats)
+    }
+
+    fn gathers(&self) -> bool {
+        true
     }
 
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error> {

@@ -68,29 +68,43 @@ fn word(bytes: &[u8]) -> u64 {
 
 /// Keys `start..end` of `keys`, transposed into `dst` (cleared first).
 pub fn transpose(keys: &KeyBatch<'_>, start: usize, end: usize, dst: &mut Vec<u64>) -> Offsets {
-    let p = keys.params();
-    let n = end - start;
+    transpose_parts(&[(keys, start, end)], dst)
+}
+
+/// The keys of several ranges of batches with the same params, one after
+/// another as one batch, transposed into `dst` (cleared first).
+pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u64>) -> Offsets {
+    let Some((first, _, _)) = parts.first() else {
+        dst.clear();
+        return offsets(&Params::dcf_bit(suffuse_core::ring::Width::of(1)), 0);
+    };
+    let p = first.params();
+    let n: usize = parts.iter().map(|(_, a, b)| b - a).sum();
     let at = offsets(&p, n);
     dst.clear();
     dst.resize(at.total, 0);
     let levels = p.levels() as usize;
     let vbytes = p.value_bytes();
-    for i in 0..n {
-        let key = keys.key(start + i);
-        let body = key.body();
-        put(dst, at.roots + 2 * i, Block::read(key.root()));
-        for l in 0..levels {
-            let off = p.body_cw_offset(l as u32);
-            put(dst, at.cw + 2 * (l * n + i), Block::read(&body[off..]));
-            if vbytes > 0 {
-                dst[at.vcw + l * n + i] = word(&body[off + 16..off + 16 + vbytes]);
+    let mut i = 0;
+    for (keys, start, end) in parts {
+        for j in *start..*end {
+            let key = keys.key(j);
+            let body = key.body();
+            put(dst, at.roots + 2 * i, Block::read(key.root()));
+            for l in 0..levels {
+                let off = p.body_cw_offset(l as u32);
+                put(dst, at.cw + 2 * (l * n + i), Block::read(&body[off..]));
+                if vbytes > 0 {
+                    dst[at.vcw + l * n + i] = word(&body[off + 16..off + 16 + vbytes]);
+                }
             }
+            put(
+                dst,
+                at.leaf + 2 * i,
+                Block::read(&body[p.body_leaf_offset()..]),
+            );
+            i += 1;
         }
-        put(
-            dst,
-            at.leaf + 2 * i,
-            Block::read(&body[p.body_leaf_offset()..]),
-        );
     }
     at
 }

@@ -33,6 +33,7 @@ mod driver;
 #[cfg(feature = "emulator")]
 mod emulator;
 mod eval;
+mod gather;
 pub mod launcher;
 pub mod layout;
 mod measure;

@@ -75,6 +75,18 @@ impl MatShape {
     }
 }
 
+/// One evaluation request of [`BatchEval::eval_many`]: `keys` at `points`,
+/// into `out`, as [`BatchEval::eval`] takes them.
+#[derive(Debug)]
+pub struct EvalJob<'a> {
+    /// The keys.
+    pub keys: KeyBatch<'a>,
+    /// The points, a whole number per key.
+    pub points: &'a [u64],
+    /// The outputs, as many as points.
+    pub out: &'a mut [u64],
+}
+
 /// A public operand that stays the same for the life of a process, such as
 /// a model's weight matrix: a backend with its own memory keeps it there
 /// across calls instead of copying it for every product.
@@ -127,6 +139,25 @@ pub trait BatchEval: Hasher + Sync {
         points: &[u64],
         out: &mut [u64],
     ) -> Result<EvalStats, Error>;
+
+    /// Runs every job as [`BatchEval::eval`] does, as one call: a host
+    /// gathers the evaluations of a whole step here (every chunk's keys for
+    /// one key slot) so that a backend that wants large launches gets them.
+    /// The default evaluates the jobs one after another.
+    fn eval_many(&self, jobs: &mut [EvalJob<'_>]) -> Result<EvalStats, Error> {
+        let mut stats = EvalStats::default();
+        for job in jobs.iter_mut() {
+            stats += self.eval(&job.keys, job.points, job.out)?;
+        }
+        Ok(stats)
+    }
+
+    /// Whether the host should gather a step's evaluations into
+    /// [`BatchEval::eval_many`] calls rather than evaluate each chunk on its
+    /// own (a GPU backend wants the former; CPUs are as fast either way).
+    fn gathers(&self) -> bool {
+        false
+    }
 
     /// Evaluates each DPF key at every point of its domain:
     /// `out[i · 2^k + x] = Eval(keys.key(i), x)`.

@@ -25,7 +25,7 @@
 //! correction words; P1's adds one explicit word per non-seeded monomial
 //! and the AND-triple outputs (DESIGN.md §3, "Seeded party-0 material").
 
-use crate::batch::BatchEval;
+use crate::batch::{BatchEval, EvalJob};
 use crate::compile::{Compiled, MAX_KEYS};
 use crate::error::{Error, SufError};
 use crate::fss::{GenBatch, KeyBatch, Params, Party};
@@ -873,6 +873,8 @@ pub struct Eval<'a> {
     s: &'a mut [u64],
     l: Layout,
     next: usize,
+    /// Between [`Eval::open_deferred`] and [`Eval::fss_done`].
+    deferred: bool,
     /// Benchmarks only: run Φ by the interpreter instead of the program.
     #[cfg(feature = "interpreter")]
     interpret: bool,
@@ -937,6 +939,7 @@ impl<'a> Eval<'a> {
             s: scratch,
             l,
             next: 0,
+            deferred: false,
             #[cfg(feature = "interpreter")]
             interpret: false,
         };
@@ -1047,6 +1050,11 @@ impl<'a> Eval<'a> {
     /// [`chain::ChainEval`]).
     pub fn into_scratch(self) -> &'a mut [u64] {
         self.s
+    }
+
+    /// The gate being evaluated.
+    pub fn gate(&self) -> &'a Gate {
+        self.gate
     }
 
     /// The next round to run (`rounds()` when finished).
@@ -1170,11 +1178,7 @@ impl<'a> Eval<'a> {
 
     /// Evaluates every DCF key at its points and forms the base nodes.
     fn evaluate_fss(&mut self, fss: &dyn BatchEval) -> Result<(), Error> {
-        let g = self.gate;
-        let c = &g.compiled;
-        let l = self.l;
-        let total = c.total_points();
-        let pb = self.party.index();
+        let total = self.gate.compiled.total_points();
         // The backend's batch, in whole bit-slicing blocks so that every
         // batch after the first starts on a block boundary.
         let batch = fss
@@ -1185,49 +1189,129 @@ impl<'a> Eval<'a> {
         let mut start = 0;
         while start < self.n {
             let count = batch.min(self.n - start);
-            let (head, area) = self.s.split_at_mut(l.fss);
-            let (points, outs) = area[..2 * batch * total].split_at_mut(batch * total);
-            // Key-major regions: key k's points for every element of the chunk.
+            self.fss_points(start, count, batch);
+            let area = &mut self.s[self.l.fss..self.l.fss + 2 * batch * total];
+            let (points, outs) = area.split_at_mut(batch * total);
             let mut off = 0;
-            for k in 0..c.key_count {
-                let per = c.points_per_key[k];
-                for e in 0..count {
-                    let x_hat = head[l.x_hat + start + e];
-                    c.points(k, x_hat, &mut points[off + e * per..off + (e + 1) * per]);
-                }
-                let keys =
-                    (self.keys).batch(k, g.key_params(k), self.party, start, start + count)?;
-                fss.eval(
-                    &keys,
-                    &points[off..off + count * per],
-                    &mut outs[off..off + count * per],
-                )?;
+            for k in 0..self.gate.compiled.key_count {
+                let per = self.gate.compiled.points_per_key[k];
+                let params = self.gate.key_params(k);
+                let keys = (self.keys).batch(k, params, self.party, start, start + count)?;
+                let span = off..off + count * per;
+                fss.eval(&keys, &points[span.clone()], &mut outs[span])?;
                 off += count * per;
             }
-            // The circuit's base nodes, bit-sliced 64 elements per word
-            // (chunks start on block boundaries).
-            let nc = c.node_count;
-            let mut e = 0;
-            while e < count {
-                let block = BLOCK.min(count - e);
-                let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
-                let mut off = 0;
-                for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
-                    let per = c.points_per_key[k];
-                    *r = &outs[off + e * per..off + (e + block) * per];
-                    off += count * per;
-                }
-                // x̂ lies before the node area.
-                let (x_area, words) = head.split_at_mut(l.nodes + (start + e) / BLOCK * nc);
-                let x_hat = &x_area[l.x_hat + start + e..l.x_hat + start + e + block];
-                c.base_words(pb, x_hat, &refs, &mut words[..nc]);
-                #[cfg(test)]
-                check_base_words(c, pb, x_hat, &refs, &words[..nc]);
-                e += block;
-            }
+            self.fss_base_words(start, count, batch);
             start += count;
         }
         Ok(())
+    }
+
+    /// Writes the FSS points of elements `start..start + count` into the
+    /// FSS area, whose batches hold `batch` elements: key-major regions,
+    /// key `k`'s points for every element.
+    fn fss_points(&mut self, start: usize, count: usize, batch: usize) {
+        let c = &self.gate.compiled;
+        let l = self.l;
+        let total = c.total_points();
+        let (head, area) = self.s.split_at_mut(l.fss);
+        let points = &mut area[..batch * total];
+        let mut off = 0;
+        for k in 0..c.key_count {
+            let per = c.points_per_key[k];
+            for e in 0..count {
+                let x_hat = head[l.x_hat + start + e];
+                c.points(k, x_hat, &mut points[off + e * per..off + (e + 1) * per]);
+            }
+            off += count * per;
+        }
+    }
+
+    /// Forms the circuit's base nodes of elements `start..start + count`
+    /// from the FSS outputs in the FSS area, bit-sliced 64 elements per
+    /// word (`start` is on a block boundary).
+    fn fss_base_words(&mut self, start: usize, count: usize, batch: usize) {
+        let c = &self.gate.compiled;
+        let l = self.l;
+        let total = c.total_points();
+        let pb = self.party.index();
+        let (head, area) = self.s.split_at_mut(l.fss);
+        let outs = &area[batch * total..2 * batch * total];
+        let nc = c.node_count;
+        let mut e = 0;
+        while e < count {
+            let block = BLOCK.min(count - e);
+            let mut refs: [&[u64]; MAX_KEYS] = [&[]; MAX_KEYS];
+            let mut off = 0;
+            for (k, r) in refs.iter_mut().enumerate().take(c.key_count) {
+                let per = c.points_per_key[k];
+                *r = &outs[off + e * per..off + (e + block) * per];
+                off += count * per;
+            }
+            // x̂ lies before the node area.
+            let (x_area, words) = head.split_at_mut(l.nodes + (start + e) / BLOCK * nc);
+            let x_hat = &x_area[l.x_hat + start + e..l.x_hat + start + e + block];
+            c.base_words(pb, x_hat, &refs, &mut words[..nc]);
+            #[cfg(test)]
+            check_base_words(c, pb, x_hat, &refs, &words[..nc]);
+            e += block;
+        }
+    }
+
+    /// Takes the peer's message of round `i`, the opening, without
+    /// evaluating the FSS keys: for hosts that gather the evaluations of
+    /// many evaluators into one backend call ([`BatchEval::eval_many`]).
+    /// Follow it with [`Eval::fss_job`] for every key slot, the backend,
+    /// then [`Eval::fss_done`].
+    pub fn open_deferred(&mut self, i: usize, recv: &[u8]) -> Result<(), Error> {
+        if self.expect_round(i, recv.len())? != Round::Open {
+            return Err(Error::Unsupported);
+        }
+        let n = self.n;
+        let l = self.l;
+        let w = self.gate.ring();
+        let (head, _) = self.s.split_at_mut(l.x_hat + n);
+        wire_add(w, &mut head[l.x_hat..], recv)?;
+        self.fss_points(0, n, n);
+        self.deferred = true;
+        Ok(())
+    }
+
+    /// Key slot `k`'s keys, points and output area after
+    /// [`Eval::open_deferred`]; `None` past the last slot.
+    pub fn fss_job(&mut self, k: usize) -> Result<Option<EvalJob<'_>>, Error> {
+        let c = &self.gate.compiled;
+        if !self.deferred {
+            return Err(Error::Unsupported);
+        }
+        if k >= c.key_count {
+            return Ok(None);
+        }
+        let (n, total) = (self.n, c.total_points());
+        let off: usize = c.points_per_key[..k].iter().map(|per| n * per).sum();
+        let len = n * c.points_per_key[k];
+        let params = self.gate.key_params(k);
+        let keys = (self.keys).batch(k, params, self.party, 0, n)?;
+        let area = &mut self.s[self.l.fss..self.l.fss + 2 * n * total];
+        let (points, outs) = area.split_at_mut(n * total);
+        Ok(Some(EvalJob {
+            keys,
+            points: &points[off..off + len],
+            out: &mut outs[off..off + len],
+        }))
+    }
+
+    /// Ends the opening round after every [`Eval::fss_job`] was evaluated:
+    /// the base nodes, then the local work that follows the round.
+    pub fn fss_done(&mut self, fss: &dyn BatchEval) -> Result<(), Error> {
+        if !self.deferred {
+            return Err(Error::Unsupported);
+        }
+        self.deferred = false;
+        let n = self.n;
+        self.fss_base_words(0, n, n);
+        self.next += 1;
+        self.after_round(fss)
     }
 
     /// AND round of `level`: without `recv`, writes this party's masked
@@ -1757,7 +1841,14 @@ pub(crate) mod testing {
         let mut b0 = vec![0u8; max];
         let mut b1 = vec![0u8; max];
         let serial = Serial::new();
-        let traffic = run_pair(&mut e0, &mut e1, &serial, &mut b0, &mut b1).unwrap();
+        // Odd salts take the opening through the deferred path that hosts
+        // use to gather a step's evaluations (`BatchEval::eval_many`), so
+        // every exhaustive test checks both against the spec.
+        let traffic = if salt % 2 == 1 {
+            run_pair_deferred(gate, [&mut e0, &mut e1], &serial, [&mut b0, &mut b1])
+        } else {
+            run_pair(&mut e0, &mut e1, &serial, &mut b0, &mut b1).unwrap()
+        };
         let outs = gate.outputs();
         let nb = gate.bit_outputs();
         let mut a0 = vec![0u64; n * outs];
@@ -1777,6 +1868,45 @@ pub(crate) mod testing {
             arith,
             bits,
             traffic,
+        }
+    }
+
+    /// [`run_pair`] with the opening round taken by
+    /// [`Eval::open_deferred`], both parties' keys of each slot in one
+    /// [`BatchEval::eval_many`] call, then [`Eval::fss_done`].
+    fn run_pair_deferred(
+        gate: &Gate,
+        [e0, e1]: [&mut Eval<'_>; 2],
+        backend: &dyn BatchEval,
+        [b0, b1]: [&mut Vec<u8>; 2],
+    ) -> protocol::Traffic {
+        let (sched, rounds) = gate.schedule();
+        let mut bytes = 0;
+        for (i, round) in sched.iter().enumerate().take(rounds) {
+            let len = e0.send_len(i);
+            e0.prepare(i, &mut b0[..len]).unwrap();
+            e1.prepare(i, &mut b1[..len]).unwrap();
+            if *round == Round::Open {
+                e0.open_deferred(i, &b1[..len]).unwrap();
+                e1.open_deferred(i, &b0[..len]).unwrap();
+                for k in 0..MAX_KEYS {
+                    let mut jobs: Vec<EvalJob<'_>> = [e0.fss_job(k), e1.fss_job(k)]
+                        .into_iter()
+                        .filter_map(|j| j.unwrap())
+                        .collect();
+                    backend.eval_many(&mut jobs).unwrap();
+                }
+                e0.fss_done(backend).unwrap();
+                e1.fss_done(backend).unwrap();
+            } else {
+                e0.finish(i, &b1[..len], backend).unwrap();
+                e1.finish(i, &b0[..len], backend).unwrap();
+            }
+            bytes += len;
+        }
+        protocol::Traffic {
+            rounds,
+            bytes_per_party: bytes,
         }
     }
 

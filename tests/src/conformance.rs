@@ -183,6 +183,7 @@ pub fn run_in(eval: &dyn BatchEval, scope: Scope) -> Report {
             check_full_domain_case(eval, case, scope, &mut report);
         }
     }
+    check_eval_many(eval, suite, &mut report);
     check_errors(eval, suite, &mut report);
     if !scope.small() {
         for gate in phi_gates() {
@@ -656,6 +657,78 @@ fn compare_full_domain(
             "{what}: reported {} AES calls, Params::aes_per_full_domain predicts {predicted}",
             stats.aes_calls
         ));
+    }
+}
+
+/// [`BatchEval::eval_many`]: the keys of two shapes cut into jobs of
+/// uneven sizes (as a step's chunks are), the shapes interleaved so that a
+/// backend that groups jobs must split the groups, against `Serial`'s
+/// answers for the whole batches.
+fn check_eval_many(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
+    use suffuse_core::batch::EvalJob;
+    let wanted = |bits: u32, ring: bool| {
+        suite.point_cases.iter().find(|c| {
+            let p = c.keys.params;
+            p.domain().bits() == bits && matches!(p.output(), Output::Ring(_)) == ring
+        })
+    };
+    let (Some(a), Some(b)) = (wanted(50, false), wanted(24, true)) else {
+        return report.fail("eval_many: the suite lacks its shapes".into());
+    };
+    let cuts = [0, 7, 9, 40, 65];
+    for party in PARTIES {
+        let mut outs: Vec<(Vec<u64>, &[u64])> = Vec::new();
+        let mut layout = Vec::new();
+        for w in cuts.windows(2) {
+            for case in [a, b] {
+                let set = &case.point_sets[1];
+                let per = set.per_key;
+                let (q0, q1) = (w[0] * per, w[1] * per);
+                outs.push((
+                    vec![UNWRITTEN; q1 - q0],
+                    &set.expected[party_index(party)][q0..q1],
+                ));
+                layout.push((case, w[0], w[1], &set.points[q0..q1]));
+            }
+        }
+        let batches: Vec<KeyBatch<'_>> = layout
+            .iter()
+            .map(|(case, k0, k1, _)| case.keys.batch(party, 65).slice(*k0, *k1))
+            .collect();
+        let mut jobs: Vec<EvalJob<'_>> = batches
+            .iter()
+            .zip(&layout)
+            .zip(outs.iter_mut())
+            .map(|((keys, (_, _, _, points)), (out, _))| EvalJob {
+                keys: *keys,
+                points,
+                out,
+            })
+            .collect();
+        let what = format!("eval_many {party:?}, {} jobs of two shapes", jobs.len());
+        report.calls += 1;
+        let predicted: u64 = jobs
+            .iter()
+            .map(|j| j.keys.params().aes_per_eval() * u64_from(j.points.len()))
+            .sum();
+        let stats = match guarded(|| eval.eval_many(&mut jobs)) {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
+            Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
+        };
+        drop(jobs);
+        for (i, (got, want)) in outs.iter().enumerate() {
+            report.outputs += got.len();
+            if got.as_slice() != *want {
+                report.fail(format!("{what}: job {i} differs from Serial"));
+            }
+        }
+        if stats.aes_calls != predicted {
+            report.fail(format!(
+                "{what}: reported {} AES calls, the params predict {predicted}",
+                stats.aes_calls
+            ));
+        }
     }
 }
 

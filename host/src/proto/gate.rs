@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::{Eval, Gate, Protocol};
+use suffuse_core::gate::{Eval, Gate, Protocol, Round};
 use suffuse_core::prg::Hasher;
 
 use super::material::{DealBuffers, Material, chunks, deal_material, gate_bytes, load_material};
@@ -252,9 +252,44 @@ fn round(
     });
     let parts: Vec<&[u8]> = parts.collect();
     let fss = on.fss;
+    let opening = evals
+        .first()
+        .is_some_and(|(_, _, ev)| ev.gate().schedule().0[i] == Round::Open);
+    if opening && fss.gathers() {
+        return open_gathered(evals, i, &parts, fss).map_err(core(step));
+    }
     (evals.par_iter_mut().zip(parts))
         .try_for_each(|((_, _, ev), buf)| ev.finish(i, buf, fss))
         .map_err(core(step))
+}
+
+/// The opening round of every chunk with one backend call per key slot
+/// for the whole step ([`BatchEval::eval_many`]), for backends that want
+/// whole steps per launch: each chunk adds the peer's share and writes its
+/// points, the backend evaluates every chunk's keys of a slot at once, and
+/// each chunk forms its base nodes and carries on.
+fn open_gathered(
+    evals: &mut [Chunk<'_>],
+    i: usize,
+    parts: &[&[u8]],
+    fss: &dyn BatchEval,
+) -> Result<(), suffuse_core::Error> {
+    (evals.par_iter_mut().zip(parts)).try_for_each(|((_, _, ev), buf)| ev.open_deferred(i, buf))?;
+    for k in 0.. {
+        let mut jobs = Vec::with_capacity(evals.len());
+        for (_, _, ev) in evals.iter_mut() {
+            if let Some(job) = ev.fss_job(k)? {
+                jobs.push(job);
+            }
+        }
+        if jobs.is_empty() {
+            break;
+        }
+        fss.eval_many(&mut jobs)?;
+    }
+    evals
+        .par_iter_mut()
+        .try_for_each(|(_, _, ev)| ev.fss_done(fss))
 }
 
 /// `buf` cut into consecutive parts of `lens` elements.

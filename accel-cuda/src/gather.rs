@@ -1,0 +1,94 @@
+//! [`BatchEval::eval_many`] on the device: the evaluations of a whole step
+//! (every chunk's keys of one key slot) in one transposition, one upload
+//! and one launch, instead of one round trip per chunk.
+
+// The launch passes raw device addresses; the unsafe block says why.
+#![allow(unsafe_code)]
+
+use suffuse_core::batch::EvalJob;
+
+use crate::eval::{KeysAt, launch_eval};
+use crate::launcher::Launcher;
+use crate::{CudaError, CudaEval, layout};
+
+impl<L: Launcher> CudaEval<L> {
+    /// Evaluates `jobs`, which share params, party and points per key, in as
+    /// few launches as the budget allows (whole jobs per launch; a job too
+    /// large for one goes through [`CudaEval::eval_device`] alone).
+    pub(crate) fn eval_gathered(
+        &self,
+        jobs: &mut [EvalJob<'_>],
+        per_key: usize,
+    ) -> Result<(), CudaError> {
+        let Some(first) = jobs.first() else {
+            return Ok(());
+        };
+        let p = first.keys.params();
+        let unit = layout::words_per_key(&p) + per_key;
+        let room = self.lock().pool.words_for_work(0) / unit;
+        let mut start = 0;
+        while start < jobs.len() {
+            let mut end = start;
+            let mut keys = 0;
+            while end < jobs.len() && keys + jobs[end].keys.count() <= room.max(1) {
+                keys += jobs[end].keys.count();
+                end += 1;
+            }
+            if end == start {
+                let job = &mut jobs[start];
+                self.eval_device(&job.keys, per_key, job.points, job.out)?;
+                start += 1;
+                continue;
+            }
+            self.launch_jobs(&mut jobs[start..end], per_key, keys)?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// One launch over `jobs` (holding `keys` keys in all).
+    fn launch_jobs(
+        &self,
+        jobs: &mut [EvalJob<'_>],
+        per_key: usize,
+        keys: usize,
+    ) -> Result<(), CudaError> {
+        let l = &self.launcher;
+        let p = jobs[0].keys.params();
+        let party = jobs[0].keys.party();
+        let mut st = self.lock();
+        let aes = st.aes(l)?;
+        let key_words = layout::offsets(&p, keys).total;
+        let queries = keys * per_key;
+        st.with_buffers(l, [key_words, queries], |staging, bufs| {
+            let parts: Vec<_> = jobs.iter().map(|j| (&j.keys, 0, j.keys.count())).collect();
+            let at = layout::transpose_parts(&parts, staging);
+            l.upload(&mut bufs[0], staging)?;
+            staging.clear();
+            for j in jobs.iter() {
+                staging.extend_from_slice(j.points);
+            }
+            l.upload(&mut bufs[1], staging)?;
+            let io = l.address(&bufs[1]);
+            let resident = KeysAt {
+                params: p,
+                party,
+                count: keys,
+                base: l.address(&bufs[0]),
+                at,
+            };
+            // SAFETY: the key buffer holds the `keys` transposed keys, and
+            // the query buffer their `queries` points, evaluated in place.
+            unsafe { launch_eval(l, aes, &resident, (io, io), per_key) }?;
+            staging.resize(queries, 0);
+            l.download(&bufs[1], staging)?;
+            let mut at = 0;
+            for j in jobs.iter_mut() {
+                let len = j.out.len();
+                j.out.copy_from_slice(&staging[at..at + len]);
+                at += len;
+            }
+            Ok(())
+        })
+    }
+}
