@@ -32,7 +32,8 @@ std::function<void()> bind(void (*f)(A...), void** params) {
     X(suffuse_dpf_leaves)  \
     X(suffuse_hash)        \
     X(suffuse_fss_gen)     \
-    X(suffuse_matmul)
+    X(suffuse_matmul)      \
+    X(suffuse_gather_keys)
 
 // Exported even when the library is built with hidden visibility (the race
 // check's shared library), so that the emulator can load it by name.

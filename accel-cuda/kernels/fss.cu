@@ -259,3 +259,38 @@ extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alpha
                   gen_leaf_cw(sh, s0, s1, a_lo, beta, dcf, lane_bits, w));
     }
 }
+
+// A little-endian word of `n` (≤ 8) bytes at any alignment.
+__device__ __forceinline__ u64 get_word(const u8* p, u32 n) {
+    u64 v = 0;
+    for (u32 i = 0; i < n; i++) {
+        v |= (u64)p[i] << (8 * i);
+    }
+    return v;
+}
+
+// Transposes key bodies that already lie in device memory (a staged key
+// section, in core's byte layout: per key, each level's 16-byte seed
+// correction and `vbytes`-byte value correction, then the 16-byte leaf
+// correction; keys `stride` bytes apart) into the level-major words the
+// evaluation reads: keys first .. first + count of a batch of `total`.
+extern "C" __global__ void suffuse_gather_keys(const u8* bodies, u64 stride, u64 count, u64 first,
+                                               u64 total, u32 levels, u32 vbytes, u64* cw, u64* vcw,
+                                               u64* leaf) {
+    const u64 level_bytes = 16 + vbytes;
+    for (u64 j = global_thread(); j < count; j += grid_threads()) {
+        const u8* body = bodies + j * stride;
+        const u64 i = first + j;
+        for (u32 l = 0; l < levels; l++) {
+            const u8* at = body + l * level_bytes;
+            cw[2 * ((u64)l * total + i)] = get_word(at, 8);
+            cw[2 * ((u64)l * total + i) + 1] = get_word(at + 8, 8);
+            if (vbytes > 0) {
+                vcw[(u64)l * total + i] = get_word(at + 16, vbytes);
+            }
+        }
+        const u8* at = body + levels * level_bytes;
+        leaf[2 * i] = get_word(at, 8);
+        leaf[2 * i + 1] = get_word(at + 8, 8);
+    }
+}

@@ -6,11 +6,11 @@
 #![allow(unsafe_code)]
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError,
+    LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
 
@@ -70,10 +70,26 @@ impl core::fmt::Display for CodeSource {
     }
 }
 
+/// Bytes of each of the two pinned host buffers that staged key sections
+/// pass through on their way to the device.
+const PINNED_BYTES: usize = 32 << 20;
+
+/// The pinned double buffers of [`Launcher::stage_bytes`]: while the copy
+/// engine moves one to the device, the host fills the other.
+struct Pinned {
+    buffers: [PinnedHostSlice<u8>; 2],
+    /// The copy out of each buffer, to wait for before refilling it.
+    copied: [Option<CudaEvent>; 2],
+    next: usize,
+}
+
 /// A CUDA device with the suffuse kernels loaded.
 pub struct Device {
     context: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// Staged key sections travel on their own stream, beside the kernels.
+    copies: Arc<CudaStream>,
+    pinned: Mutex<Option<Pinned>>,
     functions: Vec<CudaFunction>,
     name: String,
     multiprocessors: u32,
@@ -141,9 +157,12 @@ impl Device {
             .collect::<Result<Vec<_>, _>>()
             .map_err(driver("cuModuleGetFunction"))?;
         let stream = context.default_stream();
+        let copies = context.new_stream().map_err(driver("cuStreamCreate"))?;
         Ok(Device {
             context,
             stream,
+            copies,
+            pinned: Mutex::new(None),
             functions,
             name,
             multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
@@ -284,6 +303,67 @@ impl Launcher for Device {
         self.stream
             .synchronize()
             .map_err(driver("cuStreamSynchronize"))
+    }
+
+    fn stage_bytes(&self, dst: &mut CudaSlice<u64>, bytes: &[u8]) -> Result<(), CudaError> {
+        if bytes.len() > dst.num_bytes() {
+            return Err(CudaError::Launch("staged bytes longer than their buffer"));
+        }
+        let mut guard = self.pinned.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            let alloc = || {
+                // SAFETY: plain pinned host memory, written before it is read.
+                unsafe { self.context.alloc_pinned::<u8>(PINNED_BYTES) }
+                    .map_err(driver("cuMemHostAlloc"))
+            };
+            *guard = Some(Pinned {
+                buffers: [alloc()?, alloc()?],
+                copied: [None, None],
+                next: 0,
+            });
+        }
+        let Some(pinned) = guard.as_mut() else {
+            return Err(CudaError::Launch("pinned buffers missing"));
+        };
+        let (base, _sync) = dst.device_ptr(&self.copies);
+        for (i, chunk) in bytes.chunks(PINNED_BYTES).enumerate() {
+            let slot = pinned.next;
+            pinned.next ^= 1;
+            if let Some(copied) = &pinned.copied[slot] {
+                copied.synchronize().map_err(driver("cuEventSynchronize"))?;
+            }
+            let host = pinned.buffers[slot]
+                .as_mut_slice()
+                .map_err(driver("cuEventSynchronize"))?;
+            host[..chunk.len()].copy_from_slice(chunk);
+            let at = base + (i * PINNED_BYTES) as u64;
+            // SAFETY: `at` lies in `dst`, which holds all of `bytes`; the
+            // pinned source stays untouched until `copied[slot]` completes,
+            // which the next use of this slot waits for.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(
+                    at,
+                    &host[..chunk.len()],
+                    self.copies.cu_stream(),
+                )
+            }
+            .map_err(driver("cuMemcpyHtoDAsync"))?;
+            let copied = self
+                .context
+                .new_event(None)
+                .map_err(driver("cuEventCreate"))?;
+            copied
+                .record(&self.copies)
+                .map_err(driver("cuEventRecord"))?;
+            pinned.copied[slot] = Some(copied);
+        }
+        // Every later launch waits for the copies, on the device.
+        let done = self
+            .context
+            .new_event(None)
+            .map_err(driver("cuEventCreate"))?;
+        done.record(&self.copies).map_err(driver("cuEventRecord"))?;
+        self.stream.wait(&done).map_err(driver("cuStreamWaitEvent"))
     }
 
     fn wipe(&self, buf: &mut CudaSlice<u64>, words: usize) -> Result<(), CudaError> {

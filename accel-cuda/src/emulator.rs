@@ -195,6 +195,17 @@ impl Launcher for Emulator {
         Ok(())
     }
 
+    /// Synchronous here: the emulator has no copy engine to overlap.
+    fn stage_bytes(&self, dst: &mut EmuBuffer, bytes: &[u8]) -> Result<(), CudaError> {
+        if bytes.len() > dst.len * 8 {
+            return Err(CudaError::Launch("staged bytes longer than their buffer"));
+        }
+        // SAFETY: `dst` owns `dst.len · 8 ≥ bytes.len()` bytes, and no launch
+        // runs while the launcher is called.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst.ptr.cast::<u8>(), bytes.len()) };
+        Ok(())
+    }
+
     fn wipe(&self, buf: &mut EmuBuffer, words: usize) -> Result<(), CudaError> {
         // SAFETY: `buf` owns `buf.len` words, of which the first
         // `min(words, len)` are written; no launch is running.

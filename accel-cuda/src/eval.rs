@@ -13,6 +13,7 @@ use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 use zeroize::Zeroize;
 
 use crate::launcher::{Arg, Dims, Kernel, Launcher};
+use crate::staged::place_keys;
 use crate::{CudaError, CudaEval, State, layout};
 
 /// Bytes of shared memory the hashing kernels use: four T-tables and the
@@ -37,7 +38,7 @@ fn domain_index(d: Domain) -> u32 {
     }
 }
 
-fn u64_of(n: usize) -> u64 {
+pub(crate) fn u64_of(n: usize) -> u64 {
     n as u64
 }
 
@@ -133,7 +134,7 @@ impl<L: Launcher> State<L> {
 }
 
 /// A one-dimensional launch over `work` items.
-fn line<L: Launcher>(l: &L, work: usize) -> Dims {
+pub(crate) fn grid_line<L: Launcher>(l: &L, work: usize) -> Dims {
     let threads = l.threads_per_block();
     let blocks = u64_of(work).div_ceil(u64::from(threads)).max(1);
     let blocks = u32::try_from(blocks)
@@ -195,7 +196,7 @@ pub(crate) unsafe fn launch_eval<L: Launcher>(
     ];
     // SAFETY: the arguments follow `suffuse_fss_eval`'s list, and the caller
     // guarantees the buffers behind them.
-    unsafe { l.launch(Kernel::FssEval, line(l, queries), &args) }
+    unsafe { l.launch(Kernel::FssEval, grid_line(l, queries), &args) }
 }
 
 impl<L: Launcher> CudaEval<L> {
@@ -228,22 +229,16 @@ impl<L: Launcher> CudaEval<L> {
             let end = n.min(start + piece);
             let (q0, q1) = (start * per_key, end * per_key);
             let key_words = layout::offsets(&p, end - start).total;
+            let parts = [(keys, start, end)];
+            let staged = st.staged_parts(l, &parts);
             st.with_buffers(l, [key_words, q1 - q0], |staging, bufs| {
-                let at = layout::transpose(keys, start, end, staging);
-                l.upload(&mut bufs[0], staging)?;
+                let keys_at = place_keys(l, &parts, staged.as_deref(), staging, &mut bufs[0])?;
                 // Points in, outputs out, in place: thread q reads point q
                 // before it writes output q, and no other thread touches it.
                 l.upload(&mut bufs[1], &points[q0..q1])?;
                 let io = l.address(&bufs[1]);
-                let keys_at = KeysAt {
-                    params: p,
-                    party: keys.party(),
-                    count: end - start,
-                    base: l.address(&bufs[0]),
-                    at,
-                };
-                // SAFETY: the key buffer holds `at.total` words laid out as
-                // `at` says, and the point buffer `q1 − q0` words.
+                // SAFETY: `place_keys` laid the keys out as `keys_at` says,
+                // and the point buffer holds `q1 − q0` words.
                 unsafe { launch_eval(l, aes, &keys_at, (io, io), per_key) }?;
                 l.download(&bufs[1], &mut out[q0..q1])
             })?;
@@ -288,7 +283,7 @@ impl<L: Launcher> CudaEval<L> {
                         Arg::U64(u64_of(c)),
                         Arg::U32(level),
                     ];
-                    let dims = line(l, c << level);
+                    let dims = grid_line(l, c << level);
                     // SAFETY: `suffuse_dpf_level`'s list; `src` holds 2^level
                     // seeds per key (two words each) and `dst` room for twice
                     // as many, both buffers 2·2^levels·c words long.
@@ -309,7 +304,7 @@ impl<L: Launcher> CudaEval<L> {
                 ];
                 // SAFETY: `suffuse_dpf_leaves`'s list; the seeds buffer holds
                 // 2^levels leaf seeds per key and the output 2^k words per key.
-                unsafe { l.launch(Kernel::DpfLeaves, line(l, c * nodes), &args) }?;
+                unsafe { l.launch(Kernel::DpfLeaves, grid_line(l, c * nodes), &args) }?;
                 l.download(&bufs[3], &mut out[start * size..end * size])
             })?;
             start = end;
@@ -370,7 +365,7 @@ impl<L: Launcher> CudaEval<L> {
                 // SAFETY: `suffuse_fss_gen`'s list; the input buffer holds c
                 // α, c β, 4c root words and c·draws random words at the
                 // offsets passed, and the output buffer c·key_len bytes.
-                unsafe { l.launch(Kernel::FssGen, line(l, c), &args) }?;
+                unsafe { l.launch(Kernel::FssGen, grid_line(l, c), &args) }?;
                 staging.clear();
                 staging.resize(out_words, 0);
                 l.download(&bufs[1], staging)?;
@@ -416,7 +411,7 @@ impl<L: Launcher> CudaEval<L> {
                 ];
                 // SAFETY: `suffuse_hash`'s list; the buffer holds the
                 // `part.len()` blocks, two words each.
-                unsafe { l.launch(Kernel::Hash, line(l, part.len()), &args) }?;
+                unsafe { l.launch(Kernel::Hash, grid_line(l, part.len()), &args) }?;
                 l.download(&bufs[0], staging)?;
                 for (b, w) in part.iter_mut().zip(staging.chunks(2)) {
                     *b = block_of(w[0], w[1]);
@@ -618,6 +613,18 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
 
     fn gathers(&self) -> bool {
         true
+    }
+
+    /// Copies the section to the device ahead of use; a failure is
+    /// recorded and the section's keys take the host path.
+    fn stage(&self, bytes: &[u8]) {
+        if let Err(e) = self.stage_section(bytes) {
+            let _ = self.failed(e);
+        }
+    }
+
+    fn unstage(&self, bytes: &[u8]) {
+        self.unstage_section(Some(bytes));
     }
 
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error> {

@@ -7,8 +7,9 @@
 
 use suffuse_core::batch::EvalJob;
 
-use crate::eval::{KeysAt, launch_eval};
+use crate::eval::launch_eval;
 use crate::launcher::Launcher;
+use crate::staged::place_keys;
 use crate::{CudaError, CudaEval, layout};
 
 impl<L: Launcher> CudaEval<L> {
@@ -55,31 +56,27 @@ impl<L: Launcher> CudaEval<L> {
     ) -> Result<(), CudaError> {
         let l = &self.launcher;
         let p = jobs[0].keys.params();
-        let party = jobs[0].keys.party();
         let mut st = self.lock();
         let aes = st.aes(l)?;
         let key_words = layout::offsets(&p, keys).total;
         let queries = keys * per_key;
+        // The batches are copied out (they borrow the key bytes, not the
+        // jobs), so that the outputs can be written below.
+        let batches: Vec<_> = jobs.iter().map(|j| j.keys).collect();
+        let parts: Vec<_> = batches.iter().map(|k| (k, 0, k.count())).collect();
+        let staged = st.staged_parts(l, &parts);
         st.with_buffers(l, [key_words, queries], |staging, bufs| {
-            let parts: Vec<_> = jobs.iter().map(|j| (&j.keys, 0, j.keys.count())).collect();
-            let at = layout::transpose_parts(&parts, staging);
-            l.upload(&mut bufs[0], staging)?;
+            let keys_at = place_keys(l, &parts, staged.as_deref(), staging, &mut bufs[0])?;
             staging.clear();
             for j in jobs.iter() {
                 staging.extend_from_slice(j.points);
             }
             l.upload(&mut bufs[1], staging)?;
             let io = l.address(&bufs[1]);
-            let resident = KeysAt {
-                params: p,
-                party,
-                count: keys,
-                base: l.address(&bufs[0]),
-                at,
-            };
-            // SAFETY: the key buffer holds the `keys` transposed keys, and
-            // the query buffer their `queries` points, evaluated in place.
-            unsafe { launch_eval(l, aes, &resident, (io, io), per_key) }?;
+            // SAFETY: `place_keys` laid the `keys` keys out as `keys_at`
+            // says, and the query buffer holds their `queries` points,
+            // evaluated in place.
+            unsafe { launch_eval(l, aes, &keys_at, (io, io), per_key) }?;
             staging.resize(queries, 0);
             l.download(&bufs[1], staging)?;
             let mut at = 0;

@@ -28,17 +28,20 @@ pub enum Kernel {
     FssGen,
     /// Ring matrix products mod 2^64.
     Matmul,
+    /// Key bodies in device memory, transposed level-major.
+    GatherKeys,
 }
 
 impl Kernel {
     /// Every kernel, in source order.
-    pub const ALL: [Kernel; 6] = [
+    pub const ALL: [Kernel; 7] = [
         Kernel::FssEval,
         Kernel::DpfLevel,
         Kernel::DpfLeaves,
         Kernel::Hash,
         Kernel::FssGen,
         Kernel::Matmul,
+        Kernel::GatherKeys,
     ];
 
     /// The kernel's `extern "C"` name.
@@ -50,6 +53,7 @@ impl Kernel {
             Kernel::Hash => "suffuse_hash",
             Kernel::FssGen => "suffuse_fss_gen",
             Kernel::Matmul => "suffuse_matmul",
+            Kernel::GatherKeys => "suffuse_gather_keys",
         }
     }
 }
@@ -106,6 +110,13 @@ pub trait Launcher: Send + Sync {
     /// Copies the start of `src` into `dst`, once every earlier launch has
     /// finished.
     fn download(&self, src: &Self::Buffer, dst: &mut [u64]) -> Result<(), CudaError>;
+
+    /// Copies `bytes` into the start of `dst` (which must hold them) ahead
+    /// of use: on a device, asynchronously through pinned double buffers on
+    /// a copy stream, so that the caller's thread returns once the bytes are
+    /// in pinned memory and the copy overlaps the kernels; every launch
+    /// issued after this call returns sees the bytes.
+    fn stage_bytes(&self, dst: &mut Self::Buffer, bytes: &[u8]) -> Result<(), CudaError>;
 
     /// Overwrites the first `words` words of `buf` with zeros (key material
     /// is wiped before a buffer is reused or freed).

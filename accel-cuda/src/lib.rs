@@ -42,6 +42,7 @@ mod pool;
 mod resident;
 mod selftest;
 pub mod source;
+mod staged;
 
 use std::sync::Mutex;
 
@@ -153,6 +154,9 @@ struct State<L: Launcher> {
     resident: Vec<resident::Entry<L>>,
     /// A clock for evicting the least recently used resident operand.
     tick: u64,
+    /// Key sections copied ahead of use
+    /// ([`suffuse_core::batch::BatchEval::stage`]).
+    staged: Vec<staged::Section<L>>,
 }
 
 impl<L: Launcher> core::fmt::Debug for CudaEval<L> {
@@ -226,6 +230,7 @@ impl<L: Launcher> CudaEval<L> {
                 staging: Vec::new(),
                 resident: Vec::new(),
                 tick: 0,
+                staged: Vec::new(),
             }),
             host: FixedKeyAes::new(),
             device_hash_min: DEVICE_HASH_MIN,

@@ -159,6 +159,22 @@ pub trait BatchEval: Hasher + Sync {
         false
     }
 
+    /// Announces key material that will be evaluated soon (a key section
+    /// just read, ahead of its step): a backend with its own memory may
+    /// start copying it there now, and later evaluate keys whose bytes lie
+    /// in it from its copy. Keys are still passed to [`BatchEval::eval`] as
+    /// usual; staging only changes where the backend reads them. The
+    /// default does nothing.
+    fn stage(&self, bytes: &[u8]) {
+        let _ = bytes;
+    }
+
+    /// `bytes`, staged before, will not be evaluated again: the backend
+    /// drops (and wipes) its copy. The default does nothing.
+    fn unstage(&self, bytes: &[u8]) {
+        let _ = bytes;
+    }
+
     /// Evaluates each DPF key at every point of its domain:
     /// `out[i · 2^k + x] = Eval(keys.key(i), x)`.
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error>;

@@ -197,28 +197,32 @@ impl Drop for ScrubStacks {
     }
 }
 
-/// The key reader: sends each section in turn, then the end marker's
-/// check, until the receiver goes or a read fails. Spent sections come
+/// The key reader: stages each section on the backend
+/// ([`BatchEval::stage`]) and sends it, then the end marker's check, until
+/// the receiver goes or a read fails. Spent sections come
 /// back on `spent`; each is read into the smallest spent buffer long
 /// enough, and a mapped one is unmapped here, off the steps' thread.
 /// `drained` is dropped once every section sent back has been dropped.
-fn read_ahead(
+fn read_ahead<'f>(
     mut keys: KeyReader,
     lens: Vec<(u32, u64)>,
-    tx: &mpsc::SyncSender<Result<Section, KeyFileError>>,
+    tx: &mpsc::SyncSender<Result<Staged<'f>, KeyFileError>>,
     spent: mpsc::Receiver<Section>,
     drained: mpsc::Sender<()>,
+    fss: &'f dyn BatchEval,
 ) {
     let mut spares = Spares::default();
     for (step, len) in lens {
         spares.take_back(spent.try_iter().map(Section::into_buffer));
-        let section = keys.section_in(step, len, spares.fit(len));
+        // A backend with its own memory copies the section there now,
+        // while the party runs the steps before it.
+        let section = (keys.section_in(step, len, spares.fit(len))).map(|s| Staged::new(fss, s));
         let failed = section.is_err();
         if tx.send(section).is_err() || failed {
             return;
         }
     }
-    let _ = tx.send(keys.finish().map(|()| Section::default()));
+    let _ = tx.send(keys.finish().map(|()| Staged::new(fss, Section::default())));
     // The last close of a spent key file (unlinked at the spend) frees its
     // blocks, and so does the last unmapping of a section of it: seconds
     // for a 2.2 GB MiniLM-128 file on ext4 (docs/BACKENDS.md, fifth and
@@ -235,6 +239,51 @@ fn read_ahead(
         drop(drained);
         drop(keys);
     });
+}
+
+/// A key section staged on the backend ([`BatchEval::stage`]) for as long
+/// as it lives: it is unstaged when given back ([`Staged::release`]) or
+/// dropped anywhere (an error, a channel dropped with sections in it), so
+/// no staged copy outlives the bytes it was made from, whose memory a later
+/// section may reuse.
+struct Staged<'f> {
+    fss: &'f dyn BatchEval,
+    section: Option<Section>,
+}
+
+impl<'f> Staged<'f> {
+    fn new(fss: &'f dyn BatchEval, section: Section) -> Staged<'f> {
+        fss.stage(&section);
+        Staged {
+            fss,
+            section: Some(section),
+        }
+    }
+
+    /// The section, unstaged.
+    fn release(mut self) -> Section {
+        let section = self.section.take().unwrap_or_default();
+        self.fss.unstage(&section);
+        section
+    }
+}
+
+impl std::ops::Deref for Staged<'_> {
+    type Target = Section;
+
+    fn deref(&self) -> &Section {
+        // Taken only by `release` and `drop`, which consume the wrapper.
+        static EMPTY: std::sync::LazyLock<Section> = std::sync::LazyLock::new(Section::default);
+        self.section.as_ref().unwrap_or(&EMPTY)
+    }
+}
+
+impl Drop for Staged<'_> {
+    fn drop(&mut self) {
+        if let Some(section) = self.section.take() {
+            self.fss.unstage(&section);
+        }
+    }
 }
 
 /// The party's way back to the key reader for spent sections. Dropped
@@ -347,7 +396,7 @@ pub fn run_passes(
         ..PartyReport::default()
     };
     let lens = key_sections(plan, party);
-    let (tx, rx) = mpsc::sync_channel::<Result<Section, KeyFileError>>(2);
+    let (tx, rx) = mpsc::sync_channel::<Result<Staged<'_>, KeyFileError>>(2);
     let (to, spent) = mpsc::channel::<Section>();
     let (drained_tx, drained) = mpsc::channel::<()>();
     // Dropped after the reader has been joined, on every return.
@@ -362,7 +411,7 @@ pub fn run_passes(
         let rx = rx;
         scope.spawn(move || {
             yield_to_steps();
-            read_ahead(keys, lens, &tx, spent, drained_tx);
+            read_ahead(keys, lens, &tx, spent, drained_tx, fss);
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
         });
@@ -411,7 +460,7 @@ pub fn run_passes(
                         .or_default()
                         .key_bytes += section.len() as u64;
                     proto::run(plan, i, &mut on, &section, &mut store)?;
-                    give_back.send(section);
+                    give_back.send(section.release());
                 }
                 None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
             }

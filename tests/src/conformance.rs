@@ -184,6 +184,7 @@ pub fn run_in(eval: &dyn BatchEval, scope: Scope) -> Report {
         }
     }
     check_eval_many(eval, suite, &mut report);
+    check_staged(eval, suite, &mut report);
     check_errors(eval, suite, &mut report);
     if !scope.small() {
         for gate in phi_gates() {
@@ -728,6 +729,67 @@ fn check_eval_many(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
                 "{what}: reported {} AES calls, the params predict {predicted}",
                 stats.aes_calls
             ));
+        }
+    }
+}
+
+/// [`BatchEval::stage`]: keys evaluated after their bytes were staged (in
+/// both layouts, alone and through `eval_many`) must give `Serial`'s
+/// answers, and again after `unstage`.
+fn check_staged(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
+    for case in &suite.point_cases {
+        let bits = case.keys.params.domain().bits();
+        if ![5, 50, 64].contains(&bits) {
+            continue;
+        }
+        let set = &case.point_sets[1];
+        for party in PARTIES {
+            let keys = case.keys.batch(party, 65);
+            let points = &set.points[..65 * set.per_key];
+            let expected = &set.expected[party_index(party)][..65 * set.per_key];
+            let what = format!("staged {:?} {party:?}", case.keys.params);
+            let whole = keys.bytes().unwrap_or_default();
+            eval.stage(whole);
+            compare_layout(
+                eval,
+                &keys,
+                (points, expected),
+                &format!("{what}, whole"),
+                report,
+            );
+            eval.unstage(whole);
+            let (roots, bodies) = taken_apart(&keys);
+            let split = KeyBatch::split(keys.params(), party, &roots, &bodies).unwrap();
+            eval.stage(&bodies);
+            let what = format!("{what}, roots apart");
+            compare_layout(eval, &split, (points, expected), &what, report);
+            // Two chunks of one staged section, as a step's chunks are.
+            let cut = 40 * set.per_key;
+            let (mut lo, mut hi) = (vec![UNWRITTEN; cut], vec![UNWRITTEN; points.len() - cut]);
+            let mut jobs = [
+                suffuse_core::batch::EvalJob {
+                    keys: split.slice(0, 40),
+                    points: &points[..cut],
+                    out: &mut lo,
+                },
+                suffuse_core::batch::EvalJob {
+                    keys: split.slice(40, 65),
+                    points: &points[cut..],
+                    out: &mut hi,
+                },
+            ];
+            report.calls += 1;
+            match guarded(|| eval.eval_many(&mut jobs)) {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => report.fail(format!("{what}, eval_many: returned error {e:?}")),
+                Err(panic) => report.fail(format!("{what}, eval_many: panicked: {panic}")),
+            }
+            if lo != expected[..cut] || hi != expected[cut..] {
+                report.fail(format!("{what}, eval_many: differs from Serial"));
+            }
+            eval.unstage(&bodies);
+            let what = format!("{what}, unstaged");
+            compare_layout(eval, &split, (points, expected), &what, report);
         }
     }
 }

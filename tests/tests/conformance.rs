@@ -360,3 +360,35 @@ fn harness_catches_planted_faults() {
         println!("{fault:?}: {} failure(s)", report.failures.len());
     }
 }
+
+/// Staged keys are read from the backend's copy: after staging, the host's
+/// bytes are overwritten (which the contract forbids, and which only a
+/// test may do), and the outputs must still be the staged keys' ones; the
+/// same call after `unstage` reads the host's bytes again.
+#[test]
+fn cuda_emulated_evaluates_staged_keys_from_its_copy() {
+    use suffuse_core::fss::{Kind, Output, Params};
+    use suffuse_core::prg::{FixedKeyAes, Prg};
+    use suffuse_core::ring::Width;
+    let eval = suffuse_accel_cuda::CudaEval::emulated();
+    let params = Params::new(Kind::Dcf, Width::of(24), Output::Ring(Width::of(13)));
+    let mut rng = Prg::new(b"staged copy test");
+    let dealt = suffuse_tests::keys::DealtBatch::deal(&FixedKeyAes::new(), &params, 50, &mut rng);
+    let keys = dealt.batch(Party::P1, 50);
+    let (roots, mut bodies) = conformance::taken_apart(&keys);
+    let points: Vec<u64> = dealt.alphas.iter().flat_map(|a| [*a, a + 1]).collect();
+    let mut want = vec![0u64; points.len()];
+    let split = KeyBatch::split(params, Party::P1, &roots, &bodies).unwrap();
+    Serial::new().eval(&split, &points, &mut want).unwrap();
+    eval.stage(&bodies);
+    for b in bodies.iter_mut() {
+        *b ^= 0x5a;
+    }
+    let split = KeyBatch::split(params, Party::P1, &roots, &bodies).unwrap();
+    let mut got = vec![0u64; points.len()];
+    eval.eval(&split, &points, &mut got).unwrap();
+    assert_eq!(got, want, "the staged copy was not used");
+    eval.unstage(&bodies);
+    eval.eval(&split, &points, &mut got).unwrap();
+    assert_ne!(got, want, "unstaged keys must be read from the host again");
+}
