@@ -8,7 +8,7 @@
 
 use super::{Kind, Output, Params, cond_neg, ct_eq, ct_lt, select_u64, write_word};
 use crate::error::Error;
-use crate::prg::{Block, Domain, HASH_CHUNK, Hasher};
+use crate::prg::{Block, Domain, HASH_CHUNK, Hasher, word_mask};
 use crate::ring::Width;
 
 /// Keys walked in lockstep by [`generate`]: two hash blocks per key fill one
@@ -290,7 +290,10 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
                 let flip = st.s[j][0].lsb() ^ 1;
                 let beta = st.beta[j];
                 Block::from_lanes(lane_bits, |i| {
-                    let pj = beta & 0u64.wrapping_sub(payload_bit(i));
+                    // Through the optimisation barrier: a plain `0 − bit`
+                    // here was compiled into a select on α's low bits
+                    // (`cargo xtask ct` caught it, 2026-11-27).
+                    let pj = beta & word_mask(payload_bit(i));
                     let v = w.add(
                         w.sub(pj, w.reduce(g0.lane(lane_bits, i))),
                         w.reduce(g1.lane(lane_bits, i)),
