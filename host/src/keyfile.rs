@@ -899,6 +899,12 @@ impl KeyReader {
 /// inside the file, and the end marker must end the file. Returns their
 /// lengths. Every section takes at least 48 bytes, so a forged step count
 /// costs at most `size / 48` reads.
+///
+/// The table grows as headers are read, never from the header's step count
+/// or the file's size: a sparse file claims any size for free, and a
+/// reservation sized from it (`size / 48` entries of a forged 1 TiB file is
+/// 22 G entries) was allocated, then zeroed by the wiping allocator when
+/// freed, until the OOM killer came (issue 27).
 fn walk(
     r: &mut (impl Read + Seek),
     start: u64,
@@ -912,8 +918,7 @@ fn walk(
         need,
         what,
     };
-    let cap = usize::try_from((size / 48).min(u64::from(steps))).unwrap_or(0);
-    let mut table = Vec::with_capacity(cap);
+    let mut table = Vec::new();
     let mut at = start;
     for step in 0..steps {
         let what = || format!("the section of step {step}");
@@ -1138,6 +1143,29 @@ mod tests {
         assert_eq!(&*r.section(0, 3).unwrap(), &[1, 2, 3]);
         assert!(r.section(1, 0).unwrap().is_empty());
         r.finish().unwrap();
+    }
+
+    /// Issue 27: a real file with its step count forged to 2^32 − 1 and
+    /// extended to 1 TiB with a seek (a sparse file, a few KB on disk) is
+    /// refused with a typed error after one section, allocating nothing
+    /// sized by the forged count or the claimed size.
+    #[test]
+    fn a_forged_step_count_in_a_sparse_file_is_refused_cheaply() {
+        let d = tmp("sparse");
+        let p = write(&d);
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[64..68].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        f.set_len(1 << 40).unwrap();
+        drop(f);
+        let t = std::time::Instant::now();
+        let e = KeyReader::open(&p).map(|_| ()).unwrap_err();
+        assert!(t.elapsed().as_secs() < 10, "took {:?}", t.elapsed());
+        // The walk read the forged count: it found no section of step 2.
+        let message = e.to_string();
+        assert!(message.contains("step 2"), "{message}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]
