@@ -647,13 +647,24 @@ impl KeyReader {
         Ok(reader)
     }
 
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Records the key set as spent in `ledger` (durably, and only once of
     /// any number of processes holding it), then deletes this file unless
     /// `keep`: call it before the first message that depends on the keys.
     /// The open reader still streams the deleted file. An entry stays after
     /// a crash: keys that may have been partly used must never be used
     /// again.
-    pub fn spend(&self, ledger: &Ledger, keep: bool) -> Result<(), KeyFileError> {
+    ///
+    /// A file that cannot be deleted (a read-only secret mount, a folder
+    /// the server may read but not write) is kept with a warning
+    /// ([`Spent::Undeletable`]), not an error: the ledger entry is already
+    /// durable and refuses the set again under any name, and failing here
+    /// would burn the set without an answer (issue 27, M2; `docs/DEPLOY.md`).
+    pub fn spend(&self, ledger: &Ledger, keep: bool) -> Result<Spent, KeyFileError> {
         let h = &self.header;
         ledger
             .spend(h.party, &h.key_set)
@@ -661,10 +672,13 @@ impl KeyReader {
                 path: self.path.clone(),
                 error,
             })?;
-        if !keep {
-            std::fs::remove_file(&self.path).map_err(io(&self.path))?;
+        if keep {
+            return Ok(Spent::Kept);
         }
-        Ok(())
+        Ok(match std::fs::remove_file(&self.path) {
+            Ok(()) => Spent::Deleted,
+            Err(error) => Spent::Undeletable(error),
+        })
     }
 
     /// Checks the header against this party's plan, whose key sections are
@@ -892,6 +906,18 @@ impl KeyReader {
             Err(e) => Err(io(&self.path)(e)),
         }
     }
+}
+
+/// What [`KeyReader::spend`] did with the file once the ledger had the set.
+#[derive(Debug)]
+#[must_use]
+pub enum Spent {
+    /// Deleted.
+    Deleted,
+    /// Kept, as asked (`--keep-spent`).
+    Kept,
+    /// Kept because deleting it failed; the ledger refuses the set anyway.
+    Undeletable(std::io::Error),
 }
 
 /// Walks the sections that start at byte `start` of a `size`-byte file,
@@ -1474,7 +1500,7 @@ mod tests {
         let first = KeyReader::open_unspent(&p, &ledger).unwrap();
         // Opened twice before either spends: only one spend succeeds.
         let second = KeyReader::open_unspent(&copy, &ledger).unwrap();
-        first.spend(&ledger, false).unwrap();
+        assert!(matches!(first.spend(&ledger, false), Ok(Spent::Deleted)));
         assert!(!p.exists(), "a spent key file is deleted");
         assert!(matches!(
             second.spend(&ledger, true),
@@ -1484,6 +1510,57 @@ mod tests {
             KeyReader::open_unspent(&copy, &ledger),
             Err(KeyFileError::Spent { .. })
         ));
+    }
+
+    /// Issue 27, M2: a key file the server cannot delete (its folder made
+    /// undeletable: immutable as root, read-only otherwise) is spent in the
+    /// ledger and kept with a warning instead of failing the query; the
+    /// ledger still refuses it.
+    #[test]
+    fn an_undeletable_key_file_is_spent_and_kept() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp("undeletable");
+        let keys = d.join("keys");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&keys)
+            .unwrap();
+        let p = write(&keys);
+        let ledger = Ledger::open(&d.join("state")).unwrap();
+        let reader = KeyReader::open_unspent(&p, &ledger).unwrap();
+        let root = rustix::process::geteuid().is_root();
+        let locked = if root {
+            std::process::Command::new("chattr")
+                .arg("+i")
+                .arg(&keys)
+                .status()
+        } else {
+            std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o500))
+                .map(|()| std::process::ExitStatus::default())
+        };
+        assert!(
+            locked.is_ok_and(|s| s.success()),
+            "could not lock {}",
+            keys.display()
+        );
+        let spent = reader.spend(&ledger, false);
+        let unlock = if root {
+            std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(&keys)
+                .status()
+                .map(|_| ())
+        } else {
+            std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o700))
+        };
+        unlock.unwrap();
+        assert!(matches!(spent, Ok(Spent::Undeletable(_))), "{spent:?}");
+        assert!(p.exists(), "the file stays");
+        assert!(matches!(
+            KeyReader::open_unspent(&p, &ledger),
+            Err(KeyFileError::Spent { .. })
+        ));
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -18,7 +18,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello};
-use crate::keyfile::{KeyFileError, KeyReader};
+use crate::keyfile::{KeyFileError, KeyReader, Spent};
 use crate::ledger::Ledger;
 use crate::model::ModelRef;
 use crate::net::{
@@ -213,7 +213,15 @@ fn run_query(
     // client that fails one of them costs no keys at the other.
     peer.exchange(READY_STEP, b"ready", 5)
         .map_err(net("confirming the input with the peer"))?;
-    reader.spend(&opts.ledger, opts.keep_spent)?;
+    if let Spent::Undeletable(e) = reader.spend(&opts.ledger, opts.keep_spent)? {
+        eprintln!(
+            "P{}: warning: the spent key file {} could not be deleted ({e}); \
+             the ledger refuses its key set from now on, but delete the file by hand \
+             (docs/DEPLOY.md)",
+            party.index(),
+            reader.path().display()
+        );
+    }
     let mut io = ClientPasses {
         plan,
         link: client_link,
