@@ -579,6 +579,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 decode_steps,
             };
             let plan = plan::build(&model, shape)?;
+            if count == Some(0) && keep_pool.is_none() {
+                bail!(
+                    "--count 0 deals nothing: give a count of at least 1, or --keep-pool M \
+                     to keep the pool at M unspent sets"
+                );
+            }
             if count.is_some() || keep_pool.is_some() {
                 let fill = Fill {
                     count: count.unwrap_or(0),

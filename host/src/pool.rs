@@ -19,11 +19,11 @@
 //! The claim is not the spend: the ledger records that, once both servers
 //! hold a valid input ([`crate::server`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use suffuse_core::batch::BatchEval;
 
@@ -75,10 +75,26 @@ pub enum Unusable {
 }
 
 impl Unusable {
-    /// Whether the set will never serve (as opposed to: not now).
+    /// Whether the set will never serve (as opposed to: not now). A
+    /// missing file is not final: on two machines a server's copy of a set
+    /// may arrive after its peer's (rsync lag, or one folder copied first).
     pub fn is_final(&self) -> bool {
-        !matches!(self, Unusable::Claimed(_))
+        !matches!(self, Unusable::Claimed(_) | Unusable::Missing(_))
     }
+}
+
+/// The first wait before a set that could not serve now is offered again.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The longest such wait.
+const LAST_BACKOFF: Duration = Duration::from_secs(300);
+
+/// A set put aside for a while: when it may be offered again, and the
+/// wait after the next refusal.
+#[derive(Clone, Copy, Debug)]
+struct Deferred {
+    until: Instant,
+    next: Duration,
 }
 
 /// Parses a set folder's name: 32 lowercase hex digits.
@@ -106,6 +122,8 @@ pub struct Pool {
     dir: PathBuf,
     party: u8,
     dead: Mutex<HashSet<[u8; 16]>>,
+    /// Sets the peer could not take yet, retried after a back-off.
+    deferred: Mutex<HashMap<[u8; 16], Deferred>>,
 }
 
 impl Pool {
@@ -116,6 +134,7 @@ impl Pool {
             dir: dir.to_path_buf(),
             party,
             dead: Mutex::new(HashSet::new()),
+            deferred: Mutex::new(HashMap::new()),
         })
     }
 
@@ -137,13 +156,15 @@ impl Pool {
     /// served), less those found unusable for good.
     pub fn ids(&self) -> Result<Vec<[u8; 16]>, PoolError> {
         let dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        let deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&self.dir).map_err(io(&self.dir))? {
             let entry = entry.map_err(io(&self.dir))?;
             let Some(id) = entry.file_name().to_str().and_then(parse_id) else {
                 continue;
             };
-            if dead.contains(&id) {
+            if dead.contains(&id) || deferred.get(&id).is_some_and(|d| d.until > now) {
                 continue;
             }
             // A set folder without this party's file is the peer's only,
@@ -199,6 +220,9 @@ impl Pool {
         Ok(Claim {
             id: *id,
             dir: self.set_dir(id),
+            file: path,
+            party: self.party,
+            ledger: ledger.clone(),
             reader: Some(reader),
             _lock: lock,
         })
@@ -224,7 +248,23 @@ impl Pool {
         Ok(None)
     }
 
-    /// Stops offering set `id` (its peer has no copy, say).
+    /// Puts set `id` aside for a while (its peer has no copy yet, say): it
+    /// is offered again after 1 s, then after twice as long at each refusal,
+    /// up to 5 minutes.
+    pub fn defer(&self, id: &[u8; 16]) {
+        let mut deferred = self.deferred.lock().unwrap_or_else(PoisonError::into_inner);
+        let wait = deferred.get(id).map_or(FIRST_BACKOFF, |d| d.next);
+        let next = (wait * 2).min(LAST_BACKOFF);
+        deferred.insert(
+            *id,
+            Deferred {
+                until: Instant::now() + wait,
+                next,
+            },
+        );
+    }
+
+    /// Stops offering set `id` for good (spent, corrupt, for another plan).
     pub fn forget(&self, id: &[u8; 16]) {
         self.dead
             .lock()
@@ -239,6 +279,11 @@ impl Pool {
 pub struct Claim {
     id: [u8; 16],
     dir: PathBuf,
+    /// This party's file of the set, and the ledger that says whether the
+    /// query spent it.
+    file: PathBuf,
+    party: u8,
+    ledger: Ledger,
     reader: Option<KeyReader>,
     _lock: File,
 }
@@ -267,10 +312,24 @@ impl Claim {
 
 impl Drop for Claim {
     fn drop(&mut self) {
+        // A spent file that is still there (`--keep-spent`, or one that
+        // could not be deleted) leaves the pool's namespace: renamed
+        // `pN.keys.spent`, it is kept, but no server offers it and the
+        // dealer's `--keep-pool` no longer counts its set as unspent.
+        if self.file.exists() && self.ledger.check_unspent(self.party, &self.id).is_err() {
+            let _ = std::fs::rename(&self.file, spent_name(&self.file));
+        }
         // The last server to spend its file removes the emptied set folder;
         // while the other file is there the removal fails, as it should.
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// Where a kept spent key file goes: `pN.keys.spent` beside it.
+fn spent_name(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".spent");
+    PathBuf::from(name)
 }
 
 fn create_dir(dir: &Path) -> Result<(), PoolError> {
@@ -304,17 +363,25 @@ pub fn deal_set(plan: &Plan, dir: &Path, fss: &dyn BatchEval) -> Result<DealRepo
     Ok(report)
 }
 
-/// Sets in the pool that still hold a key file of either party: what the
-/// dealer counts when it keeps the pool topped up.
+/// Sets in the pool that can still serve a query, as the dealer sees them
+/// when it keeps the pool topped up: both parties' key files are there.
+/// A set one server has spent (its file deleted, or renamed `.spent` under
+/// `--keep-spent`), or one left with a single file by a crash, does not
+/// count. A pool folder that does not exist yet holds none.
 pub fn unspent_sets(dir: &Path) -> Result<usize, PoolError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(dir)(e)),
+    };
     let mut n = 0;
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+    for entry in entries {
         let entry = entry.map_err(io(dir))?;
         if entry.file_name().to_str().and_then(parse_id).is_none() {
             continue;
         }
         let files = dealer::key_paths(&entry.path());
-        if files.iter().any(|f| f.exists()) {
+        if files.iter().all(|f| f.exists()) {
             n += 1;
         }
     }

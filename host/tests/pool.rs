@@ -45,6 +45,12 @@ struct Server {
 }
 
 fn serve(dir: &Path, party: u8, peer: &str, seq: &str) -> Server {
+    serve_in(dir, &dir.join(format!("pool{seq}")), party, peer, &[])
+}
+
+/// A pooled server on `pool`, with its ledger in `dir/stateN`, the
+/// certificates in `dir/certs`, and `extra` flags.
+fn serve_in(dir: &Path, pool: &Path, party: u8, peer: &str, extra: &[&str]) -> Server {
     let p = party.to_string();
     let mut child = Command::new(BIN)
         .args([
@@ -58,11 +64,12 @@ fn serve(dir: &Path, party: u8, peer: &str, seq: &str) -> Server {
         ])
         .args(["--peer", peer, "--timeout", "60", "--max-concurrent", "3"])
         .arg("--keys-dir")
-        .arg(dir.join(format!("pool{seq}")))
+        .arg(pool)
         .arg("--state-dir")
         .arg(dir.join(format!("state{p}")))
         .arg("--tls")
         .arg(dir.join("certs"))
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -260,4 +267,132 @@ fn sigterm_lets_the_query_in_flight_finish_and_admits_no_more() {
         p1.terminate(Duration::from_secs(30)),
         "P1 did not exit 0 on SIGTERM"
     );
+}
+
+/// Sets in `pool` with both key files (what the dealer counts as unspent).
+fn complete_sets(pool: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(pool) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .filter(|e| e.path().join("p0.keys").exists() && e.path().join("p1.keys").exists())
+        .count()
+}
+
+/// Issue 27, M3: `dealer --count 0 --keep-pool 2` into a folder that does
+/// not exist yet, and both servers on it with `--keep-spent`: every query
+/// of five in a row is served, because a kept spent file leaves the pool's
+/// namespace (`pN.keys.spent`) and the dealer refills behind it.
+#[test]
+fn keep_pool_refills_behind_servers_that_keep_spent_files() {
+    let dir = temp("refill");
+    run(&["certs", "--out", dir.join("certs").to_str().unwrap()]);
+    let pool = dir.join("pool16");
+    let mut dealer = Command::new(BIN)
+        .args(["dealer", "--model", "demo", "--seq", "16", "--count", "0"])
+        .args(["--keep-pool", "2", "--out"])
+        .arg(&pool)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(120);
+    while complete_sets(&pool) < 2 {
+        assert!(Instant::now() < until, "the dealer never filled the pool");
+        assert!(dealer.try_wait().unwrap().is_none(), "the dealer exited");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let p0 = serve_in(&dir, &pool, 0, "unused", &["--keep-spent"]);
+    let p1 = serve_in(&dir, &pool, 1, &p0.addr, &["--keep-spent"]);
+    let servers = format!("{},{}", p0.addr, p1.addr);
+    for i in 0..5 {
+        let text = format!("refilled query {i}");
+        let out = query(&servers, &dir.join("certs"), &text)
+            .wait_with_output()
+            .unwrap();
+        let out = ok(out, &format!("query {i}"));
+        let local = run(&["embed", "--model", "demo", "--max-tokens", "16", &text]);
+        assert_eq!(embedding(&out.stdout), embedding(&local.stdout), "{text}");
+        std::thread::sleep(Duration::from_millis(1500));
+    }
+    assert_eq!(ledger(&dir.join("state0")).len(), 5);
+    let kept = std::fs::read_dir(&pool)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("p0.keys.spent").exists())
+        .count();
+    assert_eq!(kept, 5, "the spent files are kept, renamed");
+    let _ = Command::new("kill")
+        .args(["-TERM", &dealer.id().to_string()])
+        .status();
+    let _ = dealer.wait();
+    assert!(p0.terminate(Duration::from_secs(30)));
+    assert!(p1.terminate(Duration::from_secs(30)));
+}
+
+/// Issue 27, M4: on two machines, P1's copy of a set arrives after P0's
+/// (one folder copied first, rsync lag). The query before it arrives finds
+/// the pool empty; once it is there, P0 offers the set again after its
+/// back-off and the next query is served.
+#[test]
+fn a_set_whose_second_file_arrives_late_is_served_once_it_does() {
+    let dir = setup("late", "16", "1");
+    let pool = dir.join("pool16");
+    let id = std::fs::read_dir(&pool)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .find(|n| !n.to_string_lossy().starts_with('.'))
+        .unwrap();
+    let (a, b) = (dir.join("poolA"), dir.join("poolB"));
+    for folder in [&a, &b, &a.join(&id), &b.join(&id)] {
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(folder)
+            .unwrap();
+    }
+    std::fs::rename(pool.join(&id).join("p0.keys"), a.join(&id).join("p0.keys")).unwrap();
+    let later = dir.join("p1.keys.later");
+    std::fs::rename(pool.join(&id).join("p1.keys"), &later).unwrap();
+    let p0 = serve_in(&dir, &a, 0, "unused", &[]);
+    let p1 = serve_in(&dir, &b, 1, &p0.addr, &[]);
+    let servers = format!("{},{}", p0.addr, p1.addr);
+    let certs = dir.join("certs");
+    let early = query(&servers, &certs, "too early")
+        .wait_with_output()
+        .unwrap();
+    assert!(!early.status.success(), "served without P1's keys");
+    let msg = String::from_utf8_lossy(&early.stderr);
+    assert!(msg.contains("key pool is empty"), "{msg}");
+    std::fs::rename(&later, b.join(&id).join("p1.keys")).unwrap();
+    // Past the first back-off (1 s).
+    std::thread::sleep(Duration::from_millis(1500));
+    let text = "served once both files are there";
+    let out = ok(
+        query(&servers, &certs, text).wait_with_output().unwrap(),
+        "the query after the late file",
+    );
+    let local = run(&["embed", "--model", "demo", "--max-tokens", "16", text]);
+    assert_eq!(embedding(&out.stdout), embedding(&local.stdout));
+    assert!(p0.terminate(Duration::from_secs(30)));
+    assert!(p1.terminate(Duration::from_secs(30)));
+}
+
+/// `dealer --count 0` alone deals nothing: it says so and fails, instead
+/// of exiting 0 silently (issue 27).
+#[test]
+fn a_dealer_asked_for_nothing_says_so() {
+    let dir = temp("nothing");
+    let out = Command::new(BIN)
+        .args([
+            "dealer", "--model", "demo", "--seq", "16", "--count", "0", "--out",
+        ])
+        .arg(dir.join("pool"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(msg.contains("--count 0 deals nothing"), "{msg}");
+    assert!(!dir.join("pool").exists(), "nothing was created");
 }

@@ -84,13 +84,16 @@ impl Shared<'_> {
                 }
                 Ok(Agree::Decline { why, retry }) => {
                     self.log(&format!("P1 declined key set {}: {why}", hex(claim.id())));
-                    match retry {
-                        true => busy.insert(*claim.id()),
-                        false => {
-                            self.pool.forget(claim.id());
-                            false
-                        }
-                    };
+                    // A set P1 may take later (claimed by another of its
+                    // queries, or its file not there yet) is skipped for
+                    // this query and offered again after a back-off; one it
+                    // can never take is dropped.
+                    if retry {
+                        busy.insert(*claim.id());
+                        self.pool.defer(claim.id());
+                    } else {
+                        self.pool.forget(claim.id());
+                    }
                     spare = Some(peer);
                 }
                 Ok(Agree::Propose { .. }) => self.log("P1 proposed a key set; dropping its link"),
