@@ -129,6 +129,26 @@ built-in model. `suffuse embed` does the same with a real Hugging Face
 checkpoint. `suffuse dealer`, `suffuse serve` and `suffuse query` are the
 same computation as separate processes (see the README's walkthrough).";
 
+/// The longest duration any flag takes, in seconds (a day): larger values
+/// overflowed deadlines (issue 27).
+const MAX_SECONDS: u64 = 86_400;
+
+/// Queries a pool server serves at once, at most.
+const MAX_CONCURRENT: u64 = 1024;
+
+/// Tokens a generation may ask for, at most.
+const MAX_NEW_TOKENS: u64 = 1 << 16;
+
+/// A duration flag in seconds: 1 s to a day.
+fn seconds() -> clap::builder::RangedU64ValueParser<u64> {
+    clap::value_parser!(u64).range(1..=MAX_SECONDS)
+}
+
+/// A count flag in `low..=high`.
+fn count_in(low: u64, high: u64) -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(low..=high)
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "suffuse", version, about = ABOUT, long_about = ABOUT)]
 struct Cli {
@@ -197,7 +217,7 @@ enum Command {
         /// A decoder: deal for generating up to this many tokens (the
         /// prefill and K − 1 decode passes); `--seq` is then the prompt
         /// bucket.
-        #[arg(long)]
+        #[arg(long, value_parser = count_in(1, MAX_NEW_TOKENS))]
         max_new_tokens: Option<usize>,
         /// Output folder (OUT/p0.keys and OUT/p1.keys; with --count or
         /// --keep-pool, a key pool: one folder per set, named by its id).
@@ -238,11 +258,11 @@ enum Command {
         keys_dir: Option<PathBuf>,
         /// With --keys-dir: queries served at once (P1 keeps this many links
         /// to P0; give both servers the same).
-        #[arg(long, default_value_t = 4)]
+        #[arg(long, default_value_t = 4, value_parser = count_in(1, MAX_CONCURRENT))]
         max_concurrent: usize,
         /// With --keys-dir: seconds that queries in flight get to finish
         /// after SIGTERM.
-        #[arg(long, default_value_t = 30)]
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
         drain: u64,
         /// Address to listen on, e.g. 127.0.0.1:7000.
         #[arg(long)]
@@ -253,7 +273,7 @@ enum Command {
         peer: String,
         /// Seconds to wait for the peer and the client (in all), and for
         /// each message, before giving up.
-        #[arg(long, default_value_t = 120)]
+        #[arg(long, default_value_t = 120, value_parser = seconds())]
         timeout: u64,
         /// Write this server's figures as JSON to this file.
         #[arg(long)]
@@ -283,7 +303,7 @@ enum Command {
         /// handshakes, hellos, P0 then P1): a server that stalls there ends
         /// the query within this. Then each message from a server gets as
         /// long again, so a stalled query ends within it too.
-        #[arg(long, default_value_t = 120)]
+        #[arg(long, default_value_t = 120, value_parser = seconds())]
         timeout: u64,
         /// Sentences the servers' keys must be dealt for (default: the
         /// number of texts); a server announcing another shape is refused.
@@ -325,7 +345,7 @@ enum Command {
         chat: bool,
         /// Tokens to generate at most (fewer when the model ends the
         /// text).
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, default_value_t = 32, value_parser = count_in(1, MAX_NEW_TOKENS))]
         max_new_tokens: usize,
         /// The prompt bucket to deal for (default: the next power of two
         /// from 8 on); the servers learn it, not the prompt's length.
@@ -340,7 +360,7 @@ enum Command {
         /// The client's wait for a pass's logits spans the servers' whole
         /// pass (a SmolLM2 prefill of 128 tokens takes minutes on 2
         /// cores), so the default is generous; every party runs here.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, default_value_t = 600, value_parser = seconds())]
         timeout: u64,
         #[command(flatten)]
         out: Output,
@@ -464,12 +484,37 @@ fn main() -> ExitCode {
     // their own before they are freed.
     suffuse_host::wipe::allocator_wipes_freed_blocks();
     keep_freed_memory();
+    no_core_dumps();
     let cli = Cli::parse();
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("suffuse: error: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Every command holds secrets (keys, shares, the client's input and
+/// output), and an abort or a SIGBUS would write them into a core dump: the
+/// process is made undumpable and its core-size limit 0 (issue 27;
+/// `docs/DEPLOY.md`). Failures are reported, not fatal: a sandbox may
+/// forbid the calls, and a process that cannot dump is no worse off.
+fn no_core_dumps() {
+    #[cfg(target_os = "linux")]
+    {
+        use rustix::process::{
+            DumpableBehavior, Resource, Rlimit, set_dumpable_behavior, setrlimit,
+        };
+        let none = Rlimit {
+            current: Some(0),
+            maximum: Some(0),
+        };
+        if let Err(e) = setrlimit(Resource::Core, none) {
+            eprintln!("suffuse: warning: could not set the core-dump limit to 0: {e}");
+        }
+        if let Err(e) = set_dumpable_behavior(DumpableBehavior::NotDumpable) {
+            eprintln!("suffuse: warning: could not make the process undumpable: {e}");
         }
     }
 }
@@ -571,7 +616,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keep_pool,
             report_json,
         } => {
-            let model = load_any(&model)?;
+            let spec = model;
+            let model = load_any(&spec)?;
+            if max_new_tokens.is_some() && matches!(model, Transformer::Encoder(_)) {
+                bail!("--max-new-tokens is for decoders, and {spec} is an encoder");
+            }
             let decode_steps = max_new_tokens.map_or(0, |k| k.max(1) - 1);
             let shape = Shape {
                 batch,

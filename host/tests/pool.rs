@@ -396,3 +396,106 @@ fn a_dealer_asked_for_nothing_says_so() {
     assert!(msg.contains("--count 0 deals nothing"), "{msg}");
     assert!(!dir.join("pool").exists(), "nothing was created");
 }
+
+/// Absurd durations and counts are refused when the command line is parsed,
+/// with a clear range, instead of panicking later (issue 27): a drain or a
+/// timeout of 2^64 − 1 s overflowed a deadline, `--max-concurrent 100000`
+/// panicked at P1, `--max-concurrent 0` was accepted, and `--max-new-tokens
+/// 0` dealt the plan of 1 (and was ignored for encoders).
+#[test]
+fn absurd_flag_values_are_refused_at_parse_time() {
+    let serve = [
+        "serve",
+        "--party",
+        "1",
+        "--model",
+        "demo",
+        "--listen",
+        "127.0.0.1:0",
+    ];
+    let cases: [&[&str]; 6] = [
+        &[
+            "--peer",
+            "127.0.0.1:9",
+            "--keys-dir",
+            "p",
+            "--drain",
+            "18446744073709551615",
+        ],
+        &[
+            "--peer",
+            "127.0.0.1:9",
+            "--keys-dir",
+            "p",
+            "--timeout",
+            "18446744073709551615",
+        ],
+        &[
+            "--peer",
+            "127.0.0.1:9",
+            "--keys-dir",
+            "p",
+            "--max-concurrent",
+            "100000",
+        ],
+        &[
+            "--peer",
+            "127.0.0.1:9",
+            "--keys-dir",
+            "p",
+            "--max-concurrent",
+            "0",
+        ],
+        &["--peer", "127.0.0.1:9", "--keys-dir", "p", "--timeout", "0"],
+        &[
+            "--peer",
+            "127.0.0.1:9",
+            "--keys-dir",
+            "p",
+            "--drain",
+            "86401",
+        ],
+    ];
+    for extra in cases {
+        let out = Command::new(BIN).args(serve).args(extra).output().unwrap();
+        let msg = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?} accepted");
+        assert!(msg.contains("is not in"), "{extra:?}: {msg}");
+    }
+    let dir = temp("absurd");
+    let deal = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["dealer", "--seq", "16", "--out"])
+            .arg(dir.join("keys"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let zero = deal(&["--model", "tiny-llama", "--max-new-tokens", "0"]);
+    assert!(!zero.status.success());
+    let encoder = deal(&["--model", "demo", "--max-new-tokens", "2"]);
+    let msg = String::from_utf8_lossy(&encoder.stderr);
+    assert!(
+        !encoder.status.success() && msg.contains("is an encoder"),
+        "{msg}"
+    );
+    assert!(!dir.join("keys").exists(), "nothing was dealt");
+}
+
+/// A server's key material cannot reach a core dump: its core-size limit is
+/// 0 (and the process is undumpable, which `/proc` does not show to root)
+/// (issue 27).
+#[test]
+fn a_server_writes_no_core_dump() {
+    let dir = temp("core");
+    run(&["certs", "--out", dir.join("certs").to_str().unwrap()]);
+    let p0 = serve_in(&dir, &dir.join("pool"), 0, "unused", &[]);
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", p0.child.id())).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    let fields: Vec<&str> = core.split_whitespace().collect();
+    assert_eq!(&fields[4..6], ["0", "0"], "{core}");
+    drop(p0);
+}
