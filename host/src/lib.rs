@@ -30,6 +30,7 @@ pub mod fuzzing;
 pub mod generate;
 pub mod keyfile;
 pub mod ledger;
+pub mod logline;
 pub mod model;
 pub mod net;
 pub mod party;

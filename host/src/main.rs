@@ -489,7 +489,9 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("suffuse: error: {e:#}");
+            // An error may quote a peer (an abort reason): printable only.
+            let text = suffuse_host::logline::printable(&format!("{e:#}"));
+            eprintln!("suffuse: error: {text}");
             ExitCode::FAILURE
         }
     }

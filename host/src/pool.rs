@@ -242,7 +242,7 @@ impl Pool {
             match self.claim(&id, ledger) {
                 Ok(c) => return Ok(Some(c)),
                 Err(Unusable::Claimed(_)) => {}
-                Err(e) => eprintln!("P{}: skipping a key set: {e}", self.party),
+                Err(e) => crate::logline::line(self.party, &format!("skipping a key set: {e}")),
             }
         }
         Ok(None)

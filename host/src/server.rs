@@ -214,12 +214,14 @@ fn run_query(
     peer.exchange(READY_STEP, b"ready", 5)
         .map_err(net("confirming the input with the peer"))?;
     if let Spent::Undeletable(e) = reader.spend(&opts.ledger, opts.keep_spent)? {
-        eprintln!(
-            "P{}: warning: the spent key file {} could not be deleted ({e}); \
+        crate::logline::line(
+            party.index() as u8,
+            &format!(
+                "warning: the spent key file {} could not be deleted ({e}); \
              the ledger refuses its key set from now on, but delete the file by hand \
              (docs/DEPLOY.md)",
-            party.index(),
-            reader.path().display()
+                reader.path().display()
+            ),
         );
     }
     let mut io = ClientPasses {
@@ -500,7 +502,7 @@ impl Meeting<'_> {
     }
 
     fn log(&self, what: &str) {
-        eprintln!("P{}: {what}", self.me);
+        crate::logline::line(self.me, what);
     }
 }
 

@@ -241,7 +241,7 @@ struct Shared<'a> {
 
 impl<'a> Shared<'a> {
     fn log(&self, what: &str) {
-        eprintln!("P{}: {what}", self.me);
+        crate::logline::line(self.me, what);
     }
 
     fn stopping(&self) -> bool {
