@@ -591,7 +591,24 @@ impl KeyReader {
     /// marker: a file cut short, grown, or with a section out of place is
     /// refused here.
     pub fn open(path: &Path) -> Result<KeyReader, KeyFileError> {
-        let file = File::open(path).map_err(io(path))?;
+        // Non-blocking, so that a FIFO or a device in the key file's place
+        // is refused below instead of blocking the open (issue 27); the
+        // flag changes nothing for a regular file.
+        let file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(i32::try_from(nonblock).unwrap_or(0))
+                .open(path)
+                .map_err(io(path))?
+        };
+        if !file.metadata().map_err(io(path))?.is_file() {
+            return Err(KeyFileError::Header {
+                path: path.to_path_buf(),
+                what: "not a regular file (a key file is one)".into(),
+            });
+        }
         let mapping = if mapped::mappable(&file) {
             file.try_clone().ok()
         } else {
@@ -1510,6 +1527,24 @@ mod tests {
             KeyReader::open_unspent(&copy, &ledger),
             Err(KeyFileError::Spent { .. })
         ));
+    }
+
+    /// Issue 27: a FIFO in a key file's place is refused at once instead of
+    /// blocking the open until a writer comes.
+    #[test]
+    fn a_fifo_is_refused_without_blocking() {
+        let d = tmp("fifo");
+        let p = d.join("fifo.keys");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let t = std::time::Instant::now();
+        let e = KeyReader::open(&p).map(|_| ()).unwrap_err();
+        assert!(t.elapsed().as_secs() < 5);
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     /// Issue 27, M2: a key file the server cannot delete (its folder made

@@ -1184,21 +1184,26 @@ fn embed(
 }
 
 fn inspect(path: &Path, state: &State) -> Result<ExitCode> {
+    use std::fmt::Write as _;
     let mut r = KeyReader::open(path)?;
     let h = r.header.clone();
-    println!("file       {}", path.display());
-    println!("party      {}", h.party);
-    println!("plan       {}", hex(&h.plan_hash));
-    println!("key set    {}", hex(&h.key_set));
-    println!(
+    let mut out = String::new();
+    let _ = writeln!(out, "file       {}", path.display());
+    let _ = writeln!(out, "party      {}", h.party);
+    let _ = writeln!(out, "plan       {}", hex(&h.plan_hash));
+    let _ = writeln!(out, "key set    {}", hex(&h.key_set));
+    let summary = &h.summary;
+    let _ = writeln!(
+        out,
         "model      {} ({})",
-        h.summary.model, h.summary.model_digest
+        summary.model, summary.model_digest
     );
-    println!(
+    let _ = writeln!(
+        out,
         "shape      {} sentence(s) × {} tokens",
-        h.summary.batch, h.summary.seq
+        summary.batch, summary.seq
     );
-    println!("steps      {}", h.steps);
+    let _ = writeln!(out, "steps      {}", h.steps);
     let mut total = 0u64;
     let mut largest = (0u32, 0u64);
     for _ in 0..h.steps {
@@ -1210,22 +1215,31 @@ fn inspect(path: &Path, state: &State) -> Result<ExitCode> {
         }
     }
     r.finish()?;
-    println!(
-        "key bytes  {} ({} in sections)",
-        bytes(std::fs::metadata(path)?.len()),
-        bytes(total)
-    );
-    println!("largest    step {} ({})", largest.0, bytes(largest.1));
-    let spent = state.ledger()?.check_unspent(h.party, &h.key_set);
-    println!(
-        "spent      {}",
-        match spent {
-            Err(LedgerError::Spent { .. }) => "yes (in this ledger; a server will refuse it)",
-            Err(e) => return Err(e.into()),
-            Ok(()) => "no (not in this ledger)",
-        }
-    );
+    let size = bytes(std::fs::metadata(path)?.len());
+    let _ = writeln!(out, "key bytes  {size} ({} in sections)", bytes(total));
+    let _ = writeln!(out, "largest    step {} ({})", largest.0, bytes(largest.1));
+    let spent = match state.ledger()?.check_unspent(h.party, &h.key_set) {
+        Err(LedgerError::Spent { .. }) => "yes (in this ledger; a server will refuse it)",
+        Err(e) => return Err(e.into()),
+        Ok(()) => "no (not in this ledger)",
+    };
+    let _ = writeln!(out, "spent      {spent}");
+    print_to_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `text` to stdout; a reader that closed the pipe early (`| head`)
+/// ends the output quietly instead of a panic (issue 27).
+fn print_to_stdout(text: &str) -> Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 #[cfg(test)]

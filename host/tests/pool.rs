@@ -499,3 +499,49 @@ fn a_server_writes_no_core_dump() {
     assert_eq!(&fields[4..6], ["0", "0"], "{core}");
     drop(p0);
 }
+
+/// `inspect` whose reader has gone (`| head -1`, here a pipe closed before
+/// it writes) ends quietly with success instead of panicking, and a FIFO
+/// in a key file's place is refused instead of blocking (issue 27).
+#[test]
+fn inspect_survives_a_closed_pipe_and_refuses_a_fifo() {
+    let dir = temp("inspect");
+    run(&[
+        "dealer",
+        "--model",
+        "demo",
+        "--seq",
+        "8",
+        "--out",
+        dir.join("keys").to_str().unwrap(),
+    ]);
+    let mut child = Command::new(BIN)
+        .arg("inspect")
+        .arg(dir.join("keys/p0.keys"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !msg.contains("panicked"), "{msg}");
+    let fifo = dir.join("fifo.keys");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = Command::new(BIN)
+        .arg("inspect")
+        .arg(&fifo)
+        .output()
+        .unwrap();
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && msg.contains("not a regular file"),
+        "{msg}"
+    );
+}
