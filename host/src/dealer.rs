@@ -97,6 +97,76 @@ pub fn deal(
     let start = Instant::now();
     let key_set = random::<16>()?;
     let files = key_paths(dir);
+    for f in &files {
+        if std::fs::symlink_metadata(f).is_ok() {
+            return Err(KeyFileError::Exists { path: f.clone() }.into());
+        }
+    }
+    // Written under hidden names and linked to the real ones only when both
+    // are whole, so that a failed deal (a full disk) leaves no truncated
+    // `p0.keys` behind to refuse the next one (issue 27).
+    let tag = hex(&random::<8>()?);
+    let partial = files.clone().map(|f| partial_name(&f, &tag));
+    let dealt = deal_into(plan, &partial, key_set, progress, fss);
+    let published = dealt.and_then(|report| {
+        publish(&partial, &files, dir)?;
+        Ok(report)
+    });
+    for p in &partial {
+        let _ = std::fs::remove_file(p);
+    }
+    let (file_bytes, by_category) = published?;
+    Ok(DealReport {
+        keygen_s: start.elapsed().as_secs_f64(),
+        file_bytes,
+        by_category,
+        key_set,
+        files,
+    })
+}
+
+/// A file's hidden name while it is being dealt: `.pN.keys.dealing-TAG`.
+fn partial_name(file: &Path, tag: &str) -> PathBuf {
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    file.with_file_name(format!(".{name}.dealing-{tag}"))
+}
+
+/// Links both whole files to their real names (refusing to replace any),
+/// and syncs the folder.
+fn publish(partial: &[PathBuf; 2], files: &[PathBuf; 2], dir: &Path) -> Result<(), DealerError> {
+    for (from, to) in partial.iter().zip(files) {
+        std::fs::hard_link(from, to).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => KeyFileError::Exists { path: to.clone() },
+            _ => KeyFileError::Io {
+                path: to.clone(),
+                error: e,
+            },
+        })?;
+    }
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|error| KeyFileError::Io {
+            path: dir.to_path_buf(),
+            error,
+        })?;
+    Ok(())
+}
+
+/// Per category, each party's dealt bytes.
+type ByCategory = Vec<(Category, [u64; 2])>;
+
+/// Deals every step of `plan` into the two files `files` (created new),
+/// returning each file's bytes and the bytes per category.
+fn deal_into(
+    plan: &Plan,
+    files: &[PathBuf; 2],
+    key_set: [u8; 16],
+    progress: bool,
+    fss: &dyn BatchEval,
+) -> Result<([u64; 2], ByCategory), DealerError> {
     let steps = plan.steps() as u32;
     let summary = Summary {
         model: plan.model.clone(),
@@ -148,13 +218,7 @@ pub fn deal(
         file_bytes[party] = w.map_err(|_| DealerError::Writer { party })??;
     }
     dealt?;
-    Ok(DealReport {
-        keygen_s: start.elapsed().as_secs_f64(),
-        file_bytes,
-        by_category,
-        key_set,
-        files,
-    })
+    Ok((file_bytes, by_category))
 }
 
 /// Pieces queued per file ahead of its writer.
@@ -250,4 +314,89 @@ fn deal_steps(
         bar.inc(1);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::os::unix::fs::DirBuilderExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use suffuse_core::Error;
+    use suffuse_core::batch::{EvalStats, MatShape};
+    use suffuse_core::fss::{GenBatch, KeyBatch};
+    use suffuse_core::prg::{Block, Domain, Hasher};
+
+    use super::*;
+
+    /// The default backend, but key generation fails after `left` calls:
+    /// a deal that breaks half-way, as a full disk does.
+    struct FailsLater {
+        left: AtomicUsize,
+    }
+
+    impl Hasher for FailsLater {
+        fn hash_many(&self, d: Domain, blocks: &mut [Block]) -> u64 {
+            crate::backend::auto().hash_many(d, blocks)
+        }
+    }
+
+    impl BatchEval for FailsLater {
+        fn name(&self) -> &'static str {
+            "fails-later"
+        }
+        fn aes_path(&self) -> &'static str {
+            "test"
+        }
+        fn preferred_batch(&self) -> usize {
+            crate::backend::auto().preferred_batch()
+        }
+        fn eval(&self, k: &KeyBatch<'_>, p: &[u64], o: &mut [u64]) -> Result<EvalStats, Error> {
+            crate::backend::auto().eval(k, p, o)
+        }
+        fn eval_full_domain(&self, k: &KeyBatch<'_>, o: &mut [u64]) -> Result<EvalStats, Error> {
+            crate::backend::auto().eval_full_domain(k, o)
+        }
+        fn generate(
+            &self,
+            b: &GenBatch<'_>,
+            k0: &mut [u8],
+            k1: &mut [u8],
+        ) -> Result<EvalStats, Error> {
+            if self.left.fetch_sub(1, Ordering::Relaxed) == 0 {
+                return Err(Error::Unsupported);
+            }
+            crate::backend::auto().generate(b, k0, k1)
+        }
+        fn matmul(&self, s: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+            crate::backend::auto().matmul(s, a, b, c)
+        }
+    }
+
+    /// Issue 27: a deal that fails half-way leaves neither key file nor a
+    /// hidden partial one, and the next deal into the folder succeeds.
+    #[test]
+    fn a_failed_deal_leaves_nothing_behind() {
+        let d = std::env::temp_dir().join(format!("suffuse-dealer-fail-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+        let plan = crate::fuzzing::plan();
+        let failing = FailsLater {
+            left: AtomicUsize::new(3),
+        };
+        assert!(deal(&plan, &d, false, &failing).is_err());
+        let left: Vec<_> = std::fs::read_dir(&d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(left.is_empty(), "left behind: {left:?}");
+        let r = deal(&plan, &d, false, crate::backend::auto()).unwrap();
+        assert!(r.files.iter().all(|f| f.exists()));
+        assert!(
+            deal(&plan, &d, false, crate::backend::auto()).is_err(),
+            "overwrote"
+        );
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }

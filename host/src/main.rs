@@ -865,6 +865,10 @@ fn deal_pool(
 ) -> Result<ExitCode> {
     let fss = backend::resolve(choice)?;
     let stop = stop_on_signals()?;
+    let swept = pool::sweep_stale_deals(dir)?;
+    if swept > 0 {
+        eprintln!("removed {swept} set folder(s) left half-dealt by a killed dealer");
+    }
     let start = std::time::Instant::now();
     let mut sets = Vec::new();
     let deal_one = |sets: &mut Vec<serde_json::Value>| -> Result<()> {

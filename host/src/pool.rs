@@ -340,14 +340,29 @@ fn create_dir(dir: &Path) -> Result<(), PoolError> {
 /// hidden folder first, then renamed to the set's id.
 pub fn deal_set(plan: &Plan, dir: &Path, fss: &dyn BatchEval) -> Result<DealReport, PoolError> {
     create_dir(dir)?;
-    let temp = dir.join(format!(".dealing-{}", hex(&random::<8>()?)));
-    let mut report = match dealer::deal(plan, &temp, false, fss) {
+    let temp = dir.join(format!("{DEALING}{}", hex(&random::<8>()?)));
+    create_dir(&temp)?;
+    // Held while this process deals: a later dealer's sweep takes the
+    // folder for stale only once the lock is free (its holder died).
+    let lock_path = temp.join(LOCK);
+    let lock = File::create(&lock_path)
+        .and_then(|f| f.lock().map(|()| f))
+        .map_err(io(&lock_path))?;
+    let dealt = dealer::deal(plan, &temp, false, fss)
+        .map_err(PoolError::from)
+        .and_then(|r| {
+            std::fs::remove_file(&lock_path)
+                .map(|()| r)
+                .map_err(io(&lock_path))
+        });
+    let mut report = match dealt {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&temp);
-            return Err(e.into());
+            return Err(e);
         }
     };
+    drop(lock);
     let target = dir.join(hex(&report.key_set));
     // rename(2) would replace an empty folder of that name: refuse any.
     if std::fs::symlink_metadata(&target).is_ok() {
@@ -361,6 +376,48 @@ pub fn deal_set(plan: &Plan, dir: &Path, fss: &dyn BatchEval) -> Result<DealRepo
         .map_err(io(dir))?;
     report.files = dealer::key_paths(&target);
     Ok(report)
+}
+
+/// The prefix of a set folder being dealt.
+const DEALING: &str = ".dealing-";
+
+/// The lock file a dealer holds inside the folder it deals into.
+const LOCK: &str = ".lock";
+
+/// A folder being dealt with no lock file yet is taken for stale after this
+/// long without a change.
+const STALE_UNLOCKED: Duration = Duration::from_secs(600);
+
+/// Removes the `.dealing-*` folders that dealers killed mid-deal left
+/// behind (hundreds of MB each): those whose lock no process holds. Run
+/// when a dealer starts; returns how many it removed.
+pub fn sweep_stale_deals(dir: &Path) -> Result<usize, PoolError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(io(dir)(e)),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry.map_err(io(dir))?;
+        if !entry.file_name().to_string_lossy().starts_with(DEALING) {
+            continue;
+        }
+        let path = entry.path();
+        let stale = match File::open(path.join(LOCK)) {
+            Ok(f) => f.try_lock().is_ok(),
+            Err(_) => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > STALE_UNLOCKED),
+        };
+        if stale && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 /// Sets in the pool that can still serve a query, as the dealer sees them
@@ -393,6 +450,39 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// Issue 27: a `.dealing-*` folder whose lock no one holds (its dealer
+    /// was killed) is swept; one whose lock is held, or a fresh one without
+    /// a lock, is left to its dealer.
+    #[test]
+    fn stale_half_dealt_folders_are_swept_and_live_ones_kept() {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = std::env::temp_dir().join(format!("suffuse-pool-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let mk = |name: &str| {
+            let p = d.join(name);
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .recursive(true)
+                .create(&p)
+                .unwrap();
+            p
+        };
+        let dead = mk(".dealing-dead");
+        File::create(dead.join(LOCK)).unwrap();
+        std::fs::write(dead.join(".p0.keys.dealing-x"), b"half a key file").unwrap();
+        let live = mk(".dealing-live");
+        let held = File::create(live.join(LOCK)).unwrap();
+        held.lock().unwrap();
+        let fresh = mk(".dealing-fresh");
+        let set = mk(&hex(&[7; 16]));
+        assert_eq!(sweep_stale_deals(&d).unwrap(), 1);
+        assert!(!dead.exists() && live.exists() && fresh.exists() && set.exists());
+        drop(held);
+        assert_eq!(sweep_stale_deals(&d).unwrap(), 1);
+        assert!(!live.exists() && fresh.exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn ids_round_trip_through_folder_names() {
