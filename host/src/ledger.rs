@@ -23,8 +23,8 @@ use crate::plan::hex;
 pub enum LedgerError {
     /// The key set was spent before.
     #[error(
-        "key set {key_set} was already spent by party {party} (ledger entry {entry}); keys are \
-         one-time, deal new ones"
+        "key set {key_set} was already spent by party {party} (ledger entry {entry}{note}); keys \
+         are one-time, deal new ones"
     )]
     Spent {
         /// The key set (hex).
@@ -33,6 +33,8 @@ pub enum LedgerError {
         party: u8,
         /// The ledger entry.
         entry: PathBuf,
+        /// Said of an empty entry, which a spend on a full disk leaves.
+        note: &'static str,
     },
     /// The state directory or an entry could not be read or written.
     #[error("spent-key ledger {path}: {error}")]
@@ -82,15 +84,27 @@ impl Ledger {
         self.dir.join(format!("p{party}-{}", hex(key_set)))
     }
 
+    /// The refusal of a spent set; an empty entry (a spend cut short by a
+    /// full disk, issue 27) is named as such, since it still counts.
+    fn spent(party: u8, key_set: &[u8; 16], entry: PathBuf) -> LedgerError {
+        let empty = std::fs::symlink_metadata(&entry).is_ok_and(|m| m.len() == 0);
+        LedgerError::Spent {
+            key_set: hex(key_set),
+            party,
+            entry,
+            note: if empty {
+                ", empty: its spend was cut short, by a full disk perhaps, and it counts all the same"
+            } else {
+                ""
+            },
+        }
+    }
+
     /// Refuses a key set this party has spent.
     pub fn check_unspent(&self, party: u8, key_set: &[u8; 16]) -> Result<(), LedgerError> {
         let entry = self.entry(party, key_set);
         match std::fs::symlink_metadata(&entry) {
-            Ok(_) => Err(LedgerError::Spent {
-                key_set: hex(key_set),
-                party,
-                entry,
-            }),
+            Ok(_) => Err(Ledger::spent(party, key_set, entry)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io(&entry)(e)),
         }
@@ -107,11 +121,7 @@ impl Ledger {
         {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(LedgerError::Spent {
-                    key_set: hex(key_set),
-                    party,
-                    entry,
-                });
+                return Err(Ledger::spent(party, key_set, entry));
             }
             Err(e) => return Err(io(&entry)(e)),
         };
@@ -134,6 +144,19 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::*;
+
+    /// Issue 27: an empty entry (a spend cut short) counts as spent, and
+    /// the refusal says that it is empty.
+    #[test]
+    fn an_empty_entry_counts_and_says_so() {
+        let d = std::env::temp_dir().join(format!("suffuse-ledger-empty-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let l = Ledger::open(&d).unwrap();
+        std::fs::write(l.entry(0, &[3; 16]), b"").unwrap();
+        let e = l.check_unspent(0, &[3; 16]).unwrap_err();
+        assert!(e.to_string().contains("empty"), "{e}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     #[test]
     fn a_key_set_is_spent_once_per_party() {

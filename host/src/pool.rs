@@ -264,6 +264,32 @@ impl Pool {
         );
     }
 
+    /// Clears away this party's files of sets its ledger has spent: what a
+    /// crash between the ledger entry and the delete leaves (issue 27).
+    /// Each is deleted, or with `keep` renamed `pN.keys.spent`, and its set
+    /// folder removed once empty. Returns how many were cleared.
+    pub fn sweep_spent(&self, ledger: &Ledger, keep: bool) -> Result<usize, PoolError> {
+        let mut cleared = 0;
+        for id in self.ids()? {
+            if !matches!(
+                ledger.check_unspent(self.party, &id),
+                Err(LedgerError::Spent { .. })
+            ) {
+                continue;
+            }
+            let file = self.file(&id);
+            let gone = match keep {
+                true => std::fs::rename(&file, spent_name(&file)),
+                false => std::fs::remove_file(&file),
+            };
+            if gone.is_ok() {
+                cleared += 1;
+            }
+            let _ = std::fs::remove_dir(self.set_dir(&id));
+        }
+        Ok(cleared)
+    }
+
     /// Stops offering set `id` for good (spent, corrupt, for another plan).
     pub fn forget(&self, id: &[u8; 16]) {
         self.dead
@@ -450,6 +476,31 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// Issue 27: a set whose ledger entry exists but whose file a crash
+    /// left behind is cleared when the server starts; an unspent one stays.
+    #[test]
+    fn a_starting_server_clears_files_its_ledger_has_spent() {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = std::env::temp_dir().join(format!("suffuse-pool-orphan-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+        let pool = Pool::open(&d.join("pool"), 1).unwrap();
+        let ledger = Ledger::open(&d.join("state")).unwrap();
+        let (spent, unspent) = ([1u8; 16], [2u8; 16]);
+        for id in [spent, unspent] {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(pool.set_dir(&id))
+                .unwrap();
+            std::fs::write(pool.file(&id), b"keys").unwrap();
+        }
+        ledger.spend(1, &spent).unwrap();
+        assert_eq!(pool.sweep_spent(&ledger, false).unwrap(), 1);
+        assert!(!pool.set_dir(&spent).exists());
+        assert!(pool.file(&unspent).exists());
+        let _ = std::fs::remove_dir_all(&d);
+    }
 
     /// Issue 27: a `.dealing-*` folder whose lock no one holds (its dealer
     /// was killed) is swept; one whose lock is held, or a fresh one without

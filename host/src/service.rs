@@ -116,6 +116,15 @@ pub fn run<'a>(
     stop: &AtomicBool,
 ) -> ServiceReport {
     let model = model.into();
+    let me = u8::from(party == Party::P1);
+    match pool.sweep_spent(&opts.serve.ledger, opts.serve.keep_spent) {
+        Ok(0) => {}
+        Ok(n) => crate::logline::line(
+            me,
+            &format!("cleared {n} key file(s) of sets the ledger had spent (left by a crash)"),
+        ),
+        Err(e) => crate::logline::line(me, &format!("sweeping spent key files: {e}")),
+    }
     let s = Shared {
         model,
         digest: digest(model),
