@@ -374,6 +374,10 @@ enum Command {
         /// Output folder (created 0700; must not hold certificates yet).
         #[arg(long)]
         out: PathBuf,
+        /// Days the certificates are valid, from now (a day earlier, for
+        /// clock skew). Rotate before they expire (docs/DEPLOY.md).
+        #[arg(long, default_value_t = 365, value_parser = clap::value_parser!(u32).range(1..=36_500))]
+        valid_days: u32,
     },
     /// Prints a key file's header, plan hash and section sizes, and
     /// whether this machine's ledger has it spent.
@@ -826,10 +830,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Inspect { keyfile, state } => inspect(&keyfile, &state),
-        Command::Certs { out } => {
-            make_certs(&out)?;
+        Command::Certs { out, valid_days } => {
+            make_certs(&out, valid_days)?;
             eprintln!(
-                "wrote ca.pem and p0, p1, client .pem/.key to {}; give each role only its own",
+                "wrote ca.pem and p0, p1, client .pem/.key to {}, valid for {valid_days} days; \
+                 give each role only its own",
                 out.display()
             );
             Ok(ExitCode::SUCCESS)

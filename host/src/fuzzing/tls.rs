@@ -26,7 +26,7 @@ fn fixture() -> &'static Fixture {
 fn make() -> Result<Fixture, String> {
     let dir = std::env::temp_dir().join(format!("suffuse-fuzz-tls-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let loaded = make_certs(&dir).and_then(|()| {
+    let loaded = make_certs(&dir, 365).and_then(|()| {
         Ok((
             TlsConfig::load(&dir, Role::P0)?,
             TlsConfig::load(&dir, Role::Client)?,

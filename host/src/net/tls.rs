@@ -318,7 +318,7 @@ impl Transport for Tls {
 
 /// Writes a fresh CA and one certificate and key per role into `dir`
 /// (created 0700; keys 0600). The CA's key is dropped.
-pub fn make_certs(dir: &Path) -> Result<(), NetError> {
+pub fn make_certs(dir: &Path, valid_days: u32) -> Result<(), NetError> {
     use rcgen::{
         BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose,
         IsCa, KeyPair, KeyUsagePurpose,
@@ -336,7 +336,15 @@ pub fn make_certs(dir: &Path) -> Result<(), NetError> {
             .map_err(|e| bad(format!("{}: {e}", p.display())))
     };
     crate::keyfile::private_dir(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+    // Valid from a day ago (clocks disagree) for `valid_days` days, not
+    // rcgen's 1975 to 4096: a certificate should expire and be rotated.
+    let now = time::OffsetDateTime::now_utc();
+    let window = |p: &mut CertificateParams| {
+        p.not_before = now - time::Duration::days(1);
+        p.not_after = now + time::Duration::days(i64::from(valid_days));
+    };
     let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
+    window(&mut ca);
     ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     ca.distinguished_name
         .push(DnType::CommonName, "suffuse deployment CA");
@@ -345,6 +353,7 @@ pub fn make_certs(dir: &Path) -> Result<(), NetError> {
     write("ca.pem", &ca.pem(), 0o644)?;
     for role in Role::ALL {
         let mut p = CertificateParams::new(vec![role.dns().to_string()]).map_err(e)?;
+        window(&mut p);
         p.distinguished_name.push(DnType::CommonName, role.dns());
         p.extended_key_usages = match role {
             // P1 dials P0, so the servers' certificates serve both ways.
@@ -360,4 +369,45 @@ pub fn make_certs(dir: &Path) -> Result<(), NetError> {
         write(&format!("{}.key", role.file()), &key.serialize_pem(), 0o600)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Issue 27: certificates are valid for the days asked for (from a day
+    /// before now), not 1975 to 4096. The DER holds the validity as
+    /// UTCTime `YYMMDDhhmmssZ`, so the dates are found by their text.
+    #[test]
+    fn certificates_expire_when_asked() {
+        let d = std::env::temp_dir().join(format!("suffuse-certs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        make_certs(&d, 30).unwrap();
+        let utc = |t: time::OffsetDateTime| {
+            format!(
+                "{:02}{:02}{:02}",
+                t.year() % 100,
+                u8::from(t.month()),
+                t.day()
+            )
+        };
+        let now = time::OffsetDateTime::now_utc();
+        for name in ["ca.pem", "p0.pem", "p1.pem", "client.pem"] {
+            let der =
+                CertificateDer::from_pem_slice(&std::fs::read(d.join(name)).unwrap()).unwrap();
+            let text = String::from_utf8_lossy(der.as_ref());
+            let (from, until) = (
+                utc(now - time::Duration::days(1)),
+                utc(now + time::Duration::days(30)),
+            );
+            assert!(
+                text.contains(&from) && text.contains(&until),
+                "{name}: {from}..{until}"
+            );
+            assert!(!text.contains("40960101"), "{name} still valid until 4096");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
 }
