@@ -996,9 +996,27 @@ fn tokenize(model: &Model, texts: &[String], max_tokens: Option<usize>) -> Resul
     if limit < 2 {
         bail!("--max-tokens must leave room for [CLS] and [SEP] (at least 2)");
     }
+    let ceiling = model.config.max_tokens.max(limit).saturating_add(1);
     texts
         .iter()
-        .map(|t| {
+        .enumerate()
+        .map(|(i, t)| {
+            let whole = (model.tokenizer.encode(t, ceiling))
+                .with_context(|| format!("tokenizing {t:?}"))?;
+            if whole.len() > limit {
+                // Said, not silent (issue 27): the keys or --max-tokens fix
+                // the length, and the rest of the text is not embedded.
+                eprintln!(
+                    "warning: text {} has {}{} tokens; only the first {limit} are embedded",
+                    i + 1,
+                    if whole.len() == ceiling {
+                        "more than "
+                    } else {
+                        ""
+                    },
+                    whole.len().min(ceiling - 1),
+                );
+            }
             model
                 .tokenizer
                 .encode(t, limit)

@@ -545,3 +545,24 @@ fn inspect_survives_a_closed_pipe_and_refuses_a_fifo() {
         "{msg}"
     );
 }
+
+/// A text longer than the keys' (or `--max-tokens`') length is truncated
+/// with a warning, not silently (issue 27).
+#[test]
+fn a_long_text_is_truncated_with_a_warning() {
+    let out = run(&[
+        "embed",
+        "--model",
+        "demo",
+        "--max-tokens",
+        "8",
+        "a text that is longer than eight tokens",
+    ]);
+    let msg = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        msg.contains("warning: text 1 has") && msg.contains("only the first 8"),
+        "{msg}"
+    );
+    let short = run(&["embed", "--model", "demo", "--max-tokens", "64", "short"]);
+    assert!(!String::from_utf8_lossy(&short.stderr).contains("warning: text"));
+}
