@@ -20,6 +20,7 @@ use sha2::{Digest as _, Sha256};
 pub mod chat;
 mod checkpoint;
 mod decoder;
+pub(crate) mod files;
 mod generate;
 pub mod gguf;
 mod tokenizer;

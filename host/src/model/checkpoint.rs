@@ -704,7 +704,7 @@ pub(crate) fn f16_to_f32(h: u16) -> f32 {
 
 /// Reads a file, turning "not found" into [`ModelError::MissingFile`].
 fn read(path: &Path) -> Result<Vec<u8>, ModelError> {
-    std::fs::read(path).map_err(|source| {
+    super::files::read_whole(path).map_err(|source| {
         if source.kind() == std::io::ErrorKind::NotFound {
             ModelError::MissingFile {
                 path: path.to_path_buf(),

@@ -321,7 +321,7 @@ pub struct Gguf {
 impl Gguf {
     /// Reads and parses a file.
     pub fn open(path: &Path) -> Result<Gguf, GgufError> {
-        let bytes = std::fs::read(path).map_err(|error| GgufError::Io {
+        let bytes = super::files::read_whole(path).map_err(|error| GgufError::Io {
             path: path.to_path_buf(),
             error,
         })?;
