@@ -207,7 +207,11 @@ fn fuzz_smoke() -> Result<Outcome> {
         if seeds.is_dir() {
             cmd.arg(&seeds);
         }
-        command::run(cmd.args(["--", &max_time]))?;
+        // A memory limit that a reservation sized by a forged length (a
+        // sparse key file, a lying frame or model header) would trip
+        // (issue 27): 1 GiB resident, and no single allocation above it.
+        let limits = ["-rss_limit_mb=1024", "-malloc_limit_mb=1024"];
+        command::run(cmd.arg("--").arg(&max_time).args(limits))?;
     }
     eprintln!(
         "fuzzed {} target(s) for {FUZZ_SECONDS_PER_TARGET} s each: {}",
