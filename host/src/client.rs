@@ -287,6 +287,20 @@ pub enum Hello {
     },
 }
 
+impl Hello {
+    /// Its kind, for log lines: what a peer chose to send in it (a key-set
+    /// string of any length) stays out of the log.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Hello::Client => "client",
+            Hello::Join { .. } => "join",
+            Hello::Standby { .. } => "standby",
+            Hello::Unavailable { .. } => "unavailable",
+            Hello::Server { .. } => "server",
+        }
+    }
+}
+
 /// Why a server turned a client away before any work.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, thiserror::Error)]
 #[serde(rename_all = "snake_case")]
@@ -307,6 +321,12 @@ pub enum Unavailable {
     /// P1 knows no query for the key set the client named.
     #[error("no query is waiting for that key set")]
     UnknownQuery,
+    /// This client's address already holds its share of the slots.
+    #[error(
+        "this client's address already runs as many queries as the servers allow one \
+         client (serve --max-per-client)"
+    )]
+    ClientLimit,
 }
 
 /// Hello frames use step index `u32::MAX` (outside every plan).

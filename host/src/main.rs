@@ -260,6 +260,12 @@ enum Command {
         /// to P0; give both servers the same).
         #[arg(long, default_value_t = 4, value_parser = count_in(1, MAX_CONCURRENT))]
         max_concurrent: usize,
+        /// With --keys-dir, at P0: of those, at most this many for one
+        /// client address (default: half, rounded up), so that one client
+        /// cannot hold every slot. Raise it for a gateway that queries on
+        /// behalf of many users.
+        #[arg(long, value_parser = count_in(1, MAX_CONCURRENT))]
+        max_per_client: Option<usize>,
         /// With --keys-dir: seconds that queries in flight get to finish
         /// after SIGTERM.
         #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
@@ -677,6 +683,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             keys,
             keys_dir,
             max_concurrent,
+            max_per_client,
             drain,
             listen,
             peer,
@@ -715,6 +722,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     let opts = ServiceOptions {
                         serve: opts,
                         max_concurrent,
+                        max_per_client: max_per_client.unwrap_or(max_concurrent.div_ceil(2)),
                         drain: Duration::from_secs(drain),
                     };
                     let pool = Pool::open(&dir, u8::from(party == Party::P1))?;

@@ -84,6 +84,23 @@ pub struct ServeOptions {
 /// trickling one must not hold the accept loop for a whole io timeout.
 pub(crate) const HELLO_WAIT: Duration = Duration::from_secs(10);
 
+/// The longest a server waits on its client within a query: for the input
+/// after the hellos (time to greet the other server and share the input),
+/// for the join at P1, and for each generation pass's input. A client
+/// does nothing slow in between, and one that stays silent must not hold
+/// a query slot for the whole io timeout.
+pub(crate) const CLIENT_WAIT: Duration = Duration::from_secs(20);
+
+/// Receives the client's input for `pass` within [`CLIENT_WAIT`] (or the
+/// link's io timeout, if shorter).
+fn recv_input(link: &mut Link, pass: u32, len: Option<usize>) -> Result<Vec<u8>, NetError> {
+    let io = link.timeouts().io;
+    link.set_io_timeout(io.min(CLIENT_WAIT));
+    let got = link.recv(Frame::Input, pass, len);
+    link.set_io_timeout(io);
+    got
+}
+
 /// The step of the round in which the servers confirm that both hold a
 /// valid input, before either spends its keys (outside every plan).
 pub const READY_STEP: u32 = u32::MAX - 1;
@@ -197,9 +214,7 @@ fn run_query(
         .and_then(|n| n.checked_mul(8))
         .ok_or_else(|| ServeError::Mismatch("the plan's input is too large".into()))?;
     let bytes = Zeroizing::new(
-        client_link
-            .recv(Frame::Input, 0, Some(words))
-            .map_err(net("receiving the client's input"))?,
+        recv_input(client_link, 0, Some(words)).map_err(net("receiving the client's input"))?,
     );
     let words = Zeroizing::new(get_words(&bytes));
     let (x, rest) = words.split_at(x_len);
@@ -266,7 +281,7 @@ impl PassIo for ClientPasses<'_> {
         // longer frame from its header, before any of it is read.
         let cap = self.link.max_payload();
         self.link.set_max_payload(want as u64);
-        let got = self.link.recv(Frame::Input, pass as u32, None);
+        let got = recv_input(self.link, pass as u32, None);
         self.link.set_max_payload(cap);
         let bytes = match got {
             Ok(b) => Zeroizing::new(b),
@@ -478,8 +493,9 @@ impl Meeting<'_> {
                 check_peer(&mut link, self.hello, Ok(theirs))?;
                 Ok(Some(Accepted::Peer(link)))
             }
-            Ok(_) => {
-                self.log(&format!("refused an unexpected connection from {from}"));
+            Ok(h) => {
+                let kind = h.kind();
+                self.log(&format!("refused an unexpected {kind} hello from {from}"));
                 link.abort("this server does not accept that connection now");
                 Ok(None)
             }

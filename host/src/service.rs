@@ -9,7 +9,8 @@
 //!
 //! One query:
 //! 1. A client connects to P0: mutual TLS (a client certificate), then its
-//!    hello. Only then does it take one of the `max_concurrent` slots.
+//!    hello. Only then does it take one of the `max_concurrent` slots, at
+//!    most `max_per_client` of them per client address.
 //! 2. P0 claims the oldest unspent set in its pool (locked, ledger-checked)
 //!    and proposes its id on an idle standing link. P1 claims its own file
 //!    of that set (locked, ledger-checked, same plan) and holds it, or
@@ -26,7 +27,7 @@
 //! still running at the drain deadline have their sockets shut down.
 
 use std::collections::HashMap;
-use std::net::{Shutdown, TcpStream};
+use std::net::{IpAddr, Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -53,6 +54,9 @@ pub struct ServiceOptions {
     pub serve: ServeOptions,
     /// Queries served at once.
     pub max_concurrent: usize,
+    /// Of those, at most this many for one client address (P0 counts;
+    /// P1's slots follow P0's agreements).
+    pub max_per_client: usize,
     /// How long queries in flight may take to finish after the stop flag.
     pub drain: Duration,
 }
@@ -237,7 +241,7 @@ struct Shared<'a> {
     stop: &'a AtomicBool,
     plans: Mutex<HashMap<(usize, usize, usize), Arc<Plan>>>,
     /// Queries in flight.
-    slots: Gate<usize>,
+    slots: Gate<Slots>,
     /// P0: P1's standing links, idle.
     idle_peers: Gate<Vec<Link>>,
     /// P1: the queries holding a set, waiting for their client.
@@ -270,7 +274,7 @@ impl<'a> Shared<'a> {
         loop {
             if self.stopping() {
                 let since = *drain_from.get_or_insert_with(Instant::now);
-                if *self.slots.lock() == 0 || since.elapsed() >= self.opts.drain {
+                if self.slots.lock().total == 0 || since.elapsed() >= self.opts.drain {
                     return since;
                 }
             }
@@ -343,14 +347,17 @@ impl<'a> Shared<'a> {
             }
             (_, other) => {
                 link.abort("this server does not accept that connection");
-                drop_it(format!("unexpected hello {other:?} (certificate {role:?})"));
+                drop_it(format!("{from}: unexpected {} hello", other.kind()));
             }
         }
     }
 
     fn refuse(&self, link: &mut Link, reason: Unavailable) {
         self.counts.refused.fetch_add(1, Ordering::Relaxed);
-        self.log(&format!("turned a client away: {reason}"));
+        let from = link
+            .peer_addr()
+            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        self.log(&format!("turned a client away from {from}: {reason}"));
         let _ = client::send_hello(link, &Hello::Unavailable { reason });
     }
 
@@ -402,25 +409,63 @@ impl<'a> Shared<'a> {
         Ok(plan)
     }
 
-    /// Holds a slot for the life of the returned guard, waiting for one up
-    /// to the connect timeout.
-    fn take_slot(&self) -> Option<SlotGuard<'_, 'a>> {
+    /// Holds a slot for `client` for the life of the returned guard,
+    /// waiting for one up to the connect timeout; or why there was none.
+    fn take_slot(&self, client: Option<IpAddr>) -> Result<SlotGuard<'_, 'a>, Unavailable> {
         let until = Instant::now() + self.t().connect;
-        let max = self.opts.max_concurrent.max(1);
-        self.slots.wait_for(until, self.stop, |n| {
-            (*n < max).then(|| {
-                *n += 1;
-            })
-        })?;
-        Some(SlotGuard(self))
+        let (max, per) = (self.opts.max_concurrent, self.opts.max_per_client);
+        let taken = self.slots.wait_for(until, self.stop, |s| {
+            (s.total < max.max(1) && s.of(client) < per.max(1)).then(|| s.add(client))
+        });
+        match taken {
+            Some(()) => Ok(SlotGuard(self, client)),
+            None if self.stopping() => Err(Unavailable::ShuttingDown),
+            None if self.slots.lock().of(client) >= per.max(1) => Err(Unavailable::ClientLimit),
+            None => Err(Unavailable::Busy),
+        }
     }
 }
 
-struct SlotGuard<'s, 'a>(&'s Shared<'a>);
+/// The queries in flight, in all and by the client's address.
+#[derive(Default)]
+struct Slots {
+    total: usize,
+    by_client: HashMap<IpAddr, usize>,
+}
+
+impl Slots {
+    fn of(&self, client: Option<IpAddr>) -> usize {
+        client.map_or(0, |c| self.by_client.get(&c).copied().unwrap_or(0))
+    }
+
+    fn add(&mut self, client: Option<IpAddr>) {
+        self.total += 1;
+        if let Some(c) = client {
+            *self.by_client.entry(c).or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, client: Option<IpAddr>) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(c) = client
+            && let Some(n) = self.by_client.get_mut(&c)
+        {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.by_client.remove(&c);
+            }
+        }
+    }
+}
+
+/// A slot held, for a client address (P0) or for none (P1, whose slots
+/// follow P0's agreements).
+struct SlotGuard<'s, 'a>(&'s Shared<'a>, Option<IpAddr>);
 
 impl Drop for SlotGuard<'_, '_> {
     fn drop(&mut self) {
-        self.0.slots.update(|n| *n = n.saturating_sub(1));
+        let client = self.1;
+        self.0.slots.update(|s| s.remove(client));
     }
 }
 
@@ -480,7 +525,7 @@ impl Shared<'_> {
         let never = AtomicBool::new(false);
         let idle = self
             .slots
-            .wait_for(until, &never, |n| (*n == 0).then_some(()));
+            .wait_for(until, &never, |s| (s.total == 0).then_some(()));
         if idle.is_none() {
             let sockets = self.sockets.lock().unwrap_or_else(PoisonError::into_inner);
             self.log(&format!(

@@ -45,7 +45,8 @@ struct Server {
 }
 
 fn serve(dir: &Path, party: u8, peer: &str, seq: &str) -> Server {
-    serve_in(dir, &dir.join(format!("pool{seq}")), party, peer, &[])
+    let extra = ["--max-concurrent", "3"];
+    serve_in(dir, &dir.join(format!("pool{seq}")), party, peer, &extra)
 }
 
 /// A pooled server on `pool`, with its ledger in `dir/stateN`, the
@@ -62,7 +63,7 @@ fn serve_in(dir: &Path, pool: &Path, party: u8, peer: &str, extra: &[&str]) -> S
             "--listen",
             "127.0.0.1:0",
         ])
-        .args(["--peer", peer, "--timeout", "60", "--max-concurrent", "3"])
+        .args(["--peer", peer, "--timeout", "60"])
         .arg("--keys-dir")
         .arg(pool)
         .arg("--state-dir")
@@ -565,4 +566,69 @@ fn a_long_text_is_truncated_with_a_warning() {
     );
     let short = run(&["embed", "--model", "demo", "--max-tokens", "64", "short"]);
     assert!(!String::from_utf8_lossy(&short.stderr).contains("warning: text"));
+}
+
+/// An authenticated client that says hello and then nothing, as an
+/// attacker holding slots would: its TLS link to P0 and the server hello
+/// that gave it a key set.
+fn silent_client(dir: &Path, p0: &str) -> suffuse_host::net::Link {
+    use suffuse_host::client::{Hello, send_hello};
+    use suffuse_host::net::{Link, Role, Security, Timeouts, TlsConfig};
+    let tls = TlsConfig::load(&dir.join("certs"), Role::Client).unwrap();
+    let t = Timeouts {
+        connect: Duration::from_secs(10),
+        io: Duration::from_secs(60),
+    };
+    let mut link = Link::connect_secured(p0, t, &Security::Tls(tls.into()), Role::P0).unwrap();
+    send_hello(&mut link, &Hello::Client).unwrap();
+    link
+}
+
+/// Whether a silent client's server hello (its admission) arrives within
+/// `wait`.
+fn admitted_within(link: &mut suffuse_host::net::Link, wait: Duration) -> bool {
+    use suffuse_host::client::{Hello, recv_hello};
+    link.set_io_timeout(wait);
+    match recv_hello(link) {
+        Ok(Ok(Hello::Server { .. })) => true,
+        Ok(other) => panic!("expected a server hello, got {other:?}"),
+        Err(_) => false,
+    }
+}
+
+/// Issue 27 (low), holding slots: two silent clients from one address held
+/// both slots of `--max-concurrent 2` for the whole `--timeout`. Now one
+/// address gets half the slots by default, so the second silent client
+/// waits although a slot is free, and a client that sends no input is
+/// dropped after the client wait (20 s), well inside `--timeout 60`, which
+/// admits the next one; a real query is served after both.
+#[test]
+fn silent_clients_cannot_hold_the_slots() {
+    let dir = setup("hold", "16", "3");
+    let extra = ["--max-concurrent", "2"];
+    let p0 = serve_in(&dir, &dir.join("pool16"), 0, "unused", &extra);
+    let p1 = serve_in(&dir, &dir.join("pool16"), 1, &p0.addr, &extra);
+    let mut first = silent_client(&dir, &p0.addr);
+    assert!(admitted_within(&mut first, Duration::from_secs(30)));
+    let mut second = silent_client(&dir, &p0.addr);
+    assert!(
+        !admitted_within(&mut second, Duration::from_secs(5)),
+        "a second query from the same address was admitted"
+    );
+    // The first never sends its input: dropped at the client wait, which
+    // frees its slot for the second; ends long before --timeout 60.
+    p0.wait_for("receiving the client's input");
+    assert!(admitted_within(&mut second, Duration::from_secs(30)));
+    drop((first, second));
+    let text = "served after the silent ones";
+    let out = query(
+        &format!("{},{}", p0.addr, p1.addr),
+        &dir.join("certs"),
+        text,
+    );
+    let out = ok(out.wait_with_output().unwrap(), "query");
+    let local = run(&["embed", "--model", "demo", "--max-tokens", "16", text]);
+    assert_eq!(embedding(&out.stdout), embedding(&local.stdout));
+    assert!(p0.terminate(Duration::from_secs(30)));
+    assert!(p1.terminate(Duration::from_secs(30)));
 }

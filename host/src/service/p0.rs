@@ -35,12 +35,10 @@ impl Shared<'_> {
         if self.stopping() {
             return self.refuse(&mut link, Unavailable::ShuttingDown);
         }
-        let Some(_slot) = self.take_slot() else {
-            let reason = match self.stopping() {
-                true => Unavailable::ShuttingDown,
-                false => Unavailable::Busy,
-            };
-            return self.refuse(&mut link, reason);
+        let client = link.peer_addr().ok().map(|a| a.ip());
+        let _slot = match self.take_slot(client) {
+            Ok(slot) => slot,
+            Err(reason) => return self.refuse(&mut link, reason),
         };
         match self.agree() {
             Ok((plan, claim, peer)) => self.finish_query(&plan, claim, peer, link),

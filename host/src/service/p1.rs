@@ -13,7 +13,7 @@ use crate::client::{self, Hello, Unavailable};
 use crate::net::{FrameKind as Frame, Link, NetError, Role, Timeouts};
 use crate::plan::Plan;
 use crate::pool::{Claim, parse_id};
-use crate::server::{HELLO_WAIT, ServeError, net};
+use crate::server::{CLIENT_WAIT, HELLO_WAIT, ServeError, net};
 
 /// The longest pause between two attempts to reach P0.
 const REDIAL_MAX: Duration = Duration::from_secs(2);
@@ -123,12 +123,12 @@ impl Shared<'_> {
     fn serve_held(&self, plan: &Plan, claim: Claim, mut peer: Link) {
         let id = *claim.id();
         // Counted before P0 hears of it, so a stop now still waits for it.
-        self.slots.update(|n| *n += 1);
-        let _slot = SlotGuard(self);
+        self.slots.update(|s| s.add(None));
+        let _slot = SlotGuard(self, None);
         let (tx, rx) = sync_channel(1);
         self.pending_map().insert(id, tx);
         let joined = match send_agree(&mut peer, &Agree::Hold) {
-            Ok(()) => rx.recv_timeout(self.t().connect).ok(),
+            Ok(()) => rx.recv_timeout(self.t().connect.min(CLIENT_WAIT)).ok(),
             Err(_) => None,
         };
         self.pending_map().remove(&id);

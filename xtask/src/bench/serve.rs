@@ -256,7 +256,9 @@ impl Servers {
                     "--timeout",
                     "300",
                 ])
+                // Every client of the bench comes from loopback: one address.
                 .args(["--max-concurrent", &k.to_string()])
+                .args(["--max-per-client", &k.to_string()])
                 .arg("--keys-dir")
                 .arg(dir.join("pool"))
                 .arg("--state-dir")
