@@ -90,7 +90,7 @@ pub fn deal(
     fss: &dyn BatchEval,
 ) -> Result<DealReport, DealerError> {
     // Key files are secrets: the folder must be its owner's only.
-    crate::keyfile::private_dir(dir).map_err(|source| KeyFileError::Io {
+    crate::private::private_dir(dir).map_err(|source| KeyFileError::Io {
         path: dir.to_path_buf(),
         error: source,
     })?;

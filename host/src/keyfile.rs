@@ -248,34 +248,6 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> KeyFileError + '_ {
     }
 }
 
-/// Makes `dir` (and any missing parent) mode 0700, or checks that the
-/// folder already there is its owner's alone.
-///
-/// Every folder suffuse writes secrets or its ledger into goes through
-/// here. `mkdir` does not change the mode of a folder that exists, and
-/// tightening it silently could lock others out of a shared folder they
-/// rely on (`--out /tmp` would make `/tmp` private), so a folder that group
-/// or others can enter, read or write is refused, before anything is
-/// written, with the fix in the message.
-pub fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let mode = std::fs::metadata(dir)?.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            format!(
-                "the folder is open to group or others (mode {mode:03o}), and secrets go only \
-                 into a folder its owner alone can use: `chmod 700` it, or name a new folder"
-            ),
-        ));
-    }
-    Ok(())
-}
-
 /// Writes one party's key file.
 pub struct KeyWriter {
     out: BufWriter<File>,
@@ -514,7 +486,14 @@ pub struct KeyReader {
     mapping: Option<File>,
     /// Sections of at least this many bytes are mapped.
     map_from: usize,
+    /// The path it was opened by, for messages.
     path: PathBuf,
+    /// The file itself, links resolved: what spending deletes.
+    real: PathBuf,
+    /// `path`, if it is a symbolic link to `real`: deleted after it.
+    link: Option<PathBuf>,
+    /// The file's metadata at open (none for a file in memory).
+    meta: Option<std::fs::Metadata>,
     /// The header.
     pub header: Header,
     next: u32,
@@ -522,6 +501,31 @@ pub struct KeyReader {
     chain: [u8; 32],
     /// Each section's length, in step order, from the walk at open.
     table: Vec<u64>,
+}
+
+/// Why [`open_regular`] refused.
+enum Opened {
+    Io(std::io::Error),
+    NotRegular,
+}
+
+/// Opens `real` (a path with no link in it) for reading: non-blocking, so
+/// that a FIFO or a device in a key file's place is refused instead of
+/// blocking the open (issue 27), and not following a link swapped in
+/// since it was resolved. Both flags change nothing for a regular file.
+fn open_regular(real: &Path) -> Result<File, Opened> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = (rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOFOLLOW).bits();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(i32::try_from(flags).unwrap_or(0))
+        .open(real)
+        .map_err(Opened::Io)?;
+    match file.metadata() {
+        Ok(m) if m.is_file() => Ok(file),
+        Ok(_) => Err(Opened::NotRegular),
+        Err(e) => Err(Opened::Io(e)),
+    }
 }
 
 /// Bytes read and hashed at a time: a piece is hashed while it is in L2.
@@ -590,25 +594,19 @@ impl KeyReader {
     /// Opens a key file, reads its header and walks its sections to the end
     /// marker: a file cut short, grown, or with a section out of place is
     /// refused here.
+    ///
+    /// Links are resolved: spending deletes the file itself, and then the
+    /// link (a spent link's target would otherwise stay on disk).
     pub fn open(path: &Path) -> Result<KeyReader, KeyFileError> {
-        // Non-blocking, so that a FIFO or a device in the key file's place
-        // is refused below instead of blocking the open (issue 27); the
-        // flag changes nothing for a regular file.
-        let file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            let nonblock = rustix::fs::OFlags::NONBLOCK.bits();
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(i32::try_from(nonblock).unwrap_or(0))
-                .open(path)
-                .map_err(io(path))?
-        };
-        if !file.metadata().map_err(io(path))?.is_file() {
-            return Err(KeyFileError::Header {
+        let real = std::fs::canonicalize(path).map_err(io(path))?;
+        let file = open_regular(&real).map_err(|e| match e {
+            Opened::Io(e) => io(path)(e),
+            Opened::NotRegular => KeyFileError::Header {
                 path: path.to_path_buf(),
                 what: "not a regular file (a key file is one)".into(),
-            });
-        }
+            },
+        })?;
+        let meta = file.metadata().map_err(io(path))?;
         let mapping = if mapped::mappable(&file) {
             file.try_clone().ok()
         } else {
@@ -616,6 +614,23 @@ impl KeyReader {
         };
         let mut reader = KeyReader::walked(path, file)?;
         reader.mapping = mapping;
+        let is_link = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink());
+        reader.link = is_link.then(|| path.to_path_buf());
+        reader.real = real;
+        reader.meta = Some(meta);
+        Ok(reader)
+    }
+
+    /// [`KeyReader::open`] for a file that is to be served: one that others
+    /// may read or write is refused, one its group may is opened with a
+    /// warning ([`crate::private::check_file`]). `inspect` reads any.
+    pub fn open_to_serve(path: &Path) -> Result<KeyReader, KeyFileError> {
+        let reader = KeyReader::open(path)?;
+        if let Some(meta) = &reader.meta
+            && let Some(w) = crate::private::check_file(path, meta).map_err(io(path))?
+        {
+            crate::private::warn(&w);
+        }
         Ok(reader)
     }
 
@@ -640,6 +655,9 @@ impl KeyReader {
             mapping: None,
             map_from: mapped::MAP_FROM,
             path: path.to_path_buf(),
+            real: path.to_path_buf(),
+            link: None,
+            meta: None,
             header,
             next: 0,
             chain,
@@ -653,7 +671,7 @@ impl KeyReader {
     /// so a query that fails before any masked value leaves this server (a
     /// wrong client, a mismatched peer) costs no keys.
     pub fn open_unspent(path: &Path, ledger: &Ledger) -> Result<KeyReader, KeyFileError> {
-        let reader = KeyReader::open(path)?;
+        let reader = KeyReader::open_to_serve(path)?;
         let h = &reader.header;
         ledger
             .check_unspent(h.party, &h.key_set)
@@ -692,9 +710,15 @@ impl KeyReader {
         if keep {
             return Ok(Spent::Kept);
         }
-        Ok(match std::fs::remove_file(&self.path) {
+        let spent = match std::fs::remove_file(&self.real) {
             Ok(()) => Spent::Deleted,
-            Err(error) => Spent::Undeletable(error),
+            Err(error) => return Ok(Spent::Undeletable(error)),
+        };
+        Ok(match self.link.as_deref().map(std::fs::remove_file) {
+            Some(Err(error)) if error.kind() != std::io::ErrorKind::NotFound => {
+                Spent::Undeletable(error)
+            }
+            _ => spent,
         })
     }
 
@@ -1551,6 +1575,39 @@ mod tests {
     /// undeletable: immutable as root, read-only otherwise) is spent in the
     /// ledger and kept with a warning instead of failing the query; the
     /// ledger still refuses it.
+    /// Issue 27 (low): a symlinked key file was spent by deleting the link,
+    /// leaving the one-time file itself on disk. Both go now.
+    #[test]
+    fn a_linked_key_file_is_spent_whole() {
+        let d = tmp("linked");
+        let p = write(&d);
+        let link = d.join("p1.keys");
+        std::os::unix::fs::symlink(&p, &link).unwrap();
+        let ledger = Ledger::open(&d.join("state")).unwrap();
+        let reader = KeyReader::open_unspent(&link, &ledger).unwrap();
+        assert_eq!(reader.path(), link, "messages name the path given");
+        assert!(matches!(reader.spend(&ledger, false), Ok(Spent::Deleted)));
+        assert!(!p.exists(), "the linked file was left behind");
+        assert!(std::fs::symlink_metadata(&link).is_err(), "the link stays");
+    }
+
+    /// Issue 27 (low): key files open to others were accepted silently.
+    #[test]
+    fn a_key_file_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tmp("modes");
+        let p = write(&d);
+        for (mode, opens) in [(0o644, false), (0o606, false), (0o640, true), (0o400, true)] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            let r = KeyReader::open_to_serve(&p);
+            assert_eq!(r.is_ok(), opens, "{mode:03o}");
+            assert!(KeyReader::open(&p).is_ok(), "inspect reads any");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("chmod 600"), "{e}");
+            }
+        }
+    }
+
     #[test]
     fn an_undeletable_key_file_is_spent_and_kept() {
         use std::os::unix::fs::PermissionsExt;
@@ -1609,30 +1666,5 @@ mod tests {
             KeyWriter::create(&p, &header()),
             Err(KeyFileError::Exists { .. })
         ));
-    }
-
-    #[test]
-    fn secrets_go_only_into_a_private_folder() {
-        use std::os::unix::fs::PermissionsExt;
-        let d = tmp("dirs");
-        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        // Created, parents included, 0700 whatever the umask.
-        let new = d.join("a/b");
-        private_dir(&new).unwrap();
-        assert_eq!((mode(&d.join("a")), mode(&new)), (0o700, 0o700));
-        // An existing private folder is used as it is.
-        private_dir(&new).unwrap();
-        // One that group or others can reach is refused, and left as found.
-        for open in [0o755, 0o750, 0o701, 0o702, 0o740] {
-            std::fs::set_permissions(&new, std::fs::Permissions::from_mode(open)).unwrap();
-            let e = private_dir(&new).unwrap_err();
-            assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
-            assert!(e.to_string().contains(&format!("mode {open:03o}")), "{e}");
-            assert!(e.to_string().contains("chmod 700"), "{e}");
-            assert_eq!(mode(&new), open);
-        }
-        // A file where the folder should be is an error too.
-        std::fs::write(d.join("file"), b"").unwrap();
-        assert!(private_dir(&d.join("file")).is_err());
     }
 }

@@ -62,7 +62,7 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> LedgerError + '_ {
 impl Ledger {
     /// Opens (creating, mode 0700) the ledger in `dir`.
     pub fn open(dir: &Path) -> Result<Ledger, LedgerError> {
-        crate::keyfile::private_dir(dir).map_err(io(dir))?;
+        crate::private::private_dir(dir).map_err(io(dir))?;
         Ok(Ledger {
             dir: dir.to_path_buf(),
         })

@@ -10,7 +10,7 @@
 //! | [`fixed`], [`plan`] | fixed-point conventions; the plan with proven widths |
 //! | [`exec`], [`reference`] | local operations; the cleartext fixed-point reference |
 //! | [`proto`] | every interactive step: key layout, dealer side, party side |
-//! | [`keyfile`], [`dealer`], [`ledger`] | key files, the dealer that streams them, the spent-key ledger |
+//! | [`keyfile`], [`dealer`], [`ledger`], [`private`] | key files, the dealer that streams them, the spent-key ledger; who may use secret files and folders |
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |
 //! | [`pool`], [`service`] | key pools; the long-running server that serves many queries from one |
 //! | [`generate`] | private text generation: prompts, sampling, the KV-cache passes |
@@ -36,6 +36,7 @@ pub mod net;
 pub mod party;
 pub mod plan;
 pub mod pool;
+pub mod private;
 pub mod proto;
 pub mod reference;
 pub mod report;

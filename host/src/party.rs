@@ -573,7 +573,7 @@ mod tests {
     #[test]
     fn no_mapped_section_outlives_a_failed_query() {
         let dir = std::env::temp_dir().join(format!("suffuse-unmapped-{}", std::process::id()));
-        crate::keyfile::private_dir(&dir).unwrap();
+        crate::private::private_dir(&dir).unwrap();
         let file = dir.join("keys");
         std::fs::write(&file, fuzzing::key_file(0)).unwrap();
         let path = file.to_str().unwrap();

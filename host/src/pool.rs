@@ -78,8 +78,18 @@ impl Unusable {
     /// Whether the set will never serve (as opposed to: not now). A
     /// missing file is not final: on two machines a server's copy of a set
     /// may arrive after its peer's (rsync lag, or one folder copied first).
+    /// Nor is a file refused for its permissions: the operator's `chmod`
+    /// makes it usable.
     pub fn is_final(&self) -> bool {
-        !matches!(self, Unusable::Claimed(_) | Unusable::Missing(_))
+        let denied = |e: &KeyFileError| {
+            matches!(e, KeyFileError::Io { error, .. }
+                if error.kind() == std::io::ErrorKind::PermissionDenied)
+        };
+        match self {
+            Unusable::Claimed(_) | Unusable::Missing(_) => false,
+            Unusable::KeyFile(e) => !denied(e),
+            Unusable::Spent(_) => true,
+        }
     }
 }
 
@@ -203,7 +213,7 @@ impl Pool {
         ledger
             .check_unspent(self.party, id)
             .map_err(Unusable::Spent)?;
-        let reader = KeyReader::open(&path).map_err(Unusable::KeyFile)?;
+        let reader = KeyReader::open_to_serve(&path).map_err(Unusable::KeyFile)?;
         let h = &reader.header;
         if &h.key_set != id || h.party != self.party {
             return Err(Unusable::KeyFile(KeyFileError::Header {
@@ -359,7 +369,7 @@ fn spent_name(file: &Path) -> PathBuf {
 }
 
 fn create_dir(dir: &Path) -> Result<(), PoolError> {
-    crate::keyfile::private_dir(dir).map_err(io(dir))
+    crate::private::private_dir(dir).map_err(io(dir))
 }
 
 /// Deals one key set for `plan` into the pool at `dir`: both files in a

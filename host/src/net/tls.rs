@@ -103,6 +103,16 @@ impl TlsConfig {
             .map_err(|e| bad(format!("ca.pem: {e}")))?;
         let cert = CertificateDer::from_pem_slice(&read(format!("{}.pem", role.file()))?)
             .map_err(|e| bad(format!("{}.pem: {e}", role.file())))?;
+        // The private key: refused if others may read or write it, as the
+        // key files are (crate::private).
+        let key_path = dir.join(format!("{}.key", role.file()));
+        let meta = std::fs::metadata(&key_path)
+            .map_err(|e| bad(format!("{}: {e}", key_path.display())))?;
+        if let Some(w) =
+            crate::private::check_file(&key_path, &meta).map_err(|e| bad(e.to_string()))?
+        {
+            crate::private::warn(&w);
+        }
         let key = PrivateKeyDer::from_pem_slice(&read(format!("{}.key", role.file()))?)
             .map_err(|e| bad(format!("{}.key: {e}", role.file())))?;
         let mut roots = RootCertStore::empty();
@@ -335,7 +345,7 @@ pub fn make_certs(dir: &Path, valid_days: u32) -> Result<(), NetError> {
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .map_err(|e| bad(format!("{}: {e}", p.display())))
     };
-    crate::keyfile::private_dir(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+    crate::private::private_dir(dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
     // Valid from a day ago (clocks disagree) for `valid_days` days, not
     // rcgen's 1975 to 4096: a certificate should expire and be rotated.
     let now = time::OffsetDateTime::now_utc();
@@ -407,6 +417,26 @@ mod tests {
                 "{name}: {from}..{until}"
             );
             assert!(!text.contains("40960101"), "{name} still valid until 4096");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Issue 27 (low): a private key that others may read was loaded
+    /// silently. It is refused now, and one its group may read is loaded.
+    #[test]
+    fn a_private_key_others_may_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("suffuse-keymode-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        make_certs(&d, 30).unwrap();
+        let key = d.join("client.key");
+        for (mode, loads) in [(0o600, true), (0o640, true), (0o644, false), (0o604, false)] {
+            std::fs::set_permissions(&key, std::fs::Permissions::from_mode(mode)).unwrap();
+            let r = TlsConfig::load(&d, Role::Client);
+            assert_eq!(r.is_ok(), loads, "{mode:03o}");
+            if let Err(e) = r {
+                assert!(e.to_string().contains("chmod 600"), "{e}");
+            }
         }
         let _ = std::fs::remove_dir_all(&d);
     }
