@@ -80,6 +80,66 @@ pub enum ClientError {
         /// What.
         what: String,
     },
+    /// A server closed the connection before it answered the hello.
+    #[error(
+        "server {server} ({addr}) closed the connection before it answered ({error}): it may be \
+         serving another query (a one-query `serve --keys` serves one client and exits; \
+         `serve --keys-dir` serves many), {}",
+        if *.tls {
+            "or it may not use TLS (give every server and the client --tls)"
+        } else {
+            "or it may expect TLS (give the client --tls, as its servers have)"
+        }
+    )]
+    ClosedEarly {
+        /// Which.
+        server: usize,
+        /// Its address.
+        addr: String,
+        /// The error seen.
+        error: NetError,
+        /// Whether this client spoke TLS.
+        tls: bool,
+    },
+}
+
+/// Whether `e` is a connection the other side closed (or reset).
+fn closed(e: &NetError) -> bool {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match e {
+        NetError::Disconnected => true,
+        NetError::Io(e) => matches!(
+            e.kind(),
+            BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
+        ),
+        NetError::Tls(m) => {
+            let m = m.to_lowercase();
+            ["reset", "closed", "eof", "broken pipe", "corrupt message"]
+                .iter()
+                .any(|w| m.contains(w))
+        }
+        _ => false,
+    }
+}
+
+/// The error of server `i` at `addr` before its hello arrived: one that
+/// closed the connection gets a [`ClientError::ClosedEarly`] that says
+/// what that usually means.
+fn before_hello<'a>(
+    i: usize,
+    addr: &'a str,
+    sec: &Security,
+) -> impl Fn(NetError) -> ClientError + 'a {
+    let tls = matches!(sec, Security::Tls(_));
+    move |error| match closed(&error) {
+        true => ClientError::ClosedEarly {
+            server: i,
+            addr: addr.to_string(),
+            error,
+            tls,
+        },
+        false => net(i)(error),
+    }
 }
 
 /// The cleartext inputs for sentences padded to the plan's shape.
@@ -503,7 +563,8 @@ pub fn connect<'a>(
             connect: wait,
             io: timeouts.io.min(wait),
         };
-        let mut link = Link::connect_secured(servers[i], t, sec, role).map_err(net(i))?;
+        let early = before_hello(i, servers[i], sec);
+        let mut link = Link::connect_secured(servers[i], t, sec, role).map_err(&early)?;
         // The hellos, too, within what is left.
         link.set_io_timeout(timeouts.io.min(left()).max(Duration::from_millis(1)));
         let hello = match shapes.first() {
@@ -512,8 +573,8 @@ pub fn connect<'a>(
             },
             None => Hello::Client,
         };
-        send_hello(&mut link, &hello).map_err(net(i))?;
-        match recv_hello(&mut link).map_err(net(i))? {
+        send_hello(&mut link, &hello).map_err(&early)?;
+        match recv_hello(&mut link).map_err(&early)? {
             Ok(Hello::Server {
                 party,
                 plan_hash,

@@ -241,6 +241,23 @@ pub enum KeyFileError {
     },
 }
 
+impl KeyFileError {
+    /// What a peer or a client is told of this error: its kind, without
+    /// the file's path or the ledger's (the server's log has the whole
+    /// error).
+    pub fn summary(&self) -> &'static str {
+        match self {
+            KeyFileError::Corrupt { .. } => "a section of its key file is corrupt",
+            KeyFileError::Spent { .. } => "its key set is spent, or its ledger failed",
+            KeyFileError::PlanMismatch { .. } | KeyFileError::Party { .. } => {
+                "its key file is for another plan or party"
+            }
+            KeyFileError::Io { .. } => "its key file could not be read",
+            _ => "its key file is malformed",
+        }
+    }
+}
+
 fn io(path: &Path) -> impl Fn(std::io::Error) -> KeyFileError + '_ {
     move |source| KeyFileError::Io {
         path: path.to_path_buf(),

@@ -531,11 +531,13 @@ fn no_core_dumps() {
     }
 }
 
-fn load_model(spec: &str) -> Result<Model> {
-    if let Some(model) = Model::builtin(spec) {
-        return Ok(model);
+/// An encoder; for a decoder, an error that says `for_decoders` (what to
+/// run instead).
+fn load_model(spec: &str, for_decoders: &str) -> Result<Model> {
+    match load_any(spec)? {
+        Transformer::Encoder(m) => Ok(m),
+        Transformer::Decoder(_) => bail!("{spec} is a decoder: {for_decoders}"),
     }
-    Model::load(Path::new(spec)).with_context(|| format!("loading the model from {spec}"))
 }
 
 /// A model of either kind: a built-in name, a GGUF file or a folder
@@ -775,7 +777,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let model = load_decoder(&model)?;
                 return query_generate(&model, [a, b], &prompt, &sampling, timeout, &sec, &out);
             }
-            let model = load_model(&model)?;
+            let model = load_model(&model, "query it with --generate and a prompt")?;
             let expect = client::Expect {
                 batch: batch.unwrap_or(texts.len()),
                 seq,
@@ -1191,7 +1193,7 @@ fn embed(
     texts: &[String],
     choice: Choice,
 ) -> Result<ExitCode> {
-    let model = load_model(model)?;
+    let model = load_model(model, "generate text with `suffuse generate`")?;
     let batch = tokenize(&model, texts, max_tokens)?;
     let outcome = session::run(
         &model,

@@ -93,6 +93,18 @@ pub enum NetError {
     /// The peer closed the connection, or its process died.
     #[error("the peer closed the connection")]
     Disconnected,
+    /// Every attempt to connect was refused until the connect timeout: no
+    /// process listens at the address.
+    #[error(
+        "nothing is listening at {addr}: it refused every connection for {waited_s:.0} s \
+         (is the server running, and is the address right?)"
+    )]
+    NothingListening {
+        /// The address as given.
+        addr: String,
+        /// How long connecting was tried.
+        waited_s: f64,
+    },
     /// The bytes where a frame header should start are not one of ours.
     #[error("not a suffuse frame: the header does not start with the magic bytes \"SF\"")]
     BadMagic,

@@ -58,6 +58,21 @@ pub enum ServeError {
     Party(#[from] PartyError),
 }
 
+impl ServeError {
+    /// What the peer and the client are told when a query fails: the error,
+    /// except that one in this server's own files (key file, ledger) is
+    /// told by its kind, without their paths (issue 27). The log has it
+    /// whole.
+    pub fn for_others(&self) -> String {
+        match self {
+            ServeError::KeyFile(e) | ServeError::Party(PartyError::KeyFile(e)) => {
+                format!("the server failed: {}", e.summary())
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
 pub(crate) fn net(during: &'static str) -> impl Fn(NetError) -> ServeError {
     move |source| ServeError::Net {
         during,
@@ -147,7 +162,7 @@ pub fn serve<'a>(
             match meet.meet(false) {
                 Ok((_, c)) => (p, c),
                 Err(e) => {
-                    p.abort(&e.to_string());
+                    p.abort(&e.for_others());
                     return Err(e);
                 }
             }
@@ -189,7 +204,7 @@ pub(crate) fn serve_query(
 ) -> Result<PartyReport, ServeError> {
     let result = run_query(plan, party, reader, peer, client_link, opts, fss);
     if let Err(e) = &result {
-        let why = e.to_string();
+        let why = e.for_others();
         peer.abort(&why);
         client_link.abort(&why);
     }
@@ -451,7 +466,7 @@ impl Meeting<'_> {
                 Ok(None) => {}
                 Err(e) => {
                     for l in peer.iter_mut().chain(client.iter_mut()) {
-                        l.abort(&e.to_string());
+                        l.abort(&e.for_others());
                     }
                     return Err(e);
                 }

@@ -182,6 +182,9 @@ fn points(s: &Steps) -> Vec<Point> {
         point("hello stalled", E, false)
             .on(peer, f(up, HELLO, HELLO_STEP), Act::Stall)
             .unspent(),
+        point("client input stalled (P0)", E, false)
+            .on(On::Client(0), f(up, INPUT, 0), Act::Stall)
+            .unspent(),
         point("client input dropped (P0)", E, false)
             .on(On::Client(0), f(up, INPUT, 0), Act::Close)
             .unspent(),
@@ -203,6 +206,10 @@ fn points(s: &Steps) -> Vec<Point> {
             .unspent(),
         point("key file cut in half (P0)", E, true)
             .edit(Edit::Truncate(0, Offset::PerMille(500)))
+            .unspent(),
+        // Issue 27: a key file others may read is refused at open.
+        point("key file open to others (P1)", E, true)
+            .edit(Edit::Mode(1, 0o644))
             .unspent(),
         // Mid key stream: spent at both, since the ready round passed.
         point("key section flipped (P0)", E, true).edit(Edit::Flip(0, Offset::PerMille(500))),
@@ -283,6 +290,11 @@ fn controls() -> Vec<Point> {
     vec![
         point("control: embedding", Job::Embed, true).exits([Success; 3]),
         point("control: generation", Job::Generate, true).exits([Success; 3]),
+        // Issue 27: served through a link, spent whole (the file itself,
+        // not only the link).
+        point("key file served through a link (P0)", Job::Embed, true)
+            .edit(Edit::Link(0))
+            .exits([Success; 3]),
         // Not faults of the run: each of these slow connections would have
         // held a one-at-a-time server for 10 s, past `--timeout` in all.
         point("slowloris at both servers (TLS)", Job::Embed, true).slow([4, 2]),
@@ -314,6 +326,10 @@ fn violations(p: &Point, o: &Outcome, clean: &str) -> Vec<String> {
         if let Some(why) = exit_violation(end, want) {
             bad.push(format!("{who}: {why}"));
         }
+    }
+    // Issue 27: a server's abort never shows the client its file paths.
+    if let Some(l) = o.ends[2].stderr.iter().find(|l| l.contains(".keys")) {
+        bad.push(format!("the client was shown a key file's path: {l}"));
     }
     let client_ok = p.exits[2] == Success;
     let printed = o.stdout.trim_end();

@@ -336,6 +336,65 @@ fn bad_invocations_fail_with_a_message() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a suffuse key file"));
 }
 
+/// Issue 27 (low), messages: what a client meets most often says what
+/// happened and what to do. A server that closes the connection at once (a
+/// one-query server already serving, or one speaking TLS to a plain
+/// client), nothing listening, and a decoder asked for embeddings.
+#[test]
+fn connection_failures_say_what_happened() {
+    let dir = temp("messages");
+    run(&["certs", "--out", dir.join("certs").to_str().unwrap()]);
+    // Closes every connection as soon as it is made.
+    let closer = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closing = closer.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for c in closer.incoming() {
+            drop(c);
+        }
+    });
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = free.local_addr().unwrap().to_string();
+    drop(free);
+    let query = |model: &str, servers: &str, transport: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["query", "--model", model, "--servers", servers])
+            .args(["--timeout", "2"])
+            .args(transport)
+            .arg("a text")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(out.stdout.is_empty());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    let both = format!("{closing},{closing}");
+    let certs = dir.join("certs");
+    let tls = ["--tls", certs.to_str().unwrap()];
+    let plain = query("demo", &both, &["--insecure-transport"]);
+    assert!(
+        plain.contains("closed the connection before it answered"),
+        "{plain}"
+    );
+    assert!(plain.contains("may expect TLS"), "{plain}");
+    assert!(plain.contains("serving another query"), "{plain}");
+    let secured = query("demo", &both, &tls);
+    assert!(
+        secured.contains("closed the connection before it answered"),
+        "{secured}"
+    );
+    assert!(secured.contains("may not use TLS"), "{secured}");
+    let gone = query("demo", &format!("{nobody},{nobody}"), &tls);
+    assert!(
+        gone.contains(&format!("nothing is listening at {nobody}")),
+        "{gone}"
+    );
+    let decoder = query("tiny-llama", &both, &tls);
+    assert!(
+        decoder.contains("tiny-llama is a decoder: query it with --generate"),
+        "{decoder}"
+    );
+}
+
 #[test]
 fn secrets_are_never_written_into_an_open_folder() {
     use std::os::unix::fs::PermissionsExt;

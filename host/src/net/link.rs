@@ -246,6 +246,9 @@ fn prepare(stream: &TcpStream, t: Timeouts) -> Result<(), NetError> {
 /// Connects, retrying until `t.connect` has passed.
 fn connect_tcp(addr: impl ToSocketAddrs, t: Timeouts) -> Result<TcpStream, NetError> {
     let addrs: Vec<SocketAddr> = addr.to_socket_addrs().map_err(NetError::Io)?.collect();
+    let began = Instant::now();
+    // Whether the last attempt was refused: nothing listens there.
+    let mut refused = false;
     if addrs.is_empty() {
         return Err(NetError::Io(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -265,13 +268,30 @@ fn connect_tcp(addr: impl ToSocketAddrs, t: Timeouts) -> Result<TcpStream, NetEr
             }
             match TcpStream::connect_timeout(addr, left) {
                 Ok(stream) => return Ok(stream),
-                Err(e) if is_retryable(&e) => {}
+                Err(e) if is_retryable(&e) => {
+                    refused = e.kind() == io::ErrorKind::ConnectionRefused;
+                }
                 Err(e) => return Err(NetError::Io(e)),
             }
         }
-        pause = sleep_until_next(deadline, pause).ok_or(NetError::Timeout {
-            during: "connecting to the peer",
-        })?;
+        pause = match sleep_until_next(deadline, pause) {
+            Some(p) => p,
+            None if refused => {
+                return Err(NetError::NothingListening {
+                    addr: addrs
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    waited_s: began.elapsed().as_secs_f64(),
+                });
+            }
+            None => {
+                return Err(NetError::Timeout {
+                    during: "connecting to the peer",
+                });
+            }
+        };
     }
 }
 

@@ -40,6 +40,11 @@ pub enum Edit {
     Truncate(usize, Offset),
     /// Flip a bit of party p's file at this offset.
     Flip(usize, Offset),
+    /// Give party p's file this mode.
+    Mode(usize, u32),
+    /// Move party p's file to `pN.real` and serve it through a symbolic
+    /// link in its place.
+    Link(usize),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -121,8 +126,20 @@ fn dealt(dir: &Path, job: Job) -> String {
 }
 
 fn edit(dir: &Path, e: Edit) {
-    let (Edit::Truncate(p, _) | Edit::Flip(p, _)) = e;
+    use std::os::unix::fs::PermissionsExt;
+    let (Edit::Truncate(p, _) | Edit::Flip(p, _) | Edit::Mode(p, _) | Edit::Link(p)) = e;
     let f = dir.join(format!("keys/p{p}.keys"));
+    match e {
+        Edit::Mode(_, mode) => {
+            return std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        Edit::Link(_) => {
+            let real = dir.join(format!("keys/p{p}.real"));
+            std::fs::rename(&f, &real).unwrap();
+            return std::os::unix::fs::symlink(&real, &f).unwrap();
+        }
+        Edit::Truncate(..) | Edit::Flip(..) => {}
+    }
     let mut bytes = std::fs::read(&f).unwrap();
     let len = bytes.len() as u64;
     let at = |o: Offset| match o {
@@ -133,6 +150,7 @@ fn edit(dir: &Path, e: Edit) {
     match e {
         Edit::Truncate(_, o) => bytes.truncate(at(o)),
         Edit::Flip(_, o) => bytes[at(o)] ^= 0x01,
+        Edit::Mode(..) | Edit::Link(_) => {}
     }
     std::fs::write(&f, bytes).unwrap();
 }
@@ -261,7 +279,10 @@ pub fn run(s: &Setup<'_>, certs: &Path) -> Outcome {
         .chain(slow1)
         .for_each(|h| h.join().unwrap());
     let entry = |p: usize| dir.join(format!("state{p}/p{p}-{key_set}")).exists();
-    let left = |p: usize| dir.join(format!("keys/p{p}.keys")).exists();
+    // A linked file counts as left while its target is there.
+    let left = |p: usize| {
+        dir.join(format!("keys/p{p}.keys")).exists() || dir.join(format!("keys/p{p}.real")).exists()
+    };
     Outcome {
         start,
         fired,
