@@ -40,17 +40,17 @@ pub fn private_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Checks the mode of a secret file, `meta` being its metadata (of the
-/// file itself, links resolved): `Err` if others may read or write it,
-/// `Ok(Some(warning))` if its group may, `Ok(None)` if only its owner may.
+/// file itself, links resolved): `Err` if others may read or write it (its
+/// message for the caller to put after the path), `Ok(Some(warning))` if
+/// its group may, `Ok(None)` if only its owner may.
 pub fn check_file(path: &Path, meta: &Metadata) -> io::Result<Option<String>> {
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o006 != 0 {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!(
-                "{} holds a secret but others may read or write it (mode {mode:03o}): \
-                 `chmod 600` it (on a secret mount, give its files mode 0400)",
-                path.display()
+                "it holds a secret but others may read or write it (mode {mode:03o}): \
+                 `chmod 600` it (on a secret mount, give its files mode 0400)"
             ),
         ));
     }

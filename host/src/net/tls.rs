@@ -108,8 +108,8 @@ impl TlsConfig {
         let key_path = dir.join(format!("{}.key", role.file()));
         let meta = std::fs::metadata(&key_path)
             .map_err(|e| bad(format!("{}: {e}", key_path.display())))?;
-        if let Some(w) =
-            crate::private::check_file(&key_path, &meta).map_err(|e| bad(e.to_string()))?
+        if let Some(w) = crate::private::check_file(&key_path, &meta)
+            .map_err(|e| bad(format!("{}: {e}", key_path.display())))?
         {
             crate::private::warn(&w);
         }
