@@ -10,6 +10,8 @@ mod e2e;
 mod floors;
 mod gates;
 mod linalg;
+mod net;
+mod relay;
 mod serve;
 
 use std::time::Instant;
@@ -46,6 +48,11 @@ const BENCHES: &[Bench] = &[
         name: "linalg",
         about: "matrix products mod 2^64 in transformer shapes, 1 and 2 threads",
         run: linalg::run,
+    },
+    Bench {
+        name: "net",
+        about: "BERT-base's shape at 128 tokens and SmolLM2 (prefill 64 + 8 decode passes) as three processes through delay-and-rate relays: zero delay, LAN (0.5 ms, 1 GB/s), WAN (4 ms, 400 MB/s)",
+        run: net::run,
     },
     Bench {
         name: "serve",

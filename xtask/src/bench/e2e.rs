@@ -30,7 +30,7 @@ use crate::command::{self, cargo, workspace_root};
 
 /// A paragraph long enough for 128 WordPiece tokens with MiniLM's
 /// tokenizer (and 128 characters with the generated models' one).
-const PARAGRAPH: &str = "Function secret sharing lets two servers that do not collude run a \
+pub(super) const PARAGRAPH: &str = "Function secret sharing lets two servers that do not collude run a \
     transformer on a secret-shared prompt: each holds keys from a dealer and a share of every \
     activation, and neither learns the sentence, the intermediate values or the embedding. \
     Every non-linearity, from truncation to GeLU, softmax and LayerNorm, is compiled from a \
@@ -74,7 +74,7 @@ const PROMPT_120: &str = "Two servers run a decoder on secret shares of a prompt
     learns the text, the logits or the tokens picked next!!";
 
 /// 40 SmolLM2 tokens: a prompt for the 64-token bucket.
-const PROMPT_64: &str = "Function secret sharing lets two servers that do not collude run a \
+pub(super) const PROMPT_64: &str = "Function secret sharing lets two servers that do not collude run a \
     transformer on a secret-shared prompt: each holds keys from a dealer and a share of every \
     activation, and neither learns the sentence.";
 

@@ -302,7 +302,7 @@ impl Servers {
 }
 
 /// The address a server announces on its first log line.
-fn announced(log: &Path) -> Result<String> {
+pub(super) fn announced(log: &Path) -> Result<String> {
     let until = Instant::now() + Duration::from_secs(120);
     while Instant::now() < until {
         let text = std::fs::read_to_string(log).unwrap_or_default();

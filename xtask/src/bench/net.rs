@@ -1,0 +1,350 @@
+//! Secure inference over a simulated network: the dealer, both servers and
+//! the client as separate `suffuse` processes over mutual TLS, with a
+//! user-space relay ([`super::relay`]) in front of each server, so that
+//! the P1 → P0 link and the client's link to each server carry a one-way
+//! latency and a bandwidth in each direction. Each case runs at zero
+//! delay (the relays only copy), on a LAN (0.5 ms RTT, 1 GB/s) and on a
+//! WAN (4 ms RTT, 400 MB/s), the settings of seed 001.
+//!
+//! Beside each measured online time the record has the model
+//! `compute + bytes / bandwidth + rounds · RTT`: `compute` is the same
+//! case's zero-delay time, `bytes` the larger of the two servers' sent
+//! bytes, `rounds` the servers' rounds (the client's legs add about one
+//! RTT per pass on top). For BERT-base's shape the published projections
+//! of FuseFSS and SIGMA under the same model stand beside it, and the
+//! record says what the network adds (the setting's time minus the
+//! zero-delay time) against what it adds to FuseFSS (9.94 − 1.15 s on the
+//! WAN).
+//!
+//! Cases: BERT-base's shape at 128 tokens (generated weights), and, when
+//! `models/SmolLM2-135M-Instruct` is present, SmolLM2's prefill at bucket
+//! 64 plus 8 decode passes. `SUFFUSE_NET_CASES` and `SUFFUSE_NET_SETTINGS`
+//! (comma-separated names) pick some of them.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::e2e::{PARAGRAPH, PROMPT_64};
+use super::relay::{Link, Relay};
+use super::serve::announced;
+use crate::command::{self, cargo, workspace_root};
+
+/// A network setting.
+struct Setting {
+    name: &'static str,
+    rtt: Duration,
+    bytes_per_s: Option<f64>,
+}
+
+const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "zero",
+        rtt: Duration::ZERO,
+        bytes_per_s: None,
+    },
+    Setting {
+        name: "lan",
+        rtt: Duration::from_micros(500),
+        bytes_per_s: Some(1e9),
+    },
+    Setting {
+        name: "wan",
+        rtt: Duration::from_millis(4),
+        bytes_per_s: Some(400e6),
+    },
+];
+
+impl Setting {
+    fn link(&self) -> Link {
+        Link {
+            latency: self.rtt / 2,
+            bytes_per_s: self.bytes_per_s,
+        }
+    }
+}
+
+struct Case {
+    name: &'static str,
+    model: &'static str,
+    seq: usize,
+    text: &'static str,
+    /// A decoder: new tokens (the prefill's and one per decode pass).
+    generate: Option<usize>,
+    /// Published projections under this model: (system, LAN s, WAN s).
+    anchors: &'static [(&'static str, f64, f64)],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "bert-base-shape-128",
+        model: "generated-bert-base",
+        seq: 128,
+        text: PARAGRAPH,
+        generate: None,
+        anchors: &[("FuseFSS", 3.36, 9.94), ("SIGMA", 3.99, 11.12)],
+    },
+    Case {
+        name: "smollm2-64-decode-8",
+        model: "models/SmolLM2-135M-Instruct",
+        seq: 64,
+        text: PROMPT_64,
+        generate: Some(9),
+        anchors: &[],
+    },
+];
+
+/// FuseFSS's zero-delay BERT-base-128 time (seed 001, Table 1): what the
+/// network adds to it is its projection minus this.
+const FUSEFSS_ONLINE_S: f64 = 1.15;
+
+fn picked(var: &str, name: &str) -> bool {
+    std::env::var(var)
+        .ok()
+        .is_none_or(|v| v.split(',').any(|c| c == name))
+}
+
+pub fn run() -> Result<String> {
+    command::run(&mut cargo([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "suffuse-host",
+        "--bin",
+        "suffuse",
+    ]))?;
+    let target = command::target_dir()?;
+    let bin = target.join("release/suffuse");
+    let root = target.join("bench/net-run");
+    let _ = std::fs::remove_dir_all(&root);
+    private_dir(&root)?;
+    let certs = root.join("certs");
+    command::run(Command::new(&bin).arg("certs").arg("--out").arg(&certs))?;
+    let mut records = Vec::new();
+    for case in CASES.iter().filter(|c| picked("SUFFUSE_NET_CASES", c.name)) {
+        let model = match case.model.contains('/') {
+            true => {
+                let dir = workspace_root().join(case.model);
+                if !dir.exists() {
+                    println!("{}: {} is absent, skipped", case.name, dir.display());
+                    continue;
+                }
+                dir.to_string_lossy().into_owned()
+            }
+            false => case.model.to_string(),
+        };
+        let mut zero: Option<f64> = None;
+        for s in SETTINGS
+            .iter()
+            .filter(|s| picked("SUFFUSE_NET_SETTINGS", s.name))
+        {
+            println!("{} over {}", case.name, s.name);
+            let dir = root.join(format!("{}-{}", case.name, s.name));
+            private_dir(&dir)?;
+            let r = one(&bin, &model, case, s, &dir, &certs)?;
+            let _ = std::fs::remove_dir_all(dir.join("keys"));
+            let online = r["online_s"].as_f64().unwrap_or(f64::NAN);
+            if s.name == "zero" {
+                zero = Some(online);
+            }
+            records.push(record(case, s, r, zero));
+        }
+    }
+    print_table(&records);
+    Ok(serde_json::to_string_pretty(&records)?)
+}
+
+fn private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))
+}
+
+/// One case at one setting: deal, serve behind relays, query; the
+/// client's report.
+fn one(
+    bin: &Path,
+    model: &str,
+    case: &Case,
+    s: &Setting,
+    dir: &Path,
+    certs: &Path,
+) -> Result<Value> {
+    let keys = dir.join("keys");
+    let seq = case.seq.to_string();
+    let mut deal = Command::new(bin);
+    deal.args(["dealer", "--model", model, "--seq", &seq])
+        .arg("--out")
+        .arg(&keys);
+    if let Some(n) = case.generate {
+        deal.args(["--max-new-tokens", &n.to_string()]);
+    }
+    command::run(&mut deal)?;
+    let p0 = server(bin, model, 0, "unused", dir, certs)?;
+    let a0: SocketAddr = announced(&dir.join("p0.log"))?.parse()?;
+    let peer = Relay::start(a0, s.link())?;
+    let p1 = server(bin, model, 1, &peer.addr().to_string(), dir, certs)?;
+    let a1: SocketAddr = announced(&dir.join("p1.log"))?.parse()?;
+    let (c0, c1) = (Relay::start(a0, s.link())?, Relay::start(a1, s.link())?);
+    let report = dir.join("query.json");
+    let mut query = Command::new(bin);
+    query
+        .args(["query", "--model", model, "--timeout", "900", "--servers"])
+        .arg(format!("{},{}", c0.addr(), c1.addr()))
+        .arg("--tls")
+        .arg(certs)
+        .arg("--report-json")
+        .arg(&report);
+    if case.generate.is_some() {
+        query.arg("--generate");
+    }
+    let started = Instant::now();
+    let out = command::capture(query.arg(case.text))?;
+    let wall = started.elapsed().as_secs_f64();
+    for (mut p, name) in [(p0, "P0"), (p1, "P1")] {
+        if !out.status.success() {
+            let _ = p.kill();
+        }
+        let status = p.wait()?;
+        if out.status.success() && !status.success() {
+            bail!("{name} failed: see {}", dir.display());
+        }
+    }
+    if !out.status.success() {
+        bail!(
+            "{} over {}: the query failed:\n{}",
+            case.name,
+            s.name,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut r: Value = serde_json::from_slice(&std::fs::read(&report)?)?;
+    r["client_wall_s"] = json!(wall);
+    Ok(r)
+}
+
+fn server(
+    bin: &Path,
+    model: &str,
+    party: u8,
+    peer: &str,
+    dir: &Path,
+    certs: &Path,
+) -> Result<Child> {
+    let log = std::fs::File::create(dir.join(format!("p{party}.log")))?;
+    Command::new(bin)
+        .args(["serve", "--party", &party.to_string(), "--model", model])
+        .arg("--keys")
+        .arg(dir.join(format!("keys/p{party}.keys")))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--peer",
+            peer,
+            "--timeout",
+            "900",
+        ])
+        .arg("--tls")
+        .arg(certs)
+        .arg("--state-dir")
+        .arg(dir.join(format!("state{party}")))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .context("starting a server")
+}
+
+/// The record of one run: the client's report, the setting, the model's
+/// estimate and, for BERT-base, the published projections.
+fn record(case: &Case, s: &Setting, report: Value, zero: Option<f64>) -> Value {
+    let online = report["online_s"].as_f64().unwrap_or(f64::NAN);
+    let rounds = report["rounds"].as_f64().unwrap_or(f64::NAN);
+    let sent = |p: usize| {
+        report["comm_bytes_per_party"][p]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
+    let bytes = sent(0).max(sent(1));
+    let model = zero.map(|compute| {
+        compute + s.bytes_per_s.map_or(0.0, |b| bytes / b) + rounds * s.rtt.as_secs_f64()
+    });
+    let anchors: Vec<Value> = case
+        .anchors
+        .iter()
+        .filter(|_| s.name != "zero")
+        .map(|(system, lan, wan)| {
+            let projected = if s.name == "lan" { *lan } else { *wan };
+            json!({
+                "system": system, "projected_s": projected,
+                "source": "seed 001, §Table 1's LAN/WAN model; ANCHORS.md",
+            })
+        })
+        .collect();
+    let fusefss_added = case
+        .anchors
+        .iter()
+        .find(|a| a.0 == "FuseFSS")
+        .map(|a| if s.name == "lan" { a.1 } else { a.2 } - FUSEFSS_ONLINE_S)
+        .filter(|_| s.name != "zero");
+    json!({
+        "case": case.name,
+        "setting": s.name,
+        "rtt_ms": s.rtt.as_secs_f64() * 1e3,
+        "bytes_per_s": s.bytes_per_s,
+        "online_s": online,
+        "rounds": rounds,
+        "bytes_larger_party": bytes,
+        "model_s": model,
+        "network_adds_s": zero.map(|z| online - z),
+        "fusefss_network_adds_s": fusefss_added,
+        "anchors": anchors,
+        "report": report,
+    })
+}
+
+fn print_table(records: &[Value]) {
+    println!(
+        "\n{:<22} {:<5} {:>9} {:>9} {:>9} {:>7} {:>10}  anchors",
+        "case", "net", "online s", "model s", "adds s", "rounds", "bytes/party"
+    );
+    for r in records {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let anchors: Vec<String> = r["anchors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| {
+                format!(
+                    "{} {:.2} s",
+                    a["system"].as_str().unwrap_or("?"),
+                    a["projected_s"].as_f64().unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        println!(
+            "{:<22} {:<5} {:>9.2} {:>9.2} {:>9.2} {:>7.0} {:>9.1}M  {}",
+            r["case"].as_str().unwrap_or("?"),
+            r["setting"].as_str().unwrap_or("?"),
+            f("online_s"),
+            f("model_s"),
+            f("network_adds_s"),
+            f("rounds"),
+            f("bytes_larger_party") / 1e6,
+            anchors.join(", ")
+        );
+    }
+    println!(
+        "\nonline s: the client's online time through the relays (TLS end to end); model s: \
+         the zero-delay time + bytes/bandwidth + rounds·RTT; adds s: online minus the \
+         zero-delay online. FuseFSS's network adds 2.21 s (LAN) and 8.79 s (WAN) by its own \
+         projection."
+    );
+}
