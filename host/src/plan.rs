@@ -18,6 +18,9 @@ pub mod attention;
 pub mod bert;
 pub mod bound;
 pub mod decoder;
+mod linear;
+mod norm;
+mod scale;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -996,7 +999,7 @@ struct Canonical<'a> {
 pub type RealLinear = (Vec<f64>, Vec<f64>, usize);
 
 /// What a linear layer's output bound was computed from (see
-/// `bert::product_key`).
+/// `linear::product_key`).
 #[derive(Debug, PartialEq, Eq, Hash)]
 pub struct ProductKey {
     /// The layer.
@@ -1139,7 +1142,7 @@ impl Builder {
     }
 
     /// Records the output bound of a linear layer's product, by
-    /// `bert::product_key`.
+    /// `linear::product_key`.
     pub fn remember_product(&mut self, key: ProductKey, bound: Bound) {
         self.products.insert(key, bound);
     }

@@ -13,8 +13,8 @@
 //! value that changes no maximum; the exponents of those entries are 0
 //! (public), so the row sums and `E·V` see exact zeros there.
 
-use super::bert::{INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, ulp};
 use super::bound::{self, Bound};
+use super::scale::{INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, ulp};
 use super::{Builder, Category, GateSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, RECIP_FRAC};
 use suffuse_core::gate::splines;

@@ -27,10 +27,10 @@
 use std::sync::Arc;
 
 use super::attention::{self, Heads, PRODUCT_MAX_K};
-use super::bert::{
-    GELU_ERR, linear_product, linear_to_frac, normalize, spline_width, truncate, ulp,
-};
 use super::bound::{self, Bound, NormForm};
+use super::linear::{linear_product, linear_to_frac};
+use super::norm::normalize;
+use super::scale::{GELU_ERR, spline_width, truncate, ulp};
 use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
 use crate::model::{Architecture, Decoder, DecoderLayer, RopeStyle};

@@ -1,0 +1,230 @@
+//! Linear layers: weights encoded at the input's scale, the product with
+//! its proven output bound, and the truncation back to FRAC. Shared by the
+//! encoder and the decoders; a decode pass reuses the encodings and bounds
+//! of the pass before it.
+
+use super::bound::{self, Bound, NormForm};
+use super::scale::truncate;
+use super::{Builder, Category, EncodedLinear, Kind, PlanError, ProductKey, RealLinear};
+use crate::fixed::{self, FRAC, WEIGHT_FRAC, encode};
+use crate::model;
+
+/// Encodes a linear layer for an input at `in_scale`; `prescale` multiplies
+/// the weights and bias of the first `prescale.1` outputs by `prescale.0`.
+pub(super) fn encode_linear(
+    name: String,
+    parts: &[&model::Linear],
+    in_scale: u32,
+    query_scale: f64,
+) -> EncodedLinear {
+    let inputs = parts.first().map_or(0, |p| p.inputs);
+    let outputs: usize = parts.iter().map(|p| p.outputs).sum();
+    let bias_scale = in_scale + WEIGHT_FRAC;
+    let mut w = vec![0u64; inputs * outputs];
+    let mut bias = Vec::with_capacity(outputs);
+    let mut col = 0;
+    for (pi, p) in parts.iter().enumerate() {
+        // Attention's 1/√d_h is folded into the query weights (part 0 of a
+        // fused QKV layer).
+        let s = if pi == 0 { query_scale } else { 1.0 };
+        for i in 0..inputs {
+            for j in 0..p.outputs {
+                w[i * outputs + col + j] =
+                    encode(f64::from(p.w[i * p.outputs + j]) * s, WEIGHT_FRAC);
+            }
+        }
+        bias.extend(p.b.iter().map(|v| encode(f64::from(*v) * s, bias_scale)));
+        col += p.outputs;
+    }
+    EncodedLinear {
+        name,
+        inputs,
+        outputs,
+        w,
+        b: bias,
+        bias_scale,
+        id: [0; 16],
+    }
+}
+
+/// The real values of an encoded layer, for bounds.
+pub(super) fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
+    (
+        l.w.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)).collect(),
+        l.b.iter()
+            .map(|v| fixed::decode(*v, l.bias_scale))
+            .collect(),
+    )
+}
+
+/// `x·W + b` followed by the truncation back to FRAC; returns the output
+/// and the linear layer's index. An input above FRAC (a spline output,
+/// attention outputs) is multiplied as it is when the product still fits, so
+/// one truncation rescales both; otherwise it is truncated first. `norm`
+/// describes a LayerNorm-output input for a tighter bound.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn linear_to_frac(
+    b: &mut Builder,
+    x: usize,
+    norm: Option<&NormForm>,
+    name: String,
+    parts: &[&model::Linear],
+    query_scale: f64,
+    group: usize,
+    layer: usize,
+) -> Result<(usize, usize), PlanError> {
+    let (y, linear) = linear_product(b, x, norm, name.clone(), parts, query_scale, group, layer)?;
+    b.at(Category::Truncation, Some(layer));
+    Ok((truncate(b, y, FRAC, name)?, linear))
+}
+
+/// `x·W + b` at the product's scale, without the truncation: see
+/// [`linear_to_frac`]. A layer already encoded in this plan at the same
+/// scale (an earlier decode pass) is reused, not encoded again.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn linear_product(
+    b: &mut Builder,
+    x: usize,
+    norm: Option<&NormForm>,
+    name: String,
+    parts: &[&model::Linear],
+    query_scale: f64,
+    group: usize,
+    layer: usize,
+) -> Result<(usize, usize), PlanError> {
+    let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
+        let real = real_weights_of(b, enc);
+        let (w, bias, outputs) = (&real.0, &real.1, real.2);
+        let plain = bound::linear(xb, w, bias, outputs, group);
+        match norm {
+            Some(nf) => plain.min(&bound::linear_from_norm(nf, w, bias, outputs, group)),
+            None => plain,
+        }
+    };
+    let xi = b.info(x).clone();
+    if let Some(done) = reuse(b, x, &name, norm, group, layer)? {
+        return Ok(done);
+    }
+    let try_scale = xi.scale + WEIGHT_FRAC;
+    let enc = encoded(b, &name, parts, xi.scale, query_scale);
+    let out = bound_of(b, &xi.bound, &enc);
+    let fits = bound::width(out.max_abs(), try_scale) <= 62;
+    let (x, enc, out) = if fits || xi.scale == FRAC {
+        (x, enc, out)
+    } else {
+        if let Enc::New(unused) = enc {
+            // The next decode pass tries this scale again.
+            b.keep_memo(unused);
+        }
+        b.at(Category::Truncation, Some(layer));
+        let x = truncate(b, x, FRAC, format!("{} (rescaled)", xi.name))?;
+        let xi = b.info(x).clone();
+        let enc = encoded(b, &name, parts, xi.scale, query_scale);
+        let out = bound_of(b, &xi.bound, &enc);
+        (x, enc, out)
+    };
+    let rows = b.info(x).rows;
+    let scale = b.info(x).scale + WEIGHT_FRAC;
+    b.at(Category::Linear, Some(layer));
+    let linear = match enc {
+        Enc::Built(i) => i,
+        Enc::New(enc) => b.linear_layer(enc),
+    };
+    let outputs = b.linear_ref(linear).outputs;
+    let key = product_key(&name, scale, &b.info(x).bound, norm, group);
+    b.remember_product(key, out.clone());
+    let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
+    b.push(Kind::Linear { x, linear, out: y });
+    Ok((y, linear))
+}
+
+/// A decode pass repeats the layers of the pass before it on inputs with
+/// the same bounds: the layer's encoding and its output bound (a pass
+/// over every weight) are reused, not recomputed. `None` when either is
+/// new.
+fn reuse(
+    b: &mut Builder,
+    x: usize,
+    name: &str,
+    norm: Option<&NormForm>,
+    group: usize,
+    layer: usize,
+) -> Result<Option<(usize, usize)>, PlanError> {
+    let xi = b.info(x);
+    let (rows, scale) = (xi.rows, xi.scale + WEIGHT_FRAC);
+    let key = product_key(name, scale, &xi.bound, norm, group);
+    let (Some(linear), Some(out)) = (b.find_linear(name, scale), b.remembered_product(&key)) else {
+        return Ok(None);
+    };
+    let outputs = b.linear_ref(linear).outputs;
+    b.at(Category::Linear, Some(layer));
+    let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
+    b.push(Kind::Linear { x, linear, out: y });
+    Ok(Some((y, linear)))
+}
+
+/// What a linear layer's output bound depends on: the layer, the
+/// product's scale, the grouping, and every real of the input's bound and
+/// norm form (compared exactly, so a reused bound is the one that would be
+/// computed).
+fn product_key(
+    name: &str,
+    scale: u32,
+    xb: &Bound,
+    norm: Option<&NormForm>,
+    group: usize,
+) -> ProductKey {
+    let reals = xb.abs.iter().chain(&xb.l2);
+    let form = norm
+        .into_iter()
+        .flat_map(|f| f.gain.iter().chain(&f.shift).chain([&f.zeta, &f.delta]));
+    ProductKey {
+        name: name.to_string(),
+        scale,
+        groups: (group, xb.group, norm.is_some()),
+        reals: reals.chain(form).map(|v| v.to_bits()).collect(),
+    }
+}
+
+/// A linear layer for [`linear_product`]: already in the plan, or
+/// encoded and not yet added (it may turn out to be at the wrong scale).
+enum Enc {
+    Built(usize),
+    New(EncodedLinear),
+}
+
+/// The layer `name` encoded for an input at `in_scale`: from this plan,
+/// from an earlier pass's memo, or encoded now.
+fn encoded(
+    b: &mut Builder,
+    name: &str,
+    parts: &[&model::Linear],
+    in_scale: u32,
+    query_scale: f64,
+) -> Enc {
+    let scale = in_scale + WEIGHT_FRAC;
+    if let Some(i) = b.find_linear(name, scale) {
+        return Enc::Built(i);
+    }
+    Enc::New(
+        b.take_memo(name, scale)
+            .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale)),
+    )
+}
+
+/// A layer's weights and biases as reals, and its output count: decoded
+/// once per build (every decode pass bounds the same layers again).
+fn real_weights_of(b: &mut Builder, enc: &Enc) -> std::sync::Arc<RealLinear> {
+    let l = match enc {
+        Enc::Built(i) => b.linear_ref(*i),
+        Enc::New(l) => l,
+    };
+    let key = (l.name.clone(), l.bias_scale);
+    if let Some(r) = b.real_linear(&key) {
+        return r;
+    }
+    let (w, bias) = real_weights(l);
+    let real = std::sync::Arc::new((w, bias, l.outputs));
+    b.remember_real_linear(key, real.clone());
+    real
+}

@@ -1,0 +1,328 @@
+//! LayerNorm and RMSNorm as one block: `y = r − mean` (LayerNorm only),
+//! `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`, with the range
+//! analysis that sizes the rsqrt chain's input. Shared by the encoder and
+//! the decoders.
+
+use super::bound::{self, Bound, NormForm};
+use super::scale::{INVERSE_REL_ERR, truncate, ulp};
+use super::{Builder, Category, InverseSpec, Kind, PlanError};
+use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
+use crate::model;
+
+/// Lowest octave of LayerNorm's rsqrt input (at scale 2·FRAC): Σy² below
+/// 2^-16 saturates, i.e. rows whose values all agree to about 2^-8·√(1/d).
+pub(super) const RSQRT_LO_BITS: u32 = 8;
+
+/// The widest rsqrt input planned (MiniLM's widest is 56 bits).
+const RSQRT_MAX_K: u32 = 56;
+
+/// The widest proven sum of squares that is narrowed for the rsqrt chain
+/// (the ring check allows 62 bits; one bit of headroom for `+ d·ε`).
+/// Wider proven bounds give way to the chain's capacity (see
+/// [`norm_input`]).
+const SUM_MAX_K: u32 = 61;
+
+/// Bound of a LayerNorm output `γ·n + β` with `Σnᵢ² ≤ d`, `slack` a
+/// relative allowance on n.
+pub(super) fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
+    let d = norm.gamma.len();
+    let root = ((d.max(1) - 1) as f64).sqrt() * slack;
+    let abs: Vec<f64> = norm
+        .gamma
+        .iter()
+        .zip(&norm.beta)
+        .map(|(g, be)| f64::from(g.abs()) * root + f64::from(be.abs()))
+        .collect();
+    let gmax = norm
+        .gamma
+        .iter()
+        .fold(0.0f64, |m, g| m.max(f64::from(g.abs())));
+    let beta = norm
+        .beta
+        .iter()
+        .map(|v| f64::from(*v) * f64::from(*v))
+        .sum::<f64>()
+        .sqrt();
+    let mut out = Bound::from_abs(abs, d.max(1));
+    out.l2[0] = out.l2[0].min(gmax * (d as f64).sqrt() * slack + beta);
+    out
+}
+
+/// The bound a norm works with for its input `y` (bound `yb`, row norm
+/// `y_l2`).
+///
+/// Where the proven `‖y‖² + d·ε` fits [`SUM_MAX_K`] bits at 2·FRAC it is
+/// kept, and proven. Beyond that (a deep pre-norm residual stream, whose
+/// worst case compounds every block's worst case), the norm runs at the
+/// rsqrt chain's full capacity instead: `y` is taken to satisfy
+/// `‖y‖² + d·ε < 2^(RSQRT_MAX_K − 1 − 2·FRAC)/MARGIN`, about `‖y‖ < 4.5·10⁴`
+/// (every square, sum and product after it is then exact), and the
+/// reference checks it on every row at run time, as it checks every
+/// proven bound. Only this assumption is not proven; docs/DECODERS.md
+/// gives the margin measured on real text.
+fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64) {
+    let de = d as f64 * f64::from(eps);
+    if bound::width(y_l2 * y_l2 + de, 2 * FRAC) <= SUM_MAX_K {
+        return (yb, y_l2);
+    }
+    let v_cap = (pow2(RSQRT_MAX_K - 1) - 4.0) / (bound::MARGIN * pow2(2 * FRAC)) * (1.0 - 1e-9);
+    let cap = (v_cap - de).max(0.0).sqrt();
+    debug_assert!(bound::width(cap * cap + de, 2 * FRAC) <= RSQRT_MAX_K);
+    let mut capped = Bound::from_abs(yb.abs.iter().map(|a| a.min(cap)).collect(), d);
+    capped.l2[0] = capped.l2[0].min(cap);
+    (capped, y_l2.min(cap))
+}
+
+/// `Σy² + d·ε` of each row of `y` (a `d`-wide tensor with bound `yb` and
+/// row norm `y_l2`) at 2·FRAC, ready for the rsqrt chain: returns the
+/// tensor, its scale and its bound.
+fn sum_of_squares(
+    b: &mut Builder,
+    y: usize,
+    yb: &Bound,
+    y_l2: f64,
+    eps: f32,
+    name: &str,
+    l: usize,
+) -> Result<(usize, u32, f64), PlanError> {
+    let (rows, d) = (b.info(y).rows, yb.abs.len());
+    let de = d as f64 * f64::from(eps);
+    let v_max = y_l2 * y_l2 + de;
+    let scale = 2 * FRAC;
+    let sq = b.tensor(
+        format!("{name} squares"),
+        rows,
+        d,
+        scale,
+        Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
+    )?;
+    b.push(Kind::Square { x: y, out: sq });
+    let v = b.tensor(
+        format!("{name} sum of squares"),
+        rows,
+        1,
+        scale,
+        Bound::uniform(1, v_max),
+    )?;
+    b.push(Kind::RowSum { x: sq, out: v });
+    // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
+    let eps = encode(de, scale);
+    let v = if eps != 0 {
+        let ve = b.tensor(
+            format!("{name} sum of squares + dε"),
+            rows,
+            1,
+            scale,
+            Bound::uniform(1, v_max),
+        )?;
+        b.push(Kind::Affine {
+            x: v,
+            gain: vec![1],
+            offset: vec![eps],
+            out: ve,
+        });
+        ve
+    } else {
+        v
+    };
+    // The rsqrt chain's range reduction needs its input below 2^56: a wider
+    // proven range is truncated first (one element per row), which only
+    // raises the saturation floor 2^(lo_bits − frac_in).
+    match bound::width(v_max, scale).checked_sub(RSQRT_MAX_K) {
+        Some(shift) if shift > 0 => {
+            let vt = truncate(
+                b,
+                v,
+                scale - shift,
+                format!("{name} sum of squares (narrowed)"),
+            )?;
+            b.at(Category::LayerNorm, Some(l));
+            Ok((vt, scale - shift, v_max))
+        }
+        _ => Ok((v, scale, v_max)),
+    }
+}
+
+/// `LN(x + a)`.
+pub(super) fn residual_norm(
+    b: &mut Builder,
+    x: usize,
+    a: usize,
+    norm: &model::Norm,
+    name: String,
+    l: usize,
+) -> Result<(usize, NormForm), PlanError> {
+    b.at(Category::LayerNorm, Some(l));
+    let xi = b.info(x).clone();
+    let (rows, d) = (xi.rows, xi.cols);
+    let r_bound = xi.bound.regroup(d).add(&b.info(a).bound.regroup(d));
+    let r = b.tensor(format!("{name} residual"), rows, d, FRAC, r_bound.clone())?;
+    b.push(Kind::Add { a: x, b: a, out: r });
+    normalize(b, r, norm, name, l, true)
+}
+
+/// LayerNorm (`centre`) or RMSNorm of `r`: `y = r − mean` (LayerNorm
+/// only), `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`.
+pub(super) fn normalize(
+    b: &mut Builder,
+    r: usize,
+    norm: &model::Norm,
+    name: String,
+    l: usize,
+    centre: bool,
+) -> Result<(usize, NormForm), PlanError> {
+    b.at(Category::LayerNorm, Some(l));
+    let ri = b.info(r).clone();
+    let (rows, d) = (ri.rows, ri.cols);
+    let r_bound = ri.bound.regroup(d);
+    let r_l2 = r_bound.row_l2();
+    let (y, yb, y_l2) = if centre {
+        centre_rows(b, r, &r_bound, &name, l)?
+    } else {
+        (r, r_bound.clone(), r_l2)
+    };
+    let (yb, y_l2) = norm_input(yb, y_l2, d, norm.eps);
+    let (v, frac_in, v_max) = sum_of_squares(b, y, &yb, y_l2, norm.eps, &name, l)?;
+    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
+    let rho = b.tensor(
+        format!("{name} 1/√Σy²"),
+        rows,
+        1,
+        RSQRT_FRAC,
+        Bound::uniform(1, rho_max),
+    )?;
+    b.push(Kind::Inverse {
+        x: v,
+        spec: InverseSpec {
+            rsqrt: true,
+            frac_in,
+            k_in: bound::width(v_max, frac_in),
+            lo_bits: RSQRT_LO_BITS,
+            frac_out: RSQRT_FRAC,
+        },
+        out: rho,
+    });
+    // |yᵢ|·ρ ≤ (1 + err)·|yᵢ|/‖y‖ ≤ 1 + err, plus ρ's rounding.
+    let z_abs: Vec<f64> = yb
+        .abs
+        .iter()
+        .map(|a| 1.0 + INVERSE_REL_ERR + a * ulp(RSQRT_FRAC))
+        .collect();
+    let z_l2 = 1.0 + INVERSE_REL_ERR + (d as f64).sqrt() * yb.max_abs() * ulp(RSQRT_FRAC);
+    let mut zb = Bound::from_abs(z_abs, d);
+    zb.l2[0] = zb.l2[0].min(z_l2);
+    let z = b.tensor(
+        format!("{name} normalized"),
+        rows,
+        d,
+        FRAC + RSQRT_FRAC,
+        zb.clone(),
+    )?;
+    b.push(Kind::MulRows {
+        x: y,
+        v: rho,
+        out: z,
+    });
+    // out = z·(γ√d) + β, then one truncation.
+    let root = (d as f64).sqrt();
+    let gains: Vec<u64> = norm
+        .gamma
+        .iter()
+        .map(|g| encode(f64::from(*g) * root, WEIGHT_FRAC))
+        .collect();
+    let out_scale = FRAC + RSQRT_FRAC + WEIGHT_FRAC;
+    let offsets: Vec<u64> = norm
+        .beta
+        .iter()
+        .map(|v| encode(f64::from(*v), out_scale))
+        .collect();
+    let g_real: Vec<f64> = gains
+        .iter()
+        .map(|g| fixed::decode(*g, WEIGHT_FRAC).abs())
+        .collect();
+    let o_real: Vec<f64> = offsets
+        .iter()
+        .map(|o| fixed::decode(*o, out_scale).abs())
+        .collect();
+    let abs: Vec<f64> = (0..d).map(|c| g_real[c] * zb.abs[c] + o_real[c]).collect();
+    let gmax = g_real.iter().fold(0.0f64, |m, g| m.max(*g));
+    let obeta = o_real.iter().map(|o| o * o).sum::<f64>().sqrt();
+    let mut ab = Bound::from_abs(abs, d);
+    ab.l2[0] = ab.l2[0].min(gmax * z_l2 + obeta);
+    let a = b.tensor(format!("{name} scaled"), rows, d, out_scale, ab)?;
+    b.push(Kind::Affine {
+        x: z,
+        gain: gains.clone(),
+        offset: offsets.clone(),
+        out: a,
+    });
+    let out = truncate(b, a, FRAC, format!("{name} LayerNorm"))?;
+    let form = NormForm {
+        gain: gains
+            .iter()
+            .map(|g| fixed::decode(*g, WEIGHT_FRAC))
+            .collect(),
+        shift: offsets
+            .iter()
+            .map(|o| fixed::decode(*o, out_scale))
+            .collect(),
+        zeta: z_l2,
+        delta: ulp(FRAC),
+    };
+    Ok((out, form))
+}
+
+/// `y = r − trunc(Σr·⌊2^16/d⌉)`; returns y, its bound and its row-norm
+/// bound.
+fn centre_rows(
+    b: &mut Builder,
+    r: usize,
+    r_bound: &Bound,
+    name: &str,
+    l: usize,
+) -> Result<(usize, Bound, f64), PlanError> {
+    let ri = b.info(r).clone();
+    let (rows, d) = (ri.rows, ri.cols);
+
+    // Mean: Σr·⌊2^16/d⌉ truncated; |Σr| ≤ √d·‖r‖.
+    let r_l2 = r_bound.row_l2();
+    let sum_abs = (d as f64).sqrt() * r_l2;
+    let s = b.tensor(
+        format!("{name} row sums"),
+        rows,
+        1,
+        FRAC,
+        Bound::uniform(1, sum_abs),
+    )?;
+    b.push(Kind::RowSum { x: r, out: s });
+    let gain = encode(1.0 / d as f64, MEAN_FRAC);
+    let gain_real = fixed::decode(gain, MEAN_FRAC);
+    let sm = b.tensor(
+        format!("{name} mean product"),
+        rows,
+        1,
+        FRAC + MEAN_FRAC,
+        Bound::uniform(1, sum_abs * gain_real),
+    )?;
+    b.push(Kind::Affine {
+        x: s,
+        gain: vec![gain],
+        offset: vec![0],
+        out: sm,
+    });
+    let mu = truncate(b, sm, FRAC, format!("{name} mean"))?;
+    b.at(Category::LayerNorm, Some(l));
+    let mu_abs = b.info(mu).bound.max_abs();
+    // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.
+    let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(FRAC);
+    let y_l2 = r_l2 + (d as f64).sqrt() * delta;
+    let mut yb = Bound::from_abs(r_bound.abs.iter().map(|a| a + mu_abs).collect(), d);
+    yb.l2[0] = yb.l2[0].min(y_l2);
+    let y = b.tensor(format!("{name} centred"), rows, d, FRAC, yb.clone())?;
+    b.push(Kind::MinusRow {
+        x: r,
+        v: mu,
+        out: y,
+    });
+    Ok((y, yb, y_l2))
+}

@@ -1,0 +1,86 @@
+//! What every block of a plan shares: the widths and output scales of the
+//! spline gates, the error budgets the range analysis assumes, and the
+//! truncation from one scale to another.
+
+use super::bound;
+use super::{Builder, GateSpec, Kind, PlanError};
+use crate::fixed::{self, FRAC, pow2};
+use suffuse_core::gate::activation::{COEFF_BITS, out_scale};
+use suffuse_core::gate::splines;
+
+/// The narrowest width a spline gate compiles at: its knots must be
+/// representable on the k-bit view.
+pub(super) fn spline_width(spline: &suffuse_core::gate::spline::Spline) -> u32 {
+    let reach = spline
+        .pieces
+        .iter()
+        .fold(0.0f64, |m, p| m.max(p.lo.abs()).max(p.hi.abs()));
+    bound::width(reach, FRAC)
+}
+
+/// Output scale of the spline gates (GeLU, nExp) at input scale FRAC.
+pub(super) fn spline_scale() -> u32 {
+    out_scale(&splines::NEXP, FRAC, COEFF_BITS)
+}
+
+/// Worst absolute error of the GeLU spline (core's accuracy test enforces
+/// 2^-8).
+pub(super) const GELU_ERR: f64 = 1.0 / 256.0;
+
+/// Worst relative error of the reciprocal and rsqrt chains (core's tests
+/// enforce 2^-7), rounded up.
+pub(super) const INVERSE_REL_ERR: f64 = 1.0 / 64.0;
+
+/// One unit in the last place at `scale`.
+pub(super) fn ulp(scale: u32) -> f64 {
+    1.0 / pow2(scale)
+}
+
+/// The exact range of the nExp gate's fixed-point output over its whole
+/// domain (evaluated once): the spline may dip a little below 0 near its
+/// cut-off.
+pub(super) fn nexp_range() -> Result<(f64, f64), PlanError> {
+    static RANGE: std::sync::OnceLock<(f64, f64)> = std::sync::OnceLock::new();
+    if let Some(r) = RANGE.get() {
+        return Ok(*r);
+    }
+    let k = spline_width(&splines::NEXP) + 1;
+    let g = GateSpec::Nexp { k }
+        .build()
+        .map_err(|source| PlanError::Gate {
+            tensor: "nExp range".into(),
+            spec: format!("nexp k={k}"),
+            error: source,
+        })?;
+    let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
+    let top = (cutoff * pow2(FRAC)).ceil() as u64 + 2;
+    let scale = spline_scale();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut out = [0u64; 2];
+    for z in 0..=top {
+        g.reference(z, &mut out);
+        let v = fixed::decode(out[0], scale);
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    Ok(*RANGE.get_or_init(|| (lo, hi)))
+}
+
+/// Arithmetic truncation of `x` down to `to` fraction bits.
+pub(super) fn truncate(
+    b: &mut Builder,
+    x: usize,
+    to: u32,
+    name: String,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let shift = xi.scale - to;
+    let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
+    let out = b.tensor(name, xi.rows, xi.cols, to, xi.bound.floor_to(ulp(to)))?;
+    b.push(Kind::Gate {
+        x,
+        gate: GateSpec::Trunc { k, shift },
+        out,
+    });
+    Ok(out)
+}
