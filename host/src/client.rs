@@ -114,9 +114,16 @@ fn closed(e: &NetError) -> bool {
         ),
         NetError::Tls(m) => {
             let m = m.to_lowercase();
-            ["reset", "closed", "eof", "broken pipe", "corrupt message"]
-                .iter()
-                .any(|w| m.contains(w))
+            [
+                "reset",
+                "closed",
+                "eof",
+                "end of file",
+                "broken pipe",
+                "corrupt message",
+            ]
+            .iter()
+            .any(|w| m.contains(w))
         }
         _ => false,
     }

@@ -143,117 +143,24 @@ pub fn run_local(
 ) -> Result<(), ExecError> {
     let t = &plan.tensors;
     let out = match &plan.ops[i].kind {
-        Kind::Linear { x, linear, .. } => {
-            let l = &plan.linears[*linear];
-            let rows = t[*x].rows;
-            let mut y = vec![0u64; rows * l.outputs];
-            let shape = MatShape {
-                batches: 1,
-                m: rows,
-                k: l.inputs,
-                n: l.outputs,
-                transpose_b: false,
-                accumulate: false,
-            };
-            let w = Resident {
-                id: l.id,
-                words: &l.w,
-            };
-            la.matmul_resident(&shape, store.get(plan, *x)?, w, &mut y)
-                .map_err(|error| ExecError::MatMul { shape, error })?;
-            if constants {
-                y.par_chunks_mut(l.outputs.max(1)).for_each(|row| {
-                    for (v, b) in row.iter_mut().zip(&l.b) {
-                        *v = v.wrapping_add(*b);
-                    }
-                });
-            }
-            y
-        }
+        Kind::Linear { x, linear, .. } => linear_layer(plan, *x, *linear, store, constants, la)?,
         Kind::Add { a, b, .. } => {
             let (a, b) = (store.get(plan, *a)?, store.get(plan, *b)?);
             a.iter().zip(b).map(|(x, y)| x.wrapping_add(*y)).collect()
         }
         Kind::Affine {
             x, gain, offset, ..
-        } => {
-            let cols = t[*x].cols;
-            let xs = store.get(plan, *x)?;
-            let mut y = Vec::with_capacity(xs.len());
-            for row in xs.chunks(cols.max(1)) {
-                for (c, v) in row.iter().enumerate() {
-                    let g = gain[c.min(gain.len() - 1)];
-                    let o = if constants {
-                        offset[c.min(offset.len() - 1)]
-                    } else {
-                        0
-                    };
-                    y.push(v.wrapping_mul(g).wrapping_add(o));
-                }
-            }
-            y
-        }
+        } => affine(plan, *x, gain, offset, store, constants)?,
         Kind::SplitHeads {
             x,
             part,
             heads,
             out,
-        } => {
-            let (rows_out, dh) = (t[*out].rows, t[*out].cols);
-            let d = dh * heads;
-            let seq = plan.seq;
-            let src = store.get(plan, *x)?;
-            let width = t[*x].cols;
-            let mut y = vec![0u64; rows_out * dh];
-            // Output row (b·H + h)·L + i holds columns part·d + h·dh.. of
-            // input row b·L + i.
-            y.par_chunks_mut(dh * seq)
-                .enumerate()
-                .for_each(|(bh, block)| {
-                    let (b, h) = (bh / heads, bh % heads);
-                    for i in 0..seq {
-                        let from = (b * seq + i) * width + part * d + h * dh;
-                        block[i * dh..(i + 1) * dh].copy_from_slice(&src[from..from + dh]);
-                    }
-                });
-            y
-        }
-        Kind::MergeHeads { x, heads, out } => {
-            let (rows, d) = (t[*out].rows, t[*out].cols);
-            let dh = t[*x].cols;
-            let seq = plan.seq;
-            let src = store.get(plan, *x)?;
-            let mut y = vec![0u64; rows * d];
-            y.par_chunks_mut(d * seq)
-                .enumerate()
-                .for_each(|(b, block)| {
-                    for h in 0..*heads {
-                        for i in 0..seq {
-                            let from = ((b * heads + h) * seq + i) * dh;
-                            block[i * d + h * dh..i * d + (h + 1) * dh]
-                                .copy_from_slice(&src[from..from + dh]);
-                        }
-                    }
-                });
-            y
-        }
+        } => split_heads(plan, *x, *part, *heads, *out, store)?,
+        Kind::MergeHeads { x, heads, out } => merge_heads(plan, *x, *heads, *out, store)?,
         Kind::AddBias {
             x, bias, rows_per, ..
-        } => {
-            let cols = t[*x].cols;
-            let bias = store.get(plan, *bias)?;
-            let xs = store.get(plan, *x)?;
-            let mut y = xs.to_vec();
-            y.par_chunks_mut(cols.max(1))
-                .enumerate()
-                .for_each(|(r, row)| {
-                    let b = &bias[(r / rows_per) * cols..(r / rows_per + 1) * cols];
-                    for (v, add) in row.iter_mut().zip(b) {
-                        *v = v.wrapping_add(*add);
-                    }
-                });
-            y
-        }
+        } => add_bias(plan, *x, *bias, *rows_per, store)?,
         Kind::RowMinus { v, x, .. } => {
             let cols = t[*x].cols;
             let vs = store.get(plan, *v)?;
@@ -297,6 +204,148 @@ pub fn run_local(
     };
     let o = plan.ops[i].kind.output();
     store.set(plan, o, out)
+}
+
+/// `x·W` (`+ b` with `constants`) of linear layer `linear`, its weights
+/// resident on `la`.
+fn linear_layer(
+    plan: &Plan,
+    x: usize,
+    linear: usize,
+    store: &Store,
+    constants: bool,
+    la: &dyn BatchEval,
+) -> Result<Vec<u64>, ExecError> {
+    let l = &plan.linears[linear];
+    let rows = plan.tensors[x].rows;
+    let mut y = vec![0u64; rows * l.outputs];
+    let shape = MatShape {
+        batches: 1,
+        m: rows,
+        k: l.inputs,
+        n: l.outputs,
+        transpose_b: false,
+        accumulate: false,
+    };
+    let w = Resident {
+        id: l.id,
+        words: &l.w,
+    };
+    la.matmul_resident(&shape, store.get(plan, x)?, w, &mut y)
+        .map_err(|error| ExecError::MatMul { shape, error })?;
+    if constants {
+        y.par_chunks_mut(l.outputs.max(1)).for_each(|row| {
+            for (v, b) in row.iter_mut().zip(&l.b) {
+                *v = v.wrapping_add(*b);
+            }
+        });
+    }
+    Ok(y)
+}
+
+/// `x·gain + offset` per column (the offset with `constants` only).
+fn affine(
+    plan: &Plan,
+    x: usize,
+    gain: &[u64],
+    offset: &[u64],
+    store: &Store,
+    constants: bool,
+) -> Result<Vec<u64>, ExecError> {
+    let cols = plan.tensors[x].cols;
+    let xs = store.get(plan, x)?;
+    let mut y = Vec::with_capacity(xs.len());
+    for row in xs.chunks(cols.max(1)) {
+        for (c, v) in row.iter().enumerate() {
+            let g = gain[c.min(gain.len() - 1)];
+            let o = if constants {
+                offset[c.min(offset.len() - 1)]
+            } else {
+                0
+            };
+            y.push(v.wrapping_mul(g).wrapping_add(o));
+        }
+    }
+    Ok(y)
+}
+
+/// Part `part` of `x`'s columns, split into `heads` heads: output row
+/// (b·H + h)·L + i holds columns part·d + h·dh.. of input row b·L + i.
+fn split_heads(
+    plan: &Plan,
+    x: usize,
+    part: usize,
+    heads: usize,
+    out: usize,
+    store: &Store,
+) -> Result<Vec<u64>, ExecError> {
+    let t = &plan.tensors;
+    let (rows_out, dh) = (t[out].rows, t[out].cols);
+    let d = dh * heads;
+    let seq = plan.seq;
+    let src = store.get(plan, x)?;
+    let width = t[x].cols;
+    let mut y = vec![0u64; rows_out * dh];
+    y.par_chunks_mut(dh * seq)
+        .enumerate()
+        .for_each(|(bh, block)| {
+            let (b, h) = (bh / heads, bh % heads);
+            for i in 0..seq {
+                let from = (b * seq + i) * width + part * d + h * dh;
+                block[i * dh..(i + 1) * dh].copy_from_slice(&src[from..from + dh]);
+            }
+        });
+    Ok(y)
+}
+
+/// The inverse of [`split_heads`]: heads side by side again.
+fn merge_heads(
+    plan: &Plan,
+    x: usize,
+    heads: usize,
+    out: usize,
+    store: &Store,
+) -> Result<Vec<u64>, ExecError> {
+    let t = &plan.tensors;
+    let (rows, d) = (t[out].rows, t[out].cols);
+    let dh = t[x].cols;
+    let seq = plan.seq;
+    let src = store.get(plan, x)?;
+    let mut y = vec![0u64; rows * d];
+    y.par_chunks_mut(d * seq)
+        .enumerate()
+        .for_each(|(b, block)| {
+            for h in 0..heads {
+                for i in 0..seq {
+                    let from = ((b * heads + h) * seq + i) * dh;
+                    block[i * d + h * dh..i * d + (h + 1) * dh]
+                        .copy_from_slice(&src[from..from + dh]);
+                }
+            }
+        });
+    Ok(y)
+}
+
+/// `x` plus row `r / rows_per` of `bias` on each row `r`.
+fn add_bias(
+    plan: &Plan,
+    x: usize,
+    bias: usize,
+    rows_per: usize,
+    store: &Store,
+) -> Result<Vec<u64>, ExecError> {
+    let cols = plan.tensors[x].cols;
+    let bias = store.get(plan, bias)?;
+    let mut y = store.get(plan, x)?.to_vec();
+    y.par_chunks_mut(cols.max(1))
+        .enumerate()
+        .for_each(|(r, row)| {
+            let b = &bias[(r / rows_per) * cols..(r / rows_per + 1) * cols];
+            for (v, add) in row.iter_mut().zip(b) {
+                *v = v.wrapping_add(*add);
+            }
+        });
+    Ok(y)
 }
 
 /// The product of a [`Kind::MatMul`]: `batches` products of `m × k` by

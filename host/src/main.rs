@@ -203,176 +203,16 @@ enum Command {
     },
     /// Deals the one-time keys of both servers for sentences of up to
     /// `--seq` tokens: writes OUT/p0.keys and OUT/p1.keys.
-    Dealer {
-        /// Model folder, or a built-in model (see `embed --help`).
-        #[arg(long)]
-        model: String,
-        /// Tokens per sentence ([CLS] and [SEP] included); shorter
-        /// sentences are padded (the servers do not learn by how much).
-        #[arg(long)]
-        seq: usize,
-        /// Sentences per query.
-        #[arg(long, default_value_t = 1)]
-        batch: usize,
-        /// A decoder: deal for generating up to this many tokens (the
-        /// prefill and K − 1 decode passes); `--seq` is then the prompt
-        /// bucket.
-        #[arg(long, value_parser = count_in(1, MAX_NEW_TOKENS))]
-        max_new_tokens: Option<usize>,
-        /// Output folder (OUT/p0.keys and OUT/p1.keys; with --count or
-        /// --keep-pool, a key pool: one folder per set, named by its id).
-        #[arg(long)]
-        out: PathBuf,
-        /// Deal this many key sets into the key pool OUT, for `serve
-        /// --keys-dir`.
-        #[arg(long)]
-        count: Option<usize>,
-        /// After --count, keep dealing whenever the pool OUT holds fewer
-        /// than M unspent sets, until SIGTERM or SIGINT.
-        #[arg(long, value_name = "M")]
-        keep_pool: Option<usize>,
-        /// Write the dealer's figures as JSON to this file.
-        #[arg(long)]
-        report_json: Option<PathBuf>,
-    },
+    Dealer(DealerArgs),
     /// Runs one server: for one query with --keys, then exits (keys are
     /// one-time); with --keys-dir, for many queries from a key pool until
     /// SIGTERM or SIGINT.
-    Serve {
-        /// 0 or 1.
-        #[arg(long)]
-        party: u8,
-        /// Model folder, or a built-in model (see `embed --help`).
-        #[arg(long)]
-        model: String,
-        /// This server's key file from `suffuse dealer`.
-        #[arg(
-            long,
-            required_unless_present = "keys_dir",
-            conflicts_with = "keys_dir"
-        )]
-        keys: Option<PathBuf>,
-        /// A key pool from `suffuse dealer --count`: serve queries, one
-        /// unspent set each, until SIGTERM or SIGINT.
-        #[arg(long)]
-        keys_dir: Option<PathBuf>,
-        /// With --keys-dir: queries served at once (P1 keeps this many links
-        /// to P0; give both servers the same).
-        #[arg(long, default_value_t = 4, value_parser = count_in(1, MAX_CONCURRENT))]
-        max_concurrent: usize,
-        /// With --keys-dir, at P0: of those, at most this many for one
-        /// client address (default: half, rounded up), so that one client
-        /// cannot hold every slot. Raise it for a gateway that queries on
-        /// behalf of many users.
-        #[arg(long, value_parser = count_in(1, MAX_CONCURRENT))]
-        max_per_client: Option<usize>,
-        /// With --keys-dir: seconds that queries in flight get to finish
-        /// after SIGTERM.
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
-        drain: u64,
-        /// Address to listen on, e.g. 127.0.0.1:7000.
-        #[arg(long)]
-        listen: String,
-        /// Party 0's listening address (party 1 connects to it; party 0
-        /// ignores it).
-        #[arg(long)]
-        peer: String,
-        /// Seconds to wait for the peer and the client (in all), and for
-        /// each message, before giving up.
-        #[arg(long, default_value_t = 120, value_parser = seconds())]
-        timeout: u64,
-        /// Write this server's figures as JSON to this file.
-        #[arg(long)]
-        report_json: Option<PathBuf>,
-        #[command(flatten)]
-        state: State,
-        #[command(flatten)]
-        transport: Transport,
-        /// Keep the key file on disk once spent (it is deleted otherwise;
-        /// the ledger refuses it either way).
-        #[arg(long)]
-        keep_spent: bool,
-    },
+    Serve(ServeArgs),
     /// Sends texts to two running servers and prints their embeddings.
-    Query {
-        /// Model folder, or a built-in model (the client embeds and tokenizes
-        /// locally).
-        #[arg(long)]
-        model: String,
-        /// The two servers, ADDR0,ADDR1 (party 0 first).
-        #[arg(long)]
-        servers: String,
-        /// Also print each embedding's cosine to the float model.
-        #[arg(long, value_enum)]
-        compare: Option<Compare>,
-        /// Seconds for meeting both servers, in all (connections, TLS
-        /// handshakes, hellos, P0 then P1): a server that stalls there ends
-        /// the query within this. Then each message from a server gets as
-        /// long again, so a stalled query ends within it too.
-        #[arg(long, default_value_t = 120, value_parser = seconds())]
-        timeout: u64,
-        /// Sentences the servers' keys must be dealt for (default: the
-        /// number of texts); a server announcing another shape is refused.
-        #[arg(long)]
-        batch: Option<usize>,
-        /// Tokens per sentence the servers' keys must be dealt for (default:
-        /// any up to the model's limit).
-        #[arg(long)]
-        seq: Option<usize>,
-        #[command(flatten)]
-        transport: Transport,
-        /// Generate text from the prompt with a decoder whose keys the
-        /// servers hold (instead of embedding texts).
-        #[arg(long)]
-        generate: bool,
-        /// With --generate: wrap the prompt in the model's chat template.
-        #[arg(long, requires = "generate")]
-        chat: bool,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-        #[command(flatten)]
-        out: Output,
-        /// The texts (with --generate: the prompt).
-        #[arg(required = true)]
-        texts: Vec<String>,
-    },
+    Query(QueryArgs),
     /// Private text generation with a decoder, all on this machine: the
     /// tokens stream to stdout, the report goes to stderr.
-    Generate {
-        /// A GGUF file of a Llama-architecture model, or a folder holding
-        /// one (tokenizer and chat template from its metadata), or a
-        /// built-in decoder: `tiny-llama`, `tiny-gpt2` or `generated-gpt2`
-        /// (GPT-2-small's shape, random weights).
-        #[arg(long)]
-        model: String,
-        /// Wrap the prompt in the model's chat template as a user message
-        /// (special tokens written in the prompt are recognised either way).
-        #[arg(long)]
-        chat: bool,
-        /// Tokens to generate at most (fewer when the model ends the
-        /// text).
-        #[arg(long, default_value_t = 32, value_parser = count_in(1, MAX_NEW_TOKENS))]
-        max_new_tokens: usize,
-        /// The prompt bucket to deal for (default: the next power of two
-        /// from 8 on); the servers learn it, not the prompt's length.
-        #[arg(long)]
-        seq: Option<usize>,
-        #[command(flatten)]
-        sampling: SamplingArgs,
-        /// Keep the key files in this folder.
-        #[arg(long)]
-        keys_dir: Option<PathBuf>,
-        /// Seconds each party waits for any one message before giving up.
-        /// The client's wait for a pass's logits spans the servers' whole
-        /// pass (a SmolLM2 prefill of 128 tokens takes minutes on 2
-        /// cores), so the default is generous; every party runs here.
-        #[arg(long, default_value_t = 600, value_parser = seconds())]
-        timeout: u64,
-        #[command(flatten)]
-        out: Output,
-        /// The prompt.
-        prompt: String,
-    },
+    Generate(GenerateArgs),
     /// Makes a CA and one certificate per role (p0, p1, client) in OUT, for
     /// `--tls OUT`; copy ca.pem and each role's .pem and .key to that
     /// role's machine only.
@@ -393,6 +233,182 @@ enum Command {
         #[command(flatten)]
         state: State,
     },
+}
+
+/// `suffuse dealer`'s arguments.
+#[derive(clap::Args, Debug)]
+struct DealerArgs {
+    /// Model folder, or a built-in model (see `embed --help`).
+    #[arg(long)]
+    model: String,
+    /// Tokens per sentence ([CLS] and [SEP] included); shorter
+    /// sentences are padded (the servers do not learn by how much).
+    #[arg(long)]
+    seq: usize,
+    /// Sentences per query.
+    #[arg(long, default_value_t = 1)]
+    batch: usize,
+    /// A decoder: deal for generating up to this many tokens (the
+    /// prefill and K − 1 decode passes); `--seq` is then the prompt
+    /// bucket.
+    #[arg(long, value_parser = count_in(1, MAX_NEW_TOKENS))]
+    max_new_tokens: Option<usize>,
+    /// Output folder (OUT/p0.keys and OUT/p1.keys; with --count or
+    /// --keep-pool, a key pool: one folder per set, named by its id).
+    #[arg(long)]
+    out: PathBuf,
+    /// Deal this many key sets into the key pool OUT, for `serve
+    /// --keys-dir`.
+    #[arg(long)]
+    count: Option<usize>,
+    /// After --count, keep dealing whenever the pool OUT holds fewer
+    /// than M unspent sets, until SIGTERM or SIGINT.
+    #[arg(long, value_name = "M")]
+    keep_pool: Option<usize>,
+    /// Write the dealer's figures as JSON to this file.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
+}
+
+/// `suffuse serve`'s arguments.
+#[derive(clap::Args, Debug)]
+struct ServeArgs {
+    /// 0 or 1.
+    #[arg(long)]
+    party: u8,
+    /// Model folder, or a built-in model (see `embed --help`).
+    #[arg(long)]
+    model: String,
+    /// This server's key file from `suffuse dealer`.
+    #[arg(
+        long,
+        required_unless_present = "keys_dir",
+        conflicts_with = "keys_dir"
+    )]
+    keys: Option<PathBuf>,
+    /// A key pool from `suffuse dealer --count`: serve queries, one
+    /// unspent set each, until SIGTERM or SIGINT.
+    #[arg(long)]
+    keys_dir: Option<PathBuf>,
+    /// With --keys-dir: queries served at once (P1 keeps this many links
+    /// to P0; give both servers the same).
+    #[arg(long, default_value_t = 4, value_parser = count_in(1, MAX_CONCURRENT))]
+    max_concurrent: usize,
+    /// With --keys-dir, at P0: of those, at most this many for one
+    /// client address (default: half, rounded up), so that one client
+    /// cannot hold every slot. Raise it for a gateway that queries on
+    /// behalf of many users.
+    #[arg(long, value_parser = count_in(1, MAX_CONCURRENT))]
+    max_per_client: Option<usize>,
+    /// With --keys-dir: seconds that queries in flight get to finish
+    /// after SIGTERM.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(0..=MAX_SECONDS))]
+    drain: u64,
+    /// Address to listen on, e.g. 127.0.0.1:7000.
+    #[arg(long)]
+    listen: String,
+    /// Party 0's listening address (party 1 connects to it; party 0
+    /// ignores it).
+    #[arg(long)]
+    peer: String,
+    /// Seconds to wait for the peer and the client (in all), and for
+    /// each message, before giving up.
+    #[arg(long, default_value_t = 120, value_parser = seconds())]
+    timeout: u64,
+    /// Write this server's figures as JSON to this file.
+    #[arg(long)]
+    report_json: Option<PathBuf>,
+    #[command(flatten)]
+    state: State,
+    #[command(flatten)]
+    transport: Transport,
+    /// Keep the key file on disk once spent (it is deleted otherwise;
+    /// the ledger refuses it either way).
+    #[arg(long)]
+    keep_spent: bool,
+}
+
+/// `suffuse query`'s arguments.
+#[derive(clap::Args, Debug)]
+struct QueryArgs {
+    /// Model folder, or a built-in model (the client embeds and tokenizes
+    /// locally).
+    #[arg(long)]
+    model: String,
+    /// The two servers, ADDR0,ADDR1 (party 0 first).
+    #[arg(long)]
+    servers: String,
+    /// Also print each embedding's cosine to the float model.
+    #[arg(long, value_enum)]
+    compare: Option<Compare>,
+    /// Seconds for meeting both servers, in all (connections, TLS
+    /// handshakes, hellos, P0 then P1): a server that stalls there ends
+    /// the query within this. Then each message from a server gets as
+    /// long again, so a stalled query ends within it too.
+    #[arg(long, default_value_t = 120, value_parser = seconds())]
+    timeout: u64,
+    /// Sentences the servers' keys must be dealt for (default: the
+    /// number of texts); a server announcing another shape is refused.
+    #[arg(long)]
+    batch: Option<usize>,
+    /// Tokens per sentence the servers' keys must be dealt for (default:
+    /// any up to the model's limit).
+    #[arg(long)]
+    seq: Option<usize>,
+    #[command(flatten)]
+    transport: Transport,
+    /// Generate text from the prompt with a decoder whose keys the
+    /// servers hold (instead of embedding texts).
+    #[arg(long)]
+    generate: bool,
+    /// With --generate: wrap the prompt in the model's chat template.
+    #[arg(long, requires = "generate")]
+    chat: bool,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[command(flatten)]
+    out: Output,
+    /// The texts (with --generate: the prompt).
+    #[arg(required = true)]
+    texts: Vec<String>,
+}
+
+/// `suffuse generate`'s arguments.
+#[derive(clap::Args, Debug)]
+struct GenerateArgs {
+    /// A GGUF file of a Llama-architecture model, or a folder holding
+    /// one (tokenizer and chat template from its metadata), or a
+    /// built-in decoder: `tiny-llama`, `tiny-gpt2` or `generated-gpt2`
+    /// (GPT-2-small's shape, random weights).
+    #[arg(long)]
+    model: String,
+    /// Wrap the prompt in the model's chat template as a user message
+    /// (special tokens written in the prompt are recognised either way).
+    #[arg(long)]
+    chat: bool,
+    /// Tokens to generate at most (fewer when the model ends the
+    /// text).
+    #[arg(long, default_value_t = 32, value_parser = count_in(1, MAX_NEW_TOKENS))]
+    max_new_tokens: usize,
+    /// The prompt bucket to deal for (default: the next power of two
+    /// from 8 on); the servers learn it, not the prompt's length.
+    #[arg(long)]
+    seq: Option<usize>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// Keep the key files in this folder.
+    #[arg(long)]
+    keys_dir: Option<PathBuf>,
+    /// Seconds each party waits for any one message before giving up.
+    /// The client's wait for a pass's logits spans the servers' whole
+    /// pass (a SmolLM2 prefill of 128 tokens takes minutes on 2
+    /// cores), so the default is generous; every party runs here.
+    #[arg(long, default_value_t = 600, value_parser = seconds())]
+    timeout: u64,
+    #[command(flatten)]
+    out: Output,
+    /// The prompt.
+    prompt: String,
 }
 
 #[derive(clap::Args, Debug)]
@@ -620,225 +636,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             out,
             texts,
         } => embed(&model, max_tokens, compare, keys_dir, &out, &texts, choice),
-        Command::Dealer {
-            model,
-            seq,
-            batch,
-            max_new_tokens,
-            out,
-            count,
-            keep_pool,
-            report_json,
-        } => {
-            let spec = model;
-            let model = load_any(&spec)?;
-            if max_new_tokens.is_some() && matches!(model, Transformer::Encoder(_)) {
-                bail!("--max-new-tokens is for decoders, and {spec} is an encoder");
-            }
-            let decode_steps = max_new_tokens.map_or(0, |k| k.max(1) - 1);
-            let shape = Shape {
-                batch,
-                seq,
-                decode_steps,
-            };
-            let plan = plan::build(&model, shape)?;
-            if count == Some(0) && keep_pool.is_none() {
-                bail!(
-                    "--count 0 deals nothing: give a count of at least 1, or --keep-pool M \
-                     to keep the pool at M unspent sets"
-                );
-            }
-            if count.is_some() || keep_pool.is_some() {
-                let fill = Fill {
-                    count: count.unwrap_or(0),
-                    keep: keep_pool,
-                };
-                return deal_pool(&plan, &out, fill, &report_json, choice);
-            }
-            let r = dealer::deal(&plan, &out, true, backend::resolve(choice)?)?;
-            eprintln!(
-                "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
-                plan.hash_hex(),
-                batch,
-                seq,
-                r.keygen_s
-            );
-            for (p, f) in r.files.iter().enumerate() {
-                eprintln!("  P{p}: {} ({})", f.display(), bytes(r.file_bytes[p]));
-            }
-            let json = serde_json::json!({
-                "model": plan.model,
-                "tokens": seq,
-                "batch": batch,
-                "keygen_s": r.keygen_s,
-                "key_bytes_per_party": r.file_bytes,
-                "plan_hash": plan.hash_hex(),
-                "key_set": hex(&r.key_set),
-                "breakdown": r.by_category.iter().map(|(c, b)| (c.name().to_string(), serde_json::json!({"key_bytes_per_party": b}))).collect::<serde_json::Map<_, _>>(),
-            });
-            write_json(&report_json, &json)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Serve {
-            party,
-            model,
-            keys,
-            keys_dir,
-            max_concurrent,
-            max_per_client,
-            drain,
-            listen,
-            peer,
-            timeout,
-            report_json,
-            state,
-            transport,
-            keep_spent,
-        } => {
-            let party = match party {
-                0 => Party::P0,
-                1 => Party::P1,
-                p => bail!("--party must be 0 or 1, not {p}"),
-            };
-            let model = load_any(&model)?;
-            let listener = Listener::bind(listen.as_str())
-                .with_context(|| format!("listening on {listen}"))?;
-            eprintln!(
-                "P{}: listening on {}",
-                u8::from(party == Party::P1),
-                listener.local_addr()?
-            );
-            let opts = ServeOptions {
-                timeouts: timeouts(timeout),
-                ledger: state.ledger()?,
-                keep_spent,
-                security: transport.security(match party {
-                    Party::P0 => Role::P0,
-                    _ => Role::P1,
-                })?,
-            };
-            let fss = backend::resolve(choice)?;
-            let keys = match (keys, keys_dir) {
-                (Some(k), _) => k,
-                (None, Some(dir)) => {
-                    let opts = ServiceOptions {
-                        serve: opts,
-                        max_concurrent,
-                        max_per_client: max_per_client.unwrap_or(max_concurrent.div_ceil(2)),
-                        drain: Duration::from_secs(drain),
-                    };
-                    let pool = Pool::open(&dir, u8::from(party == Party::P1))?;
-                    let stop = stop_on_signals()?;
-                    let r = service::run(&model, party, &pool, listener, &peer, &opts, fss, &stop);
-                    eprintln!(
-                        "P{}: stopped: {} served, {} failed, {} refused, {} dropped",
-                        u8::from(party == Party::P1),
-                        r.served,
-                        r.failed,
-                        r.refused,
-                        r.dropped
-                    );
-                    write_json(&report_json, &r)?;
-                    return Ok(ExitCode::SUCCESS);
-                }
-                (None, None) => bail!("give --keys FILE or --keys-dir DIR"),
-            };
-            let r = server::serve(&model, party, &keys, &listener, &peer, &opts, fss)?;
-            eprintln!(
-                "P{}: done in {:.3} s, sent {}, {} rounds",
-                r.party,
-                r.online_s,
-                bytes(r.comm_bytes),
-                r.rounds
-            );
-            write_json(&report_json, &r)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Query {
-            model,
-            servers,
-            compare,
-            timeout,
-            batch,
-            seq,
-            transport,
-            generate,
-            chat,
-            sampling,
-            out,
-            texts,
-        } => {
-            let Some((a, b)) = servers.split_once(',') else {
-                bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
-            };
-            let sec = transport.security(Role::Client)?;
-            if generate {
-                let prompt = chat_text(&model, &texts.join(" "), chat)?;
-                let model = load_decoder(&model)?;
-                return query_generate(&model, [a, b], &prompt, &sampling, timeout, &sec, &out);
-            }
-            let model = load_model(&model, "query it with --generate and a prompt")?;
-            let expect = client::Expect {
-                batch: batch.unwrap_or(texts.len()),
-                seq,
-            };
-            let servers = client::connect(&model, [a, b], timeouts(timeout), &sec, expect)?;
-            // The servers' keys fix the padded length: texts are truncated to
-            // it, as `embed --max-tokens` does.
-            let batch = tokenize(&model, &texts, Some(servers.seq()))?;
-            let q = servers.run(&model, &batch)?;
-            let mut report = Report {
-                model: model.name.clone(),
-                tokens: batch.iter().map(Vec::len).max().unwrap_or(0),
-                batch: batch.len(),
-                real_tokens: batch.iter().map(Vec::len).collect(),
-                online_s: q.online_s,
-                plan_hash: q.plan_hash.clone(),
-                ..Report::default()
-            }
-            .with_parties(&q.reports, None);
-            let cos = compare_float(&model, &batch, &q.embeddings, compare, &mut report)?;
-            print_embeddings(&texts, &batch, &q.embeddings, cos.as_deref());
-            finish_report(&report, &out)?;
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Generate {
-            model: spec,
-            chat,
-            max_new_tokens,
-            seq,
-            sampling,
-            keys_dir,
-            timeout,
-            out,
-            prompt,
-        } => {
-            let model = load_decoder(&spec)?;
-            let opts = Options {
-                keys_dir,
-                prompt_bucket: seq,
-                progress: true,
-                timeouts: timeouts(timeout),
-                ..Options::default()
-            };
-            let prompt = chat_text(&spec, &prompt, chat)?;
-            let ids = prompt_ids(&model, &prompt, max_new_tokens)?;
-            let g = session::generate(
-                &model,
-                &ids,
-                max_new_tokens,
-                sampling.get(),
-                &opts,
-                &mut stream_to(&model),
-            )?;
-            println!();
-            finish_report(&g.report, &out)?;
-            if g.report.bit_exact == Some(false) {
-                eprintln!("generate: the secure logits do NOT equal the fixed-point reference");
-                return Ok(ExitCode::FAILURE);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Dealer(args) => dealer_command(args, choice),
+        Command::Serve(args) => serve_command(args, choice),
+        Command::Query(args) => query_command(args),
+        Command::Generate(args) => generate_command(args, choice),
         Command::Inspect { keyfile, state } => inspect(&keyfile, &state),
         Command::Certs { out, valid_days } => {
             make_certs(&out, valid_days)?;
@@ -850,6 +651,239 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `suffuse dealer`.
+fn dealer_command(args: DealerArgs, choice: Choice) -> Result<ExitCode> {
+    let DealerArgs {
+        model,
+        seq,
+        batch,
+        max_new_tokens,
+        out,
+        count,
+        keep_pool,
+        report_json,
+    } = args;
+    let spec = model;
+    let model = load_any(&spec)?;
+    if max_new_tokens.is_some() && matches!(model, Transformer::Encoder(_)) {
+        bail!("--max-new-tokens is for decoders, and {spec} is an encoder");
+    }
+    let decode_steps = max_new_tokens.map_or(0, |k| k.max(1) - 1);
+    let shape = Shape {
+        batch,
+        seq,
+        decode_steps,
+    };
+    let plan = plan::build(&model, shape)?;
+    if count == Some(0) && keep_pool.is_none() {
+        bail!(
+            "--count 0 deals nothing: give a count of at least 1, or --keep-pool M \
+             to keep the pool at M unspent sets"
+        );
+    }
+    if count.is_some() || keep_pool.is_some() {
+        let fill = Fill {
+            count: count.unwrap_or(0),
+            keep: keep_pool,
+        };
+        return deal_pool(&plan, &out, fill, &report_json, choice);
+    }
+    let r = dealer::deal(&plan, &out, true, backend::resolve(choice)?)?;
+    eprintln!(
+        "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
+        plan.hash_hex(),
+        batch,
+        seq,
+        r.keygen_s
+    );
+    for (p, f) in r.files.iter().enumerate() {
+        eprintln!("  P{p}: {} ({})", f.display(), bytes(r.file_bytes[p]));
+    }
+    let json = serde_json::json!({
+        "model": plan.model,
+        "tokens": seq,
+        "batch": batch,
+        "keygen_s": r.keygen_s,
+        "key_bytes_per_party": r.file_bytes,
+        "plan_hash": plan.hash_hex(),
+        "key_set": hex(&r.key_set),
+        "breakdown": r.by_category.iter().map(|(c, b)| (c.name().to_string(), serde_json::json!({"key_bytes_per_party": b}))).collect::<serde_json::Map<_, _>>(),
+    });
+    write_json(&report_json, &json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `suffuse serve`.
+fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
+    let ServeArgs {
+        party,
+        model,
+        keys,
+        keys_dir,
+        max_concurrent,
+        max_per_client,
+        drain,
+        listen,
+        peer,
+        timeout,
+        report_json,
+        state,
+        transport,
+        keep_spent,
+    } = args;
+    let party = match party {
+        0 => Party::P0,
+        1 => Party::P1,
+        p => bail!("--party must be 0 or 1, not {p}"),
+    };
+    let model = load_any(&model)?;
+    let listener =
+        Listener::bind(listen.as_str()).with_context(|| format!("listening on {listen}"))?;
+    eprintln!(
+        "P{}: listening on {}",
+        u8::from(party == Party::P1),
+        listener.local_addr()?
+    );
+    let opts = ServeOptions {
+        timeouts: timeouts(timeout),
+        ledger: state.ledger()?,
+        keep_spent,
+        security: transport.security(match party {
+            Party::P0 => Role::P0,
+            _ => Role::P1,
+        })?,
+    };
+    let fss = backend::resolve(choice)?;
+    let keys = match (keys, keys_dir) {
+        (Some(k), _) => k,
+        (None, Some(dir)) => {
+            let opts = ServiceOptions {
+                serve: opts,
+                max_concurrent,
+                max_per_client: max_per_client.unwrap_or(max_concurrent.div_ceil(2)),
+                drain: Duration::from_secs(drain),
+            };
+            let pool = Pool::open(&dir, u8::from(party == Party::P1))?;
+            let stop = stop_on_signals()?;
+            let r = service::run(&model, party, &pool, listener, &peer, &opts, fss, &stop);
+            eprintln!(
+                "P{}: stopped: {} served, {} failed, {} refused, {} dropped",
+                u8::from(party == Party::P1),
+                r.served,
+                r.failed,
+                r.refused,
+                r.dropped
+            );
+            write_json(&report_json, &r)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        (None, None) => bail!("give --keys FILE or --keys-dir DIR"),
+    };
+    let r = server::serve(&model, party, &keys, &listener, &peer, &opts, fss)?;
+    eprintln!(
+        "P{}: done in {:.3} s, sent {}, {} rounds",
+        r.party,
+        r.online_s,
+        bytes(r.comm_bytes),
+        r.rounds
+    );
+    write_json(&report_json, &r)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `suffuse query`.
+fn query_command(args: QueryArgs) -> Result<ExitCode> {
+    let QueryArgs {
+        model,
+        servers,
+        compare,
+        timeout,
+        batch,
+        seq,
+        transport,
+        generate,
+        chat,
+        sampling,
+        out,
+        texts,
+    } = args;
+    let Some((a, b)) = servers.split_once(',') else {
+        bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
+    };
+    let sec = transport.security(Role::Client)?;
+    if generate {
+        let prompt = chat_text(&model, &texts.join(" "), chat)?;
+        let model = load_decoder(&model)?;
+        return query_generate(&model, [a, b], &prompt, &sampling, timeout, &sec, &out);
+    }
+    let model = load_model(&model, "query it with --generate and a prompt")?;
+    let expect = client::Expect {
+        batch: batch.unwrap_or(texts.len()),
+        seq,
+    };
+    let servers = client::connect(&model, [a, b], timeouts(timeout), &sec, expect)?;
+    // The servers' keys fix the padded length: texts are truncated to
+    // it, as `embed --max-tokens` does.
+    let batch = tokenize(&model, &texts, Some(servers.seq()))?;
+    let q = servers.run(&model, &batch)?;
+    let mut report = Report {
+        model: model.name.clone(),
+        tokens: batch.iter().map(Vec::len).max().unwrap_or(0),
+        batch: batch.len(),
+        real_tokens: batch.iter().map(Vec::len).collect(),
+        online_s: q.online_s,
+        plan_hash: q.plan_hash.clone(),
+        ..Report::default()
+    }
+    .with_parties(&q.reports, None);
+    let cos = compare_float(&model, &batch, &q.embeddings, compare, &mut report)?;
+    print_embeddings(&texts, &batch, &q.embeddings, cos.as_deref());
+    finish_report(&report, &out)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `suffuse generate`.
+fn generate_command(args: GenerateArgs, choice: Choice) -> Result<ExitCode> {
+    let GenerateArgs {
+        model: spec,
+        chat,
+        max_new_tokens,
+        seq,
+        sampling,
+        keys_dir,
+        timeout,
+        out,
+        prompt,
+    } = args;
+    let model = load_decoder(&spec)?;
+    let opts = Options {
+        keys_dir,
+        prompt_bucket: seq,
+        progress: true,
+        timeouts: timeouts(timeout),
+        // `--backend` (it was ignored here, the default `auto` taken).
+        backend: choice,
+        ..Options::default()
+    };
+    let prompt = chat_text(&spec, &prompt, chat)?;
+    let ids = prompt_ids(&model, &prompt, max_new_tokens)?;
+    let g = session::generate(
+        &model,
+        &ids,
+        max_new_tokens,
+        sampling.get(),
+        &opts,
+        &mut stream_to(&model),
+    )?;
+    println!();
+    finish_report(&g.report, &out)?;
+    if g.report.bit_exact == Some(false) {
+        eprintln!("generate: the secure logits do NOT equal the fixed-point reference");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A flag that SIGTERM and SIGINT set.
