@@ -66,6 +66,8 @@ struct Case {
     /// A decoder: `suffuse generate` with the prompt bucket `tokens` and
     /// this many new tokens (1: the prefill alone, one forward pass).
     generate: Option<usize>,
+    /// Transformer layers, for rounds per layer.
+    layers: usize,
 }
 
 /// 119 characters: with [CLS] and [SEP], a prompt that fits a 128-token
@@ -146,6 +148,7 @@ const CASES: &[Case] = &[
         runs: 1,
         anchors: &[SPU_MINILM_17],
         generate: None,
+        layers: 6,
     },
     Case {
         name: "minilm-128",
@@ -155,6 +158,7 @@ const CASES: &[Case] = &[
         runs: 3,
         anchors: &[SPU_MINILM_128],
         generate: None,
+        layers: 6,
     },
     Case {
         name: "bert-base-shape-128",
@@ -164,6 +168,7 @@ const CASES: &[Case] = &[
         runs: 1,
         anchors: &[FUSEFSS_BERT_BASE, SIGMA_BERT_BASE],
         generate: None,
+        layers: 12,
     },
     Case {
         name: "gpt2-shape-128",
@@ -173,6 +178,7 @@ const CASES: &[Case] = &[
         runs: 1,
         anchors: &[FUSEFSS_GPT2, SIGMA_GPT2],
         generate: Some(1),
+        layers: 12,
     },
     Case {
         name: "smollm2-64",
@@ -182,6 +188,7 @@ const CASES: &[Case] = &[
         runs: 1,
         anchors: &[],
         generate: Some(SMOLLM2_NEW),
+        layers: 30,
     },
     Case {
         name: "smollm2-128",
@@ -191,6 +198,7 @@ const CASES: &[Case] = &[
         runs: 1,
         anchors: &[],
         generate: Some(SMOLLM2_NEW),
+        layers: 30,
     },
 ];
 
@@ -205,6 +213,9 @@ struct Record {
     #[serde(flatten)]
     report: Report,
     online_s_runs: Vec<f64>,
+    /// All rounds of the run over the layers (the prefill's, for a
+    /// decoder; its decode passes have `rounds_per_layer_per_token`).
+    rounds_per_layer: f64,
     anchors: &'static [Anchor],
 }
 
@@ -255,10 +266,12 @@ pub fn run() -> Result<String> {
         reports.sort_by(|a, b| online(a).total_cmp(&online(b)));
         let report = reports.swap_remove(reports.len() / 2);
         runs.sort_by(f64::total_cmp);
+        let rounds_per_layer = prefill_rounds(&report) / case.layers as f64;
         records.push(Record {
             name: case.name,
             report,
             online_s_runs: runs,
+            rounds_per_layer,
             anchors: case.anchors,
         });
     }
@@ -320,6 +333,22 @@ fn embed(bin: &Path, model: &str, case: &Case, report: &PathBuf) -> Result<Repor
     Ok(map)
 }
 
+/// The rounds of an encoder run, or of a decoder's prefill: a generation's
+/// `rounds` counts every pass, and each decode pass costs
+/// `rounds_per_token`.
+fn prefill_rounds(r: &Report) -> f64 {
+    let all = number(r, "rounds");
+    let per_token = number(r, "rounds_per_token");
+    let passes = r
+        .get("generated_token_ids")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    match per_token.is_finite() && passes > 1 {
+        true => all - per_token * (passes - 1) as f64,
+        false => all,
+    }
+}
+
 /// A number field of a report (NaN if absent).
 fn number(r: &Report, key: &str) -> f64 {
     r.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN)
@@ -343,13 +372,14 @@ fn mb(bytes: f64) -> String {
 
 fn print_table(records: &[Record]) {
     println!(
-        "\n{:<20} {:>6} {:>9} {:>9} {:>10} {:>7} {:>10} {:>10} {:>8}",
+        "\n{:<20} {:>6} {:>9} {:>9} {:>10} {:>7} {:>8} {:>10} {:>10} {:>8}",
         "case",
         "tokens",
         "online s",
         "keygen s",
         "comm/party",
         "rounds",
+        "rounds/l",
         "keys P0",
         "keys P1",
         "cosine"
@@ -357,13 +387,14 @@ fn print_table(records: &[Record]) {
     for rec in records {
         let r = &rec.report;
         println!(
-            "{:<20} {:>6} {:>9.2} {:>9.2} {:>10} {:>7} {:>10} {:>10} {:>8.5}",
+            "{:<20} {:>6} {:>9.2} {:>9.2} {:>10} {:>7} {:>8.1} {:>10} {:>10} {:>8.5}",
             rec.name,
             number(r, "tokens"),
             number(r, "online_s"),
             number(r, "keygen_s"),
             gb(of_party(r, "comm_bytes_per_party", 0)),
             number(r, "rounds"),
+            rec.rounds_per_layer,
             gb(of_party(r, "key_bytes_per_party", 0)),
             gb(of_party(r, "key_bytes_per_party", 1)),
             number(r, "cosine_to_float"),
