@@ -103,32 +103,6 @@ pub enum ClientError {
     },
 }
 
-/// Whether `e` is a connection the other side closed (or reset).
-fn closed(e: &NetError) -> bool {
-    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
-    match e {
-        NetError::Disconnected => true,
-        NetError::Io(e) => matches!(
-            e.kind(),
-            BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
-        ),
-        NetError::Tls(m) => {
-            let m = m.to_lowercase();
-            [
-                "reset",
-                "closed",
-                "eof",
-                "end of file",
-                "broken pipe",
-                "corrupt message",
-            ]
-            .iter()
-            .any(|w| m.contains(w))
-        }
-        _ => false,
-    }
-}
-
 /// The error of server `i` at `addr` before its hello arrived: one that
 /// closed the connection gets a [`ClientError::ClosedEarly`] that says
 /// what that usually means.
@@ -138,7 +112,7 @@ fn before_hello<'a>(
     sec: &Security,
 ) -> impl Fn(NetError) -> ClientError + 'a {
     let tls = matches!(sec, Security::Tls(_));
-    move |error| match closed(&error) {
+    move |error| match matches!(error, NetError::Disconnected) {
         true => ClientError::ClosedEarly {
             server: i,
             addr: addr.to_string(),

@@ -156,7 +156,7 @@ fn is_retryable(e: &io::Error) -> bool {
 
 /// Maps an I/O error on an established link to what it means for the
 /// protocol.
-fn classify(e: io::Error, during: &'static str) -> NetError {
+pub(super) fn classify(e: io::Error, during: &'static str) -> NetError {
     use io::ErrorKind::*;
     match e.kind() {
         // A socket timeout reads as `WouldBlock` on Unix, `TimedOut` elsewhere.

@@ -250,11 +250,11 @@ impl Tls {
             if let Err(e) = step(&mut conn) {
                 // Best effort: the alert that says why, if rustls has one.
                 let _ = conn.write_tls(&mut &sock);
-                return Err(match e.kind() {
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => NetError::Timeout {
-                        during: "the TLS handshake",
-                    },
-                    _ => bad(format!("TLS handshake failed: {e}")),
+                // A timeout or a peer that closed reads as it does on an
+                // established link; anything else is TLS's own failure.
+                return Err(match super::link::classify(e, "the TLS handshake") {
+                    NetError::Io(e) => bad(format!("TLS handshake failed: {e}")),
+                    typed => typed,
                 });
             }
         }
