@@ -124,6 +124,47 @@ pub fn run_in_process(names: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Builds the `suffuse` binary in release and returns its path: the
+/// end-to-end benches run it as a user would.
+fn release_suffuse() -> Result<std::path::PathBuf> {
+    command::run(&mut cargo([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "suffuse-host",
+        "--bin",
+        "suffuse",
+    ]))?;
+    Ok(command::target_dir()?.join("release/suffuse"))
+}
+
+/// Whether `name` is among the comma-separated names in environment
+/// variable `var` (every name is, when it is unset).
+fn chosen(var: &str, name: &str) -> bool {
+    std::env::var(var)
+        .ok()
+        .is_none_or(|v| v.split(',').any(|c| c == name))
+}
+
+/// The `--model` argument of case `case`: a built-in name as it is, a
+/// path under the workspace when that is there (`None`, said, when it is
+/// not: `cargo xtask fetch-model` fetches it).
+fn model_arg(case: &str, model: &str) -> Option<String> {
+    if !model.contains('/') {
+        return Some(model.to_string());
+    }
+    let dir = command::workspace_root().join(model);
+    if !dir.exists() {
+        println!(
+            "{case}: {} is absent, skipped (`cargo xtask fetch-model` fetches it)",
+            dir.display()
+        );
+        return None;
+    }
+    Some(dir.to_string_lossy().into_owned())
+}
+
 /// Runs `f` once to warm up, then `reps` times; returns the median seconds.
 fn median_seconds(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
     if reps == 0 {

@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::command::{self, cargo, workspace_root};
+use crate::command;
 
 /// A paragraph long enough for 128 WordPiece tokens with MiniLM's
 /// tokenizer (and 128 characters with the generated models' one).
@@ -45,10 +45,10 @@ const SHORT: &str = "Two servers compute a private sentence embedding together; 
 
 /// A published figure to compare with.
 #[derive(Clone, Debug, Serialize)]
-struct Anchor {
-    system: &'static str,
+pub(super) struct Anchor {
+    pub(super) system: &'static str,
     setting: &'static str,
-    online_s: f64,
+    pub(super) online_s: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     comm_bytes: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,7 +105,7 @@ const SPU_MINILM_17: Anchor = Anchor {
     ..SPU_MINILM_128
 };
 
-const FUSEFSS_BERT_BASE: Anchor = Anchor {
+pub(super) const FUSEFSS_BERT_BASE: Anchor = Anchor {
     system: "FuseFSS",
     setting: "GPUs, BERT-base, 128 tokens",
     online_s: 1.15,
@@ -114,7 +114,7 @@ const FUSEFSS_BERT_BASE: Anchor = Anchor {
     source: "seeds/001 Table 1",
 };
 
-const SIGMA_BERT_BASE: Anchor = Anchor {
+pub(super) const SIGMA_BERT_BASE: Anchor = Anchor {
     system: "SIGMA",
     online_s: 1.61,
     comm_bytes: Some(1.06e9),
@@ -220,40 +220,17 @@ struct Record {
 }
 
 pub fn run() -> Result<String> {
-    command::run(&mut cargo([
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "suffuse-host",
-        "--bin",
-        "suffuse",
-    ]))?;
-    let target = command::target_dir()?;
-    let bin = target.join("release/suffuse");
-    let scratch = target.join("bench/e2e-reports");
+    let bin = super::release_suffuse()?;
+    let scratch = command::target_dir()?.join("bench/e2e-reports");
     std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
     let mut records = Vec::new();
     // `SUFFUSE_E2E_CASES=gpt2-shape-128,minilm-17` runs only those cases.
-    let only = std::env::var("SUFFUSE_E2E_CASES").ok();
-    let wanted = |name: &str| {
-        only.as_deref()
-            .is_none_or(|o| o.split(',').any(|c| c == name))
-    };
-    for case in CASES.iter().filter(|c| wanted(c.name)) {
-        let model = if case.model.contains('/') {
-            let dir = workspace_root().join(case.model);
-            if !dir.exists() {
-                println!(
-                    "{}: {} is absent, skipped (`cargo xtask fetch-model` fetches it)",
-                    case.name,
-                    dir.display()
-                );
-                continue;
-            }
-            dir.to_string_lossy().into_owned()
-        } else {
-            case.model.to_string()
+    for case in CASES
+        .iter()
+        .filter(|c| super::chosen("SUFFUSE_E2E_CASES", c.name))
+    {
+        let Some(model) = super::model_arg(case.name, case.model) else {
+            continue;
         };
         let mut reports = Vec::new();
         for run in 0..case.runs {

@@ -34,16 +34,19 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::e2e::{PARAGRAPH, PROMPT_64};
+use super::e2e::{Anchor, FUSEFSS_BERT_BASE, PARAGRAPH, PROMPT_64, SIGMA_BERT_BASE};
 use super::relay::{Link, Relay};
 use super::serve::announced;
-use crate::command::{self, cargo, workspace_root};
+use crate::command;
 
 /// A network setting.
 struct Setting {
     name: &'static str,
     rtt: Duration,
     bytes_per_s: Option<f64>,
+    /// Which of a [`Projection`]'s figures is for this setting (none for
+    /// zero delay, the baseline).
+    projected: Option<usize>,
 }
 
 const SETTINGS: &[Setting] = &[
@@ -51,16 +54,19 @@ const SETTINGS: &[Setting] = &[
         name: "zero",
         rtt: Duration::ZERO,
         bytes_per_s: None,
+        projected: None,
     },
     Setting {
         name: "lan",
         rtt: Duration::from_micros(500),
         bytes_per_s: Some(1e9),
+        projected: Some(0),
     },
     Setting {
         name: "wan",
         rtt: Duration::from_millis(4),
         bytes_per_s: Some(400e6),
+        projected: Some(1),
     },
 ];
 
@@ -80,8 +86,16 @@ struct Case {
     text: &'static str,
     /// A decoder: new tokens (the prefill's and one per decode pass).
     generate: Option<usize>,
-    /// Published projections under this model: (system, LAN s, WAN s).
-    anchors: &'static [(&'static str, f64, f64)],
+    /// Published projections under seed 001's model.
+    anchors: &'static [Projection],
+}
+
+/// A system's published zero-delay figure and its own LAN and WAN
+/// projections (seed 001: "BERT-base-128 corresponds to 3.99/3.36 s (LAN)
+/// and 11.12/9.94 s (WAN) for Sigma/FuseFSS").
+struct Projection {
+    anchor: &'static Anchor,
+    lan_wan_s: [f64; 2],
 }
 
 const CASES: &[Case] = &[
@@ -91,7 +105,16 @@ const CASES: &[Case] = &[
         seq: 128,
         text: PARAGRAPH,
         generate: None,
-        anchors: &[("FuseFSS", 3.36, 9.94), ("SIGMA", 3.99, 11.12)],
+        anchors: &[
+            Projection {
+                anchor: &FUSEFSS_BERT_BASE,
+                lan_wan_s: [3.36, 9.94],
+            },
+            Projection {
+                anchor: &SIGMA_BERT_BASE,
+                lan_wan_s: [3.99, 11.12],
+            },
+        ],
     },
     Case {
         name: "smollm2-64-decode-8",
@@ -103,31 +126,11 @@ const CASES: &[Case] = &[
     },
 ];
 
-/// FuseFSS's zero-delay BERT-base-128 time (seed 001, Table 1): what the
-/// network adds to it is its projection minus this.
-const FUSEFSS_ONLINE_S: f64 = 1.15;
-
-fn picked(var: &str, name: &str) -> bool {
-    std::env::var(var)
-        .ok()
-        .is_none_or(|v| v.split(',').any(|c| c == name))
-}
-
 pub fn run() -> Result<String> {
-    command::run(&mut cargo([
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "suffuse-host",
-        "--bin",
-        "suffuse",
-    ]))?;
-    let target = command::target_dir()?;
-    let bin = target.join("release/suffuse");
-    let root = target.join("bench/net-run");
+    let bin = super::release_suffuse()?;
+    let root = command::target_dir()?.join("bench/net-run");
     let _ = std::fs::remove_dir_all(&root);
-    private_dir(&root)?;
+    std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     let certs = root.join("certs");
     command::run(Command::new(&bin).arg("certs").arg("--out").arg(&certs))?;
     let runs = std::env::var("SUFFUSE_NET_RUNS")
@@ -136,21 +139,16 @@ pub fn run() -> Result<String> {
         .unwrap_or(1usize)
         .max(1);
     let mut records = Vec::new();
-    for case in CASES.iter().filter(|c| picked("SUFFUSE_NET_CASES", c.name)) {
-        let model = match case.model.contains('/') {
-            true => {
-                let dir = workspace_root().join(case.model);
-                if !dir.exists() {
-                    println!("{}: {} is absent, skipped", case.name, dir.display());
-                    continue;
-                }
-                dir.to_string_lossy().into_owned()
-            }
-            false => case.model.to_string(),
+    for case in CASES
+        .iter()
+        .filter(|c| super::chosen("SUFFUSE_NET_CASES", c.name))
+    {
+        let Some(model) = super::model_arg(case.name, case.model) else {
+            continue;
         };
         let settings: Vec<&Setting> = SETTINGS
             .iter()
-            .filter(|s| picked("SUFFUSE_NET_SETTINGS", s.name))
+            .filter(|s| super::chosen("SUFFUSE_NET_SETTINGS", s.name))
             .collect();
         // Runs go round the settings in turn, so that a drift of the
         // machine's load falls on all of them alike.
@@ -159,7 +157,8 @@ pub fn run() -> Result<String> {
             for (s, out) in settings.iter().zip(&mut reports) {
                 println!("{} over {} (run {}/{runs})", case.name, s.name, run + 1);
                 let dir = root.join(format!("{}-{}-{run}", case.name, s.name));
-                private_dir(&dir)?;
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("creating {}", dir.display()))?;
                 let r = one(&bin, &model, case, s, &dir, &certs)?;
                 let _ = std::fs::remove_dir_all(dir.join("keys"));
                 out.push(r);
@@ -168,7 +167,7 @@ pub fn run() -> Result<String> {
         let mut zero: Option<f64> = None;
         for (s, runs) in settings.iter().zip(reports) {
             let (median, all) = median_report(runs);
-            if s.name == "zero" {
+            if s.projected.is_none() {
                 zero = median["online_s"].as_f64();
             }
             records.push(record(case, s, median, &all, zero));
@@ -176,15 +175,6 @@ pub fn run() -> Result<String> {
     }
     print_table(&records);
     Ok(serde_json::to_string_pretty(&records)?)
-}
-
-fn private_dir(dir: &Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("creating {}", dir.display()))
 }
 
 /// One case at one setting: deal, serve behind relays, query; the
@@ -309,24 +299,19 @@ fn record(case: &Case, s: &Setting, report: Value, all: &[f64], zero: Option<f64
         zero.map(|compute| compute + s.bytes_per_s.map_or(0.0, |b| bytes / b) + rounds * per_round)
     };
     let rtt = s.rtt.as_secs_f64();
-    let anchors: Vec<Value> = case
-        .anchors
-        .iter()
-        .filter(|_| s.name != "zero")
-        .map(|(system, lan, wan)| {
-            let projected = if s.name == "lan" { *lan } else { *wan };
+    // What the network adds to each system by its own projection.
+    let anchors: Vec<Value> = s
+        .projected
+        .into_iter()
+        .flat_map(|i| case.anchors.iter().map(move |p| (p, p.lan_wan_s[i])))
+        .map(|(p, projected)| {
             json!({
-                "system": system, "projected_s": projected,
-                "source": "seed 001, §Table 1's LAN/WAN model; ANCHORS.md",
+                "system": p.anchor.system, "projected_s": projected,
+                "network_adds_s": projected - p.anchor.online_s,
+                "source": "seed 001 (Table 1 and its LAN/WAN model); ANCHORS.md",
             })
         })
         .collect();
-    let fusefss_added = case
-        .anchors
-        .iter()
-        .find(|a| a.0 == "FuseFSS")
-        .map(|a| if s.name == "lan" { a.1 } else { a.2 } - FUSEFSS_ONLINE_S)
-        .filter(|_| s.name != "zero");
     json!({
         "case": case.name,
         "setting": s.name,
@@ -339,7 +324,6 @@ fn record(case: &Case, s: &Setting, report: Value, all: &[f64], zero: Option<f64
         "model_s": model(rtt),
         "model_one_way_s": model(rtt / 2.0),
         "network_adds_s": zero.map(|z| online - z),
-        "fusefss_network_adds_s": fusefss_added,
         "anchors": anchors,
         "report": report,
     })
@@ -358,9 +342,10 @@ fn print_table(records: &[Value]) {
             .flatten()
             .map(|a| {
                 format!(
-                    "{} {:.2} s",
+                    "{} {:.2} s (adds {:.2})",
                     a["system"].as_str().unwrap_or("?"),
-                    a["projected_s"].as_f64().unwrap_or(f64::NAN)
+                    a["projected_s"].as_f64().unwrap_or(f64::NAN),
+                    a["network_adds_s"].as_f64().unwrap_or(f64::NAN)
                 )
             })
             .collect();
@@ -381,7 +366,7 @@ fn print_table(records: &[Value]) {
         "\nonline s: the client's online time through the relays (TLS end to end), median of \
          the runs; model s: the zero-delay time + bytes/bandwidth + rounds·RTT (seed 001's \
          model); 1-way s: the same with rounds·RTT/2, since both servers send a round's \
-         message at once; adds s: online minus the zero-delay online. FuseFSS's network adds 2.21 s (LAN) and 8.79 s (WAN) by its own \
-         projection."
+         message at once; adds s: online minus the zero-delay online; anchors: each system's \
+         projection, and what the network adds to its published zero-delay time by it."
     );
 }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use crate::command::{self, cargo, workspace_root};
+use crate::command::{self, workspace_root};
 
 /// Seventeen MiniLM tokens ([CLS] and [SEP] included).
 const SHORT: &str = "Two servers compute a private sentence embedding together; neither sees it.";
@@ -37,15 +37,8 @@ fn env_or(name: &str, default: usize) -> usize {
 }
 
 pub fn run() -> Result<String> {
-    command::run(&mut cargo([
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "suffuse-host",
-    ]))?;
+    let bin = super::release_suffuse()?;
     let target = command::target_dir()?;
-    let bin = target.join("release/suffuse");
     let queries = env_or("SUFFUSE_BENCH_SERVE_QUERIES", 100);
     let clients = env_or("SUFFUSE_BENCH_SERVE_CLIENTS", 4);
     let refill_queries = env_or("SUFFUSE_BENCH_SERVE_REFILL_QUERIES", queries / 2);
