@@ -354,9 +354,7 @@ impl<'a> Shared<'a> {
 
     fn refuse(&self, link: &mut Link, reason: Unavailable) {
         self.counts.refused.fetch_add(1, Ordering::Relaxed);
-        let from = link
-            .peer_addr()
-            .map_or_else(|_| "?".to_string(), |a| a.to_string());
+        let from = intro::link_origin(link);
         self.log(&format!("turned a client away from {from}: {reason}"));
         let _ = client::send_hello(link, &Hello::Unavailable { reason });
     }

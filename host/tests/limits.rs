@@ -27,15 +27,30 @@ fn temp(name: &str) -> PathBuf {
     d
 }
 
-/// `suffuse ARGS` under the limit.
-fn limited(args: &[&str]) -> Output {
+/// `suffuse`, to be given its arguments, under the limit.
+fn suffuse_limited() -> Command {
     let line = format!("ulimit -v {LIMIT_KIB} && exec \"$0\" \"$@\"");
-    Command::new("sh")
-        .args(["-c", &line, BIN])
-        .args(args)
-        .stdin(Stdio::null())
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &line, BIN]).stdin(Stdio::null());
+    cmd
+}
+
+/// `suffuse ARGS` under the limit, run to its end.
+fn limited(args: &[&str]) -> Output {
+    suffuse_limited().args(args).output().unwrap()
+}
+
+/// The demo model's keys for 16 tokens, dealt (without a limit) into
+/// `dir/keys`.
+fn dealt(dir: &Path) -> PathBuf {
+    let keys = dir.join("keys");
+    let out = Command::new(BIN)
+        .args(["dealer", "--model", "demo", "--seq", "16", "--out"])
+        .arg(&keys)
         .output()
-        .unwrap()
+        .unwrap();
+    assert!(out.status.success());
+    keys
 }
 
 /// A typed refusal: exit 1, a `suffuse: error:` line, no abort.
@@ -58,13 +73,7 @@ fn sparse(path: &Path, bytes: &[u8]) {
 #[test]
 fn forged_key_files_are_refused_within_a_gigabyte() {
     let dir = temp("keys");
-    let keys = dir.join("keys");
-    let out = Command::new(BIN)
-        .args(["dealer", "--model", "demo", "--seq", "16", "--out"])
-        .arg(&keys)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    let keys = dealt(&dir);
     let mut real = std::fs::read(keys.join("p0.keys")).unwrap();
     // The step count (bytes 64..68) claims 2^32 - 1 steps.
     real[64..68].copy_from_slice(&u32::MAX.to_le_bytes());
@@ -153,16 +162,8 @@ fn forged_model_files_are_refused_within_a_gigabyte() {
 #[test]
 fn a_frame_claiming_a_terabyte_is_refused_within_a_gigabyte() {
     let dir = temp("frames");
-    let keys = dir.join("keys");
-    let out = Command::new(BIN)
-        .args(["dealer", "--model", "demo", "--seq", "16", "--out"])
-        .arg(&keys)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let line = format!("ulimit -v {LIMIT_KIB} && exec \"$0\" \"$@\"");
-    let mut p0 = Command::new("sh")
-        .args(["-c", &line, BIN])
+    let keys = dealt(&dir);
+    let mut p0 = suffuse_limited()
         .args(["serve", "--party", "0", "--model", "demo", "--keys"])
         .arg(keys.join("p0.keys"))
         .args(["--listen", "127.0.0.1:0", "--peer", "unused"])
@@ -176,13 +177,14 @@ fn a_frame_claiming_a_terabyte_is_refused_within_a_gigabyte() {
     let mut first = String::new();
     err.read_line(&mut first).unwrap();
     let addr = first.trim().rsplit(' ').next().unwrap().to_string();
-    // Frame header: "SF", kind, step, then a length of 2^40.
-    let mut frame = b"SF".to_vec();
-    frame.push(1);
-    frame.extend_from_slice(&u32::MAX.to_le_bytes());
-    frame.extend_from_slice(&TIB.to_le_bytes());
-    for kind in [1u8, 2, 3] {
-        frame[2] = kind;
+    use suffuse_host::net::{FrameHeader, FrameKind};
+    for kind in [FrameKind::Hello, FrameKind::Input, FrameKind::Round] {
+        let frame = FrameHeader {
+            kind,
+            step: u32::MAX,
+            len: TIB,
+        }
+        .encode();
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let _ = s.write_all(&frame);

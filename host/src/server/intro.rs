@@ -27,9 +27,16 @@ pub(crate) struct Introduced {
 
 /// Where a connection comes from, for log lines.
 pub(crate) fn origin(incoming: &Incoming) -> String {
-    incoming
-        .peer_addr()
-        .map_or_else(|_| "?".to_string(), |a| a.to_string())
+    label(incoming.peer_addr())
+}
+
+/// Where an introduced link comes from, for log lines.
+pub(crate) fn link_origin(link: &Link) -> String {
+    label(link.peer_addr())
+}
+
+fn label(addr: Result<std::net::SocketAddr, crate::net::NetError>) -> String {
+    addr.map_or_else(|_| "?".to_string(), |a| a.to_string())
 }
 
 /// Secures `incoming` and reads its hello, both within `within` of the
