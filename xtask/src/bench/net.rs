@@ -370,3 +370,41 @@ fn print_table(records: &[Value]) {
          projection, and what the network adds to its published zero-delay time by it."
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The models and the projections of one record, from a report with
+    /// round numbers: 1,000 rounds, 400 MB from the larger party, 20 s at
+    /// zero delay, 25 s on the WAN.
+    #[test]
+    fn a_wan_record_carries_both_models_and_each_projection() {
+        let report = json!({
+            "online_s": 25.0, "rounds": 1000.0, "comm_bytes_per_party": [4e8, 3e8],
+        });
+        let wan = &SETTINGS[2];
+        let r = record(&CASES[0], wan, report, &[25.0], Some(20.0));
+        let f = |k: &str| r[k].as_f64().unwrap();
+        // 20 s + 1 s of bytes + 1,000 × 4 ms (or × 2 ms one-way).
+        assert!((f("model_s") - 25.0).abs() < 1e-9);
+        assert!((f("model_one_way_s") - 23.0).abs() < 1e-9);
+        assert!((f("network_adds_s") - 5.0).abs() < 1e-9);
+        let adds: Vec<(String, f64)> = r["anchors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| {
+                let sys = a["system"].as_str().unwrap().to_string();
+                (sys, a["network_adds_s"].as_f64().unwrap())
+            })
+            .collect();
+        assert_eq!(adds.len(), 2);
+        assert_eq!(adds[0].0, "FuseFSS");
+        assert!((adds[0].1 - (9.94 - 1.15)).abs() < 1e-9);
+        assert!((adds[1].1 - (11.12 - 1.61)).abs() < 1e-9);
+        // The baseline has no projection.
+        let zero = record(&CASES[0], &SETTINGS[0], json!({}), &[], None);
+        assert!(zero["anchors"].as_array().unwrap().is_empty());
+    }
+}
