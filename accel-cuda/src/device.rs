@@ -305,6 +305,23 @@ impl Launcher for Device {
             .map_err(driver("cuStreamSynchronize"))
     }
 
+    fn download_bytes(&self, src: &CudaSlice<u64>, dst: &mut [u8]) -> Result<(), CudaError> {
+        if dst.len() > src.num_bytes() {
+            return Err(CudaError::Launch("download longer than its buffer"));
+        }
+        if !dst.is_empty() {
+            let (at, _sync) = src.device_ptr(&self.stream);
+            // SAFETY: `at` addresses `src`, which holds at least `dst.len()`
+            // bytes; the copy is ordered after the stream's launches, and
+            // the synchronisation below ends it before `dst` is returned.
+            unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, at, self.stream.cu_stream()) }
+                .map_err(driver("cuMemcpyDtoHAsync"))?;
+        }
+        self.stream
+            .synchronize()
+            .map_err(driver("cuStreamSynchronize"))
+    }
+
     fn stage_bytes(&self, dst: &mut CudaSlice<u64>, bytes: &[u8]) -> Result<(), CudaError> {
         if bytes.len() > dst.num_bytes() {
             return Err(CudaError::Launch("staged bytes longer than their buffer"));

@@ -195,6 +195,18 @@ impl Launcher for Emulator {
         Ok(())
     }
 
+    fn download_bytes(&self, src: &EmuBuffer, dst: &mut [u8]) -> Result<(), CudaError> {
+        if dst.len() > src.len * 8 {
+            return Err(CudaError::Launch("download longer than its buffer"));
+        }
+        // SAFETY: `src` owns `src.len · 8 ≥ dst.len()` bytes; launches are
+        // synchronous. The words are in the host's order, little-endian on
+        // every host the crate builds for (checked at compile time in
+        // `lib.rs`).
+        unsafe { std::ptr::copy_nonoverlapping(src.ptr.cast::<u8>(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
     /// Synchronous here: the emulator has no copy engine to overlap.
     fn stage_bytes(&self, dst: &mut EmuBuffer, bytes: &[u8]) -> Result<(), CudaError> {
         if bytes.len() > dst.len * 8 {

@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 use crate::CudaError;
+use crate::phases::Phase;
 
 /// The kernels of `kernels/*.cu`, by their `extern "C"` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -111,6 +112,11 @@ pub trait Launcher: Send + Sync {
     /// finished.
     fn download(&self, src: &Self::Buffer, dst: &mut [u64]) -> Result<(), CudaError>;
 
+    /// Copies the first `dst.len()` bytes of `src`'s words, each word's
+    /// bytes little-endian (the byte order of CUDA devices and of every host
+    /// this crate runs on), once every earlier launch has finished.
+    fn download_bytes(&self, src: &Self::Buffer, dst: &mut [u8]) -> Result<(), CudaError>;
+
     /// Copies `bytes` into the start of `dst` (which must hold them) ahead
     /// of use: on a device, asynchronously through pinned double buffers on
     /// a copy stream, so that the caller's thread returns once the bytes are
@@ -127,6 +133,12 @@ pub trait Launcher: Send + Sync {
 
     /// The device address of `buf`'s first word, for [`Arg::Ptr`].
     fn address(&self, buf: &Self::Buffer) -> u64;
+
+    /// Counts host work of a call that began at `start` towards `phase`
+    /// (a launcher that keeps [`Phase`] totals); by default nothing.
+    fn host_phase(&self, phase: Phase, start: std::time::Instant) {
+        let _ = (phase, start);
+    }
 
     /// Launches `kernel` with `args`.
     ///

@@ -10,8 +10,10 @@
 //! | value corrections (ring DCF) | Ln | `l·n + i` |
 //! | leaf corrections | 2n | `2i`, `2i + 1` |
 
-use suffuse_core::fss::{KeyBatch, Kind, Output, Params};
+use suffuse_core::fss::{KeyBatch, KeyRef, Kind, Output, Params};
 use suffuse_core::prg::Block;
+
+use crate::par;
 
 /// Where each part of a transposed batch starts, in words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,40 +73,60 @@ pub fn transpose(keys: &KeyBatch<'_>, start: usize, end: usize, dst: &mut Vec<u6
     transpose_parts(&[(keys, start, end)], dst)
 }
 
+/// Keys per parallel task of [`transpose_parts`]: enough that a task's
+/// words of one level fill whole cache lines many times over.
+const TASK_KEYS: usize = 1 << 12;
+
 /// The keys of several ranges of batches with the same params, one after
 /// another as one batch, transposed into `dst` (cleared first).
+///
+/// Each part of the layout is filled on several threads ([`par`]): the
+/// roots and leaves in runs of [`TASK_KEYS`] keys, the corrections level by
+/// level, so that every thread writes contiguous runs.
 pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u64>) -> Offsets {
     let Some((first, _, _)) = parts.first() else {
         dst.clear();
         return offsets(&Params::dcf_bit(suffuse_core::ring::Width::of(1)), 0);
     };
     let p = first.params();
-    let n: usize = parts.iter().map(|(_, a, b)| b - a).sum();
+    let keys: Vec<KeyRef<'_>> = parts
+        .iter()
+        .flat_map(|(k, a, b)| (*a..*b).map(|j| k.key(j)))
+        .collect();
+    let n = keys.len();
     let at = offsets(&p, n);
     dst.clear();
     dst.resize(at.total, 0);
-    let levels = p.levels() as usize;
+    let (roots, rest) = dst.split_at_mut(at.cw);
+    let (cw, rest) = rest.split_at_mut(at.vcw - at.cw);
+    let (vcw, leaf) = rest.split_at_mut(at.leaf - at.vcw);
     let vbytes = p.value_bytes();
-    let mut i = 0;
-    for (keys, start, end) in parts {
-        for j in *start..*end {
-            let key = keys.key(j);
-            let body = key.body();
-            put(dst, at.roots + 2 * i, Block::read(key.root()));
-            for l in 0..levels {
-                let off = p.body_cw_offset(l as u32);
-                put(dst, at.cw + 2 * (l * n + i), Block::read(&body[off..]));
-                if vbytes > 0 {
-                    dst[at.vcw + l * n + i] = word(&body[off + 16..off + 16 + vbytes]);
-                }
-            }
-            put(
-                dst,
-                at.leaf + 2 * i,
-                Block::read(&body[p.body_leaf_offset()..]),
-            );
-            i += 1;
+    let blocks = |out: &mut [u64], read: &(dyn Fn(&KeyRef<'_>) -> Block + Sync)| {
+        for (w, k) in out.chunks_exact_mut(2).zip(&keys) {
+            put(w, 0, read(k));
         }
+    };
+    let by_keys = |out: &mut [u64], read: &(dyn Fn(&KeyRef<'_>) -> Block + Sync)| {
+        par::zip_chunks(out, 2 * TASK_KEYS, &keys, TASK_KEYS, |o, ks| {
+            for (w, k) in o.chunks_exact_mut(2).zip(ks) {
+                put(w, 0, read(k));
+            }
+        });
+    };
+    by_keys(roots, &|k| Block::read(k.root()));
+    by_keys(leaf, &|k| Block::read(&k.body()[p.body_leaf_offset()..]));
+    let levels: Vec<u32> = (0..p.levels()).collect();
+    par::zip_chunks(cw, 2 * n, &levels, 1, |level, l| {
+        let off = p.body_cw_offset(l[0]);
+        blocks(level, &|k| Block::read(&k.body()[off..]));
+    });
+    if vbytes > 0 {
+        par::zip_chunks(vcw, n, &levels, 1, |level, l| {
+            let off = p.body_cw_offset(l[0]) + 16;
+            for (w, k) in level.iter_mut().zip(&keys) {
+                *w = word(&k.body()[off..off + vbytes]);
+            }
+        });
     }
     at
 }

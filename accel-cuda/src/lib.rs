@@ -28,6 +28,11 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+// Device words reach host bytes by plain copies (`Launcher::download_bytes`),
+// which equal `u64::to_le_bytes` only on little-endian hosts.
+#[cfg(not(target_endian = "little"))]
+compile_error!("suffuse-accel-cuda needs a little-endian host");
+
 mod device;
 mod driver;
 #[cfg(feature = "emulator")]
@@ -38,6 +43,8 @@ pub mod launcher;
 pub mod layout;
 mod measure;
 pub mod nvrtc;
+mod par;
+mod phases;
 mod pool;
 mod resident;
 mod selftest;
@@ -55,7 +62,9 @@ pub use driver::driver_library_present;
 pub use emulator::{EmuBuffer, Emulator};
 pub use launcher::Launcher;
 pub use measure::ResidentTiming;
+pub use phases::Phase;
 
+use phases::Timed;
 use pool::Pool;
 
 /// Why the CUDA evaluator could not be created or could not run a call.
@@ -132,8 +141,9 @@ pub const DEVICE_HASH_MIN: usize = 1 << 14;
 
 /// The CUDA batch evaluator over a [`Launcher`].
 pub struct CudaEval<L: Launcher = Device> {
-    launcher: L,
-    state: Mutex<State<L>>,
+    /// The launcher, its copies and launches timed.
+    launcher: Timed<L>,
+    state: Mutex<State<Timed<L>>>,
     /// Small seed expansions run here (see [`DEVICE_HASH_MIN`]).
     host: FixedKeyAes,
     device_hash_min: usize,
@@ -199,12 +209,12 @@ impl CudaEval<Device> {
 
     /// The device ordinal.
     pub fn ordinal(&self) -> usize {
-        self.launcher.ordinal()
+        self.launcher.inner.ordinal()
     }
 
     /// How the kernels were made (NVRTC or the checked-in PTX).
     pub fn code(&self) -> &CodeSource {
-        self.launcher.code()
+        self.launcher.inner.code()
     }
 }
 
@@ -223,7 +233,7 @@ impl<L: Launcher> CudaEval<L> {
     /// memory.
     pub fn with_launcher(launcher: L, budget: usize) -> CudaEval<L> {
         CudaEval {
-            launcher,
+            launcher: Timed::new(launcher),
             state: Mutex::new(State {
                 pool: Pool::new(budget),
                 aes: None,
@@ -247,7 +257,12 @@ impl<L: Launcher> CudaEval<L> {
 
     /// The launcher.
     pub fn launcher(&self) -> &L {
-        &self.launcher
+        &self.launcher.inner
+    }
+
+    /// Seconds spent in each [`Phase`] since the evaluator was made.
+    pub fn phase_seconds(&self) -> Vec<(&'static str, f64)> {
+        self.launcher.phases.seconds()
     }
 
     /// The device's name as the driver (or the emulator) reports it.
@@ -273,11 +288,15 @@ impl<L: Launcher> CudaEval<L> {
             .clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State<L>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<Timed<L>>> {
+        let start = std::time::Instant::now();
         // A panic in another call leaves no half-updated state that matters:
         // buffers are reallocated and re-uploaded as needed.
-        self.state
+        let guard = self
+            .state
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.launcher.phases.add(Phase::LockWait, start);
+        guard
     }
 }

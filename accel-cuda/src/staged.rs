@@ -150,7 +150,9 @@ pub(crate) fn place_keys<L: Launcher>(
     let params = first.params();
     let n: usize = parts.iter().map(|(_, a, b)| b - a).sum();
     let Some(addresses) = staged else {
+        let start = std::time::Instant::now();
         let at = layout::transpose_parts(parts, staging);
+        l.host_phase(crate::Phase::Pack, start);
         l.upload(key_buf, staging)?;
         return Ok(keys_at(l, parts, n, key_buf, at));
     };

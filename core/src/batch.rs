@@ -125,6 +125,13 @@ pub trait BatchEval: Hasher + Sync {
         None
     }
 
+    /// Hands `visit` each phase of the backend's device work and the
+    /// seconds spent in it so far (packing, copies, kernels, waits), for
+    /// reports; backends without a device have none.
+    fn device_phases(&self, visit: &mut dyn FnMut(&'static str, f64)) {
+        let _ = visit;
+    }
+
     /// Elements this backend wants per call to work at full speed: callers
     /// that can group work group at least this many (a CPU core wants
     /// thousands, a GPU millions). A hint; every size is accepted.

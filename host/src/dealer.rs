@@ -33,6 +33,9 @@ pub struct DealReport {
     pub key_set: [u8; 16],
     /// The two files.
     pub files: [PathBuf; 2],
+    /// Seconds per phase of the backend's device work, summed over its
+    /// life so far ([`BatchEval::device_phases`]); empty on CPUs.
+    pub device_phases: std::collections::BTreeMap<String, f64>,
 }
 
 /// Why dealing failed.
@@ -122,6 +125,7 @@ pub fn deal(
         by_category,
         key_set,
         files,
+        device_phases: crate::party::device_phases(fss),
     })
 }
 

@@ -64,6 +64,19 @@ pub struct PartyReport {
     /// ([`BatchEval::device_peak_bytes`]); 0 on CPUs.
     #[serde(default)]
     pub device_peak_bytes: u64,
+    /// Seconds per phase of its device work so far
+    /// ([`BatchEval::device_phases`]); empty on CPUs.
+    #[serde(default)]
+    pub device_phases: BTreeMap<String, f64>,
+}
+
+/// The backend's device phases ([`BatchEval::device_phases`]) as a map.
+pub fn device_phases(fss: &dyn BatchEval) -> BTreeMap<String, f64> {
+    let mut phases = BTreeMap::new();
+    fss.device_phases(&mut |name, s| {
+        phases.insert(name.to_owned(), s);
+    });
+    phases
 }
 
 /// Why a party failed.
@@ -431,6 +444,7 @@ pub fn run_passes(
                 report.rounds = on.link.traffic().rounds - before.rounds;
                 report.comm_bytes = on.link.traffic().sent - before.sent;
                 report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
+                report.device_phases = device_phases(fss);
                 io.output(pass, share, &report)?;
                 pass += 1;
                 let Some(mut next) = io.input(pass)? else {
@@ -509,6 +523,7 @@ pub fn run_passes(
     report.rounds = total.rounds - before.rounds;
     report.online_s = start.elapsed().as_secs_f64();
     report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
+    report.device_phases = device_phases(fss);
     if finished {
         let last = plan.passes.len().saturating_sub(1);
         io.output(last, store.take(plan, plan.output)?, &report)?;

@@ -72,6 +72,13 @@ pub struct Report {
     /// The most device memory either server had held, in bytes (0 on CPUs).
     #[serde(skip_serializing_if = "is_zero")]
     pub device_peak_bytes: u64,
+    /// Seconds per phase of the device work, as each server's backend and
+    /// the dealer's counted them when they finished (`BatchEval::
+    /// device_phases`). The totals are the backend's over its life: where
+    /// the dealer and both servers share one process (`embed`), they share
+    /// one evaluator and each snapshot holds the others' work done so far.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub device_phases: BTreeMap<&'static str, BTreeMap<String, f64>>,
     /// Per layer kind.
     pub breakdown: BTreeMap<&'static str, Breakdown>,
 }
@@ -91,6 +98,11 @@ impl Report {
             .device_peak_bytes
             .max(parties[1].device_peak_bytes);
         self.rounds = parties[0].rounds.max(parties[1].rounds);
+        for (who, r) in ["p0", "p1"].into_iter().zip(parties) {
+            if !r.device_phases.is_empty() {
+                self.device_phases.insert(who, r.device_phases.clone());
+            }
+        }
         for c in Category::ALL {
             let mut b = Breakdown::default();
             for (p, r) in parties.iter().enumerate() {
@@ -106,6 +118,9 @@ impl Report {
         match dealer {
             Some(d) => {
                 self.keygen_s = d.keygen_s;
+                if !d.device_phases.is_empty() {
+                    self.device_phases.insert("dealer", d.device_phases.clone());
+                }
                 self.key_bytes_per_party = d.file_bytes;
             }
             None => {
@@ -168,6 +183,10 @@ impl Report {
                 self.device,
                 bytes(self.device_peak_bytes)
             );
+        }
+        for (who, phases) in &self.device_phases {
+            let list: Vec<String> = phases.iter().map(|(n, t)| format!("{n} {t:.3}")).collect();
+            let _ = writeln!(s, "device seconds by phase ({who}): {}", list.join(", "));
         }
         // Zero when the keys came from a separate `suffuse dealer` run.
         if self.keygen_s > 0.0 {

@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 use suffuse_accel_cpu::CpuEval;
-use suffuse_accel_cuda::{Code, CudaEval, Device, Launcher, nvrtc};
+use suffuse_accel_cuda::{Code, CudaEval, Device, Launcher, layout, nvrtc};
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
 use suffuse_core::prg::{Block, Prg};
@@ -254,11 +254,13 @@ fn bench_eval<L: Launcher>(
         .map_err(|e| e.to_string())?;
     let cpu_s = t.elapsed().as_secs_f64();
     let mut got = vec![0u64; points.len()];
+    let before = device.phase_seconds();
     let t = Instant::now();
     device
         .eval(batch, points, &mut got)
         .map_err(|e| e.to_string())?;
     let full_s = t.elapsed().as_secs_f64();
+    let phases = phases_since(&before, &device.phase_seconds());
     let ok = got == want && resident.outputs == want;
     Ok((
         json!({
@@ -269,6 +271,8 @@ fn bench_eval<L: Launcher>(
             "resident_launch_s": resident.launch_s,
             "upload_s": resident.upload_s,
             "full_path_evals_per_s": per_second(points.len(), full_s),
+            "full_path_phases_s": phases,
+            "key_bytes": layout::offsets(&batch.params(), batch.count()).total * 8,
             "cpu_evals_per_s": per_second(points.len(), cpu_s),
             "cpu_threads": rayon_threads(),
             "equal_to_cpu": ok,
@@ -299,7 +303,9 @@ fn bench_gen<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<(Value, bo
         eval.generate(&batch, k0, k1).map_err(|e| e.to_string())?;
         Ok((t.elapsed().as_secs_f64(), keys))
     };
+    let before = device.phase_seconds();
     let (gpu_s, on_gpu) = timed(device)?;
+    let phases = phases_since(&before, &device.phase_seconds());
     let (cpu_s, on_cpu) = timed(&CpuEval::new())?;
     let ok = on_gpu == on_cpu;
     Ok((
@@ -310,10 +316,22 @@ fn bench_gen<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<(Value, bo
             "cpu_pairs_per_s": per_second(count, cpu_s),
             "cpu_threads": rayon_threads(),
             "gpu_over_cpu": cpu_s / gpu_s.max(1e-12),
+            "gpu_phases_s": phases,
+            "key_bytes": len,
             "equal_to_cpu": ok,
         }),
         ok,
     ))
+}
+
+/// Seconds per device phase between two [`CudaEval::phase_seconds`].
+fn phases_since(before: &[(&str, f64)], after: &[(&'static str, f64)]) -> Value {
+    let map: serde_json::Map<String, Value> = after
+        .iter()
+        .zip(before)
+        .map(|((name, a), (_, b))| ((*name).to_owned(), json!(a - b)))
+        .collect();
+    Value::Object(map)
 }
 
 /// The CPU backend's DCF evaluation on 2, 4, 8 and 16 threads.
