@@ -41,15 +41,25 @@ pub(crate) fn zip_chunks<A: Send, B: Sync>(
     let f = &f;
     std::thread::scope(|s| {
         let (mut o, mut i) = (out, input);
+        let mut running = Vec::with_capacity(threads);
         while !o.is_empty() && !i.is_empty() {
             let (oa, ob) = o.split_at_mut((per * oc).min(o.len()));
             let (ia, ib) = i.split_at((per * ic).min(i.len()));
-            s.spawn(move || {
+            running.push(s.spawn(move || {
                 oa.chunks_mut(oc)
                     .zip(ia.chunks(ic))
                     .for_each(|(o, i)| f(o, i));
-            });
+            }));
             (o, i) = (ob, ib);
+        }
+        // Joined one by one (pthread_join), not only at the scope's end:
+        // the scope's own wait is a futex ThreadSanitizer cannot see, and
+        // `cargo xtask cuda-tsan` then reports the caller's later use of
+        // the buffers as racing with these threads.
+        for t in running {
+            if let Err(panic) = t.join() {
+                std::panic::resume_unwind(panic);
+            }
         }
     });
 }
