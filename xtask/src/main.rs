@@ -47,7 +47,7 @@ commands:
   cuda-tsan       the emulated CUDA kernels under ThreadSanitizer, and its planted race
   gpu-bundle      build target/gpu-bundle: stripped binaries and run.sh, the GPU checks
                   to run on a lent GPU machine in one device call (docs/BACKENDS.md)
-  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2; also nvrtc, the CUDA compiler CI uses)
+  fetch-model NAME  download a real checkpoint into models/ and verify it (names: minilm, smollm2, qwen2.5-coder-0.5b, gemma3-270m; also nvrtc, the CUDA compiler CI uses)
   bench [NAME..]  run benchmarks in release and write target/bench/NAME.json
                   (names: dcf, gates, linalg; all when none is given)";
 
