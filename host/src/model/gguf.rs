@@ -298,7 +298,9 @@ pub enum GgufError {
     #[error("tensor `{0}` is missing")]
     MissingTensor(String),
     /// A tensor in a type this crate cannot dequantize.
-    #[error("tensor `{tensor}` is {ty}; dequantization supports F32, F16, BF16, Q4_1 and Q8_0")]
+    #[error(
+        "tensor `{tensor}` is {ty}; dequantization supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K"
+    )]
     Unsupported {
         /// The tensor.
         tensor: String,

@@ -117,6 +117,62 @@ fn all_tensors() -> Vec<Sample> {
         ("q8_0", vec![64], TensorType::Q8_0, q8, q8_want),
         ("q4_1", vec![32, 2], TensorType::Q4_1, q4, q4_want),
     ]
+    .into_iter()
+    .chain(known_answers().into_iter().map(|(name, ty, bytes, bits)| {
+        let values = bits.into_iter().map(f32::from_bits).collect::<Vec<_>>();
+        (name, vec![values.len() as u64], ty, bytes, values)
+    }))
+    .collect()
+}
+
+/// `tests/fixtures/make_kquants.py`'s known answers: for each block type,
+/// random blocks and the f32 bits that the `gguf` package (llama.cpp's
+/// Python reader) dequantized them to.
+fn known_answers() -> Vec<(&'static str, TensorType, Vec<u8>, Vec<u32>)> {
+    let json: serde_json::Value =
+        serde_json::from_str(include_str!("kquants.json")).expect("kquants.json parses");
+    let cases = json.as_object().expect("an object of cases");
+    let mut out = Vec::new();
+    for (name, case) in cases {
+        let ty = (0..64)
+            .filter_map(TensorType::from_id)
+            .find(|t| t.name() == name)
+            .expect("a known type");
+        let hex = case["blocks"].as_str().expect("hex blocks");
+        let bytes = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex"))
+            .collect();
+        let bits = case["values"]
+            .as_array()
+            .expect("values")
+            .iter()
+            .map(|v| u32::try_from(v.as_u64().expect("a u32")).expect("a u32"))
+            .collect();
+        let name: &'static str = Box::leak(format!("kq.{name}").into_boxed_str());
+        out.push((name, ty, bytes, bits));
+    }
+    out
+}
+
+#[test]
+fn block_types_dequantize_as_the_gguf_package_does_bit_for_bit() {
+    let answers = known_answers();
+    let names: Vec<&str> = answers.iter().map(|a| a.1.name()).collect();
+    for want in ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K"] {
+        assert!(names.contains(&want), "no known answers for {want}");
+    }
+    for (name, ty, bytes, bits) in answers {
+        let got = quant::dequantize(ty, &bytes).expect("a dequantized type");
+        assert_eq!(got.len(), bits.len(), "{name}: value count");
+        for (i, (g, w)) in got.iter().zip(&bits).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                *w,
+                "{name}: value {i} is {g}, gguf says {}",
+                f32::from_bits(*w)
+            );
+        }
+    }
 }
 
 fn sample(version: u32) -> Vec<u8> {
@@ -399,12 +455,12 @@ fn tensor_corruptions_are_typed_errors() {
     twice.extend(tensor("t", &[1], 0, 32));
     assert!(matches!(with_data(twice, 2), GgufError::DuplicateTensor(t) if t == "t"));
     // A type the reader can size but not dequantize.
-    let mut b = raw(3, 1, 0, &tensor("k", &[256], 12, 0));
-    b.resize(b.len().next_multiple_of(32) + 144, 0);
+    let mut b = raw(3, 1, 0, &tensor("k", &[256], 10, 0));
+    b.resize(b.len().next_multiple_of(32) + 84, 0);
     let g = Gguf::from_bytes(b).unwrap();
     let e = g.dequantize("k").unwrap_err();
     assert!(
-        matches!(e, GgufError::Unsupported { ty, .. } if ty.name() == "Q4_K"),
+        matches!(e, GgufError::Unsupported { ty, .. } if ty.name() == "Q2_K"),
         "{e}"
     );
 }
@@ -464,4 +520,95 @@ fn smollm2_file_facts() {
     let embd = g.dequantize("token_embd.weight").unwrap();
     assert_eq!(embd.len(), 576 * 49152);
     assert!(embd.iter().all(|v| v.is_finite()));
+}
+
+/// Tensors of the two K-quant checkpoints (`cargo xtask fetch-model
+/// qwen2.5-coder-0.5b`, `gemma3-270m`), when fetched, dequantized here and
+/// by the `gguf` package: the SHA-256 of the little-endian f32 values, as
+/// `gguf.quants.dequantize` (gguf 0.17.1) gave them. Every tensor of both
+/// files must also dequantize to its element count.
+/// A checkpoint under `models/` and (tensor, type, SHA-256) of some tensors.
+type Digests = (
+    &'static str,
+    &'static [(&'static str, &'static str, &'static str)],
+);
+
+#[test]
+fn k_quant_checkpoints_dequantize_as_the_gguf_package_does() {
+    use sha2::{Digest, Sha256};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
+    let files: [Digests; 2] = [
+        (
+            "Qwen2.5-Coder-0.5B-Instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            &[
+                (
+                    "blk.0.ffn_down.weight",
+                    "Q6_K",
+                    "ab075951878740c9f8ad4cf65c0ce93f5c0c048c0110a555d872725bba271996",
+                ),
+                (
+                    "blk.0.ffn_gate.weight",
+                    "Q5_0",
+                    "210e767c19efd42af0ee10bc30136a2d69b9d004e5c51603b89f57da1504d732",
+                ),
+                (
+                    "blk.0.attn_v.weight",
+                    "Q8_0",
+                    "eaf7101a791d9c8de19271ec4dfaa0bd3f3e1d91d30d9685bc7199cde97408ff",
+                ),
+                (
+                    "blk.11.ffn_down.weight",
+                    "Q4_K",
+                    "f48a7c976f6fce6b8cd9515c4cb0721f8ebe8328d7d2fcf07bf0cd208cc17536",
+                ),
+            ],
+        ),
+        (
+            "gemma-3-270m/gemma-3-270m-q4_k_m.gguf",
+            &[
+                (
+                    "blk.0.attn_k.weight",
+                    "Q5_0",
+                    "e9148680cf79c2265aa182d501323da97bf5f038a92e860172e2f071e5f1ae24",
+                ),
+                (
+                    "blk.0.attn_output.weight",
+                    "Q4_K",
+                    "84421b360695121d4fa8c5b47aa4b9729eb814b9608b4856a3af07a1736cf47f",
+                ),
+                (
+                    "blk.0.attn_v.weight",
+                    "Q8_0",
+                    "7f2d145de2fbde18074eb84ca7f5b6d2c44308ed933e8f8520a0bbb4c663d11e",
+                ),
+                (
+                    "blk.0.ffn_down.weight",
+                    "Q6_K",
+                    "b718ca6bf05ad89435100bb9da1f6a6300a627c3396bc3bdb91809ca7dcdb4d8",
+                ),
+            ],
+        ),
+    ];
+    for (file, tensors) in files {
+        let path = root.join(file);
+        if !path.exists() {
+            eprintln!("note: {} is absent; skipping", path.display());
+            continue;
+        }
+        let g = Gguf::open(&path).unwrap();
+        for (name, ty, digest) in tensors {
+            assert_eq!(g.tensor(name).unwrap().ty.name(), *ty, "{name}");
+            let values = g.dequantize(name).unwrap();
+            let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let got: String = Sha256::digest(&bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(got, *digest, "{file}: {name} ({ty})");
+        }
+        for t in g.tensors() {
+            let values = g.dequantize(&t.name).unwrap();
+            assert_eq!(values.len() as u64, t.elements(), "{}", t.name);
+        }
+    }
 }
