@@ -73,6 +73,13 @@ pub fn transpose(keys: &KeyBatch<'_>, start: usize, end: usize, dst: &mut Vec<u6
     transpose_parts(&[(keys, start, end)], dst)
 }
 
+/// `read(key)` of each of `keys` into consecutive word pairs of `out`.
+fn put_blocks(out: &mut [u64], keys: &[KeyRef<'_>], read: &dyn Fn(&KeyRef<'_>) -> Block) {
+    for (w, k) in out.chunks_exact_mut(2).zip(keys) {
+        put(w, 0, read(k));
+    }
+}
+
 /// Keys per parallel task of [`transpose_parts`]: enough that a task's
 /// words of one level fill whole cache lines many times over.
 const TASK_KEYS: usize = 1 << 12;
@@ -101,16 +108,9 @@ pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u6
     let (cw, rest) = rest.split_at_mut(at.vcw - at.cw);
     let (vcw, leaf) = rest.split_at_mut(at.leaf - at.vcw);
     let vbytes = p.value_bytes();
-    let blocks = |out: &mut [u64], read: &(dyn Fn(&KeyRef<'_>) -> Block + Sync)| {
-        for (w, k) in out.chunks_exact_mut(2).zip(&keys) {
-            put(w, 0, read(k));
-        }
-    };
     let by_keys = |out: &mut [u64], read: &(dyn Fn(&KeyRef<'_>) -> Block + Sync)| {
         par::zip_chunks(out, 2 * TASK_KEYS, &keys, TASK_KEYS, |o, ks| {
-            for (w, k) in o.chunks_exact_mut(2).zip(ks) {
-                put(w, 0, read(k));
-            }
+            put_blocks(o, ks, read);
         });
     };
     by_keys(roots, &|k| Block::read(k.root()));
@@ -118,7 +118,7 @@ pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u6
     let levels: Vec<u32> = (0..p.levels()).collect();
     par::zip_chunks(cw, 2 * n, &levels, 1, |level, l| {
         let off = p.body_cw_offset(l[0]);
-        blocks(level, &|k| Block::read(&k.body()[off..]));
+        put_blocks(level, &keys, &|k| Block::read(&k.body()[off..]));
     });
     if vbytes > 0 {
         par::zip_chunks(vcw, n, &levels, 1, |level, l| {

@@ -28,7 +28,8 @@ pub enum Phase {
     Upload,
     /// Kernels, from the launch to the device's completion.
     Kernel,
-    /// Device to host copies of a call's outputs.
+    /// Device to host copies of a call's outputs, with faulting in the
+    /// pages they land in where the host does that first.
     Download,
     /// The host turns the kernels' outputs into core's layout.
     Unpack,

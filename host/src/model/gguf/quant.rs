@@ -208,8 +208,8 @@ fn q5_0(block: &[u8]) -> [f32; 32] {
     std::array::from_fn(|j| {
         let q = block[6 + j % 16];
         let nibble = if j < 16 { q & 0x0f } else { q >> 4 };
-        let high = ((h >> j) & 1) << 4;
-        (i32::from(nibble) + i32::try_from(high).unwrap_or(0) - 16) as f32 * d
+        let high = u8::from((h >> j) & 1 == 1) << 4;
+        (i32::from(nibble | high) - 16) as f32 * d
     })
 }
 

@@ -148,8 +148,8 @@ fn known_answers() -> Vec<(&'static str, TensorType, Vec<u8>, Vec<u32>)> {
             .iter()
             .map(|v| u32::try_from(v.as_u64().expect("a u32")).expect("a u32"))
             .collect();
-        let name: &'static str = Box::leak(format!("kq.{name}").into_boxed_str());
-        out.push((name, ty, bytes, bits));
+        // ggml's upper-case names: the hand-made samples above are lower case.
+        out.push((ty.name(), ty, bytes, bits));
     }
     out
 }
@@ -522,17 +522,17 @@ fn smollm2_file_facts() {
     assert!(embd.iter().all(|v| v.is_finite()));
 }
 
-/// Tensors of the two K-quant checkpoints (`cargo xtask fetch-model
-/// qwen2.5-coder-0.5b`, `gemma3-270m`), when fetched, dequantized here and
-/// by the `gguf` package: the SHA-256 of the little-endian f32 values, as
-/// `gguf.quants.dequantize` (gguf 0.17.1) gave them. Every tensor of both
-/// files must also dequantize to its element count.
 /// A checkpoint under `models/` and (tensor, type, SHA-256) of some tensors.
 type Digests = (
     &'static str,
     &'static [(&'static str, &'static str, &'static str)],
 );
 
+/// Tensors of the two K-quant checkpoints (`cargo xtask fetch-model
+/// qwen2.5-coder-0.5b`, `gemma3-270m`), when fetched, dequantized here and
+/// by the `gguf` package: the SHA-256 of the little-endian f32 values, as
+/// `gguf.quants.dequantize` (gguf 0.17.1) gave them. Every tensor of both
+/// files must also dequantize to its element count.
 #[test]
 fn k_quant_checkpoints_dequantize_as_the_gguf_package_does() {
     use sha2::{Digest, Sha256};
@@ -600,10 +600,7 @@ fn k_quant_checkpoints_dequantize_as_the_gguf_package_does() {
             assert_eq!(g.tensor(name).unwrap().ty.name(), *ty, "{name}");
             let values = g.dequantize(name).unwrap();
             let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let got: String = Sha256::digest(&bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
+            let got = crate::plan::hex(&Sha256::digest(&bytes));
             assert_eq!(got, *digest, "{file}: {name} ({ty})");
         }
         for t in g.tensors() {
