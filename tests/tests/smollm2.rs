@@ -15,122 +15,60 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
-use suffuse_host::model::chat::ChatTemplate;
 use suffuse_host::model::gguf::Gguf;
-use suffuse_host::model::{Decoder, RopeStyle, Tokenizer};
+use suffuse_host::model::{Decoder, RopeStyle};
+use suffuse_tests::decoders::{self, Fixture, TeacherForced};
 
 #[derive(Deserialize)]
-struct Fixture {
-    dequantized_sha256: BTreeMap<String, String>,
-    tokenizer: Vec<Case>,
-    chat_prompt: ChatPrompt,
-    greedy: Vec<Greedy>,
-    teacher_forced: TeacherForced,
+struct Smollm2 {
+    #[serde(flatten)]
+    common: Fixture,
+    teacher_forced: Passage,
 }
 
 #[derive(Deserialize)]
-struct Case {
+struct Passage {
     text: String,
-    ids: Vec<u32>,
-}
-
-#[derive(Deserialize)]
-struct ChatPrompt {
-    user: String,
-    rendered: String,
-}
-
-#[derive(Deserialize)]
-struct Greedy {
-    kind: String,
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    new_ids: Vec<u32>,
-    top1_margins: Vec<f64>,
-    text: String,
-}
-
-#[derive(Deserialize)]
-struct TeacherForced {
-    text: String,
-    ids: Vec<u32>,
-    top1: Vec<u32>,
-    top1_margins: Vec<f64>,
+    #[serde(flatten)]
+    forced: TeacherForced,
     top1_equals_next_token: usize,
     rotate_half_top1_equals_next_token: usize,
 }
 
 const EOS: u32 = 2;
 
-fn fixture() -> Fixture {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/smollm2.json");
-    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+fn fixture() -> Smollm2 {
+    decoders::fixture("smollm2.json")
 }
 
 fn load() -> Option<Gguf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
-    if !path.exists() {
-        eprintln!(
-            "note: {} is absent; skipping (run `cargo xtask fetch-model smollm2`)",
-            path.display()
-        );
-        return None;
-    }
-    Some(Gguf::open(&path).unwrap())
+    decoders::gguf(
+        "SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "smollm2",
+    )
 }
 
 #[test]
 fn token_ids_equal_independent_bpe() {
     let Some(g) = load() else { return };
-    let t = Tokenizer::from_gguf(&g).unwrap();
+    let m = Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap();
     let f = fixture();
-    let prompts = f.greedy.iter().map(|p| (&p.prompt, &p.prompt_ids));
-    let cases = f.tokenizer.iter().map(|c| (&c.text, &c.ids)).chain(prompts);
-    for (text, ids) in cases {
-        assert_eq!(&t.encode(text, usize::MAX).unwrap(), ids, "{text:?}");
-    }
+    decoders::check_token_ids(&m, &f.common);
     let tf = &f.teacher_forced;
-    let full = t.encode(&tf.text, usize::MAX).unwrap();
-    assert_eq!(full[..tf.ids.len()], tf.ids);
+    let full = m.tokenizer.encode(&tf.text, usize::MAX).unwrap();
+    assert_eq!(full[..tf.forced.ids.len()], tf.forced.ids);
 }
 
-#[test]
-fn chat_prompt_equals_jinja2() {
-    let Some(g) = load() else { return };
-    let f = fixture();
-    let template = ChatTemplate::from_gguf(&g).unwrap().unwrap();
-    assert_eq!(
-        template.user_prompt(&f.chat_prompt.user).unwrap(),
-        f.chat_prompt.rendered
-    );
-}
-
-#[test]
-fn dequantization_equals_gguf_py() {
-    let Some(g) = load() else { return };
-    for (name, want) in fixture().dequantized_sha256 {
-        let values = g.dequantize(&name).unwrap();
-        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let got: String = Sha256::digest(&bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        assert_eq!(got, want, "{name}");
-    }
-}
+suffuse_tests::fixture_checks!(load(), fixture().common);
 
 /// What the decoder's accuracy tests rely on: the five kinds of
 /// prompt, 32 new tokens each (or fewer ending in eos), a margin per
 /// token, 256 teacher-forced positions, and a sensible answer about France.
 #[test]
 fn fixture_has_what_the_accuracy_tests_need() {
-    let f = fixture();
+    let s = fixture();
+    let f = &s.common;
     for kind in ["chat", "plain", "code", "list", "numbers"] {
         assert!(f.greedy.iter().any(|p| p.kind == kind), "{kind}");
     }
@@ -143,9 +81,14 @@ fn fixture_has_what_the_accuracy_tests_need() {
         );
         assert_eq!(p.top1_margins.len(), n);
     }
-    let tf = &f.teacher_forced;
+    let tf = &s.teacher_forced;
+    let forced = &tf.forced;
     assert_eq!(
-        (tf.ids.len(), tf.top1.len(), tf.top1_margins.len()),
+        (
+            forced.ids.len(),
+            forced.top1.len(),
+            forced.top1_margins.len()
+        ),
         (257, 256, 256)
     );
     let france = f
@@ -166,16 +109,8 @@ fn fixture_has_what_the_accuracy_tests_need() {
 fn decoder_from_gguf_has_smollm2s_shape() {
     let Some(g) = load() else { return };
     let m = Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap();
+    assert_eq!(decoders::shape(&m), [30, 576, 1536, 9, 3, 64]);
     let c = &m.config;
-    let shape = (
-        c.layers,
-        c.hidden,
-        c.intermediate,
-        c.heads,
-        c.kv_heads,
-        c.head_dim,
-    );
-    assert_eq!(shape, (30, 576, 1536, 9, 3, 64));
     assert_eq!((c.vocab_size, c.bos, c.eos), (49152, Some(1), Some(EOS)));
     assert_eq!((c.rope_theta, c.norm_eps), (100_000.0, 1e-5));
     assert_eq!(c.rope_style, RopeStyle::Adjacent);
@@ -187,7 +122,7 @@ fn decoder_from_gguf_has_smollm2s_shape() {
     );
     let k = g.dequantize("blk.0.attn_k.weight").unwrap();
     assert_eq!(m.layers[0].key.w[5 * 192 + 7], k[7 * 576 + 5]);
-    let f = fixture();
+    let f = fixture().common;
     assert_eq!(
         m.tokenizer.encode(&f.greedy[0].prompt, usize::MAX).unwrap(),
         f.greedy[0].prompt_ids
@@ -200,16 +135,7 @@ mod accuracy {
     //! against the float oracle of the fixture.
 
     use super::*;
-    use suffuse_host::generate::{self, Sampling};
-    use suffuse_host::plan::decoder::{self as planner, Generation};
-    use suffuse_host::reference::{self, PassInputs};
-
-    /// Greedy steps whose float top-1 margin (logit of the best token minus
-    /// the second's) is below this may go either way in fixed point; the
-    /// comparison stops at the first such step. Fixed point against f64
-    /// moved logits by up to 0.06 on the generated decoders
-    /// (`decoder_folders.rs`); 0.1 leaves a little room over that.
-    const MARGIN: f64 = 0.1;
+    use suffuse_tests::decoders::MARGIN;
 
     fn model() -> Option<Decoder> {
         let g = load()?;
@@ -217,35 +143,13 @@ mod accuracy {
     }
 
     /// Every greedy continuation of the fixture (chat, plain, code, a list,
-    /// numbers), 32 new tokens: the fixed-point tokens equal the float ones
-    /// until the first step whose float margin is below [`MARGIN`], where
-    /// either token is accepted and the comparison stops.
+    /// numbers), 32 new tokens: the fixed-point tokens equal the float
+    /// ones until the first step whose float margin is below [`MARGIN`],
+    /// where either token is accepted and the comparison stops.
     #[test]
     fn greedy_tokens_equal_the_float_oracle() {
         let Some(m) = model() else { return };
-        let la = suffuse_host::backend::auto();
-        for p in &fixture().greedy {
-            let g = Generation {
-                prompt: planner::bucket(p.prompt_ids.len(), 2048),
-                steps: p.new_ids.len() - 1,
-            };
-            let plan = planner::build(&m, g).unwrap();
-            let out =
-                generate::reference(&m, &plan, &p.prompt_ids, Sampling::default(), la).unwrap();
-            let cut = p
-                .top1_margins
-                .iter()
-                .position(|m| *m < MARGIN)
-                .unwrap_or(p.new_ids.len());
-            eprintln!(
-                "{}: compared {cut} of {} tokens; fixed point {:?}",
-                p.kind,
-                p.new_ids.len(),
-                m.tokenizer.decode(&out.tokens).unwrap_or_default()
-            );
-            assert!(out.tokens.len() >= cut, "{}", p.kind);
-            assert_eq!(out.tokens[..cut], p.new_ids[..cut], "{}", p.kind);
-        }
+        decoders::check_greedy(&m, &fixture().common);
     }
 
     /// Teacher-forced top-1 over the fixture's 256-token passage: the
@@ -257,41 +161,9 @@ mod accuracy {
     #[test]
     fn teacher_forced_top1_agrees_with_the_float_oracle() {
         let Some(m) = model() else { return };
-        let tf = fixture().teacher_forced;
+        let tf = fixture().teacher_forced.forced;
         let n = tf.top1.len();
-        let mut logits = Vec::new();
-        let mut scale = 0;
-        for start in (1..=n).step_by(32) {
-            let steps = 31.min(n - start);
-            let prompt = &tf.ids[..start];
-            let g = Generation {
-                prompt: planner::bucket(start, 2048),
-                steps,
-            };
-            let plan = planner::build(&m, g).unwrap();
-            let layout = generate::Layout::of(&plan);
-            scale = layout.logit_scale;
-            let mut next = |pass: usize, _: &[Vec<u64>]| -> Option<PassInputs> {
-                if pass == 0 {
-                    generate::prefill_inputs(&m, &layout, prompt).ok()
-                } else {
-                    let token = tf.ids[start + pass - 1];
-                    generate::step_inputs(&m, &layout, start, pass, token).ok()
-                }
-            };
-            let la = suffuse_host::backend::auto();
-            logits.extend(reference::run_passes(&plan, &mut next, la).unwrap());
-        }
-        assert_eq!(logits.len(), n);
-        let mut sampler = generate::Sampler::new(Sampling::default());
-        let ours: Vec<u32> = logits.iter().map(|l| sampler.pick(l, scale)).collect();
-        let agree = ours.iter().zip(&tf.top1).filter(|(a, b)| a == b).count();
-        let decisive_misses = ours
-            .iter()
-            .zip(&tf.top1)
-            .zip(&tf.top1_margins)
-            .filter(|((a, b), m)| a != b && **m >= MARGIN)
-            .count();
+        let (agree, decisive_misses, _) = decoders::top1_agreement(&m, &tf, 32);
         eprintln!(
             "teacher-forced top-1: {agree}/{n} equal the float oracle, {decisive_misses} misses at margin ≥ {MARGIN}"
         );
@@ -315,7 +187,7 @@ mod secure {
     fn secure_generation_is_bit_exact_and_equals_the_float_oracle() {
         let Some(g) = load() else { return };
         let m = Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap();
-        let f = fixture();
+        let f = fixture().common;
         let p = f.greedy.iter().find(|p| p.kind == "plain").unwrap();
         let new = 4;
         assert!(p.top1_margins[..new].iter().all(|m| *m >= 0.1));

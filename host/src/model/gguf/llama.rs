@@ -18,9 +18,14 @@
 //!   "normal" RoPE for this architecture;
 //! - RMSNorm weights only, no biases anywhere.
 //!
+//! Other architectures with Llama's block are read by the same code, each
+//! described by a [`Family`] in its own file: what differs is data
+//! (`qwen2.rs`: biases on Q, K and V, rotate-half RoPE).
+//!
 //! Anything else is refused rather than guessed: another architecture,
 //! RoPE scaling, partial rotary dimensions, a tensor this adapter does not
-//! consume (biases, `rope_freqs`), or a tensor of the wrong shape.
+//! consume (biases where the family has none, `rope_freqs`), or a tensor of
+//! the wrong shape.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -31,19 +36,39 @@ use crate::model::{
     Tokenizer,
 };
 
-/// The `general.architecture` values read as Llama. Mistral's GGUF files
-/// without sliding windows use the same tensors and keys under `llama`.
-const ARCHITECTURE: &str = "llama";
+/// A GGUF architecture with Llama's block: pre-norm RMSNorm, RoPE,
+/// grouped-query attention and a SiLU-gated MLP, its hyper-parameters under
+/// `<name>.*` and its tensors under Llama's names.
+#[derive(Debug)]
+pub(super) struct Family {
+    /// `general.architecture`.
+    pub(super) name: &'static str,
+    /// How RoPE pairs a head's dimensions in this family's files.
+    pub(super) rope_style: RopeStyle,
+    /// Whether Q, K and V carry biases (`blk.N.attn_{q,k,v}.bias`).
+    pub(super) qkv_bias: bool,
+}
+
+/// Llama itself. Mistral's GGUF files without sliding windows use the same
+/// tensors and keys under `llama`.
+const LLAMA: Family = Family {
+    name: "llama",
+    rope_style: RopeStyle::Adjacent,
+    qkv_bias: false,
+};
+
+/// Every family this loader reads.
+const FAMILIES: [&Family; 2] = [&LLAMA, &super::qwen2::QWEN2];
 
 /// The context llama.cpp assumes when `llama.context_length` is absent.
 const DEFAULT_CONTEXT: usize = 2048;
 
 impl Decoder {
-    /// The decoder a GGUF file of the `llama` architecture holds, with the
+    /// The decoder a GGUF file of the `llama` or `qwen2` architecture holds, with the
     /// tokenizer from its metadata, named `name`. Quantized tensors are
     /// dequantized to f32 as ggml does.
     pub fn from_gguf(g: &Gguf, name: &str) -> Result<Decoder, ModelError> {
-        let config = config(g)?;
+        let (family, config) = config(g)?;
         let mut t = Tensors::new(g);
         let (h, q, kv) = (
             config.hidden,
@@ -52,14 +77,14 @@ impl Decoder {
         );
         let embed = t.take("token_embd.weight", &[h, config.vocab_size])?;
         let layers = (0..config.layers)
-            .map(|i| layer(&mut t, &config, i, h, q, kv))
+            .map(|i| layer(&mut t, family, &config, i, [h, q, kv]))
             .collect::<Result<Vec<_>, _>>()?;
         let final_norm = t.norm("output_norm.weight", h, config.norm_eps)?;
         let lm_head = match g.tensor("output.weight") {
             Some(_) => Some(t.linear("output.weight", h, config.vocab_size)?),
             None => None,
         };
-        t.all_used()?;
+        t.all_used(family.name)?;
         let tokenizer = Tokenizer::from_gguf(g)?;
         if tokenizer.id_bound() > config.vocab_size {
             return Err(ModelError::InvalidConfig(format!(
@@ -136,15 +161,17 @@ pub fn gguf_in(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
     }
 }
 
-/// The hyper-parameters, checked.
-fn config(g: &Gguf) -> Result<DecoderConfig, ModelError> {
+/// The file's family and hyper-parameters, checked.
+fn config(g: &Gguf) -> Result<(&'static Family, DecoderConfig), ModelError> {
     let arch = g.str("general.architecture")?;
-    if arch != ARCHITECTURE {
+    let Some(family) = FAMILIES.into_iter().find(|f| f.name == arch) else {
+        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
         return Err(ModelError::UnsupportedGguf(format!(
-            "architecture `{arch}` (supported: {ARCHITECTURE})"
+            "architecture `{arch}` (supported: {})",
+            names.join(", ")
         )));
-    }
-    let key = |k: &str| format!("{ARCHITECTURE}.{k}");
+    };
+    let key = |k: &str| format!("{}.{k}", family.name);
     let optional = |k: &str| -> Result<Option<usize>, GgufError> {
         g.get(&key(k)).map(|_| g.usize(&key(k))).transpose()
     };
@@ -192,7 +219,7 @@ fn config(g: &Gguf) -> Result<DecoderConfig, ModelError> {
             Some(_) => g.f32(&key("rope.freq_base"))?,
             None => 10_000.0,
         },
-        rope_style: RopeStyle::Adjacent,
+        rope_style: family.rope_style,
         norm_eps: g.f32(&key("attention.layer_norm_rms_epsilon"))?,
         max_positions: optional("context_length")?.unwrap_or(DEFAULT_CONTEXT),
         tied_head: true,
@@ -200,24 +227,30 @@ fn config(g: &Gguf) -> Result<DecoderConfig, ModelError> {
         eos: token("eos_token_id")?,
     };
     config.check()?;
-    Ok(config)
+    Ok((family, config))
 }
 
-/// Block `i`.
+/// Block `i`; `[h, q, kv]` are the hidden, query and key/value widths.
 fn layer(
     t: &mut Tensors<'_>,
+    family: &Family,
     c: &DecoderConfig,
     i: usize,
-    h: usize,
-    q: usize,
-    kv: usize,
+    [h, q, kv]: [usize; 3],
 ) -> Result<DecoderLayer, ModelError> {
     let name = |part: &str| format!("blk.{i}.{part}.weight");
+    let mut projection = |part: &str, outputs: usize| -> Result<Linear, ModelError> {
+        let mut l = t.linear(&name(part), h, outputs)?;
+        if family.qkv_bias {
+            l.b = t.take(&format!("blk.{i}.{part}.bias"), &[outputs])?;
+        }
+        Ok(l)
+    };
     Ok(DecoderLayer {
+        query: projection("attn_q", q)?,
+        key: projection("attn_k", kv)?,
+        value: projection("attn_v", kv)?,
         attn_norm: t.norm(&name("attn_norm"), h, c.norm_eps)?,
-        query: t.linear(&name("attn_q"), h, q)?,
-        key: t.linear(&name("attn_k"), h, kv)?,
-        value: t.linear(&name("attn_v"), h, kv)?,
         attn_out: t.linear(&name("attn_output"), q, h)?,
         mlp_norm: t.norm(&name("ffn_norm"), h, c.norm_eps)?,
         gate: Some(t.linear(&name("ffn_gate"), h, c.intermediate)?),
@@ -288,7 +321,7 @@ impl<'a> Tensors<'a> {
 
     /// Refuses a file with tensors nothing read: they would change the
     /// model's function (biases, RoPE frequency factors) if they mattered.
-    fn all_used(&self) -> Result<(), ModelError> {
+    fn all_used(&self, family: &str) -> Result<(), ModelError> {
         match self
             .g
             .tensors()
@@ -296,8 +329,8 @@ impl<'a> Tensors<'a> {
             .find(|t| !self.used.contains(&t.name))
         {
             Some(t) => Err(ModelError::UnsupportedGguf(format!(
-                "tensor `{}` is not part of the Llama architecture this loader reads",
-                t.name
+                "tensor `{}` is not part of the {} architecture this loader reads",
+                t.name, family
             ))),
             None => Ok(()),
         }
@@ -305,7 +338,7 @@ impl<'a> Tensors<'a> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::{TensorType, Value, ValueType, Writer};
     use super::*;
 
@@ -323,7 +356,7 @@ mod tests {
 
     /// A tiny generated Llama (vocabulary: the 256 bytes and two control
     /// tokens) written as llama.cpp lays it out: matrices `[out][in]`.
-    fn tiny() -> (Decoder, Writer) {
+    pub(in super::super) fn tiny() -> (Decoder, Writer) {
         let config = DecoderConfig {
             vocab_size: 258,
             rope_style: RopeStyle::Adjacent,
@@ -409,7 +442,7 @@ mod tests {
         (d, w)
     }
 
-    fn load(w: &Writer) -> Result<Decoder, ModelError> {
+    pub(in super::super) fn load(w: &Writer) -> Result<Decoder, ModelError> {
         Decoder::from_gguf(&Gguf::from_bytes(w.to_bytes()).unwrap(), "tiny")
     }
 

@@ -52,9 +52,10 @@ impl Tokenizer {
 }
 
 /// llama.cpp's pre-tokenizer for `tokenizer.ggml.pre`, in `tokenizers`'
-/// terms. Both split with GPT-2's regex; the `smollm` family first splits
-/// every digit off on its own (`\p{N}`), which is `Digits` with
-/// `individual_digits`.
+/// terms. The first two split with GPT-2's regex; the `smollm` family first
+/// splits every digit off on its own (`\p{N}`), which is `Digits` with
+/// `individual_digits`. `qwen2` splits with its own expression
+/// ([`QWEN2_SPLIT`]) and then only maps bytes.
 fn pre_tokenizer(pre: &str) -> Result<Json, ModelError> {
     let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false,
                             "trim_offsets": true, "use_regex": true});
@@ -64,12 +65,29 @@ fn pre_tokenizer(pre: &str) -> Result<Json, ModelError> {
             "type": "Sequence",
             "pretokenizers": [{"type": "Digits", "individual_digits": true}, byte_level]
         })),
+        "qwen2" | "stablelm2" => Ok(json!({
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated",
+                 "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+                 "use_regex": false}
+            ]
+        })),
         other => Err(ModelError::Tokenizer(format!(
             "tokenizer.ggml.pre `{other}` is not supported (supported: default, gpt-2, mpt, olmo, \
-             jais, smollm, starcoder, refact, command-r, codeshell, exaone)"
+             jais, smollm, starcoder, refact, command-r, codeshell, exaone, qwen2, stablelm2)"
         ))),
     }
 }
+
+/// llama.cpp's expression for `qwen2` (`llama-vocab.cpp`): Qwen2's
+/// `tokenizer.json` pattern with its case-insensitive contractions spelt
+/// out. Every digit is a piece of its own; a letter run may take one
+/// leading non-letter; punctuation runs keep their trailing newlines.
+const QWEN2_SPLIT: &str = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|\
+                           [^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\
+                           \\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 fn vocab(tokens: &[&str]) -> Result<serde_json::Map<String, Json>, ModelError> {
     let mut vocab = serde_json::Map::with_capacity(tokens.len());
@@ -244,6 +262,14 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn qwen2_splits_every_digit() {
+        let t = Tokenizer::from_gguf(&tiny("qwen2", false)).unwrap();
+        let id = |s: &str| t.token_id(s).unwrap();
+        assert_eq!(t.encode("42", 100).unwrap(), [id("4"), id("2")]);
+        assert_eq!(t.encode(" world", 100).unwrap(), [id("Ġworld")]);
+    }
+
+    #[test]
     fn bos_is_prepended_when_the_file_says_so() {
         let t = Tokenizer::from_gguf(&tiny("gpt-2", true)).unwrap();
         let bos = t.token_id("<|im_start|>").unwrap();
@@ -260,7 +286,7 @@ pub(super) mod tests {
             Err(ModelError::Tokenizer(_))
         ));
         assert!(matches!(
-            Tokenizer::from_gguf(&tiny("qwen2", false)),
+            Tokenizer::from_gguf(&tiny("deepseek-llm", false)),
             Err(ModelError::Tokenizer(_))
         ));
         let empty = Gguf::from_bytes(Writer::new(3).to_bytes()).unwrap();

@@ -1,0 +1,256 @@
+//! What the real-decoder tests (`tests/smollm2.rs`, `tests/qwen2.rs`) share:
+//! the float-oracle fixtures that `fixtures/make_*.py` write, the checks
+//! that run against any of them, and the fixed-point decoder run in the
+//! clear (the reference the secure run equals bit for bit).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use suffuse_host::generate::{self, Sampling};
+use suffuse_host::model::Decoder;
+use suffuse_host::model::chat::ChatTemplate;
+use suffuse_host::model::gguf::Gguf;
+use suffuse_host::plan::decoder::{self as planner, Generation};
+use suffuse_host::reference::{self, PassInputs};
+
+/// Greedy steps whose float top-1 margin (logit of the best token minus
+/// the second's) is below this may go either way in fixed point; the
+/// comparison stops at the first such step. Fixed point against f64 moved
+/// logits by up to 0.06 on the generated decoders (`decoder_folders.rs`);
+/// 0.1 leaves a little room over that.
+pub const MARGIN: f64 = 0.1;
+
+/// A fixture's common part.
+#[derive(Deserialize)]
+pub struct Fixture {
+    /// SHA-256 of tensors dequantized by the `gguf` package, little-endian f32.
+    pub dequantized_sha256: BTreeMap<String, String>,
+    /// Texts and their token ids.
+    pub tokenizer: Vec<Case>,
+    /// One user message and the prompt the template renders for it.
+    pub chat_prompt: ChatPrompt,
+    /// Greedy continuations.
+    pub greedy: Vec<Greedy>,
+}
+
+/// A text and its ids.
+#[derive(Deserialize)]
+pub struct Case {
+    /// The text.
+    pub text: String,
+    /// Its ids.
+    pub ids: Vec<u32>,
+}
+
+/// A chat prompt.
+#[derive(Deserialize)]
+pub struct ChatPrompt {
+    /// The user's message.
+    pub user: String,
+    /// The template's rendering.
+    pub rendered: String,
+}
+
+/// A greedy continuation by the float oracle.
+#[derive(Deserialize)]
+pub struct Greedy {
+    /// What kind of prompt.
+    pub kind: String,
+    /// The prompt text.
+    pub prompt: String,
+    /// Its ids.
+    pub prompt_ids: Vec<u32>,
+    /// The tokens generated.
+    pub new_ids: Vec<u32>,
+    /// The top-1 margin at each step.
+    pub top1_margins: Vec<f64>,
+    /// The tokens' text.
+    pub text: String,
+}
+
+/// Teacher-forced top-1 over a text.
+#[derive(Deserialize)]
+pub struct TeacherForced {
+    /// The text's ids.
+    pub ids: Vec<u32>,
+    /// The float top-1 after each prefix `ids[..=i]`.
+    pub top1: Vec<u32>,
+    /// Its margins.
+    pub top1_margins: Vec<f64>,
+}
+
+/// A fixture file under `tests/fixtures/`.
+pub fn fixture<T: for<'a> Deserialize<'a>>(name: &str) -> T {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures")
+        .join(name);
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The GGUF file at `models/<rel>`, or `None` with a note when it was not
+/// fetched (`cargo xtask fetch-model <name>`).
+pub fn gguf(rel: &str, name: &str) -> Option<Gguf> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../models")
+        .join(rel);
+    if !path.exists() {
+        eprintln!(
+            "note: {} is absent; skipping (run `cargo xtask fetch-model {name}`)",
+            path.display()
+        );
+        return None;
+    }
+    Some(Gguf::open(&path).unwrap())
+}
+
+/// Every tokenizer case and every greedy prompt tokenizes to the
+/// fixture's ids.
+pub fn check_token_ids(m: &Decoder, f: &Fixture) {
+    let prompts = f.greedy.iter().map(|p| (&p.prompt, &p.prompt_ids));
+    let cases = f.tokenizer.iter().map(|c| (&c.text, &c.ids)).chain(prompts);
+    for (text, ids) in cases {
+        assert_eq!(
+            &m.tokenizer.encode(text, usize::MAX).unwrap(),
+            ids,
+            "{text:?}"
+        );
+    }
+}
+
+/// The chat template renders the fixture's prompt.
+pub fn check_chat_prompt(g: &Gguf, f: &Fixture) {
+    let template = ChatTemplate::from_gguf(g).unwrap().unwrap();
+    assert_eq!(
+        template.user_prompt(&f.chat_prompt.user).unwrap(),
+        f.chat_prompt.rendered
+    );
+}
+
+/// Our dequantization equals the `gguf` package's, bit for bit.
+pub fn check_dequantization(g: &Gguf, f: &Fixture) {
+    for (name, want) in &f.dequantized_sha256 {
+        let values = g.dequantize(name).unwrap();
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let got: String = Sha256::digest(&bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(&got, want, "{name}");
+    }
+}
+
+/// The fixed-point greedy tokens of every fixture prompt equal the float
+/// ones until the first step whose float margin is below [`MARGIN`].
+pub fn check_greedy(m: &Decoder, f: &Fixture) {
+    let la = suffuse_host::backend::auto();
+    for p in &f.greedy {
+        let g = Generation {
+            prompt: planner::bucket(p.prompt_ids.len(), 2048),
+            steps: p.new_ids.len() - 1,
+        };
+        let plan = planner::build(m, g).unwrap();
+        let out = generate::reference(m, &plan, &p.prompt_ids, Sampling::default(), la).unwrap();
+        let cut = p
+            .top1_margins
+            .iter()
+            .position(|m| *m < MARGIN)
+            .unwrap_or(p.new_ids.len());
+        eprintln!(
+            "{}: compared {cut} of {} tokens; fixed point {:?}",
+            p.kind,
+            p.new_ids.len(),
+            m.tokenizer.decode(&out.tokens).unwrap_or_default()
+        );
+        assert!(out.tokens.len() >= cut, "{}", p.kind);
+        assert_eq!(out.tokens[..cut], p.new_ids[..cut], "{}", p.kind);
+    }
+}
+
+/// The fixed-point logits after each prefix `ids[..=i]`, `i < n`, with
+/// their scale: a prompt of the first `1, 1 + chunk, …` tokens, then one
+/// token per decode pass, `chunk` positions per plan.
+pub fn teacher_forced_logits(
+    m: &Decoder,
+    ids: &[u32],
+    n: usize,
+    chunk: usize,
+) -> (Vec<Vec<u64>>, u32) {
+    let la = suffuse_host::backend::auto();
+    let mut logits = Vec::new();
+    let mut scale = 0;
+    for start in (1..=n).step_by(chunk) {
+        let steps = (chunk - 1).min(n - start);
+        let prompt = &ids[..start];
+        let g = Generation {
+            prompt: planner::bucket(start, 2048),
+            steps,
+        };
+        let plan = planner::build(m, g).unwrap();
+        let layout = generate::Layout::of(&plan);
+        scale = layout.logit_scale;
+        let mut next = |pass: usize, _: &[Vec<u64>]| -> Option<PassInputs> {
+            if pass == 0 {
+                generate::prefill_inputs(m, &layout, prompt).ok()
+            } else {
+                let token = ids[start + pass - 1];
+                generate::step_inputs(m, &layout, start, pass, token).ok()
+            }
+        };
+        logits.extend(reference::run_passes(&plan, &mut next, la).unwrap());
+    }
+    (logits, scale)
+}
+
+/// How the fixed-point top-1 compares with the float one: positions
+/// equal, and misses where the float margin was at least [`MARGIN`].
+pub fn top1_agreement(m: &Decoder, tf: &TeacherForced, chunk: usize) -> (usize, usize, Vec<u32>) {
+    let n = tf.top1.len();
+    let (logits, scale) = teacher_forced_logits(m, &tf.ids, n, chunk);
+    assert_eq!(logits.len(), n);
+    let mut sampler = generate::Sampler::new(Sampling::default());
+    let ours: Vec<u32> = logits.iter().map(|l| sampler.pick(l, scale)).collect();
+    let agree = ours.iter().zip(&tf.top1).filter(|(a, b)| a == b).count();
+    let decisive_misses = ours
+        .iter()
+        .zip(&tf.top1)
+        .zip(&tf.top1_margins)
+        .filter(|((a, b), m)| a != b && **m >= MARGIN)
+        .count();
+    (agree, decisive_misses, ours)
+}
+
+/// A decoder's shape: layers, hidden, intermediate, heads, key/value heads,
+/// head width.
+pub fn shape(m: &Decoder) -> [usize; 6] {
+    let c = &m.config;
+    [
+        c.layers,
+        c.hidden,
+        c.intermediate,
+        c.heads,
+        c.kv_heads,
+        c.head_dim,
+    ]
+}
+
+/// The checks every real decoder's fixture gets, as tests: `$load` gives
+/// the GGUF file (or `None` when it was not fetched), `$common` the
+/// fixture's [`Fixture`].
+#[macro_export]
+macro_rules! fixture_checks {
+    ($load:expr, $common:expr) => {
+        #[test]
+        fn chat_prompt_equals_jinja2() {
+            let Some(g) = $load else { return };
+            $crate::decoders::check_chat_prompt(&g, &$common);
+        }
+
+        #[test]
+        fn dequantization_equals_gguf_py() {
+            let Some(g) = $load else { return };
+            $crate::decoders::check_dequantization(&g, &$common);
+        }
+    };
+}
