@@ -34,6 +34,7 @@ mod llama;
 pub use llama::gguf_in;
 mod parse;
 mod quant;
+mod qwen2;
 mod tokenizer;
 mod write;
 
