@@ -874,13 +874,14 @@ pub fn build<'a>(
 /// Plans built in this process, shared while anyone holds them: the
 /// dealer, both servers and the client of an in-process run plan the same
 /// model and shape, and a plan holds the encoded weights. Keyed by the
-/// model's digest and two shape numbers.
-type PlanCache = std::sync::Mutex<Vec<(([u8; 32], usize, usize), std::sync::Weak<Plan>)>>;
+/// model's digest, the kind of plan and two shape numbers.
+type PlanKey = ([u8; 32], &'static str, usize, usize);
+type PlanCache = std::sync::Mutex<Vec<(PlanKey, std::sync::Weak<Plan>)>>;
 static PLANS: PlanCache = std::sync::Mutex::new(Vec::new());
 
 /// The plan for `key`, built by `build` unless one is alive.
 pub(crate) fn memoized(
-    key: ([u8; 32], usize, usize),
+    key: PlanKey,
     build: impl FnOnce() -> Result<Plan, PlanError>,
 ) -> Result<std::sync::Arc<Plan>, PlanError> {
     let mut cache = PLANS.lock().unwrap_or_else(|e| e.into_inner());

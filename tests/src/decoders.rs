@@ -169,45 +169,27 @@ pub fn check_greedy(m: &Decoder, f: &Fixture) {
 }
 
 /// The fixed-point logits after each prefix `ids[..=i]`, `i < n`, with
-/// their scale: a prompt of the first `1, 1 + chunk, …` tokens, then one
-/// token per decode pass, `chunk` positions per plan.
-pub fn teacher_forced_logits(
-    m: &Decoder,
-    ids: &[u32],
-    n: usize,
-    chunk: usize,
-) -> (Vec<Vec<u64>>, u32) {
+/// their scale: one scoring pass ([`planner::build_scoring`]) over the
+/// first `n` tokens, left-padded to their bucket, every row's logits.
+pub fn teacher_forced_logits(m: &Decoder, ids: &[u32], n: usize) -> (Vec<Vec<u64>>, u32) {
     let la = suffuse_host::backend::auto();
-    let mut logits = Vec::new();
-    let mut scale = 0;
-    for start in (1..=n).step_by(chunk) {
-        let steps = (chunk - 1).min(n - start);
-        let prompt = &ids[..start];
-        let g = Generation {
-            prompt: planner::bucket(start, 2048),
-            steps,
-        };
-        let plan = planner::build(m, g).unwrap();
-        let layout = generate::Layout::of(&plan);
-        scale = layout.logit_scale;
-        let mut next = |pass: usize, _: &[Vec<u64>]| -> Option<PassInputs> {
-            if pass == 0 {
-                generate::prefill_inputs(m, &layout, prompt).ok()
-            } else {
-                let token = ids[start + pass - 1];
-                generate::step_inputs(m, &layout, start, pass, token).ok()
-            }
-        };
-        logits.extend(reference::run_passes(&plan, &mut next, la).unwrap());
-    }
-    (logits, scale)
+    let bucket = planner::bucket(n, usize::MAX);
+    let plan = planner::build_scoring(m, bucket).unwrap();
+    let layout = generate::Layout::of(&plan);
+    let mut next = |pass: usize, _: &[Vec<u64>]| -> Option<PassInputs> {
+        (pass == 0).then(|| generate::prefill_inputs(m, &layout, &ids[..n]).unwrap())
+    };
+    let out = reference::run_passes(&plan, &mut next, la).unwrap();
+    let vocab = m.config.vocab_size;
+    let rows = out[0].chunks_exact(vocab).skip(bucket - n);
+    (rows.map(<[u64]>::to_vec).collect(), layout.logit_scale)
 }
 
 /// How the fixed-point top-1 compares with the float one: positions
 /// equal, and misses where the float margin was at least [`MARGIN`].
-pub fn top1_agreement(m: &Decoder, tf: &TeacherForced, chunk: usize) -> (usize, usize, Vec<u32>) {
+pub fn top1_agreement(m: &Decoder, tf: &TeacherForced) -> (usize, usize, Vec<u32>) {
     let n = tf.top1.len();
-    let (logits, scale) = teacher_forced_logits(m, &tf.ids, n, chunk);
+    let (logits, scale) = teacher_forced_logits(m, &tf.ids, n);
     assert_eq!(logits.len(), n);
     let mut sampler = generate::Sampler::new(Sampling::default());
     let ours: Vec<u32> = logits.iter().map(|l| sampler.pick(l, scale)).collect();

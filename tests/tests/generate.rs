@@ -173,3 +173,36 @@ fn a_prompt_over_its_bucket_is_refused_before_any_key_is_dealt() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A scoring plan (every row's logits, for teacher-forced accuracy) is the
+/// generation's prefill with the head on every row: its last row equals
+/// the generation's first logits bit for bit, and every other row is a
+/// full row of logits at the same scale.
+#[test]
+fn a_scoring_plans_last_row_is_the_prefills_logits() {
+    use suffuse_host::plan::decoder::{self as planner, Generation};
+    let model = Decoder::builtin("tiny-llama").unwrap();
+    let prompt = [1u32, 60, 61, 62, 63, 64];
+    let la = suffuse_host::backend::auto();
+    let mut logits = Vec::new();
+    let generation = Generation {
+        prompt: 8,
+        steps: 0,
+    };
+    for plan in [
+        planner::build(&model, generation).unwrap(),
+        planner::build_scoring(&model, 8).unwrap(),
+    ] {
+        let layout = generate::Layout::of(&plan);
+        let mut next = |pass: usize, _: &[Vec<u64>]| {
+            (pass == 0).then(|| generate::prefill_inputs(&model, &layout, &prompt).unwrap())
+        };
+        let out = suffuse_host::reference::run_passes(&plan, &mut next, la).unwrap();
+        logits.push((out[0].clone(), layout.logit_scale));
+    }
+    let vocab = model.config.vocab_size;
+    let (last, every) = (&logits[0], &logits[1]);
+    assert_eq!(last.1, every.1);
+    assert_eq!(every.0.len(), 8 * vocab);
+    assert_eq!(last.0[..], every.0[7 * vocab..]);
+}

@@ -10,8 +10,10 @@
 //! | `vectors` | regenerates the versioned test vectors in `tests/vectors/v1` |
 //! | `fit` | refits the gates' spline approximations into `core/src/gate/splines.rs` |
 //! | `bench [NAME...]` | builds the benchmarks in release and runs them (all when no name is given) |
+//! | `accuracy` | the real decoders' full-model accuracy runs (HumanEval on Qwen2.5-Coder); not in `ci` |
 //! | `mcu` | builds the Cortex-M firmware (`examples/mcu`) and runs its checks under QEMU |
 
+mod accuracy;
 mod audit;
 mod bench;
 mod ci;
@@ -38,6 +40,9 @@ commands:
   dudect          statistical timing test (Welch t, fixed vs random secrets); not in ci
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties
   vectors         regenerate tests/vectors/v1 and the firmware's examples/mcu/src/kat.rs
+  accuracy        the real decoders' full-model accuracy runs: greedy and teacher-forced
+                  top-1 against the float oracle, HumanEval's 164 problems on
+                  Qwen2.5-Coder-0.5B (needs `fetch-model qwen2.5-coder-0.5b`); not in ci
   mcu             build examples/mcu and run it under qemu-system-arm: known answers,
                   one party's gate rounds, key parsing, stack high-water marks
   fit             refit the gates' splines into core/src/gate/splines.rs
@@ -82,6 +87,7 @@ fn dispatch(args: &[String]) -> Result<()> {
         "vectors" => no_arguments("vectors").and_then(|()| vectors::run()),
         "fit" => no_arguments("fit").and_then(|()| fit::run()),
         "mcu" => no_arguments("mcu").and_then(|()| mcu::run()),
+        "accuracy" => no_arguments("accuracy").and_then(|()| accuracy::run()),
         "fetch-model" => fetch_model::run(rest),
         "cuda-check" => cuda::check(rest),
         "cuda-tsan" => no_arguments("cuda-tsan").and_then(|()| cuda::tsan()),

@@ -35,7 +35,7 @@ use suffuse_core::gate::splines;
 /// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
 pub fn build(model: &Model, batch: usize, seq: usize) -> Result<std::sync::Arc<Plan>, PlanError> {
     let digest = model.digest();
-    super::memoized((digest, batch, seq), || {
+    super::memoized((digest, "encoder", batch, seq), || {
         build_uncached(model, digest, batch, seq)
     })
 }

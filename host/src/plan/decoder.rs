@@ -58,12 +58,42 @@ pub fn bucket(len: usize, max: usize) -> usize {
 /// Builds (or reuses) the plan of a generation.
 pub fn build(model: &Decoder, g: Generation) -> Result<Arc<Plan>, PlanError> {
     let digest = model.digest();
-    super::memoized((digest, g.prompt, g.steps), || {
-        build_uncached(model, digest, g)
+    super::memoized((digest, "generation", g.prompt, g.steps), || {
+        build_uncached(model, digest, g, Head::LastRow)
     })
 }
 
-fn build_uncached(model: &Decoder, digest: [u8; 32], g: Generation) -> Result<Plan, PlanError> {
+/// Builds (or reuses) the plan that scores a text of `bucket` tokens: the
+/// prefill alone, with the logits of every row instead of the last one.
+/// Row `i` holds what a generation would predict after the first `i + 1`
+/// slots, so one pass gives a teacher-forced run over the whole text (the
+/// accuracy tests run it in the reference; the servers could run it too).
+pub fn build_scoring(model: &Decoder, bucket: usize) -> Result<Arc<Plan>, PlanError> {
+    let digest = model.digest();
+    let g = Generation {
+        prompt: bucket,
+        steps: 0,
+    };
+    super::memoized((digest, "scoring", bucket, 0), || {
+        build_uncached(model, digest, g, Head::EveryRow)
+    })
+}
+
+/// Which rows the LM head reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Head {
+    /// The pass's last row: the next token's logits.
+    LastRow,
+    /// Every row.
+    EveryRow,
+}
+
+fn build_uncached(
+    model: &Decoder,
+    digest: [u8; 32],
+    g: Generation,
+    rows: Head,
+) -> Result<Plan, PlanError> {
     let cfg = &model.config;
     if g.prompt == 0 {
         return Err(PlanError::EmptyShape {
@@ -79,11 +109,11 @@ fn build_uncached(model: &Decoder, digest: [u8; 32], g: Generation) -> Result<Pl
     }
     // Plan once to learn the score bounds, then with the padding bias
     // beyond them (as for BERT).
-    let (first, scores) = plan_with(model, digest, g, 0.0, Builder::default())?;
+    let (first, scores) = plan_with(model, digest, g, rows, 0.0, Builder::default())?;
     let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
     let c = (2.0 * scores + cutoff + 1.0).log2().ceil().exp2();
     let memo = Builder::with_memo(first.linears, Default::default());
-    Ok(plan_with(model, digest, g, c, memo)?.0)
+    Ok(plan_with(model, digest, g, rows, c, memo)?.0)
 }
 
 /// Per layer, the key and value cache tensors.
@@ -93,6 +123,7 @@ fn plan_with(
     model: &Decoder,
     digest: [u8; 32],
     g: Generation,
+    head_rows: Head,
     c: f64,
     mut b: Builder,
 ) -> Result<(Plan, f64), PlanError> {
@@ -138,7 +169,7 @@ fn plan_with(
             h = out;
             scores = scores.max(s);
         }
-        output = head(&mut b, model, &head_w, h, rows)?;
+        output = head(&mut b, model, &head_w, h, rows, head_rows)?;
         b.end_pass(output);
     }
     let (x, bias) = first.unwrap_or_default();
@@ -658,29 +689,37 @@ fn activation(
     Ok(out)
 }
 
-/// The logits of the last row: `final_norm(x)·Wₕ` at 2·FRAC.
+/// The logits of the last row (or of every row): `final_norm(x)·Wₕ` at
+/// 2·FRAC.
 fn head(
     b: &mut Builder,
     model: &Decoder,
     head: &crate::model::Linear,
     x: usize,
     rows: usize,
+    which: Head,
 ) -> Result<usize, PlanError> {
     let cfg = &model.config;
     let xi = b.info(x).clone();
     b.at(Category::Linear, None);
-    let last = b.tensor(
-        format!("{} (last row)", xi.name),
-        1,
-        xi.cols,
-        xi.scale,
-        xi.bound.clone(),
-    )?;
-    b.push(Kind::Rows {
-        x,
-        first: rows - 1,
-        out: last,
-    });
+    let last = match which {
+        Head::EveryRow => x,
+        Head::LastRow => {
+            let last = b.tensor(
+                format!("{} (last row)", xi.name),
+                1,
+                xi.cols,
+                xi.scale,
+                xi.bound.clone(),
+            )?;
+            b.push(Kind::Rows {
+                x,
+                first: rows - 1,
+                out: last,
+            });
+            last
+        }
+    };
     let centre = cfg.architecture == Architecture::Gpt2;
     let layer = cfg.layers;
     let (n, form) = normalize(b, last, &model.final_norm, "final".into(), layer, centre)?;
