@@ -25,7 +25,10 @@ mod generate;
 pub mod gguf;
 mod tokenizer;
 
-pub use decoder::{Architecture, Decoder, DecoderConfig, DecoderLayer, RopeStyle};
+pub use decoder::{
+    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, GatedActivation, RopeStyle,
+    Sliding,
+};
 
 pub use tokenizer::Tokenizer;
 

@@ -225,6 +225,39 @@ impl InverseSpec {
     }
 }
 
+/// The keys each query of an attention block sees under a sliding window:
+/// a block has `queries` rows, the last `queries` of its `keys` positions,
+/// so query `i` sits at `p = keys − queries + i` and sees keys
+/// `max(0, p + 1 − window) ..= p`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub struct Band {
+    /// Query rows per block.
+    pub queries: usize,
+    /// Keys each query sees, itself included.
+    pub window: usize,
+}
+
+impl Band {
+    /// The keys `lo..=p` that query `i` of a block with `keys` keys sees.
+    pub fn range(&self, i: usize, keys: usize) -> std::ops::RangeInclusive<usize> {
+        let p = keys - self.queries + i;
+        (p + 1).saturating_sub(self.window)..=p
+    }
+
+    /// Entries a block packs.
+    pub fn packed(&self, keys: usize) -> usize {
+        (0..self.queries).map(|i| self.range(i, keys).count()).sum()
+    }
+
+    /// The causal square of `l` rows: every earlier key.
+    pub fn causal(l: usize) -> Band {
+        Band {
+            queries: l,
+            window: usize::MAX,
+        }
+    }
+}
+
 /// One operation.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -399,20 +432,27 @@ pub enum Kind {
         out: usize,
     },
     /// The lower triangles (`j ≤ i`) of the square `[L × L]` blocks of
-    /// `x`, packed row by row into `[blocks·L(L+1)/2 × 1]` (local).
+    /// `x`, packed row by row into `[blocks·L(L+1)/2 × 1]` (local); with a
+    /// `band`, the entries each query of a block sees under a sliding window.
     Triangle {
-        /// Input `[blocks·L × L]`.
+        /// Input `[blocks·L × L]` (with a band: `[blocks·Q × K]`).
         x: usize,
+        /// A sliding window's band; `None` is the causal square.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        band: Option<Band>,
         /// Output.
         out: usize,
     },
-    /// The inverse of [`Kind::Triangle`]: entries `j > i` become the row's
-    /// diagonal value (`diagonal`) or 0 (local).
+    /// The inverse of [`Kind::Triangle`]: entries `j > i` (outside the
+    /// band) become the row's diagonal value (`diagonal`) or 0 (local).
     Spread {
         /// Packed input.
         x: usize,
         /// Fill with the diagonal instead of 0.
         diagonal: bool,
+        /// As the [`Kind::Triangle`] that packed it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        band: Option<Band>,
         /// Output `[blocks·L × L]`.
         out: usize,
     },

@@ -2,7 +2,7 @@
 //! causal triangles and RoPE. All linear over Z_2^64 (RoPE multiplies by
 //! public constants), so parties run them on shares unchanged.
 
-use crate::plan::{Kind, Plan};
+use crate::plan::{Band, Kind, Plan};
 
 use super::{ExecError, Store};
 
@@ -11,8 +11,19 @@ pub(super) fn run(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<
     let t = &plan.tensors;
     let get = |x: usize| store.get(plan, x);
     let out = match *kind {
-        Kind::Triangle { x, .. } => get(x).map(|v| triangle(v, t[x].cols)),
-        Kind::Spread { x, diagonal, out } => get(x).map(|v| spread(v, t[out].cols, diagonal)),
+        Kind::Triangle { x, band, .. } => {
+            let band = band.unwrap_or(Band::causal(t[x].cols));
+            get(x).map(|v| triangle(v, t[x].cols, band))
+        }
+        Kind::Spread {
+            x,
+            diagonal,
+            band,
+            out,
+        } => {
+            let band = band.unwrap_or(Band::causal(t[out].cols));
+            get(x).map(|v| spread(v, t[out].cols, band, diagonal))
+        }
         Kind::Rope {
             x,
             rotated,
@@ -55,26 +66,30 @@ pub(super) fn run(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<
 }
 
 /// Row `i` of each `[l × l]` block keeps columns `0..=i`.
-fn triangle(x: &[u64], l: usize) -> Vec<u64> {
-    let mut y = Vec::with_capacity(x.len().div_ceil(2) + l);
-    for row in x.chunks_exact(l.max(1)).enumerate() {
-        let i = row.0 % l;
-        y.extend_from_slice(&row.1[..=i]);
+/// Each row's band of keys, packed row by row (`keys` per row).
+fn triangle(x: &[u64], keys: usize, band: Band) -> Vec<u64> {
+    let mut y = Vec::with_capacity(x.len().div_ceil(2) + keys);
+    for (r, row) in x.chunks_exact(keys.max(1)).enumerate() {
+        y.extend_from_slice(&row[band.range(r % band.queries.max(1), keys)]);
     }
     y
 }
 
-fn spread(x: &[u64], l: usize, diagonal: bool) -> Vec<u64> {
-    let blocks = x.len() / (l * (l + 1) / 2).max(1);
-    let mut y = Vec::with_capacity(blocks * l * l);
+/// Packed bands back to rows of `keys`; the entries outside a row's band
+/// are its diagonal (`diagonal`, the band's last entry) or 0.
+fn spread(x: &[u64], keys: usize, band: Band, diagonal: bool) -> Vec<u64> {
+    let blocks = x.len() / band.packed(keys).max(1);
+    let mut y = Vec::with_capacity(blocks * band.queries * keys);
     let mut at = 0;
-    for _ in 0..blocks * l {
-        let i = (y.len() / l.max(1)) % l;
-        let row = &x[at..at + i + 1];
-        at += i + 1;
+    for r in 0..blocks * band.queries {
+        let range = band.range(r % band.queries.max(1), keys);
+        let (lo, hi) = (*range.start(), *range.end());
+        let row = &x[at..=at + hi - lo];
+        at += hi - lo + 1;
+        let fill = if diagonal { row[hi - lo] } else { 0 };
+        y.extend(std::iter::repeat_n(fill, lo));
         y.extend_from_slice(row);
-        let fill = if diagonal { row[i] } else { 0 };
-        y.extend(std::iter::repeat_n(fill, l - i - 1));
+        y.extend(std::iter::repeat_n(fill, keys - hi - 1));
     }
     y
 }
@@ -169,12 +184,39 @@ mod tests {
     fn triangle_and_spread_round_trip() {
         let l = 3;
         let x: Vec<u64> = (0..(2 * l * l) as u64).collect();
-        let p = triangle(&x, l);
+        let p = triangle(&x, l, Band::causal(l));
         assert_eq!(p, [0, 3, 4, 6, 7, 8, 9, 12, 13, 15, 16, 17]);
-        let z = spread(&p, l, false);
+        let z = spread(&p, l, Band::causal(l), false);
         assert_eq!(&z[..9], &[0, 0, 0, 3, 4, 0, 6, 7, 8]);
-        let d = spread(&p, l, true);
+        let d = spread(&p, l, Band::causal(l), true);
         assert_eq!(&d[9..], &[9, 9, 9, 12, 13, 13, 15, 16, 17]);
+    }
+
+    #[test]
+    fn a_band_keeps_the_window_of_each_query() {
+        // A block of 3 queries over 4 keys (one cached), window 2.
+        let band = Band {
+            queries: 3,
+            window: 2,
+        };
+        let x: Vec<u64> = (0..12).collect();
+        let p = triangle(&x, 4, band);
+        assert_eq!(p, [0, 1, 5, 6, 10, 11]);
+        assert_eq!(band.packed(4), 6);
+        assert_eq!(
+            spread(&p, 4, band, false),
+            [0, 1, 0, 0, 0, 5, 6, 0, 0, 0, 10, 11]
+        );
+        assert_eq!(
+            spread(&p, 4, band, true),
+            [0, 1, 1, 1, 6, 5, 6, 6, 11, 11, 10, 11]
+        );
+        // A decode row sees its last `window` keys.
+        let one = Band {
+            queries: 1,
+            window: 3,
+        };
+        assert_eq!(triangle(&[1, 2, 3, 4, 5], 5, one), [3, 4, 5]);
     }
 
     #[test]

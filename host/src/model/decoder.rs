@@ -66,6 +66,61 @@ pub struct DecoderConfig {
     pub bos: Option<u32>,
     /// End-of-sequence token: generation stops when it is produced.
     pub eos: Option<u32>,
+    /// What differs between the Llama-like families beyond the tensors
+    /// (Gemma 3: the activation, the embedding scale, sliding windows).
+    pub block: BlockForm,
+}
+
+/// The gated MLP's activation: `act(x·W_gate) ⊙ x·W_up`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum GatedActivation {
+    /// SiLU (Llama, Qwen2).
+    #[default]
+    Silu,
+    /// GeLU in its tanh form (Gemma's GeGLU).
+    GeluTanh,
+}
+
+/// The per-family parameters of the shared block beyond its tensors; the
+/// default is Llama's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BlockForm {
+    /// The gated MLP's activation.
+    pub activation: GatedActivation,
+    /// What the client multiplies a token's embedding by (Gemma: √hidden);
+    /// `None` is 1. The tied head reads the table unscaled.
+    pub embed_scale: Option<f32>,
+    /// Local layers with a sliding window, the others global.
+    pub sliding: Option<Sliding>,
+    /// Every layer norms its query and key heads (`DecoderLayer::qk_norm`).
+    pub qk_norm: bool,
+    /// Every layer norms its attention and MLP outputs
+    /// (`DecoderLayer::post_norms`).
+    pub post_norms: bool,
+}
+
+/// Sliding-window attention on most layers (Gemma 3): layer `i` is local
+/// when `i % period < period − 1`; a local layer's query at position `p`
+/// sees keys `p − window < j ≤ p`, rotated with RoPE base `theta`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sliding {
+    /// Keys a local query sees, itself included.
+    pub window: usize,
+    /// One global layer in every `period`, the last.
+    pub period: usize,
+    /// RoPE base of the local layers.
+    pub theta: f32,
+}
+
+impl DecoderConfig {
+    /// Layer `l`'s window and RoPE base: `(Some(window), local θ)` for a
+    /// local layer, `(None, rope_theta)` for a global one.
+    pub fn attention_of(&self, l: usize) -> (Option<usize>, f32) {
+        match self.block.sliding {
+            Some(s) if l % s.period.max(1) < s.period.max(1) - 1 => (Some(s.window), s.theta),
+            _ => (None, self.rope_theta),
+        }
+    }
 }
 
 impl DecoderConfig {
@@ -89,6 +144,7 @@ impl DecoderConfig {
             tied_head: true,
             bos: Some(1),
             eos: Some(2),
+            block: BlockForm::default(),
         }
     }
 
@@ -104,6 +160,31 @@ impl DecoderConfig {
             norm_eps: 1e-5,
             bos: Some(1),
             eos: Some(1),
+            ..DecoderConfig::tiny_llama()
+        }
+    }
+
+    /// A tiny Gemma 3: 3 layers (two local with a window of 4 keys, RoPE
+    /// base 10⁴, then one global, base 10⁶), hidden 64, 4 query heads and
+    /// one key/value head of 16, GeGLU MLP 128, QK-norm, sandwich norms,
+    /// embeddings scaled by √64, 64 positions, vocabulary 128.
+    pub fn tiny_gemma() -> DecoderConfig {
+        DecoderConfig {
+            layers: 3,
+            kv_heads: 1,
+            rope_theta: 1e6,
+            norm_eps: 1e-6,
+            block: BlockForm {
+                activation: GatedActivation::GeluTanh,
+                embed_scale: Some(8.0),
+                sliding: Some(Sliding {
+                    window: 4,
+                    period: 3,
+                    theta: 10_000.0,
+                }),
+                qk_norm: true,
+                post_norms: true,
+            },
             ..DecoderConfig::tiny_llama()
         }
     }
@@ -127,6 +208,7 @@ impl DecoderConfig {
             tied_head: true,
             bos: Some(50256),
             eos: Some(50256),
+            block: BlockForm::default(),
         }
     }
 
@@ -174,6 +256,20 @@ impl DecoderConfig {
         if !(self.rope_theta.is_finite() && self.rope_theta > 1.0) {
             return bad(format!("RoPE base {} is not above 1", self.rope_theta));
         }
+        if let Some(sc) = self
+            .block
+            .embed_scale
+            .filter(|v| !(v.is_finite() && *v > 0.0))
+        {
+            return bad(format!("embedding scale {sc} is not positive"));
+        }
+        if let Some(w) = self.block.sliding
+            && (w.window == 0 || w.period == 0 || !(w.theta.is_finite() && w.theta > 1.0))
+        {
+            return bad(format!(
+                "sliding window {w:?} needs a window, a period and a base above 1"
+            ));
+        }
         for (name, t) in [("bos", self.bos), ("eos", self.eos)] {
             if let Some(t) = t.filter(|t| *t as usize >= self.vocab_size) {
                 return bad(format!("{name} token {t} is outside the vocabulary"));
@@ -205,6 +301,12 @@ pub struct DecoderLayer {
     pub up: Linear,
     /// Down projection, `[intermediate × hidden]` (GPT-2's `c_proj`).
     pub down: Linear,
+    /// RMSNorms of each query head and each key head before RoPE, over
+    /// `head_dim` (Gemma 3's QK-norm).
+    pub qk_norm: Option<(Norm, Norm)>,
+    /// Norms of the attention's and of the MLP's output before each
+    /// residual add (Gemma's sandwich norms).
+    pub post_norms: Option<(Norm, Norm)>,
 }
 
 /// A decoder with its tokenizer.
@@ -246,16 +348,18 @@ impl Decoder {
         let c = &config;
         let (h, q, kv) = (c.hidden, c.heads * c.head_dim, c.kv_width());
         let llama = c.architecture == Architecture::Llama;
-        let norm = |name: &str| Norm {
+        let norm_of = |name: &str, width: usize| Norm {
             gamma: Stream::new(seed, &format!("{name}.weight"))
-                .take(h, |s| 1.0 + 0.1 * (2.0 * s.uniform() - 1.0)),
+                .take(width, |s| 1.0 + 0.1 * (2.0 * s.uniform() - 1.0)),
             beta: if llama {
-                vec![0.0; h]
+                vec![0.0; width]
             } else {
-                Stream::new(seed, &format!("{name}.bias")).normals(h, 0.01)
+                Stream::new(seed, &format!("{name}.bias")).normals(width, 0.01)
             },
             eps: c.norm_eps,
         };
+        let norm = |name: &str| norm_of(name, h);
+        let head_norm = |name: &str| norm_of(name, c.head_dim);
         let linear = |name: &str, inputs: usize, outputs: usize| Linear {
             w: Stream::new(seed, &format!("{name}.weight")).normals(inputs * outputs, 0.02),
             b: if llama {
@@ -269,6 +373,9 @@ impl Decoder {
         let layers = (0..c.layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
+                let both = |a: &str, b: &str, f: &dyn Fn(&str) -> Norm| {
+                    (f(&format!("{p}.{a}")), f(&format!("{p}.{b}")))
+                };
                 DecoderLayer {
                     attn_norm: norm(&format!("{p}.input_layernorm")),
                     query: linear(&format!("{p}.self_attn.q_proj"), h, q),
@@ -279,6 +386,17 @@ impl Decoder {
                     gate: llama.then(|| linear(&format!("{p}.mlp.gate_proj"), h, c.intermediate)),
                     up: linear(&format!("{p}.mlp.up_proj"), h, c.intermediate),
                     down: linear(&format!("{p}.mlp.down_proj"), c.intermediate, h),
+                    qk_norm: c
+                        .block
+                        .qk_norm
+                        .then(|| both("self_attn.q_norm", "self_attn.k_norm", &head_norm)),
+                    post_norms: c.block.post_norms.then(|| {
+                        both(
+                            "post_attention_layernorm",
+                            "post_feedforward_layernorm",
+                            &norm,
+                        )
+                    }),
                 }
             })
             .collect();
@@ -312,6 +430,7 @@ impl Decoder {
         let config = match name {
             "tiny-llama" => DecoderConfig::tiny_llama(),
             "tiny-gpt2" => DecoderConfig::tiny_gpt2(),
+            "tiny-gemma" => DecoderConfig::tiny_gemma(),
             "generated-gpt2" => DecoderConfig::gpt2_small(),
             _ => return None,
         };
@@ -321,7 +440,8 @@ impl Decoder {
     }
 
     /// The names [`Decoder::builtin`] knows.
-    pub const BUILTIN: [&'static str; 3] = ["tiny-llama", "tiny-gpt2", "generated-gpt2"];
+    pub const BUILTIN: [&'static str; 4] =
+        ["tiny-llama", "tiny-gpt2", "tiny-gemma", "generated-gpt2"];
 
     /// The LM head as a linear layer `[hidden × vocab]`: the untied head,
     /// or the embedding table transposed.
@@ -363,6 +483,9 @@ impl Decoder {
         }
         let d = c.hidden;
         let mut row = self.embed[token as usize * d..][..d].to_vec();
+        if let Some(scale) = c.block.embed_scale {
+            row.iter_mut().for_each(|x| *x *= scale);
+        }
         if let Some(p) = &self.positions {
             for (x, y) in row.iter_mut().zip(&p[position * d..][..d]) {
                 *x += *y;
@@ -428,6 +551,21 @@ impl Decoder {
             norm(&mut put, &l.mlp_norm);
         }
         norm(&mut put, &self.final_norm);
+        // Only what a family sets, so that the digests of the others stay.
+        if c.block != BlockForm::default() {
+            let b = &c.block;
+            let sliding = b
+                .sliding
+                .map_or([0.0; 3], |s| [s.window as f32, s.period as f32, s.theta]);
+            put(&[b.activation as u8 as f32, b.embed_scale.unwrap_or(1.0)]);
+            put(&sliding);
+        }
+        for l in &self.layers {
+            for (a, b) in l.qk_norm.iter().chain(&l.post_norms) {
+                norm(&mut put, a);
+                norm(&mut put, b);
+            }
+        }
         if let Some(head) = &self.lm_head {
             put(&head.w);
             put(&head.b);

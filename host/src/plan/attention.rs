@@ -15,7 +15,7 @@
 
 use super::bound::{self, Bound};
 use super::scale::{INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, ulp};
-use super::{Builder, Category, GateSpec, InverseSpec, Kind, PlanError};
+use super::{Band, Builder, Category, GateSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, RECIP_FRAC};
 use suffuse_core::gate::splines;
 
@@ -37,6 +37,26 @@ pub struct Heads {
     pub keys: usize,
     /// Query row `i` sees keys `j ≤ i` only (needs `queries == keys`).
     pub causal: bool,
+    /// A sliding window: the query at position `p` (the block's queries
+    /// are its last `queries` keys) sees keys `p − window < j ≤ p` only.
+    pub window: Option<usize>,
+}
+
+impl Heads {
+    /// The band of keys each query sees: the causal square, a sliding
+    /// window narrower than the keys, or `None` when every query sees
+    /// every key.
+    fn band(&self) -> Option<Band> {
+        let window = self.window.filter(|w| *w < self.keys);
+        match (self.causal, window) {
+            (_, Some(window)) => Some(Band {
+                queries: self.queries,
+                window,
+            }),
+            (true, None) => Some(Band::causal(self.queries)),
+            (false, None) => None,
+        }
+    }
 }
 
 /// Plans attention with scores bounded by `score_max` in magnitude and
@@ -52,6 +72,7 @@ pub fn attend(
     l: usize,
 ) -> Result<(usize, f64), PlanError> {
     let (rows, keys) = (h.blocks * h.queries, h.keys);
+    let band = h.band();
     let dh = b.info(h.q).cols;
     b.at(Category::AttentionMatmul, Some(l));
     let s2 = b.tensor(
@@ -72,8 +93,8 @@ pub fn attend(
         out: s2,
     });
     b.at(Category::Truncation, Some(l));
-    let s2 = if h.causal {
-        triangle(b, s2, format!("layer {l} causal scores product"))?
+    let s2 = if let Some(band) = band {
+        triangle(b, s2, band, format!("layer {l} causal scores product"))?
     } else {
         s2
     };
@@ -81,8 +102,15 @@ pub fn attend(
     let score_abs = b.info(s).bound.max_abs();
 
     b.at(Category::Softmax, Some(l));
-    let s = if h.causal {
-        spread(b, s, rows, keys, false, format!("layer {l} scores (j ≤ i)"))?
+    let s = if let Some(band) = band {
+        spread(
+            b,
+            s,
+            [rows, keys],
+            band,
+            false,
+            format!("layer {l} scores (j ≤ i)"),
+        )?
     } else {
         s
     };
@@ -104,8 +132,8 @@ pub fn attend(
     let e_scale = spline_scale();
     let (e_min, e_max) = nexp_range()?;
     let e_abs = e_max.max(-e_min);
-    let z = if h.causal {
-        triangle(b, z, format!("layer {l} causal max − score"))?
+    let z = if let Some(band) = band {
+        triangle(b, z, band, format!("layer {l} causal max − score"))?
     } else {
         z
     };
@@ -131,12 +159,12 @@ pub fn attend(
         vb.max_abs(),
         l,
     )?;
-    let e = if h.causal {
+    let e = if let Some(band) = band {
         spread(
             b,
             ex.t,
-            rows,
-            keys,
+            [rows, keys],
+            band,
             false,
             format!("layer {l} exponents (j ≤ i)"),
         )?
@@ -201,14 +229,20 @@ fn minus_row_max(
     // token is real; a causal row at a real position: its own key) has a
     // real maximum. A causal row at a left-padding position sees padded
     // keys only, its maximum lies c lower.
-    let m_abs = if h.causal { score_abs + c } else { score_abs };
-    let max_in = if h.causal {
-        let packed = triangle(b, sb, format!("layer {l} causal biased scores"))?;
+    // A windowed row counts as causal: it may see padded keys only.
+    let band = h.band();
+    let m_abs = if band.is_some() {
+        score_abs + c
+    } else {
+        score_abs
+    };
+    let max_in = if let Some(band) = band {
+        let packed = triangle(b, sb, band, format!("layer {l} causal biased scores"))?;
         spread(
             b,
             packed,
-            rows,
-            keys,
+            [rows, keys],
+            band,
             true,
             format!("layer {l} rows for the max"),
         )?
@@ -359,20 +393,30 @@ fn narrow_exponents(
 }
 
 /// The lower triangles (`j ≤ i`) of the square blocks of `x`, packed.
-fn triangle(b: &mut Builder, x: usize, name: String) -> Result<usize, PlanError> {
+fn triangle(b: &mut Builder, x: usize, band: Band, name: String) -> Result<usize, PlanError> {
     let xi = b.info(x).clone();
-    let l = xi.cols;
-    let blocks = xi.rows / l.max(1);
+    let keys = xi.cols;
+    let blocks = xi.rows / band.queries.max(1);
     let abs = xi.bound.max_abs();
     let out = b.tensor(
         name,
-        blocks * l * (l + 1) / 2,
+        blocks * band.packed(keys),
         1,
         xi.scale,
         Bound::uniform(1, abs),
     )?;
-    b.push(Kind::Triangle { x, out });
+    b.push(Kind::Triangle {
+        x,
+        band: kind_band(band),
+        out,
+    });
     Ok(out)
+}
+
+/// The band a [`Kind`] records: none for the causal square (whose plans
+/// hash as before windows existed).
+fn kind_band(band: Band) -> Option<Band> {
+    (band.window != usize::MAX).then_some(band)
 }
 
 /// Packed lower triangles back to `[rows × keys]`; the entries `j > i` are
@@ -380,8 +424,8 @@ fn triangle(b: &mut Builder, x: usize, name: String) -> Result<usize, PlanError>
 fn spread(
     b: &mut Builder,
     x: usize,
-    rows: usize,
-    keys: usize,
+    [rows, keys]: [usize; 2],
+    band: Band,
     diagonal: bool,
     name: String,
 ) -> Result<usize, PlanError> {
@@ -393,6 +437,11 @@ fn spread(
         xi.scale,
         Bound::uniform(keys, xi.bound.max_abs()),
     )?;
-    b.push(Kind::Spread { x, diagonal, out });
+    b.push(Kind::Spread {
+        x,
+        diagonal,
+        band: kind_band(band),
+        out,
+    });
     Ok(out)
 }

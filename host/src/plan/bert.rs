@@ -303,6 +303,7 @@ fn encoder_layer(
             queries: seq,
             keys: seq,
             causal: false,
+            window: None,
         },
         (qn * kn).min(bilinear),
         bias,

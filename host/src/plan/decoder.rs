@@ -33,7 +33,7 @@ use super::norm::normalize;
 use super::scale::{GELU_ERR, spline_width, truncate, ulp};
 use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
-use crate::model::{Architecture, Decoder, DecoderLayer, RopeStyle};
+use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, RopeStyle};
 use suffuse_core::gate::activation::{COEFF_BITS, GeluForm, gelu_spline, out_scale};
 use suffuse_core::gate::splines;
 
@@ -220,6 +220,11 @@ fn embedding_bound(model: &Decoder) -> Bound {
         (abs, l2)
     };
     let (mut abs, mut l2) = col_max(&model.embed);
+    if let Some(scale) = model.config.block.embed_scale {
+        let scale = f64::from(scale.abs());
+        abs.iter_mut().for_each(|a| *a *= scale);
+        l2 *= scale;
+    }
     if let Some(p) = &model.positions {
         let (pa, pl) = col_max(p);
         for (a, b) in abs.iter_mut().zip(pa) {
@@ -257,7 +262,8 @@ fn block(
         l,
         centre,
     )?;
-    let (q, k, v) = projections(b, model, l, layer, n1, &n1_form, at)?;
+    let (window, theta) = cfg.attention_of(l);
+    let (q, k, v) = projections(b, model, (l, theta), layer, n1, &n1_form, at)?;
     let (kc, vc) = match cache.get(l) {
         Some(&(kp, vp)) => (
             append(b, kp, k, cfg.kv_heads, l, "keys")?,
@@ -284,6 +290,7 @@ fn block(
             queries: at.rows,
             keys: at.ctx,
             causal: at.rows > 1,
+            window,
         },
         score_max,
         bias,
@@ -322,9 +329,18 @@ fn block(
         cfg.hidden,
         l,
     )?;
+    let post = layer.post_norms.as_ref();
+    let a = post_norm(
+        b,
+        a,
+        post.map(|p| &p.0),
+        format!("layer {l} attention out"),
+        l,
+    )?;
     let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
     let (n2, n2_form) = normalize(b, x1, &layer.mlp_norm, format!("layer {l} MLP"), l, centre)?;
     let f = mlp(b, model, l, layer, n2, &n2_form)?;
+    let f = post_norm(b, f, post.map(|p| &p.1), format!("layer {l} MLP out"), l)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
     Ok((x2, score_abs))
 }
@@ -346,12 +362,29 @@ fn residual(
     Ok(out)
 }
 
+/// A sandwich norm (Gemma) of a block's output at FRAC, or the output as it
+/// is.
+fn post_norm(
+    b: &mut Builder,
+    x: usize,
+    norm: Option<&crate::model::Norm>,
+    name: String,
+    l: usize,
+) -> Result<usize, PlanError> {
+    match norm {
+        Some(n) => Ok(normalize(b, x, n, name, l, false)?.0),
+        None => Ok(x),
+    }
+}
+
 /// The queries, new keys and new values of a block, split into heads
-/// (`[heads·rows × d_h]`), RoPE applied for Llama.
+/// (`[heads·rows × d_h]`), RoPE applied (Llama family). `(l, theta)` is the
+/// layer and its RoPE base. With QK-norm (Gemma 3), each query and key head
+/// is normed, then rotated; otherwise RoPE rotates the product itself.
 fn projections(
     b: &mut Builder,
     model: &Decoder,
-    l: usize,
+    (l, theta): (usize, f32),
     layer: &DecoderLayer,
     n: usize,
     form: &NormForm,
@@ -363,18 +396,22 @@ fn projections(
     let kvw = cfg.kv_width();
     let name = format!("layer {l} query/key/value");
     let parts = [&layer.query, &layer.key, &layer.value];
-    let (y, _) = linear_product(
-        b,
-        n,
-        Some(form),
-        name.clone(),
-        &parts,
-        1.0 / (dh as f64).sqrt(),
-        dh,
-        l,
-    )?;
-    let y = if cfg.architecture == Architecture::Llama {
-        rope(b, model, y, qw + kvw, at, l)?
+    // 1/√d_h goes into the query weights, or (QK-norm) into the query
+    // norm's gains, which come after the product.
+    let inv_root = 1.0 / (dh as f64).sqrt();
+    let query_scale = if layer.qk_norm.is_some() {
+        1.0
+    } else {
+        inv_root
+    };
+    let (y, _) = linear_product(b, n, Some(form), name.clone(), &parts, query_scale, dh, l)?;
+    let rope_on = |b: &mut Builder, y, rotated, heads| {
+        let place = Rotation { theta, at, heads };
+        rope(b, model, y, rotated, place, l)
+    };
+    let llama = cfg.architecture == Architecture::Llama;
+    let y = if llama && layer.qk_norm.is_none() {
+        rope_on(b, y, qw + kvw, 1)?
     } else {
         y
     };
@@ -391,17 +428,47 @@ fn projections(
         dh,
         format!("layer {l} new values"),
     )?;
+    let Some((qn, kn)) = &layer.qk_norm else {
+        return Ok((q, k, v));
+    };
+    let mut qn = qn.clone();
+    qn.gamma
+        .iter_mut()
+        .for_each(|g| *g = (f64::from(*g) * inv_root) as f32);
+    let mut normed = [
+        (q, &qn, cfg.heads, "queries"),
+        (k, kn, cfg.kv_heads, "keys"),
+    ]
+    .into_iter()
+    .map(|(x, norm, count, what)| {
+        let (x, _) = normalize(b, x, norm, format!("layer {l} {what}"), l, false)?;
+        let x = rope_on(b, x, dh, count)?;
+        b.at(Category::Truncation, Some(l));
+        truncate(b, x, FRAC, format!("layer {l} rotated {what}"))
+    });
+    let q = normed.next().unwrap_or(Ok(q))?;
+    let k = normed.next().unwrap_or(Ok(k))?;
     Ok((q, k, v))
 }
 
-/// RoPE on the first `rotated` columns of the product `y`: each pair's
-/// norm is kept, up to the tables' rounding.
+/// Where RoPE turns a tensor's rows: the base, the pass's positions, and
+/// how many heads are stacked (`[heads·rows × …]`, each head's rows at the
+/// pass's positions).
+#[derive(Clone, Copy, Debug)]
+struct Rotation {
+    theta: f32,
+    at: Position,
+    heads: usize,
+}
+
+/// RoPE on the first `rotated` columns of `y`: each pair's norm is kept,
+/// up to the tables' rounding.
 fn rope(
     b: &mut Builder,
     model: &Decoder,
     y: usize,
     rotated: usize,
-    at: Position,
+    place: Rotation,
     l: usize,
 ) -> Result<usize, PlanError> {
     let cfg = &model.config;
@@ -409,15 +476,16 @@ fn rope(
     let half = dh / 2;
     let adjacent = cfg.rope_style == RopeStyle::Adjacent;
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for r in 0..at.rows {
-        let pos = (at.first + r) as f64;
+    for r in 0..place.at.rows {
+        let pos = (place.at.first + r) as f64;
         for i in 0..half {
-            let freq = f64::from(cfg.rope_theta).powf(-2.0 * i as f64 / dh as f64);
+            let freq = f64::from(place.theta).powf(-2.0 * i as f64 / dh as f64);
             let angle = pos * freq;
             cos.push(encode(libm::cos(angle), ROPE_FRAC));
             sin.push(encode(libm::sin(angle), ROPE_FRAC));
         }
     }
+    let (cos, sin) = (cos.repeat(place.heads), sin.repeat(place.heads));
     let yi = b.info(y).clone();
     // |c| + |s| rounding: the encoded rotation stretches a pair by at most
     // 1 + 2^(1 − ROPE_FRAC).
@@ -578,14 +646,15 @@ fn mlp(
             b.at(Category::Linear, Some(l));
             let g = heads(b, gu, 0, 1, inter, format!("layer {l} gate"))?;
             let u = heads(b, gu, inter, 1, inter, format!("layer {l} up"))?;
-            let s = activation(
-                b,
-                g,
-                GateSpec::Silu { k: 0 },
-                &splines::SILU,
-                format!("layer {l} SiLU"),
-                l,
-            )?;
+            let (spec, spline, what) = match cfg.block.activation {
+                GatedActivation::Silu => (GateSpec::Silu { k: 0 }, &splines::SILU, "SiLU"),
+                GatedActivation::GeluTanh => (
+                    GateSpec::Gelu { k: 0, tanh: true },
+                    gelu_spline(GeluForm::Tanh),
+                    "GeLU",
+                ),
+            };
+            let s = activation(b, g, spec, spline, format!("layer {l} {what}"), l)?;
             gated(b, s, u, l)?
         }
         None => {

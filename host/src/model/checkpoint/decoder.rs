@@ -15,7 +15,8 @@ use serde_json::Value;
 
 use super::{Fields, Tensors, WeightFiles, folder_name, tokenizer};
 use crate::model::{
-    Architecture, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm, RopeStyle,
+    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm,
+    RopeStyle,
 };
 
 /// A Llama folder.
@@ -54,6 +55,7 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         tied_head: tied,
         bos: token(f, "bos_token_id", None)?,
         eos: token(f, "eos_token_id", None)?,
+        block: BlockForm::default(),
     };
     config.check()?;
     let (attn_bias, mlp_bias) = (
@@ -85,6 +87,8 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
                 gate: Some(t.linear_with(&format!("{m}.gate_proj"), h, ff, mlp_bias)?),
                 up: t.linear_with(&format!("{m}.up_proj"), h, ff, mlp_bias)?,
                 down: t.linear_with(&format!("{m}.down_proj"), ff, h, mlp_bias)?,
+                qk_norm: None,
+                post_norms: None,
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
@@ -142,6 +146,7 @@ pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         // GPT2Config's defaults: `<|endoftext|>` is both.
         bos: token(f, "bos_token_id", Some(50256))?,
         eos: token(f, "eos_token_id", Some(50256))?,
+        block: BlockForm::default(),
     };
     config.check()?;
     let weights = WeightFiles::open(dir)?;
@@ -170,6 +175,8 @@ pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
                 gate: None,
                 up: t.conv1d(&format!("{p}.mlp.c_fc"), h, ff)?,
                 down: t.conv1d(&format!("{p}.mlp.c_proj"), ff, h)?,
+                qk_norm: None,
+                post_norms: None,
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;

@@ -32,8 +32,8 @@ use std::path::{Path, PathBuf};
 
 use super::{Gguf, GgufError};
 use crate::model::{
-    Architecture, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm, RopeStyle,
-    Tokenizer,
+    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm,
+    RopeStyle, Tokenizer,
 };
 
 /// A GGUF architecture with Llama's block: pre-norm RMSNorm, RoPE,
@@ -225,6 +225,7 @@ fn config(g: &Gguf) -> Result<(&'static Family, DecoderConfig), ModelError> {
         tied_head: true,
         bos: token("bos_token_id")?,
         eos: token("eos_token_id")?,
+        block: BlockForm::default(),
     };
     config.check()?;
     Ok((family, config))
@@ -256,6 +257,8 @@ fn layer(
         gate: Some(t.linear(&name("ffn_gate"), h, c.intermediate)?),
         up: t.linear(&name("ffn_up"), h, c.intermediate)?,
         down: t.linear(&name("ffn_down"), c.intermediate, h)?,
+        qk_norm: None,
+        post_norms: None,
     })
 }
 
