@@ -30,6 +30,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+mod gemma3;
 mod llama;
 pub use llama::gguf_in;
 mod parse;

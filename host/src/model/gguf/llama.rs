@@ -47,7 +47,14 @@ pub(super) struct Family {
     pub(super) rope_style: RopeStyle,
     /// Whether Q, K and V carry biases (`blk.N.attn_{q,k,v}.bias`).
     pub(super) qkv_bias: bool,
+    /// The block's form beyond its tensors, from the metadata (Gemma 3:
+    /// GeGLU, scaled embeddings, sliding windows, QK-norm and sandwich
+    /// norms); `None` is Llama's.
+    pub(super) block: Option<BlockReader>,
 }
+
+/// Reads a family's block form from the file's metadata.
+pub(super) type BlockReader = fn(&Gguf, &DecoderConfig) -> Result<BlockForm, ModelError>;
 
 /// Llama itself. Mistral's GGUF files without sliding windows use the same
 /// tensors and keys under `llama`.
@@ -55,10 +62,11 @@ const LLAMA: Family = Family {
     name: "llama",
     rope_style: RopeStyle::Adjacent,
     qkv_bias: false,
+    block: None,
 };
 
 /// Every family this loader reads.
-const FAMILIES: [&Family; 2] = [&LLAMA, &super::qwen2::QWEN2];
+const FAMILIES: [&Family; 3] = [&LLAMA, &super::qwen2::QWEN2, &super::gemma3::GEMMA3];
 
 /// The context llama.cpp assumes when `llama.context_length` is absent.
 const DEFAULT_CONTEXT: usize = 2048;
@@ -227,6 +235,13 @@ fn config(g: &Gguf) -> Result<(&'static Family, DecoderConfig), ModelError> {
         eos: token("eos_token_id")?,
         block: BlockForm::default(),
     };
+    let config = match family.block {
+        Some(form) => DecoderConfig {
+            block: form(g, &config)?,
+            ..config
+        },
+        None => config,
+    };
     config.check()?;
     Ok((family, config))
 }
@@ -257,8 +272,20 @@ fn layer(
         gate: Some(t.linear(&name("ffn_gate"), h, c.intermediate)?),
         up: t.linear(&name("ffn_up"), h, c.intermediate)?,
         down: t.linear(&name("ffn_down"), c.intermediate, h)?,
-        qk_norm: None,
-        post_norms: None,
+        qk_norm: match c.block.qk_norm {
+            true => Some((
+                t.norm(&name("attn_q_norm"), c.head_dim, c.norm_eps)?,
+                t.norm(&name("attn_k_norm"), c.head_dim, c.norm_eps)?,
+            )),
+            false => None,
+        },
+        post_norms: match c.block.post_norms {
+            true => Some((
+                t.norm(&name("post_attention_norm"), h, c.norm_eps)?,
+                t.norm(&name("post_ffw_norm"), h, c.norm_eps)?,
+            )),
+            false => None,
+        },
     })
 }
 
@@ -368,6 +395,14 @@ pub(super) mod tests {
             ..DecoderConfig::tiny_llama()
         };
         let d = Decoder::generated(config, 11);
+        let w = written(&d, "llama");
+        (d, w)
+    }
+
+    /// `d` as a GGUF file of architecture `arch`: its hyper-parameters
+    /// under `arch.*`, a byte-level vocabulary of 256 bytes and two control
+    /// tokens, and every tensor under llama.cpp's names.
+    pub(in super::super) fn written(d: &Decoder, arch: &str) -> Writer {
         let c = &d.config;
         let mut w = Writer::new(3);
         let mut tokens = byte_chars();
@@ -375,17 +410,18 @@ pub(super) mod tests {
         let mut types = vec![Value::I32(1); 256];
         types.extend([Value::I32(3), Value::I32(3)]);
         let u = |v: usize| Value::U32(v as u32);
-        w.meta("general.architecture", Value::String("llama".into()))
-            .meta("llama.block_count", u(c.layers))
-            .meta("llama.embedding_length", u(c.hidden))
-            .meta("llama.feed_forward_length", u(c.intermediate))
-            .meta("llama.attention.head_count", u(c.heads))
-            .meta("llama.attention.head_count_kv", u(c.kv_heads))
-            .meta("llama.rope.dimension_count", u(c.head_dim))
-            .meta("llama.rope.freq_base", Value::F32(c.rope_theta))
-            .meta("llama.context_length", u(c.max_positions))
+        let key = |k: &str| format!("{arch}.{k}");
+        w.meta("general.architecture", Value::String(arch.into()))
+            .meta(&key("block_count"), u(c.layers))
+            .meta(&key("embedding_length"), u(c.hidden))
+            .meta(&key("feed_forward_length"), u(c.intermediate))
+            .meta(&key("attention.head_count"), u(c.heads))
+            .meta(&key("attention.head_count_kv"), u(c.kv_heads))
+            .meta(&key("attention.key_length"), u(c.head_dim))
+            .meta(&key("rope.freq_base"), Value::F32(c.rope_theta))
+            .meta(&key("context_length"), u(c.max_positions))
             .meta(
-                "llama.attention.layer_norm_rms_epsilon",
+                &key("attention.layer_norm_rms_epsilon"),
                 Value::F32(c.norm_eps),
             )
             .meta("tokenizer.ggml.model", Value::String("gpt2".into()))
@@ -404,6 +440,9 @@ pub(super) mod tests {
             )
             .meta("tokenizer.ggml.bos_token_id", u(256))
             .meta("tokenizer.ggml.eos_token_id", u(257));
+        if let Some(s) = c.block.sliding {
+            w.meta(&key("attention.sliding_window"), u(s.window));
+        }
         let dims = |a: usize, b: usize| [a as u64, b as u64];
         w.tensor(
             "token_embd.weight",
@@ -440,9 +479,17 @@ pub(super) mod tests {
             matrix(&mut w, p("ffn_gate"), l.gate.as_ref().unwrap());
             matrix(&mut w, p("ffn_up"), &l.up);
             matrix(&mut w, p("ffn_down"), &l.down);
+            if let Some((q, k)) = &l.qk_norm {
+                norm(&mut w, p("attn_q_norm"), q);
+                norm(&mut w, p("attn_k_norm"), k);
+            }
+            if let Some((a, m)) = &l.post_norms {
+                norm(&mut w, p("post_attention_norm"), a);
+                norm(&mut w, p("post_ffw_norm"), m);
+            }
         }
         norm(&mut w, "output_norm.weight".into(), &d.final_norm);
-        (d, w)
+        w
     }
 
     pub(in super::super) fn load(w: &Writer) -> Result<Decoder, ModelError> {

@@ -24,6 +24,7 @@ pub(super) const QWEN2: Family = Family {
     name: "qwen2",
     rope_style: RopeStyle::RotateHalf,
     qkv_bias: true,
+    block: None,
 };
 
 #[cfg(test)]
