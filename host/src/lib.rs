@@ -27,10 +27,12 @@ pub mod fixed;
 pub mod float;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gateway;
 pub mod generate;
 pub mod keyfile;
 pub mod ledger;
 pub mod logline;
+pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod party;
