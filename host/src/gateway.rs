@@ -120,17 +120,18 @@ impl Gateway {
         Arc::new(Gateway { opts, admit })
     }
 
-    /// The route named `model`, or the OpenAI error for an unknown model.
-    fn route(&self, model: &str) -> Result<&Route, ApiError> {
-        let ids = || {
-            let all: Vec<&str> = self.opts.routes.iter().map(|r| r.id.as_str()).collect();
-            all.join(", ")
-        };
-        self.opts
-            .routes
+    /// The route named `model` and its index, or the OpenAI error for an
+    /// unknown model.
+    fn route(&self, model: &str) -> Result<(usize, &Route), ApiError> {
+        let routes = &self.opts.routes;
+        routes
             .iter()
-            .find(|r| r.id == model)
-            .ok_or_else(|| ApiError::unknown_model(model, &ids()))
+            .enumerate()
+            .find(|(_, r)| r.id == model)
+            .ok_or_else(|| {
+                let ids: Vec<&str> = routes.iter().map(|r| r.id.as_str()).collect();
+                ApiError::unknown_model(model, &ids.join(", "))
+            })
     }
 }
 

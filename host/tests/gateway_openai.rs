@@ -17,9 +17,10 @@ use std::process::Command;
 use serde_json::Value;
 
 #[path = "gateway/stack.rs"]
+#[allow(dead_code)]
 mod stack;
 
-use stack::{Pair, gateway, pool, run, setup};
+use stack::{DECODER_KEYS, Pair, gateway, generated, pool, run, setup};
 
 /// The `openai` package's version, pinned.
 const OPENAI: &str = "openai==1.109.1";
@@ -70,43 +71,14 @@ fn the_openai_package_streams_completes_and_embeds_through_the_gateway() {
     let python = venv(&dir);
 
     // What the CLI gives for the same requests.
-    let report = dir.join("generate.json");
-    let out = run(&[
-        "generate",
-        "--model",
-        "tiny-llama",
-        "--chat",
-        "--seq",
-        "32",
-        "--max-new-tokens",
-        "8",
-        "--temperature",
-        "0.8",
-        "--seed",
-        "7",
-        "--report-json",
-        report.to_str().unwrap(),
-        "hi there",
-    ]);
-    let expected = String::from_utf8(out.stdout)
-        .unwrap()
-        .strip_suffix('\n')
-        .unwrap()
-        .to_string();
-    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    let ids = r["generated_token_ids"].as_array().unwrap().len();
+    let (expected, ids) = generated(&dir, "hi there");
+    let ids = ids.len();
     let text = "Two servers compute on secret shares.";
     let line: Value =
         serde_json::from_slice(&run(&["embed", "--model", "demo", text]).stdout).unwrap();
     let seq = line["tokens"].to_string();
 
-    let llama = pool(
-        &dir,
-        "llama",
-        "tiny-llama",
-        3,
-        &["--seq", "32", "--max-new-tokens", "8"],
-    );
+    let llama = pool(&dir, "llama", "tiny-llama", 3, &DECODER_KEYS);
     let demo = pool(&dir, "demo", "demo", 2, &["--seq", &seq]);
     let llama = Pair::start(&dir, "llama", "tiny-llama", &llama, &[]);
     let demo = Pair::start(&dir, "demo", "demo", &demo, &[]);

@@ -108,13 +108,7 @@ fn completion_job(gw: &Gateway, body: &[u8]) -> Result<Job, ApiError> {
 
 /// The route named `model`, which must be a decoder.
 fn decoder<'g>(gw: &'g Gateway, model: &str) -> Result<(usize, &'g Route, &'g Decoder), ApiError> {
-    let route = gw.route(model)?;
-    let index = gw
-        .opts
-        .routes
-        .iter()
-        .position(|r| r.id == route.id)
-        .unwrap_or(0);
+    let (index, route) = gw.route(model)?;
     match &route.model {
         Transformer::Decoder(d) => Ok((index, route, d)),
         Transformer::Encoder(_) => Err(ApiError::bad_request(

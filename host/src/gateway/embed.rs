@@ -44,13 +44,7 @@ pub async fn embeddings(State(gw): State<Arc<Gateway>>, body: Bytes) -> Response
 /// The route's index, the texts, and whether to answer in base64.
 fn check(gw: &Gateway, body: &[u8]) -> Result<(usize, Vec<String>, bool), ApiError> {
     let req: EmbeddingRequest = api::parse(body)?;
-    let route = gw.route(&req.model)?;
-    let index = gw
-        .opts
-        .routes
-        .iter()
-        .position(|r| r.id == route.id)
-        .unwrap_or(0);
+    let (index, route) = gw.route(&req.model)?;
     let Transformer::Encoder(_) = &route.model else {
         return Err(ApiError::bad_request(
             "wrong_model_kind",

@@ -171,3 +171,39 @@ pub fn gateway(dir: &Path, routes: &[(&str, &str)], extra: &[&str]) -> Proc {
     }
     Proc::spawn(c, "gateway")
 }
+
+/// tiny-llama keys: prompt bucket 32, 8 new tokens.
+pub const DECODER_KEYS: [&str; 4] = ["--seq", "32", "--max-new-tokens", "8"];
+
+/// What `suffuse generate --chat` prints for `prompt` with seed 7 at
+/// temperature 0.8, and the token ids it reports.
+pub fn generated(dir: &Path, prompt: &str) -> (String, Vec<u64>) {
+    let report = dir.join("generate.json");
+    let out = run(&[
+        "generate",
+        "--model",
+        "tiny-llama",
+        "--chat",
+        "--seq",
+        "32",
+        "--max-new-tokens",
+        "8",
+        "--temperature",
+        "0.8",
+        "--seed",
+        "7",
+        "--report-json",
+        report.to_str().unwrap(),
+        prompt,
+    ]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    let text = text.strip_suffix('\n').unwrap().to_string();
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    let ids = r["generated_token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    (text, ids)
+}
