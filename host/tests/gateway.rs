@@ -54,7 +54,7 @@ fn a_streamed_chat_gives_generates_tokens_and_plain_completions_work() {
         !ids.contains(&2),
         "the reference ended at eos; pick another seed: {ids:?}"
     );
-    let p = pool(&dir, "llama", "tiny-llama", 3, &DECODER_KEYS);
+    let p = pool(&dir, "llama", "tiny-llama", 4, &DECODER_KEYS);
     let pair = Pair::start(&dir, "llama", "tiny-llama", &p, &[]);
     let gw = gateway(&dir, &[("tiny-llama", &pair.servers())], &[]);
     let addr = gw.addr();
@@ -102,6 +102,19 @@ fn a_streamed_chat_gives_generates_tokens_and_plain_completions_work() {
     assert_eq!(v["usage"]["completion_tokens"], 3);
     let content = v["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(expected.starts_with(content), "{content:?} vs {expected:?}");
+
+    // A stop string from the middle of the text: cut there, not sent.
+    let stop: String = expected.chars().skip(2).take(2).collect();
+    let cut = &expected[..expected.find(&stop).unwrap()];
+    let r = http::post(
+        &addr,
+        "/v1/chat/completions",
+        &chat("hi there", json!({"stop": [stop]})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["choices"][0]["message"]["content"], cut);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
 
     // A plain completion.
     let body =
