@@ -231,14 +231,15 @@ pub struct Generated {
 }
 
 /// Drives a generation: `run(inputs)` runs one pass and returns its
-/// logits; stops at eos or when the plan's passes are used up.
+/// logits; stops at eos, when the plan's passes are used up, or when
+/// `on_token` returns false (the caller has what it wants, or is gone).
 pub fn drive(
     model: &Decoder,
     layout: &Layout,
     prompt: &[u32],
     sampling: Sampling,
     run: &mut dyn FnMut(usize, PassInputs) -> Result<Vec<u64>, GenerateError>,
-    on_token: &mut dyn FnMut(u32),
+    on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<Generated, GenerateError> {
     let mut sampler = Sampler::new(sampling);
     let mut out = Generated::default();
@@ -248,8 +249,8 @@ pub fn drive(
         let token = sampler.pick(&logits, layout.logit_scale);
         out.logits.push(logits);
         out.tokens.push(token);
-        on_token(token);
-        if Some(token) == model.config.eos || pass == layout.steps {
+        let more = on_token(token);
+        if !more || Some(token) == model.config.eos || pass == layout.steps {
             break;
         }
         inputs = step_inputs(model, layout, prompt.len(), pass + 1, token)?;
@@ -320,6 +321,25 @@ pub fn query(
     sec: &Security,
     on_token: &mut dyn FnMut(u32),
 ) -> Result<Outcome, GenerateError> {
+    let mut each = |t: u32| {
+        on_token(t);
+        true
+    };
+    query_until(model, servers, prompt, sampling, timeouts, sec, &mut each)
+}
+
+/// [`query`], ended early when `on_token` returns false: the servers are
+/// told to stop (as at end of sequence) and learn how many passes ran.
+/// The key set is spent all the same.
+pub fn query_until(
+    model: &Decoder,
+    servers: [&str; 2],
+    prompt: &[u32],
+    sampling: Sampling,
+    timeouts: Timeouts,
+    sec: &Security,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<Outcome, GenerateError> {
     let expect = client::Expect {
         batch: 1,
         seq: None,
@@ -352,8 +372,9 @@ pub fn query(
     let result = drive(model, &layout, prompt, sampling, &mut run, on_token);
     match result {
         Ok(generated) => {
-            // Ended before the dealt passes ran out (end of sequence): the
-            // servers are told to stop, and learn how many passes ran.
+            // Ended before the dealt passes ran out (end of sequence, or the
+            // caller stopped): the servers are told to stop, and learn how
+            // many passes ran.
             if generated.tokens.len() <= layout.steps {
                 let pass = generated.tokens.len() as u32;
                 for (i, link) in conn.links().iter_mut().enumerate() {

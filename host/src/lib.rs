@@ -15,6 +15,8 @@
 //! | [`pool`], [`service`] | key pools; the long-running server that serves many queries from one |
 //! | [`generate`] | private text generation: prompts, sampling, the KV-cache passes |
 //! | [`session`], [`report`] | a whole run in one process; the report |
+//! | [`gateway`] | the OpenAI-compatible HTTP API on the client's side |
+//! | [`metrics`] | a long-running server's Prometheus metrics |
 //! | [`backend`] | `--backend`: the one place a concrete accelerator is named |
 
 #![deny(unsafe_code)]
@@ -27,10 +29,12 @@ pub mod fixed;
 pub mod float;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod gateway;
 pub mod generate;
 pub mod keyfile;
 pub mod ledger;
 pub mod logline;
+pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod party;

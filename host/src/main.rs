@@ -12,9 +12,11 @@ use suffuse_core::fss::Party;
 use suffuse_host::backend::{self, Choice};
 use suffuse_host::client;
 use suffuse_host::dealer;
+use suffuse_host::gateway::{self, Gateway, GatewayOptions, Route, text};
 use suffuse_host::generate::{self, Sampling};
 use suffuse_host::keyfile::KeyReader;
 use suffuse_host::ledger::{Ledger, LedgerError};
+use suffuse_host::metrics::{self, ServerMetrics};
 use suffuse_host::model::chat::ChatTemplate;
 use suffuse_host::model::gguf::{self, Gguf};
 use suffuse_host::model::{Decoder, Model, Transformer};
@@ -136,6 +138,9 @@ const MAX_SECONDS: u64 = 86_400;
 /// Queries a pool server serves at once, at most.
 const MAX_CONCURRENT: u64 = 1024;
 
+/// Requests a gateway lets wait, at most.
+const MAX_QUEUE: u64 = 1 << 16;
+
 /// Tokens a generation may ask for, at most.
 const MAX_NEW_TOKENS: u64 = 1 << 16;
 
@@ -213,6 +218,9 @@ enum Command {
     /// Private text generation with a decoder, all on this machine: the
     /// tokens stream to stdout, the report goes to stderr.
     Generate(GenerateArgs),
+    /// An OpenAI-compatible HTTP API on the client's side: each request
+    /// becomes a secure query to two servers (docs/GATEWAY.md).
+    Gateway(GatewayArgs),
     /// Makes a CA and one certificate per role (p0, p1, client) in OUT, for
     /// `--tls OUT`; copy ca.pem and each role's .pem and .key to that
     /// role's machine only.
@@ -326,6 +334,43 @@ struct ServeArgs {
     /// the ledger refuses it either way).
     #[arg(long)]
     keep_spent: bool,
+    /// With --keys-dir: serve Prometheus metrics, liveness and readiness
+    /// at http://ADDR/metrics, /livez and /readyz (e.g. 127.0.0.1:9100).
+    #[arg(long, value_name = "ADDR", requires = "keys_dir")]
+    metrics: Option<String>,
+}
+
+/// `suffuse gateway`'s arguments.
+#[derive(clap::Args, Debug)]
+struct GatewayArgs {
+    /// A model to offer, as `query --model` takes it; repeat it for more
+    /// models, each followed by its --servers. Clients name it by the
+    /// model's name (a built-in's name, a folder's or file's name).
+    #[arg(long, required = true)]
+    model: Vec<String>,
+    /// The two servers of the --model in the same place, ADDR0,ADDR1.
+    #[arg(long, required = true)]
+    servers: Vec<String>,
+    /// Address to listen on. Loopback by default: whoever reaches the
+    /// gateway queries the servers with this client's certificate.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: String,
+    /// Seconds for meeting both servers, and for each message from them
+    /// (a pass's logits come after the servers' whole pass).
+    #[arg(long, default_value_t = 600, value_parser = seconds())]
+    timeout: u64,
+    /// Queries run at once (each holds a key set of the servers' pool).
+    #[arg(long, default_value_t = 1, value_parser = count_in(1, MAX_CONCURRENT))]
+    max_concurrent: usize,
+    /// Requests that may wait for a turn; beyond them the answer is 429.
+    #[arg(long, default_value_t = 16, value_parser = count_in(0, MAX_QUEUE))]
+    queue: usize,
+    /// Texts per embedding query: the `--batch` the encoder's keys were
+    /// dealt for.
+    #[arg(long, default_value_t = 1, value_parser = count_in(1, MAX_CONCURRENT))]
+    batch: usize,
+    #[command(flatten)]
+    transport: Transport,
 }
 
 /// `suffuse query`'s arguments.
@@ -383,7 +428,9 @@ struct GenerateArgs {
     #[arg(long)]
     model: String,
     /// Wrap the prompt in the model's chat template as a user message
-    /// (special tokens written in the prompt are recognised either way).
+    /// (special tokens written in the prompt are recognised either way);
+    /// a model with none, such as the built-in ones, gets `user: PROMPT`
+    /// and `assistant:` on the next line, as the gateway gives it.
     #[arg(long)]
     chat: bool,
     /// Tokens to generate at most (fewer when the model ends the
@@ -584,19 +631,23 @@ fn gguf_file(spec: &str) -> Result<Option<PathBuf>> {
 }
 
 /// The prompt, wrapped in the model's chat template as one user message
-/// when `chat` is set (GGUF models carry their template).
+/// when `chat` is set.
 fn chat_text(spec: &str, prompt: &str, chat: bool) -> Result<String> {
     if !chat {
         return Ok(prompt.to_string());
     }
-    let Some(file) = gguf_file(spec)? else {
-        bail!("--chat needs a model with a chat template (a GGUF file); {spec} has none");
-    };
-    let g = Gguf::open(&file)?;
-    let Some(template) = ChatTemplate::from_gguf(&g)? else {
-        bail!("{} has no tokenizer.chat_template", file.display());
-    };
-    Ok(template.user_prompt(prompt)?)
+    Ok(chat_template(spec)?.user_prompt(prompt)?)
+}
+
+/// A decoder's chat template: a GGUF file's own, else the short one the
+/// gateway uses for models that ship none (`role: content` lines).
+fn chat_template(spec: &str) -> Result<ChatTemplate> {
+    if let Some(file) = gguf_file(spec)?
+        && let Some(t) = ChatTemplate::from_gguf(&Gguf::open(&file)?)?
+    {
+        return Ok(t);
+    }
+    Ok(text::fallback_template()?)
 }
 
 fn load_decoder(spec: &str) -> Result<Decoder> {
@@ -641,6 +692,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Query(args) => query_command(args),
         Command::Generate(args) => generate_command(args, choice),
         Command::Inspect { keyfile, state } => inspect(&keyfile, &state),
+        Command::Gateway(args) => gateway_command(args),
         Command::Certs { out, valid_days } => {
             make_certs(&out, valid_days)?;
             eprintln!(
@@ -732,6 +784,7 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
         state,
         transport,
         keep_spent,
+        metrics,
     } = args;
     let party = match party {
         0 => Party::P0,
@@ -759,13 +812,15 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
     let keys = match (keys, keys_dir) {
         (Some(k), _) => k,
         (None, Some(dir)) => {
+            let me = u8::from(party == Party::P1);
+            let pool = Pool::open(&dir, me)?;
             let opts = ServiceOptions {
                 serve: opts,
                 max_concurrent,
                 max_per_client: max_per_client.unwrap_or(max_concurrent.div_ceil(2)),
                 drain: Duration::from_secs(drain),
+                metrics: metrics_endpoint(metrics.as_deref(), &pool, me)?,
             };
-            let pool = Pool::open(&dir, u8::from(party == Party::P1))?;
             let stop = stop_on_signals()?;
             let r = service::run(&model, party, &pool, listener, &peer, &opts, fss, &stop);
             eprintln!(
@@ -790,6 +845,73 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
         r.rounds
     );
     write_json(&report_json, &r)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `serve --metrics ADDR`: the metrics, served from a thread of their own.
+fn metrics_endpoint(
+    addr: Option<&str>,
+    pool: &Pool,
+    party: u8,
+) -> Result<Option<Arc<ServerMetrics>>> {
+    let Some(addr) = addr else {
+        return Ok(None);
+    };
+    let m = Arc::new(ServerMetrics::new());
+    m.watch_pool(pool, party);
+    let bound =
+        metrics::serve(addr, m.clone()).with_context(|| format!("serving metrics on {addr}"))?;
+    eprintln!("P{party}: metrics on http://{bound}/metrics");
+    Ok(Some(m))
+}
+
+/// `suffuse gateway`.
+fn gateway_command(args: GatewayArgs) -> Result<ExitCode> {
+    if args.model.len() != args.servers.len() {
+        bail!(
+            "give each --model its --servers ({} models, {} server pairs)",
+            args.model.len(),
+            args.servers.len()
+        );
+    }
+    let mut routes: Vec<Route> = Vec::new();
+    for (spec, servers) in args.model.iter().zip(&args.servers) {
+        let Some((a, b)) = servers.split_once(',') else {
+            bail!("--servers takes two addresses, ADDR0,ADDR1 (got {servers:?})");
+        };
+        let model = load_any(spec)?;
+        let template = match &model {
+            Transformer::Decoder(_) => Some(chat_template(spec)?),
+            Transformer::Encoder(_) => None,
+        };
+        let id = model.name().to_string();
+        if routes.iter().any(|r| r.id == id) {
+            bail!("two --model flags name the model {id}");
+        }
+        routes.push(Route::new(id, model, template, [a.into(), b.into()]));
+    }
+    let ids: Vec<String> = routes.iter().map(|r| r.id.clone()).collect();
+    let listener = std::net::TcpListener::bind(&args.listen)
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    eprintln!("gateway: listening on http://{addr}");
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "gateway: warning: {addr} is reachable from other machines, and whoever reaches it \
+             queries the servers with this client's certificate"
+        );
+    }
+    eprintln!("gateway: models {}", ids.join(", "));
+    let gw = Gateway::new(GatewayOptions {
+        routes,
+        security: args.transport.security(Role::Client)?,
+        timeouts: timeouts(args.timeout),
+        max_concurrent: args.max_concurrent,
+        queue: args.queue,
+        embed_batch: args.batch,
+    });
+    gateway::run(listener, gw, stop_on_signals()?).context("serving HTTP")?;
+    eprintln!("gateway: stopped");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -39,6 +39,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello, Unavailable};
+use crate::metrics::ServerMetrics;
 use crate::model::ModelRef;
 use crate::net::{FrameKind as Frame, Incoming, Link, Listener, NetError, Role, Timeouts};
 use crate::party;
@@ -59,6 +60,8 @@ pub struct ServiceOptions {
     pub max_per_client: usize,
     /// How long queries in flight may take to finish after the stop flag.
     pub drain: Duration,
+    /// Where the queries' outcomes are counted (`serve --metrics`).
+    pub metrics: Option<Arc<ServerMetrics>>,
 }
 
 /// What a long-running server did.
@@ -257,6 +260,13 @@ impl<'a> Shared<'a> {
         crate::logline::line(self.me, what);
     }
 
+    /// Counts in the metrics, if the server keeps them.
+    fn metric(&self, f: impl FnOnce(&ServerMetrics)) {
+        if let Some(m) = &self.opts.metrics {
+            f(m);
+        }
+    }
+
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed)
     }
@@ -271,8 +281,10 @@ impl<'a> Shared<'a> {
     /// Returns when the stop was seen.
     fn accept_loop<'s>(&'s self, scope: &'s Scope<'s, '_>, listener: &Listener) -> Instant {
         let mut drain_from: Option<Instant> = None;
+        self.metric(|m| m.set_accepting(true));
         loop {
             if self.stopping() {
+                self.metric(|m| m.set_accepting(false));
                 let since = *drain_from.get_or_insert_with(Instant::now);
                 if self.slots.lock().total == 0 || since.elapsed() >= self.opts.drain {
                     return since;
@@ -301,6 +313,7 @@ impl<'a> Shared<'a> {
 
     fn dropped(&self, incoming: &Incoming, why: &str) {
         self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+        self.metric(ServerMetrics::dropped);
         let from = intro::origin(incoming);
         self.log(&format!("dropped a connection from {from}: {why}"));
     }
@@ -310,6 +323,7 @@ impl<'a> Shared<'a> {
     fn connection(&self, incoming: Incoming, within: Duration, place: Place) {
         let drop_it = |why: String| {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            self.metric(ServerMetrics::dropped);
             self.log(&format!("dropped a connection from {why}"));
         };
         let introduced = intro::introduce(incoming, within, self.t().io, &self.opts.serve.security);
@@ -354,6 +368,7 @@ impl<'a> Shared<'a> {
 
     fn refuse(&self, link: &mut Link, reason: Unavailable) {
         self.counts.refused.fetch_add(1, Ordering::Relaxed);
+        self.metric(|m| m.refused(refusal(reason)));
         let from = intro::link_origin(link);
         self.log(&format!("turned a client away from {from}: {reason}"));
         let _ = client::send_hello(link, &Hello::Unavailable { reason });
@@ -421,6 +436,37 @@ impl<'a> Shared<'a> {
             None if self.slots.lock().of(client) >= per.max(1) => Err(Unavailable::ClientLimit),
             None => Err(Unavailable::Busy),
         }
+    }
+}
+
+/// A refusal's metric label.
+fn refusal(reason: Unavailable) -> &'static str {
+    match reason {
+        Unavailable::PoolEmpty => "pool_empty",
+        Unavailable::Busy => "busy",
+        Unavailable::ShuttingDown => "shutting_down",
+        Unavailable::PeerDown => "peer_down",
+        Unavailable::UnknownQuery => "unknown_query",
+        Unavailable::ClientLimit => "client_limit",
+    }
+}
+
+/// A failed query's metric label: the kind of failure, never its text.
+fn failure(e: &ServeError) -> &'static str {
+    match e {
+        ServeError::KeyFile(_) => "key_file",
+        ServeError::Plan(_) => "plan",
+        ServeError::Net {
+            error: NetError::Timeout { .. },
+            ..
+        } => "timeout",
+        ServeError::Net {
+            error: NetError::Disconnected,
+            ..
+        } => "disconnected",
+        ServeError::Net { .. } => "network",
+        ServeError::Mismatch(_) => "mismatch",
+        _ => "computation",
     }
 }
 
@@ -502,6 +548,7 @@ impl Shared<'_> {
         match result {
             Ok(r) => {
                 self.counts.served.fetch_add(1, Ordering::Relaxed);
+                self.metric(|m| m.served(&r));
                 self.log(&format!(
                     "key set {}: served in {:.3} s, {} rounds",
                     hex(&id),
@@ -511,6 +558,7 @@ impl Shared<'_> {
             }
             Err(e) => {
                 self.counts.failed.fetch_add(1, Ordering::Relaxed);
+                self.metric(|m| m.failed(failure(&e)));
                 self.log(&format!("key set {}: query failed: {e}", hex(&id)));
             }
         }
