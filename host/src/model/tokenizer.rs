@@ -35,7 +35,7 @@ pub struct Tokenizer {
 enum Inner {
     /// A `tokenizers` tokenizer and its canonical (compact) serialization:
     /// what equality compares and what [`Tokenizer::to_json`] returns.
-    Hf(tokenizers::Tokenizer, String),
+    Hf(Box<tokenizers::Tokenizer>, String),
     /// llama.cpp's SentencePiece tokenizer (shared: its vocabulary is large).
     Spm(Arc<Spm>),
 }
@@ -55,7 +55,7 @@ impl Tokenizer {
             .to_string(false)
             .map_err(|e| ModelError::Tokenizer(format!("cannot serialize tokenizer: {e}")))?;
         Ok(Tokenizer {
-            inner: Inner::Hf(inner, json),
+            inner: Inner::Hf(Box::new(inner), json),
             lowercase_input,
         })
     }
