@@ -443,8 +443,11 @@ pub(super) fn write_dir(model: &Model, dir: &Path) -> Result<(), ModelError> {
                 "do_lower_case": model.tokenizer.lowercase_input()}),
     )?;
 
-    let tokenizer: Value = serde_json::from_str(model.tokenizer.to_json())
-        .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+    let json = model.tokenizer.to_json().ok_or_else(|| {
+        ModelError::Tokenizer("a SentencePiece tokenizer has no tokenizer.json form".into())
+    })?;
+    let tokenizer: Value =
+        serde_json::from_str(json).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
     write_json(&dir.join("tokenizer.json"), &tokenizer)?;
 
     let weights_path = dir.join("model.safetensors");

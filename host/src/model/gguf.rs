@@ -36,10 +36,12 @@ pub use llama::gguf_in;
 mod parse;
 mod quant;
 mod qwen2;
+mod spm;
 mod tokenizer;
 mod write;
 
 pub use quant::TensorType;
+pub use spm::Spm;
 pub use write::Writer;
 
 /// The `general.alignment` llama.cpp assumes when the key is absent.

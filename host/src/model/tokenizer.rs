@@ -1,8 +1,11 @@
 //! Text to token ids, the way sentence-transformers does it.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::ModelError;
+use super::gguf::Spm;
 
 /// The special tokens of a generated vocabulary, at ids 0, 1, 2, 3, 4: BERT's
 /// names, so that generated and real checkpoints read alike.
@@ -12,7 +15,8 @@ pub(crate) const SPECIAL_TOKENS: [&str; 5] = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"
 /// own, so they never need a `##` continuation form.
 const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 
-/// A Hugging Face tokenizer (`tokenizer.json`) with the
+/// A Hugging Face tokenizer (`tokenizer.json`), or llama.cpp's
+/// SentencePiece tokenizer read from a GGUF vocabulary ([`Spm`]), with the
 /// truncation rule of sentence-transformers.
 ///
 /// `tokenizer.json` files often carry the padding and truncation settings of
@@ -21,13 +25,19 @@ const PUNCTUATION: &str = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~";
 /// limit is an argument of [`Tokenizer::encode`].
 #[derive(Clone)]
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
-    /// The canonical (compact) serialization of `inner`: what equality
-    /// compares and what [`Tokenizer::to_json`] returns.
-    json: String,
+    inner: Inner,
     /// sentence-transformers' `do_lower_case`: lowercase the text before the
     /// tokenizer sees it.
     lowercase_input: bool,
+}
+
+#[derive(Clone)]
+enum Inner {
+    /// A `tokenizers` tokenizer and its canonical (compact) serialization:
+    /// what equality compares and what [`Tokenizer::to_json`] returns.
+    Hf(Box<tokenizers::Tokenizer>, String),
+    /// llama.cpp's SentencePiece tokenizer (shared: its vocabulary is large).
+    Spm(Arc<Spm>),
 }
 
 impl Tokenizer {
@@ -45,10 +55,17 @@ impl Tokenizer {
             .to_string(false)
             .map_err(|e| ModelError::Tokenizer(format!("cannot serialize tokenizer: {e}")))?;
         Ok(Tokenizer {
-            inner,
-            json,
+            inner: Inner::Hf(Box::new(inner), json),
             lowercase_input,
         })
+    }
+
+    /// llama.cpp's SentencePiece tokenizer.
+    pub fn from_spm(spm: Spm) -> Tokenizer {
+        Tokenizer {
+            inner: Inner::Spm(Arc::new(spm)),
+            lowercase_input: false,
+        }
     }
 
     /// A character-level WordPiece tokenizer with BERT's normalizer
@@ -130,53 +147,72 @@ impl Tokenizer {
         } else {
             text
         };
-        let mut plain = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         let specials = self.special_token_count();
         let room = max_tokens.checked_sub(specials).ok_or_else(|| {
             ModelError::Tokenizer(format!(
                 "max_tokens {max_tokens} leaves no room for the {specials} special tokens"
             ))
         })?;
+        let inner = match &self.inner {
+            Inner::Hf(inner, _) => inner,
+            Inner::Spm(spm) => {
+                let mut ids: Vec<u32> = spm.bos().into_iter().collect();
+                let plain = spm.encode(text)?;
+                ids.extend(&plain[..plain.len().min(room)]);
+                return Ok(ids);
+            }
+        };
+        let mut plain = inner
+            .encode(text, false)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         plain.truncate(room, 0, tokenizers::TruncationDirection::Right);
-        let full = self
-            .inner
+        let full = inner
             .post_process(plain, None, true)
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok(full.get_ids().to_vec())
     }
 
     /// How many special tokens the post-processor adds to one sequence (2
-    /// for BERT: `[CLS]` and `[SEP]`).
+    /// for BERT: `[CLS]` and `[SEP]`; 1 for a SentencePiece BOS).
     pub fn special_token_count(&self) -> usize {
-        self.inner
-            .get_post_processor()
-            .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false))
+        match &self.inner {
+            Inner::Hf(inner, _) => inner
+                .get_post_processor()
+                .map_or(0, |p| tokenizers::PostProcessor::added_tokens(p, false)),
+            Inner::Spm(spm) => usize::from(spm.bos().is_some()),
+        }
     }
 
     /// The text of token ids, special tokens included (a generated token
     /// is shown as the model produced it).
     pub fn decode(&self, ids: &[u32]) -> Result<String, ModelError> {
-        self.inner
-            .decode(ids, false)
-            .map_err(|e| ModelError::Tokenizer(e.to_string()))
+        match &self.inner {
+            Inner::Hf(inner, _) => inner
+                .decode(ids, false)
+                .map_err(|e| ModelError::Tokenizer(e.to_string())),
+            Inner::Spm(spm) => spm.decode(ids),
+        }
     }
 
     /// The id of a token string, if the vocabulary has it.
     pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.inner.token_to_id(token)
+        match &self.inner {
+            Inner::Hf(inner, _) => inner.token_to_id(token),
+            Inner::Spm(spm) => spm.token_id(token),
+        }
     }
 
     /// The largest id the tokenizer can produce, plus one.
     pub fn id_bound(&self) -> usize {
-        self.inner
-            .get_vocab(true)
-            .values()
-            .map(|&id| id as usize + 1)
-            .max()
-            .unwrap_or(0)
+        match &self.inner {
+            Inner::Hf(inner, _) => inner
+                .get_vocab(true)
+                .values()
+                .map(|&id| id as usize + 1)
+                .max()
+                .unwrap_or(0),
+            Inner::Spm(spm) => spm.len(),
+        }
     }
 
     /// Whether sentence-transformers' `do_lower_case` is set.
@@ -185,23 +221,36 @@ impl Tokenizer {
     }
 
     /// The tokenizer as compact `tokenizer.json` text (without padding or
-    /// truncation settings).
-    pub fn to_json(&self) -> &str {
-        &self.json
+    /// truncation settings); `None` for a SentencePiece tokenizer read from
+    /// GGUF, which has no such form.
+    pub fn to_json(&self) -> Option<&str> {
+        match &self.inner {
+            Inner::Hf(_, json) => Some(json),
+            Inner::Spm(_) => None,
+        }
     }
 }
 
 impl PartialEq for Tokenizer {
     fn eq(&self, other: &Tokenizer) -> bool {
-        self.lowercase_input == other.lowercase_input && self.json == other.json
+        let same = match (&self.inner, &other.inner) {
+            (Inner::Hf(_, a), Inner::Hf(_, b)) => a == b,
+            (Inner::Spm(a), Inner::Spm(b)) => a == b,
+            _ => false,
+        };
+        same && self.lowercase_input == other.lowercase_input
     }
 }
 
 impl std::fmt::Debug for Tokenizer {
     // The derived form would print the whole vocabulary.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let vocab = match &self.inner {
+            Inner::Hf(inner, _) => inner.get_vocab_size(true),
+            Inner::Spm(spm) => spm.len(),
+        };
         f.debug_struct("Tokenizer")
-            .field("vocab", &self.inner.get_vocab_size(true))
+            .field("vocab", &vocab)
             .field("special_tokens", &self.special_token_count())
             .field("lowercase_input", &self.lowercase_input)
             .finish_non_exhaustive()

@@ -8,6 +8,9 @@
 //! that `<|im_start|>` written in a prompt is one token, as Hugging Face
 //! and llama.cpp both treat it. The pre-tokenizer is the one llama.cpp
 //! uses for `tokenizer.ggml.pre` (`llama-vocab.cpp`).
+//!
+//! A `tokenizer.ggml.model = llama` vocabulary (SentencePiece, Gemma 3's)
+//! is tokenized by [`super::Spm`], llama.cpp's algorithm written out.
 
 use serde_json::{Value as Json, json};
 
@@ -22,10 +25,15 @@ impl Tokenizer {
     /// Builds the tokenizer stored in a GGUF file's metadata.
     pub fn from_gguf(g: &Gguf) -> Result<Tokenizer, ModelError> {
         let model = g.str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(ModelError::Tokenizer(format!(
-                "tokenizer.ggml.model `{model}` is not supported (supported: gpt2, byte-level BPE)"
-            )));
+        match model {
+            "gpt2" => {}
+            "llama" => return super::Spm::from_gguf(g).map(Tokenizer::from_spm),
+            _ => {
+                return Err(ModelError::Tokenizer(format!(
+                    "tokenizer.ggml.model `{model}` is not supported (supported: gpt2, byte-level \
+                     BPE; llama, SentencePiece)"
+                )));
+            }
         }
         let pre = match g.get("tokenizer.ggml.pre") {
             Some(_) => g.str("tokenizer.ggml.pre")?,
@@ -279,7 +287,7 @@ pub(super) mod tests {
     #[test]
     fn unsupported_or_malformed_vocabularies_are_errors() {
         let mut w = Writer::new(3);
-        w.meta("tokenizer.ggml.model", Value::String("llama".into()));
+        w.meta("tokenizer.ggml.model", Value::String("t5".into()));
         let g = Gguf::from_bytes(w.to_bytes()).unwrap();
         assert!(matches!(
             Tokenizer::from_gguf(&g),
