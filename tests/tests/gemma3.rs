@@ -100,3 +100,108 @@ fn fixture_has_the_texts_the_tests_need() {
             .any(|c| c.ids.iter().any(|id| (238..494).contains(id)))
     );
 }
+
+mod model {
+    //! The whole decoder from the GGUF file (`gguf/gemma3.rs`) against the
+    //! numpy float forward of `tests/fixtures/gemma3_forward.py`
+    //! (`fixtures/gemma3.json`), and a two-layer slice secure against the
+    //! fixed-point reference.
+
+    use super::*;
+    use suffuse_host::fixed::decode;
+    use suffuse_host::generate::{self, Sampling};
+    use suffuse_host::model::Decoder;
+    use suffuse_host::plan::decoder::{self as planner, Generation};
+    use suffuse_host::session::{self, Options};
+
+    #[derive(Deserialize)]
+    struct Oracle {
+        logits: Logits,
+    }
+
+    #[derive(Deserialize)]
+    struct Logits {
+        prompt_ids: Vec<u32>,
+        top_ids: Vec<u32>,
+        top_logits: Vec<f64>,
+    }
+
+    fn model() -> Option<Decoder> {
+        let g = decoders::gguf("gemma-3-270m/gemma-3-270m-q4_k_m.gguf", "gemma3-270m")?;
+        Some(Decoder::from_gguf(&g, "gemma-3-270m").unwrap())
+    }
+
+    /// 18 layers of width 640, 4 query heads and one key/value head of
+    /// 256, MLP 2,048; five local layers (window 512, base 10⁴) to one
+    /// global (base 10⁶); √640 on the embeddings; a tied head.
+    #[test]
+    fn decoder_from_gguf_has_gemma3s_shape() {
+        let Some(m) = model() else { return };
+        assert_eq!(decoders::shape(&m), [18, 640, 2048, 4, 1, 256]);
+        let c = &m.config;
+        assert_eq!(c.vocab_size, 262_144);
+        assert_eq!(c.attention_of(4), (Some(512), 10_000.0));
+        assert_eq!(c.attention_of(5), (None, 1e6));
+        assert_eq!(c.block.embed_scale, Some(640f32.sqrt()));
+        assert!(c.tied_head && m.layers.iter().all(|l| l.qk_norm.is_some()));
+    }
+
+    /// The whole model in fixed point on one prompt: the float oracle's 32
+    /// best logits of the last row are within 0.25 of ours, and the best
+    /// token is the same. It fails today: the reference stops with
+    /// `OutOfRange` at layer 11's MLP norm, whose input exceeds the norm's
+    /// checked capacity (`docs/DECODERS.md`, "Gemma 3 270M").
+    #[test]
+    #[ignore = "fails: layer 11's norm input exceeds the rsqrt chain's capacity (docs/DECODERS.md)"]
+    fn fixed_point_logits_are_close_to_the_float_oracles() {
+        let Some(m) = model() else { return };
+        let l = decoders::fixture::<Oracle>("gemma3.json").logits;
+        let g = Generation {
+            prompt: planner::bucket(l.prompt_ids.len(), 2048),
+            steps: 0,
+        };
+        let plan = planner::build(&m, g).unwrap();
+        let layout = generate::Layout::of(&plan);
+        let mut next = |pass: usize, _: &[Vec<u64>]| {
+            (pass == 0).then(|| generate::prefill_inputs(&m, &layout, &l.prompt_ids).unwrap())
+        };
+        let la = suffuse_host::backend::auto();
+        let rows = suffuse_host::reference::run_passes(&plan, &mut next, la).unwrap();
+        let ours: Vec<f64> = rows[0]
+            .iter()
+            .map(|v| decode(*v, layout.logit_scale))
+            .collect();
+        let worst = l
+            .top_ids
+            .iter()
+            .zip(&l.top_logits)
+            .map(|(t, want)| (ours[*t as usize] - want).abs())
+            .fold(0.0f64, f64::max);
+        let best = (0..ours.len())
+            .max_by(|a, b| ours[*a].total_cmp(&ours[*b]))
+            .unwrap();
+        eprintln!("largest logit difference over the float top-32: {worst:.4}");
+        assert!(worst <= 0.25, "{worst}");
+        assert_eq!(best as u32, l.top_ids[0]);
+    }
+
+    /// The first two blocks through dealer, both servers and client:
+    /// bit-exact on every pass.
+    #[test]
+    fn a_two_layer_slice_runs_securely_bit_exact() {
+        let Some(mut m) = model() else { return };
+        m.layers.truncate(2);
+        m.config.layers = 2;
+        let ids = decoders::fixture::<Oracle>("gemma3.json").logits.prompt_ids;
+        let out = session::generate(
+            &m,
+            &ids,
+            2,
+            Sampling::default(),
+            &Options::default(),
+            &mut |_| {},
+        )
+        .unwrap();
+        assert_eq!(out.report.bit_exact, Some(true), "not bit-exact");
+    }
+}

@@ -161,6 +161,36 @@ pub(super) fn residual_norm(
     normalize(b, r, norm, name, l, true)
 }
 
+/// `z` as the gains' product can take it: where `|z|·|γ|√d + |β|` would not
+/// fit the ring at `z`'s scale plus the gains' (Gemma's sandwich norms have
+/// gains in the hundreds), `z` is first truncated by just the excess bits,
+/// which drops bits far below FRAC. Returns the input and its scale.
+fn narrow_for_gains(
+    b: &mut Builder,
+    z: usize,
+    zb: &Bound,
+    norm: &model::Norm,
+    root: f64,
+    name: &str,
+) -> Result<(usize, u32), PlanError> {
+    let scale = FRAC + RSQRT_FRAC;
+    let max = zb
+        .abs
+        .iter()
+        .zip(norm.gamma.iter().zip(&norm.beta))
+        .map(|(z, (g, o))| z * (f64::from(g.abs()) * root + ulp(WEIGHT_FRAC)) + f64::from(o.abs()))
+        .fold(0.0f64, f64::max);
+    let excess = bound::width(max, scale + WEIGHT_FRAC).saturating_sub(61);
+    if excess == 0 {
+        return Ok((z, scale));
+    }
+    let to = scale.saturating_sub(excess).max(FRAC);
+    Ok((
+        truncate(b, z, to, format!("{name} normalized (narrowed)"))?,
+        to,
+    ))
+}
+
 /// LayerNorm (`centre`) or RMSNorm of `r`: `y = r − mean` (LayerNorm
 /// only), `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`.
 pub(super) fn normalize(
@@ -230,7 +260,15 @@ pub(super) fn normalize(
         .iter()
         .map(|g| encode(f64::from(*g) * root, WEIGHT_FRAC))
         .collect();
-    let out_scale = FRAC + RSQRT_FRAC + WEIGHT_FRAC;
+    let (z, z_scale) = narrow_for_gains(b, z, &zb, norm, root, &name)?;
+    let (zb, z_l2) = if z_scale == FRAC + RSQRT_FRAC {
+        (zb, z_l2)
+    } else {
+        // The narrowing's rounding, at most one unit of the new scale.
+        let zb = b.info(z).bound.clone();
+        (zb, z_l2 + (d as f64).sqrt() * ulp(z_scale))
+    };
+    let out_scale = z_scale + WEIGHT_FRAC;
     let offsets: Vec<u64> = norm
         .beta
         .iter()
