@@ -13,8 +13,9 @@ use super::{Linear, ModelError, Norm, Tokenizer};
 /// Which decoder family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Architecture {
-    /// Pre-norm RMSNorm, RoPE, grouped-query attention, SiLU-gated MLP, no
-    /// biases (Llama, SmolLM2, Mistral without sliding windows).
+    /// Pre-norm RMSNorm, RoPE, grouped-query attention, gated MLP (Llama,
+    /// SmolLM2, Mistral without sliding windows; with `Linear` biases and
+    /// [`BlockForm`] parameters, Qwen2 and Gemma 3).
     Llama,
     /// Pre-LN LayerNorm, learned absolute positions, tanh GeLU MLP, biases
     /// everywhere (GPT-2).
