@@ -435,19 +435,14 @@ fn projections(
     qn.gamma
         .iter_mut()
         .for_each(|g| *g = (f64::from(*g) * inv_root) as f32);
-    let mut normed = [
-        (q, &qn, cfg.heads, "queries"),
-        (k, kn, cfg.kv_heads, "keys"),
-    ]
-    .into_iter()
-    .map(|(x, norm, count, what)| {
+    let norm_and_rotate = |b: &mut Builder, x, norm, count, what: &str| {
         let (x, _) = normalize(b, x, norm, format!("layer {l} {what}"), l, false)?;
         let x = rope_on(b, x, dh, count)?;
         b.at(Category::Truncation, Some(l));
         truncate(b, x, FRAC, format!("layer {l} rotated {what}"))
-    });
-    let q = normed.next().unwrap_or(Ok(q))?;
-    let k = normed.next().unwrap_or(Ok(k))?;
+    };
+    let q = norm_and_rotate(b, q, &qn, cfg.heads, "queries")?;
+    let k = norm_and_rotate(b, k, kn, cfg.kv_heads, "keys")?;
     Ok((q, k, v))
 }
 
