@@ -112,11 +112,12 @@ mod model {
     use suffuse_host::generate::{self, Sampling};
     use suffuse_host::model::Decoder;
     use suffuse_host::plan::decoder::{self as planner, Generation};
-    use suffuse_host::session::{self, Options};
+    use suffuse_host::session;
 
     #[derive(Deserialize)]
     struct Oracle {
         logits: Logits,
+        teacher_forced: decoders::TeacherForced,
     }
 
     #[derive(Deserialize)]
@@ -148,11 +149,12 @@ mod model {
 
     /// The whole model in fixed point on one prompt: the float oracle's 32
     /// best logits of the last row are within 0.25 of ours, and the best
-    /// token is the same. It fails today: the reference stops with
-    /// `OutOfRange` at layer 11's MLP norm, whose input exceeds the norm's
-    /// checked capacity (`docs/DECODERS.md`, "Gemma 3 270M").
+    /// token is the same. Gemma's residual stream reaches ‖y‖ ≈ 1.0·10⁵ (one
+    /// channel of the first row), within the norms' checked capacity of
+    /// about 1.8·10⁵ (`docs/DECODERS.md`, "Gemma 3 270M"). The best token
+    /// agrees; the largest difference is 0.62 today.
     #[test]
-    #[ignore = "fails: layer 11's norm input exceeds the rsqrt chain's capacity (docs/DECODERS.md)"]
+    #[ignore = "fails: largest logit difference 0.62 > 0.25, source not found yet (docs/DECODERS.md, Gemma 3)"]
     fn fixed_point_logits_are_close_to_the_float_oracles() {
         let Some(m) = model() else { return };
         let l = decoders::fixture::<Oracle>("gemma3.json").logits;
@@ -185,6 +187,25 @@ mod model {
         assert_eq!(best as u32, l.top_ids[0]);
     }
 
+    /// Teacher-forced top-1 over the fixture's passage (48 positions): at
+    /// least 98 % equal the float top-1, and every miss is at a float
+    /// margin below [`decoders::MARGIN`].
+    #[test]
+    #[ignore = "fails: 46/48 with one miss at float margin 0.133 (docs/DECODERS.md, Gemma 3)"]
+    fn teacher_forced_top1_agrees_with_the_float_oracle() {
+        let Some(m) = model() else { return };
+        let tf = decoders::fixture::<Oracle>("gemma3.json").teacher_forced;
+        let n = tf.top1.len();
+        let (agree, decisive, ours) = decoders::top1_agreement(&m, &tf);
+        for i in (0..n).filter(|i| ours[*i] != tf.top1[*i]) {
+            let (f, o, margin) = (tf.top1[i], ours[i], tf.top1_margins[i]);
+            eprintln!("miss at {i}: float {f}, ours {o}, float margin {margin}");
+        }
+        eprintln!("teacher-forced top-1: {agree}/{n}; {decisive} misses at margin ≥ 0.1");
+        assert!(agree * 100 >= n * 98, "{agree}/{n}");
+        assert_eq!(decisive, 0);
+    }
+
     /// The first two blocks through dealer, both servers and client:
     /// bit-exact on every pass.
     #[test]
@@ -198,7 +219,7 @@ mod model {
             &ids,
             2,
             Sampling::default(),
-            &Options::default(),
+            &decoders::patient(),
             &mut |_| {},
         )
         .unwrap();

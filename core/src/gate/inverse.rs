@@ -17,7 +17,11 @@
 //!
 //! Inputs below 1 ulp (V = 0, or V = 1 for rsqrt with odd scale) saturate
 //! to the value at V = 1. Accuracy (enforced by a sweep): relative error
-//! ≤ 2^-7 for every input of the range at the default scales. Cost: 9
+//! ≤ 2^-7 for every input of the range at the default scales, plus one unit
+//! of the output. Rsqrt's mantissa spline is fitted to 2^-11 (five pieces),
+//! so its chain is within 3.4·10⁻⁴ (sampled over every octave at
+//! `frac_out` = 40): a norm's ρ scales a whole row, and Gemma 3's six
+//! norms per block compound it. Cost: 9
 //! rounds; the range-reduction key is one k-bit DCF evaluated at one point
 //! per octave.
 
@@ -287,12 +291,34 @@ mod tests {
         }
     }
 
+    /// The widest rsqrt the planner asks for (a norm's sum of squares at
+    /// 2^-24 checked at capacity, below 2^60 with its floor at 2^12): every
+    /// octave, sampled, within 2^-7 relative plus one unit of the output
+    /// (which the planner bounds separately: near 2^60 the answer is about
+    /// 2^-17.5, 90 units at 2^-24).
+    #[test]
+    fn rsqrt_accuracy_over_the_widest_planned_range() {
+        let sc = scales(24, 60, 12);
+        let chain = inverse(Inverse::Rsqrt, Width::W64, sc).unwrap();
+        let unit = 1.0 / crate::ring::pow2(sc.frac_out);
+        for b in 12..59 {
+            let stride = (1u64 << b) / 4093 + 1;
+            for v in (1u64 << b..2 << b).step_by(stride as usize) {
+                let y = chain.reference(v) as i64 as f64 * unit;
+                let want = Inverse::Rsqrt.real(v as f64 / crate::ring::pow2(sc.frac_in));
+                let e = (y - want).abs();
+                assert!(e <= want / 128.0 + unit, "v = {v}: {y} for {want}");
+            }
+        }
+    }
+
     #[test]
     fn two_party_inverses_equal_the_reference() {
         let mut prg = Prg::new(&[4; 16]);
         for (kind, sc) in [
             (Inverse::Recip, scales(12, 23, 12)),
             (Inverse::Rsqrt, scales(24, 44, 0)),
+            (Inverse::Rsqrt, scales(24, 60, 12)),
         ] {
             let chain = inverse(kind, Width::W64, sc).unwrap();
             let mut xs: Vec<u64> = (0..200).map(|_| prg.next_u64() >> (64 - sc.k_in)).collect();

@@ -503,8 +503,8 @@ pub const RECIP_MANTISSA: Spline = Spline {
     ],
 };
 
-/// 1/√m on [1, 4): the mantissa step of rsqrt after range reduction. Target relative error ≤ 2^-7.
-/// 2 pieces of degree 2 on [1, 4); fitted error 3.857e-3 (relative).
+/// 1/√m on [1, 4): the mantissa step of rsqrt after range reduction. Target relative error ≤ 2^-11.
+/// 5 pieces of degree 2 on [1, 4); fitted error 2.320e-4 (relative).
 pub const RSQRT_MANTISSA: Spline = Spline {
     degree: 2,
     left: Tail::Zero,
@@ -512,23 +512,56 @@ pub const RSQRT_MANTISSA: Spline = Spline {
     pieces: &[
         SplinePiece {
             lo: 1.0,
-            hi: 2.09375,
-            center: 1.546875,
+            hi: 1.328125,
+            center: 1.1640625,
             coeffs: [
-                0.8036105239549256,
-                -0.27646673739444133,
-                0.13823650831926568,
+                0.9268441888695803,
+                -0.4018662853411326,
+                0.2601391290517062,
                 0.0,
             ],
         },
         SplinePiece {
-            lo: 2.09375,
-            hi: 4.0,
-            center: 3.046875,
+            lo: 1.328125,
+            hi: 1.765625,
+            center: 1.546875,
             coeffs: [
-                0.5727139742458587,
-                -0.09861837722678372,
-                0.024861100556047334,
+                0.8040206450914597,
+                -0.2623559479784243,
+                0.12780562283133098,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 1.765625,
+            hi: 2.34375,
+            center: 2.0546875,
+            coeffs: [
+                0.6976249889530903,
+                -0.17136119537995098,
+                0.06284340087885296,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 2.34375,
+            hi: 3.125,
+            center: 2.734375,
+            coeffs: [
+                0.6047356282893621,
+                -0.11165329195577385,
+                0.03077302301884712,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 3.125,
+            hi: 4.0,
+            center: 3.5625,
+            coeffs: [
+                0.529809360296354,
+                -0.07489040549330385,
+                0.01582260485685937,
                 0.0,
             ],
         },

@@ -9,16 +9,40 @@ use super::{Builder, Category, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model;
 
-/// Lowest octave of LayerNorm's rsqrt input (at scale 2·FRAC): Σy² below
-/// 2^-16 saturates, i.e. rows whose values all agree to about 2^-8·√(1/d).
-pub(super) const RSQRT_LO_BITS: u32 = 8;
+/// The rsqrt chain's input range, below 2^`k` (signed convention, as
+/// [`bound::width`]) and saturating below 2^`lo_bits` (integer input), and
+/// its output's fraction bits.
+#[derive(Clone, Copy)]
+struct Octaves {
+    k: u32,
+    lo_bits: u32,
+    frac_out: u32,
+}
 
-/// The widest rsqrt input planned (MiniLM's widest is 56 bits).
-const RSQRT_MAX_K: u32 = 56;
+/// For proven sums: at scale 2·FRAC, Σy² below 2^-16 saturates, i.e. rows
+/// whose values all agree to about 2^-8·√(1/d); the input is below 2^56
+/// (MiniLM's widest).
+const PROVEN: Octaves = Octaves {
+    k: 56,
+    lo_bits: 8,
+    frac_out: RSQRT_FRAC,
+};
+
+/// For sums checked at capacity (a deep residual stream): the widest input
+/// core's chain takes at 2·FRAC (its mantissa `M < 2^(k+3)` and output
+/// product must fit 64 bits), for which the floor rises to 2^-12, i.e.
+/// `‖y‖ < 2^-6`, far below any residual row. ρ gets 8 more fraction bits:
+/// a row of norm 10⁵ (Gemma 3's first row) has ρ ≈ 10⁻⁵, which 2^-24 holds
+/// to 0.6 % only, and every channel of that row would carry it.
+const CAPPED: Octaves = Octaves {
+    k: 60,
+    lo_bits: 12,
+    frac_out: RSQRT_FRAC + 8,
+};
 
 /// The widest proven sum of squares that is narrowed for the rsqrt chain
 /// (the ring check allows 62 bits; one bit of headroom for `+ d·ε`).
-/// Wider proven bounds give way to the chain's capacity (see
+/// Wider proven bounds give way to the chain's checked capacity (see
 /// [`norm_input`]).
 const SUM_MAX_K: u32 = 61;
 
@@ -49,39 +73,41 @@ pub(super) fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
 }
 
 /// The bound a norm works with for its input `y` (bound `yb`, row norm
-/// `y_l2`).
+/// `y_l2`), and the rsqrt chain's range.
 ///
 /// Where the proven `‖y‖² + d·ε` fits [`SUM_MAX_K`] bits at 2·FRAC it is
 /// kept, and proven. Beyond that (a deep pre-norm residual stream, whose
 /// worst case compounds every block's worst case), the norm runs at the
-/// rsqrt chain's full capacity instead: `y` is taken to satisfy
-/// `‖y‖² + d·ε < 2^(RSQRT_MAX_K − 1 − 2·FRAC)/MARGIN`, about `‖y‖ < 4.5·10⁴`
+/// [`CAPPED`] chain's full capacity instead: `y` is taken to satisfy
+/// `‖y‖² + d·ε < 2^(60 − 1 − 2·FRAC)/MARGIN`, about `‖y‖ < 1.8·10⁵`
 /// (every square, sum and product after it is then exact), and the
 /// reference checks it on every row at run time, as it checks every
 /// proven bound. Only this assumption is not proven; docs/DECODERS.md
 /// gives the margin measured on real text.
-fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64) {
+fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64, Octaves) {
     let de = d as f64 * f64::from(eps);
     if bound::width(y_l2 * y_l2 + de, 2 * FRAC) <= SUM_MAX_K {
-        return (yb, y_l2);
+        return (yb, y_l2, PROVEN);
     }
-    let v_cap = (pow2(RSQRT_MAX_K - 1) - 4.0) / (bound::MARGIN * pow2(2 * FRAC)) * (1.0 - 1e-9);
+    let v_cap = (pow2(CAPPED.k - 1) - 4.0) / (bound::MARGIN * pow2(2 * FRAC)) * (1.0 - 1e-9);
     let cap = (v_cap - de).max(0.0).sqrt();
-    debug_assert!(bound::width(cap * cap + de, 2 * FRAC) <= RSQRT_MAX_K);
+    debug_assert!(bound::width(cap * cap + de, 2 * FRAC) <= CAPPED.k);
     let mut capped = Bound::from_abs(yb.abs.iter().map(|a| a.min(cap)).collect(), d);
     capped.l2[0] = capped.l2[0].min(cap);
-    (capped, y_l2.min(cap))
+    (capped, y_l2.min(cap), CAPPED)
 }
 
 /// `Σy² + d·ε` of each row of `y` (a `d`-wide tensor with bound `yb` and
-/// row norm `y_l2`) at 2·FRAC, ready for the rsqrt chain: returns the
-/// tensor, its scale and its bound.
+/// row norm `y_l2`) at 2·FRAC, ready for the rsqrt chain whose input is
+/// below 2^`k_max`: returns the tensor, its scale and its bound.
+#[allow(clippy::too_many_arguments)]
 fn sum_of_squares(
     b: &mut Builder,
     y: usize,
     yb: &Bound,
     y_l2: f64,
     eps: f32,
+    k_max: u32,
     name: &str,
     l: usize,
 ) -> Result<(usize, u32, f64), PlanError> {
@@ -125,10 +151,10 @@ fn sum_of_squares(
     } else {
         v
     };
-    // The rsqrt chain's range reduction needs its input below 2^56: a wider
-    // proven range is truncated first (one element per row), which only
-    // raises the saturation floor 2^(lo_bits − frac_in).
-    match bound::width(v_max, scale).checked_sub(RSQRT_MAX_K) {
+    // The rsqrt chain's range reduction needs its input below 2^k_max: a
+    // wider proven range is truncated first (one element per row), which
+    // only raises the saturation floor 2^(lo_bits − frac_in).
+    match bound::width(v_max, scale).checked_sub(k_max) {
         Some(shift) if shift > 0 => {
             let vt = truncate(
                 b,
@@ -161,19 +187,19 @@ pub(super) fn residual_norm(
     normalize(b, r, norm, name, l, true)
 }
 
-/// `z` as the gains' product can take it: where `|z|·|γ|√d + |β|` would not
-/// fit the ring at `z`'s scale plus the gains' (Gemma's sandwich norms have
-/// gains in the hundreds), `z` is first truncated by just the excess bits,
-/// which drops bits far below FRAC. Returns the input and its scale.
+/// `z` (at `scale`) as the gains' product can take it: where
+/// `|z|·|γ|√d + |β|` would not fit the ring at `z`'s scale plus the gains'
+/// (Gemma's sandwich norms have gains in the hundreds), `z` is first
+/// truncated by just the excess bits, which drops bits far below FRAC.
+/// Returns the input and its scale.
 fn narrow_for_gains(
     b: &mut Builder,
-    z: usize,
+    (z, scale): (usize, u32),
     zb: &Bound,
     norm: &model::Norm,
     root: f64,
     name: &str,
 ) -> Result<(usize, u32), PlanError> {
-    let scale = FRAC + RSQRT_FRAC;
     let max = zb
         .abs
         .iter()
@@ -211,14 +237,15 @@ pub(super) fn normalize(
     } else {
         (r, r_bound.clone(), r_l2)
     };
-    let (yb, y_l2) = norm_input(yb, y_l2, d, norm.eps);
-    let (v, frac_in, v_max) = sum_of_squares(b, y, &yb, y_l2, norm.eps, &name, l)?;
-    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - RSQRT_LO_BITS) / 2) + ulp(RSQRT_FRAC);
+    let (yb, y_l2, octaves) = norm_input(yb, y_l2, d, norm.eps);
+    let (v, frac_in, v_max) = sum_of_squares(b, y, &yb, y_l2, norm.eps, octaves.k, &name, l)?;
+    let rho_max =
+        (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
     let rho = b.tensor(
         format!("{name} 1/√Σy²"),
         rows,
         1,
-        RSQRT_FRAC,
+        octaves.frac_out,
         Bound::uniform(1, rho_max),
     )?;
     b.push(Kind::Inverse {
@@ -227,8 +254,8 @@ pub(super) fn normalize(
             rsqrt: true,
             frac_in,
             k_in: bound::width(v_max, frac_in),
-            lo_bits: RSQRT_LO_BITS,
-            frac_out: RSQRT_FRAC,
+            lo_bits: octaves.lo_bits,
+            frac_out: octaves.frac_out,
         },
         out: rho,
     });
@@ -236,16 +263,16 @@ pub(super) fn normalize(
     let z_abs: Vec<f64> = yb
         .abs
         .iter()
-        .map(|a| 1.0 + INVERSE_REL_ERR + a * ulp(RSQRT_FRAC))
+        .map(|a| 1.0 + INVERSE_REL_ERR + a * ulp(octaves.frac_out))
         .collect();
-    let z_l2 = 1.0 + INVERSE_REL_ERR + (d as f64).sqrt() * yb.max_abs() * ulp(RSQRT_FRAC);
+    let z_l2 = 1.0 + INVERSE_REL_ERR + (d as f64).sqrt() * yb.max_abs() * ulp(octaves.frac_out);
     let mut zb = Bound::from_abs(z_abs, d);
     zb.l2[0] = zb.l2[0].min(z_l2);
     let z = b.tensor(
         format!("{name} normalized"),
         rows,
         d,
-        FRAC + RSQRT_FRAC,
+        FRAC + octaves.frac_out,
         zb.clone(),
     )?;
     b.push(Kind::MulRows {
@@ -260,8 +287,9 @@ pub(super) fn normalize(
         .iter()
         .map(|g| encode(f64::from(*g) * root, WEIGHT_FRAC))
         .collect();
-    let (z, z_scale) = narrow_for_gains(b, z, &zb, norm, root, &name)?;
-    let (zb, z_l2) = if z_scale == FRAC + RSQRT_FRAC {
+    let z_in = (z, FRAC + octaves.frac_out);
+    let (z, z_scale) = narrow_for_gains(b, z_in, &zb, norm, root, &name)?;
+    let (zb, z_l2) = if z_scale == z_in.1 {
         (zb, z_l2)
     } else {
         // The narrowing's rounding, at most one unit of the new scale.
