@@ -162,16 +162,7 @@ pub fn run_on(
     let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
     let serve = local_serve(dir, opts.timeouts)?;
     let (served, query) = query_pair(model, &deal.files, batch, &serve, fss)?;
-    // A server's own error explains more than the client's view of it.
-    for (i, r) in served.into_iter().enumerate() {
-        if let Err(error) = r {
-            return Err(SessionError::Server {
-                party: i as u8,
-                error,
-            });
-        }
-    }
-    let query = query?;
+    let query = first_cause(served, query)?;
     let mut report = Report {
         model: model.name.clone(),
         tokens: seq,
@@ -228,6 +219,49 @@ pub fn query_pair(
     serve_pair(model, keys, opts, fss, |addrs| {
         client::query(model, addrs, batch, opts.timeouts, &opts.security)
     })
+}
+
+/// The error that explains a failed local session. A server's own error
+/// explains more than the client's view of it, except where all a server
+/// saw was its peer or the client going away: then the error of whoever
+/// went away is the cause (a client that timed out, say).
+fn first_cause<T, E>(
+    served: [Result<PartyReport, ServeError>; 2],
+    client: Result<T, E>,
+) -> Result<T, SessionError>
+where
+    SessionError: From<E>,
+{
+    let client = client.map_err(SessionError::from);
+    let mut left = None;
+    for (i, r) in served.into_iter().enumerate() {
+        match r {
+            Err(ServeError::Net {
+                during,
+                error: NetError::Disconnected,
+            }) => {
+                let error = ServeError::Net {
+                    during,
+                    error: NetError::Disconnected,
+                };
+                left.get_or_insert((i, error));
+            }
+            Err(error) => {
+                return Err(SessionError::Server {
+                    party: i as u8,
+                    error,
+                });
+            }
+            Ok(_) => {}
+        }
+    }
+    match (client, left) {
+        (Ok(_), Some((i, error))) => Err(SessionError::Server {
+            party: i as u8,
+            error,
+        }),
+        (client, _) => client,
+    }
 }
 
 /// How servers run inside one process: a ledger beside the keys, and plain
@@ -316,15 +350,7 @@ pub fn generate_on(
             on_token,
         )
     })?;
-    for (i, r) in served.into_iter().enumerate() {
-        if let Err(error) = r {
-            return Err(SessionError::Server {
-                party: i as u8,
-                error,
-            });
-        }
-    }
-    let outcome = outcome?;
+    let outcome = first_cause(served, outcome)?;
     let last = outcome.reports.last().cloned().unwrap_or_default();
     let mut report = Report {
         model: model.name.clone(),
@@ -401,5 +427,47 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn left() -> Result<PartyReport, ServeError> {
+        Err(ServeError::Net {
+            during: "receiving the client's input",
+            error: NetError::Disconnected,
+        })
+    }
+
+    fn timed_out() -> Result<(), ClientError> {
+        Err(ClientError::Net {
+            server: 0,
+            error: NetError::Timeout {
+                during: "waiting for the peer's next frame",
+            },
+        })
+    }
+
+    #[test]
+    fn a_client_that_gave_up_is_the_cause_not_the_server_it_left() {
+        let e = first_cause([left(), Ok(PartyReport::default())], timed_out()).unwrap_err();
+        assert!(
+            matches!(e, SessionError::Client(ClientError::Net { .. })),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_servers_own_error_explains_more_than_the_clients_view() {
+        let own = Err(ServeError::Mismatch("plans differ".into()));
+        let e = first_cause([left(), own], timed_out()).unwrap_err();
+        assert!(matches!(e, SessionError::Server { party: 1, .. }), "{e}");
+        let e = first_cause(
+            [left(), Ok(PartyReport::default())],
+            Ok::<(), ClientError>(()),
+        );
+        assert!(matches!(e, Err(SessionError::Server { party: 0, .. })));
     }
 }

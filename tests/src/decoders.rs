@@ -12,8 +12,10 @@ use suffuse_host::generate::{self, Sampling};
 use suffuse_host::model::Decoder;
 use suffuse_host::model::chat::ChatTemplate;
 use suffuse_host::model::gguf::Gguf;
+use suffuse_host::net::Timeouts;
 use suffuse_host::plan::decoder::{self as planner, Generation};
 use suffuse_host::reference::{self, PassInputs};
+use suffuse_host::session::Options;
 
 /// Greedy steps whose float top-1 margin (logit of the best token minus
 /// the second's) is below this may go either way in fixed point; the
@@ -201,6 +203,22 @@ pub fn top1_agreement(m: &Decoder, tf: &TeacherForced) -> (usize, usize, Vec<u32
         .filter(|((a, b), m)| a != b && **m >= MARGIN)
         .count();
     (agree, decisive_misses, ours)
+}
+
+/// Options for a real model's secure run in a test: the 30 s to connect
+/// and 60 s of silence between frames that `Timeouts::default` allows do
+/// not cover a server's start (its plan and key file) or a prefill pass
+/// with a 150k-token head on 2 cores while the model's other tests (each
+/// its own full reference) run beside it.
+pub fn patient() -> Options {
+    let long = std::time::Duration::from_secs(900);
+    Options {
+        timeouts: Timeouts {
+            connect: long,
+            io: long,
+        },
+        ..Options::default()
+    }
 }
 
 /// A decoder's shape: layers, hidden, intermediate, heads, key/value heads,

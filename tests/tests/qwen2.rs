@@ -18,7 +18,7 @@ use suffuse_host::generate::{self, Sampling};
 use suffuse_host::model::gguf::Gguf;
 use suffuse_host::model::{Decoder, RopeStyle};
 use suffuse_host::plan::decoder::{self as planner, Generation};
-use suffuse_host::session::{self, Options};
+use suffuse_host::session;
 use suffuse_tests::decoders::{self, Fixture, MARGIN, TeacherForced};
 
 #[derive(Deserialize)]
@@ -145,7 +145,7 @@ fn a_two_layer_slice_runs_securely_bit_exact() {
         &l.prompt_ids,
         2,
         Sampling::default(),
-        &Options::default(),
+        &decoders::patient(),
         &mut |_| {},
     )
     .unwrap();

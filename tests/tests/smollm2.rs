@@ -175,7 +175,7 @@ mod secure {
 
     use super::*;
     use suffuse_host::generate::Sampling;
-    use suffuse_host::session::{self, Options};
+    use suffuse_host::session;
 
     /// The fixture's plain continuation (18 prompt tokens, bucket 32),
     /// prefill and three decode passes: its first four float margins are
@@ -189,7 +189,7 @@ mod secure {
         let new = 4;
         assert!(p.top1_margins[..new].iter().all(|m| *m >= 0.1));
         let mut streamed = Vec::new();
-        let opts = Options::default();
+        let opts = decoders::patient();
         let out = session::generate(
             &m,
             &p.prompt_ids,
