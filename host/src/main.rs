@@ -657,6 +657,15 @@ fn load_decoder(spec: &str) -> Result<Decoder> {
     }
 }
 
+/// A `--keys-dir` the dealer will refuse is refused before the model
+/// loads (a minute and GBs for a real decoder), with the dealer's message.
+fn keys_folder_ready(dir: Option<&std::path::Path>) -> Result<()> {
+    if let Some(d) = dir {
+        suffuse_host::private::private_dir(d).with_context(|| d.display().to_string())?;
+    }
+    Ok(())
+}
+
 fn timeouts(secs: u64) -> Timeouts {
     Timeouts {
         connect: Duration::from_secs(secs),
@@ -979,6 +988,7 @@ fn generate_command(args: GenerateArgs, choice: Choice) -> Result<ExitCode> {
         out,
         prompt,
     } = args;
+    keys_folder_ready(keys_dir.as_deref())?;
     let model = load_decoder(&spec)?;
     let opts = Options {
         keys_dir,
@@ -1349,6 +1359,7 @@ fn embed(
     texts: &[String],
     choice: Choice,
 ) -> Result<ExitCode> {
+    keys_folder_ready(keys_dir.as_deref())?;
     let model = load_model(model, "generate text with `suffuse generate`")?;
     let batch = tokenize(&model, texts, max_tokens)?;
     let outcome = session::run(

@@ -407,6 +407,12 @@ fn secrets_are_never_written_into_an_open_folder() {
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
     let o = open.to_str().unwrap();
     let embed_keys = ["embed", "--model", "demo", "--keys-dir", o, "hi"];
+    // The folder is refused before the model loads (a real decoder takes
+    // a minute and GBs): a model that is not there is not even looked for.
+    let missing = dir.join("no-such-model.gguf");
+    let m = missing.to_str().unwrap();
+    let generate_keys = ["generate", "--model", m, "--keys-dir", o, "hi"];
+    let embed_missing = ["embed", "--model", m, "--keys-dir", o, "hi"];
     for args in [
         &["dealer", "--model", "demo", "--seq", "8", "--out", o][..],
         &[
@@ -414,6 +420,8 @@ fn secrets_are_never_written_into_an_open_folder() {
         ],
         &["certs", "--out", o],
         &embed_keys,
+        &generate_keys,
+        &embed_missing,
     ] {
         let out = Command::new(BIN).args(args).output().unwrap();
         let msg = String::from_utf8_lossy(&out.stderr);
