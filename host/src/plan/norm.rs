@@ -280,15 +280,28 @@ pub(super) fn normalize(
         v: rho,
         out: z,
     });
-    // out = z·(γ√d) + β, then one truncation.
+    let z_in = (z, FRAC + octaves.frac_out);
+    scale_and_shift(b, z_in, (zb, z_l2), norm, &name)
+}
+
+/// `out = trunc(z·(γ√d) + β)` to FRAC, for `z` (at its scale, with bound
+/// `zb` and row norm `z_l2`) the normalized rows; returns the output and
+/// the form later bounds use.
+fn scale_and_shift(
+    b: &mut Builder,
+    z_in: (usize, u32),
+    (zb, z_l2): (Bound, f64),
+    norm: &model::Norm,
+    name: &str,
+) -> Result<(usize, NormForm), PlanError> {
+    let (rows, d) = (b.info(z_in.0).rows, zb.abs.len());
     let root = (d as f64).sqrt();
     let gains: Vec<u64> = norm
         .gamma
         .iter()
         .map(|g| encode(f64::from(*g) * root, WEIGHT_FRAC))
         .collect();
-    let z_in = (z, FRAC + octaves.frac_out);
-    let (z, z_scale) = narrow_for_gains(b, z_in, &zb, norm, root, &name)?;
+    let (z, z_scale) = narrow_for_gains(b, z_in, &zb, norm, root, name)?;
     let (zb, z_l2) = if z_scale == z_in.1 {
         (zb, z_l2)
     } else {
