@@ -100,12 +100,10 @@ fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64, Octaves)
 /// `Σy² + d·ε` of each row of `y` (a `d`-wide tensor with bound `yb` and
 /// row norm `y_l2`) at 2·FRAC, ready for the rsqrt chain whose input is
 /// below 2^`k_max`: returns the tensor, its scale and its bound.
-#[allow(clippy::too_many_arguments)]
 fn sum_of_squares(
     b: &mut Builder,
     y: usize,
-    yb: &Bound,
-    y_l2: f64,
+    (yb, y_l2): (&Bound, f64),
     eps: f32,
     k_max: u32,
     name: &str,
@@ -238,7 +236,7 @@ pub(super) fn normalize(
         (r, r_bound.clone(), r_l2)
     };
     let (yb, y_l2, octaves) = norm_input(yb, y_l2, d, norm.eps);
-    let (v, frac_in, v_max) = sum_of_squares(b, y, &yb, y_l2, norm.eps, octaves.k, &name, l)?;
+    let (v, frac_in, v_max) = sum_of_squares(b, y, (&yb, y_l2), norm.eps, octaves.k, &name, l)?;
     let rho_max =
         (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
     let rho = b.tensor(
