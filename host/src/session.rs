@@ -236,14 +236,12 @@ where
     let mut left = None;
     for (i, r) in served.into_iter().enumerate() {
         match r {
-            Err(ServeError::Net {
-                during,
-                error: NetError::Disconnected,
-            }) => {
-                let error = ServeError::Net {
-                    during,
+            Err(
+                error @ ServeError::Net {
                     error: NetError::Disconnected,
-                };
+                    ..
+                },
+            ) => {
                 left.get_or_insert((i, error));
             }
             Err(error) => {
