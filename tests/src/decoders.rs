@@ -205,6 +205,15 @@ pub fn top1_agreement(m: &Decoder, tf: &TeacherForced) -> (usize, usize, Vec<u32
     (agree, decisive_misses, ours)
 }
 
+/// Where `ours` (the fixed-point top-1 at each position) differs from the
+/// float top-1: `(position, float token, our token, float margin)`.
+pub fn misses(tf: &TeacherForced, ours: &[u32]) -> Vec<(usize, u32, u32, f64)> {
+    (0..ours.len())
+        .filter(|i| ours[*i] != tf.top1[*i])
+        .map(|i| (i, tf.top1[i], ours[i], tf.top1_margins[i]))
+        .collect()
+}
+
 /// Options for a real model's secure run in a test: the 30 s to connect
 /// and 60 s of silence between frames that `Timeouts::default` allows do
 /// not cover a server's start (its plan and key file) or a prefill pass

@@ -219,9 +219,9 @@ fn humaneval_teacher_forced_top1_agrees_with_the_float_oracle() {
             plan = Some((bucket(p), planner::build_scoring(&m, bucket(p)).unwrap()));
         }
         let (a, d, ours) = decoders::top1_agreement(&m, tf);
-        let misses: Vec<_> = (0..ours.len())
-            .filter(|i| ours[*i] != tf.top1[*i])
-            .map(|i| serde_json::json!([i, tf.top1[i], ours[i], tf.top1_margins[i]]))
+        let misses: Vec<_> = decoders::misses(tf, &ours)
+            .into_iter()
+            .map(|(i, f, o, margin)| serde_json::json!([i, f, o, margin]))
             .collect();
         (agree, total, decisive) = (agree + a, total + ours.len(), decisive + d);
         eprintln!(

@@ -10,7 +10,7 @@
 //! | `vectors` | regenerates the versioned test vectors in `tests/vectors/v1` |
 //! | `fit` | refits the gates' spline approximations into `core/src/gate/splines.rs` |
 //! | `bench [NAME...]` | builds the benchmarks in release and runs them (all when no name is given) |
-//! | `accuracy` | the real decoders' full-model accuracy runs (HumanEval on Qwen2.5-Coder); not in `ci` |
+//! | `accuracy` | the real decoders' full-model accuracy runs (HumanEval on Qwen2.5-Coder, Gemma 3's logits and teacher-forced passage); not in `ci` |
 //! | `mcu` | builds the Cortex-M firmware (`examples/mcu`) and runs its checks under QEMU |
 
 mod accuracy;
