@@ -1224,6 +1224,56 @@ impl Builder {
         });
     }
 
+    /// Rows `first..first + count` of `x`, with the caller's `bound` (a
+    /// block of a stacked tensor whose own bound is tighter than the
+    /// stack's).
+    pub fn rows(
+        &mut self,
+        x: usize,
+        (first, count): (usize, usize),
+        bound: Bound,
+        name: String,
+    ) -> Result<usize, PlanError> {
+        let xi = self.info(x).clone();
+        debug_assert!(first + count <= xi.rows);
+        let out = self.tensor(name, count, xi.cols, xi.scale, bound)?;
+        self.push(Kind::Rows { x, first, out });
+        Ok(out)
+    }
+
+    /// A bound of rows drawn from `a` or from `c` (equal width): the
+    /// larger of the two per column and per row.
+    pub fn union_bound(&self, a: usize, c: usize) -> Bound {
+        let (ai, ci) = (self.info(a), self.info(c));
+        let abs = ai.bound.abs.iter().zip(&ci.bound.abs);
+        let mut bound = Bound::from_abs(abs.map(|(x, y)| x.max(*y)).collect(), ai.cols);
+        bound.l2[0] = bound.l2[0].min(ai.bound.row_l2().max(ci.bound.row_l2()));
+        bound
+    }
+
+    /// The rows of `blocks` (equal width and scale) one after another.
+    pub fn stack_rows(&mut self, blocks: &[usize], name: String) -> Result<usize, PlanError> {
+        let Some((&first, rest)) = blocks.split_first() else {
+            return Err(PlanError::EmptyShape { batch: 0, seq: 0 });
+        };
+        let mut acc = first;
+        for &block in rest {
+            let (ai, bi) = (self.info(acc), self.info(block));
+            debug_assert_eq!((ai.cols, ai.scale), (bi.cols, bi.scale));
+            let (rows, cols, scale) = (ai.rows + bi.rows, ai.cols, ai.scale);
+            let bound = self.union_bound(acc, block);
+            let out = self.tensor(name.clone(), rows, cols, scale, bound)?;
+            self.push(Kind::Append {
+                cache: acc,
+                new: block,
+                heads: 1,
+                out,
+            });
+            acc = out;
+        }
+        Ok(acc)
+    }
+
     /// Finishes the plan: builds the steps' core objects, liveness and the
     /// hash. Memoized bounds are returned beside it.
     #[allow(clippy::too_many_arguments)]

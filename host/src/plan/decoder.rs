@@ -29,11 +29,11 @@ use std::sync::Arc;
 use super::attention::{self, Heads, PRODUCT_MAX_K};
 use super::bound::{self, Bound, NormForm};
 use super::linear::{linear_product, linear_to_frac};
-use super::norm::normalize;
+use super::norm::{normalize, normalize_stacked};
 use super::scale::{GELU_ERR, spline_width, truncate, ulp};
 use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
-use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, RopeStyle};
+use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, Norm, RopeStyle};
 use suffuse_core::gate::activation::{COEFF_BITS, GeluForm, gelu_spline, out_scale};
 use suffuse_core::gate::splines;
 
@@ -418,32 +418,86 @@ fn projections(
     b.at(Category::Truncation, Some(l));
     let qkv = truncate(b, y, FRAC, name)?;
     b.at(Category::Linear, Some(l));
-    let q = heads(b, qkv, 0, cfg.heads, dh, format!("layer {l} queries"))?;
-    let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
-    let v = heads(
-        b,
-        qkv,
-        qw + kvw,
-        cfg.kv_heads,
-        dh,
-        format!("layer {l} new values"),
-    )?;
+    let values = |b: &mut Builder| {
+        let name = format!("layer {l} new values");
+        heads(b, qkv, qw + kvw, cfg.kv_heads, dh, name)
+    };
     let Some((qn, kn)) = &layer.qk_norm else {
-        return Ok((q, k, v));
+        let q = heads(b, qkv, 0, cfg.heads, dh, format!("layer {l} queries"))?;
+        let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
+        return Ok((q, k, values(b)?));
     };
     let mut qn = qn.clone();
     qn.gamma
         .iter_mut()
         .for_each(|g| *g = (f64::from(*g) * inv_root) as f32);
-    let norm_and_rotate = |b: &mut Builder, x, norm, count, what: &str| {
-        let (x, _) = normalize(b, x, norm, format!("layer {l} {what}"), l, false)?;
-        let x = rope_on(b, x, dh, count)?;
-        b.at(Category::Truncation, Some(l));
-        truncate(b, x, FRAC, format!("layer {l} rotated {what}"))
-    };
-    let q = norm_and_rotate(b, q, &qn, cfg.heads, "queries")?;
-    let k = norm_and_rotate(b, k, kn, cfg.kv_heads, "keys")?;
-    Ok((q, k, v))
+    let (q, k) = qk_norm(b, qkv, [&qn, kn], (l, theta), model, at)?;
+    Ok((q, k, values(b)?))
+}
+
+/// Gemma 3's query and key norms, then RoPE: the query heads and the new
+/// key heads of `qkv` (adjacent columns) are stacked, so that both norms
+/// and the truncation after RoPE each take the rounds of one; every block
+/// keeps its own gains and its own bounds. Returns the queries and keys.
+fn qk_norm(
+    b: &mut Builder,
+    qkv: usize,
+    [qn, kn]: [&Norm; 2],
+    (l, theta): (usize, f32),
+    model: &Decoder,
+    at: Position,
+) -> Result<(usize, usize), PlanError> {
+    let cfg = &model.config;
+    let dh = cfg.head_dim;
+    let stacked = cfg.heads + cfg.kv_heads;
+    let qk = heads(
+        b,
+        qkv,
+        0,
+        stacked,
+        dh,
+        format!("layer {l} queries and new keys"),
+    )?;
+    let rows = b.info(qkv).rows;
+    let counts = [cfg.heads, cfg.kv_heads];
+    let name = format!("layer {l} queries and keys");
+    let (normed, bounds) = normalize_stacked(
+        b,
+        qk,
+        &[(qn, counts[0] * rows), (kn, counts[1] * rows)],
+        &name,
+        l,
+    )?;
+    // Each block rotated on its own (RoPE is local) and with its own bound.
+    let mut rotated = Vec::new();
+    let mut first = 0;
+    for ((count, bound), what) in counts.iter().zip(bounds).zip(["queries", "keys"]) {
+        let x = b.rows(
+            normed,
+            (first, count * rows),
+            bound,
+            format!("layer {l} normed {what}"),
+        )?;
+        let place = Rotation {
+            theta,
+            at,
+            heads: *count,
+        };
+        rotated.push(rope(b, model, x, dh, place, l)?);
+        first += count * rows;
+    }
+    let floor = |b: &Builder, x: usize| b.info(x).bound.floor_to(ulp(FRAC));
+    let (q_bound, k_bound) = (floor(b, rotated[0]), floor(b, rotated[1]));
+    let name = format!("layer {l} rotated queries and keys");
+    let both = b.stack_rows(&rotated, name.clone())?;
+    b.at(Category::Truncation, Some(l));
+    let both = truncate(b, both, FRAC, name)?;
+    b.at(Category::Linear, Some(l));
+    let q_rows = (0, counts[0] * rows);
+    let k_rows = (counts[0] * rows, counts[1] * rows);
+    let q = b.rows(both, q_rows, q_bound, format!("layer {l} queries"))?;
+    let k = b.rows(both, k_rows, k_bound, format!("layer {l} new keys"))?;
+    Ok((q, k))
 }
 
 /// Where RoPE turns a tensor's rows: the base, the pass's positions, and
@@ -565,25 +619,10 @@ fn append(
     l: usize,
     what: &str,
 ) -> Result<usize, PlanError> {
-    let (ci, ni) = (b.info(cache).clone(), b.info(new).clone());
-    let bound = Bound::from_abs(
-        ci.bound
-            .abs
-            .iter()
-            .zip(&ni.bound.abs)
-            .map(|(a, c)| a.max(*c))
-            .collect(),
-        ci.cols,
-    );
-    let mut bound = bound;
-    bound.l2[0] = bound.l2[0].min(ci.bound.row_l2().max(ni.bound.row_l2()));
-    let out = b.tensor(
-        format!("layer {l} cached {what}"),
-        ci.rows + ni.rows,
-        ci.cols,
-        ci.scale,
-        bound,
-    )?;
+    let (ci, ni) = (b.info(cache), b.info(new));
+    let (rows, cols, scale) = (ci.rows + ni.rows, ci.cols, ci.scale);
+    let bound = b.union_bound(cache, new);
+    let out = b.tensor(format!("layer {l} cached {what}"), rows, cols, scale, bound)?;
     b.push(Kind::Append {
         cache,
         new,

@@ -185,7 +185,7 @@ pub(super) fn residual_norm(
     normalize(b, r, norm, name, l, true)
 }
 
-/// `z` (at `scale`) as the gains' product can take it: where
+/// `z` (at `scale`) as every norm's gains' product can take it: where
 /// `|z|·|γ|√d + |β|` would not fit the ring at `z`'s scale plus the gains'
 /// (Gemma's sandwich norms have gains in the hundreds), `z` is first
 /// truncated by just the excess bits, which drops bits far below FRAC.
@@ -194,15 +194,20 @@ fn narrow_for_gains(
     b: &mut Builder,
     (z, scale): (usize, u32),
     zb: &Bound,
-    norm: &model::Norm,
-    root: f64,
+    norms: &[&model::Norm],
     name: &str,
 ) -> Result<(usize, u32), PlanError> {
-    let max = zb
-        .abs
+    let root = (zb.abs.len() as f64).sqrt();
+    let max = norms
         .iter()
-        .zip(norm.gamma.iter().zip(&norm.beta))
-        .map(|(z, (g, o))| z * (f64::from(g.abs()) * root + ulp(WEIGHT_FRAC)) + f64::from(o.abs()))
+        .flat_map(|norm| {
+            zb.abs
+                .iter()
+                .zip(norm.gamma.iter().zip(&norm.beta))
+                .map(|(z, (g, o))| {
+                    z * (f64::from(g.abs()) * root + ulp(WEIGHT_FRAC)) + f64::from(o.abs())
+                })
+        })
         .fold(0.0f64, f64::max);
     let excess = bound::width(max, scale + WEIGHT_FRAC).saturating_sub(61);
     if excess == 0 {
@@ -215,6 +220,15 @@ fn narrow_for_gains(
     ))
 }
 
+/// A norm's rows `z = y·ρ` before its gains: the tensor, its scale, its
+/// bound and its row-norm bound.
+struct Normalized {
+    z: usize,
+    scale: u32,
+    zb: Bound,
+    z_l2: f64,
+}
+
 /// LayerNorm (`centre`) or RMSNorm of `r`: `y = r − mean` (LayerNorm
 /// only), `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`.
 pub(super) fn normalize(
@@ -225,18 +239,72 @@ pub(super) fn normalize(
     l: usize,
     centre: bool,
 ) -> Result<(usize, NormForm), PlanError> {
+    let n = normalized(b, r, norm.eps, &name, l, centre)?;
+    let (z, z_scale) = narrow_for_gains(b, (n.z, n.scale), &n.zb, &[norm], &name)?;
+    let (a, form) = gained(b, (z, z_scale), &n, norm, &name)?;
+    Ok((truncate(b, a, FRAC, format!("{name} LayerNorm"))?, form))
+}
+
+/// RMSNorms of equal width and ε over the row blocks of one tensor
+/// (`parts`: each block's norm and rows, in order), in the rounds of one:
+/// the rows are normalized together, each block takes its own gains, and
+/// one truncation brings them back to FRAC. Returns the stacked output and
+/// each block's bound. Gemma 3's query and key norms.
+pub(super) fn normalize_stacked(
+    b: &mut Builder,
+    r: usize,
+    parts: &[(&model::Norm, usize)],
+    name: &str,
+    l: usize,
+) -> Result<(usize, Vec<Bound>), PlanError> {
+    let eps = parts.first().map_or(0.0, |(norm, _)| norm.eps);
+    debug_assert!(parts.iter().all(|(norm, _)| norm.eps == eps));
+    debug_assert_eq!(
+        parts.iter().map(|(_, rows)| rows).sum::<usize>(),
+        b.info(r).rows
+    );
+    let n = normalized(b, r, eps, name, l, false)?;
+    let norms: Vec<&model::Norm> = parts.iter().map(|(norm, _)| *norm).collect();
+    let (z, z_scale) = narrow_for_gains(b, (n.z, n.scale), &n.zb, &norms, name)?;
+    let zb = b.info(z).bound.clone();
+    let mut first = 0;
+    let mut blocks = Vec::new();
+    for (i, (norm, rows)) in parts.iter().enumerate() {
+        let what = format!("{name} block {i}");
+        let zi = b.rows(z, (first, *rows), zb.clone(), format!("{what} normalized"))?;
+        let (a, _) = gained(b, (zi, z_scale), &n, norm, &what)?;
+        blocks.push(a);
+        first += rows;
+    }
+    let bounds = blocks
+        .iter()
+        .map(|a| b.info(*a).bound.floor_to(ulp(FRAC)))
+        .collect();
+    let a = b.stack_rows(&blocks, format!("{name} scaled"))?;
+    Ok((truncate(b, a, FRAC, format!("{name} LayerNorm"))?, bounds))
+}
+
+/// The normalized rows of `r` (see [`normalize`]), before the gains.
+fn normalized(
+    b: &mut Builder,
+    r: usize,
+    eps: f32,
+    name: &str,
+    l: usize,
+    centre: bool,
+) -> Result<Normalized, PlanError> {
     b.at(Category::LayerNorm, Some(l));
     let ri = b.info(r).clone();
     let (rows, d) = (ri.rows, ri.cols);
     let r_bound = ri.bound.regroup(d);
     let r_l2 = r_bound.row_l2();
     let (y, yb, y_l2) = if centre {
-        centre_rows(b, r, &r_bound, &name, l)?
+        centre_rows(b, r, &r_bound, name, l)?
     } else {
         (r, r_bound.clone(), r_l2)
     };
-    let (yb, y_l2, octaves) = norm_input(yb, y_l2, d, norm.eps);
-    let (v, frac_in, v_max) = sum_of_squares(b, y, (&yb, y_l2), norm.eps, octaves.k, &name, l)?;
+    let (yb, y_l2, octaves) = norm_input(yb, y_l2, d, eps);
+    let (v, frac_in, v_max) = sum_of_squares(b, y, (&yb, y_l2), eps, octaves.k, name, l)?;
     let rho_max =
         (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
     let rho = b.tensor(
@@ -266,46 +334,40 @@ pub(super) fn normalize(
     let z_l2 = 1.0 + INVERSE_REL_ERR + (d as f64).sqrt() * yb.max_abs() * ulp(octaves.frac_out);
     let mut zb = Bound::from_abs(z_abs, d);
     zb.l2[0] = zb.l2[0].min(z_l2);
-    let z = b.tensor(
-        format!("{name} normalized"),
-        rows,
-        d,
-        FRAC + octaves.frac_out,
-        zb.clone(),
-    )?;
+    let scale = FRAC + octaves.frac_out;
+    let z = b.tensor(format!("{name} normalized"), rows, d, scale, zb.clone())?;
     b.push(Kind::MulRows {
         x: y,
         v: rho,
         out: z,
     });
-    let z_in = (z, FRAC + octaves.frac_out);
-    scale_and_shift(b, z_in, (zb, z_l2), norm, &name)
+    Ok(Normalized { z, scale, zb, z_l2 })
 }
 
-/// `out = trunc(z·(γ√d) + β)` to FRAC, for `z` (at its scale, with bound
-/// `zb` and row norm `z_l2`) the normalized rows; returns the output and
-/// the form later bounds use.
-fn scale_and_shift(
+/// `a = z·(γ√d) + β` at `z`'s scale plus WEIGHT_FRAC, for `z` (at its
+/// scale) rows of `n`, narrowed since where the scale differs; returns it
+/// and the form later bounds use (after the truncation to FRAC that
+/// follows).
+fn gained(
     b: &mut Builder,
-    z_in: (usize, u32),
-    (zb, z_l2): (Bound, f64),
+    (z, z_scale): (usize, u32),
+    n: &Normalized,
     norm: &model::Norm,
     name: &str,
 ) -> Result<(usize, NormForm), PlanError> {
-    let (rows, d) = (b.info(z_in.0).rows, zb.abs.len());
+    let (rows, d) = (b.info(z).rows, n.zb.abs.len());
     let root = (d as f64).sqrt();
     let gains: Vec<u64> = norm
         .gamma
         .iter()
         .map(|g| encode(f64::from(*g) * root, WEIGHT_FRAC))
         .collect();
-    let (z, z_scale) = narrow_for_gains(b, z_in, &zb, norm, root, name)?;
-    let (zb, z_l2) = if z_scale == z_in.1 {
-        (zb, z_l2)
+    let (zb, z_l2) = if z_scale == n.scale {
+        (n.zb.clone(), n.z_l2)
     } else {
         // The narrowing's rounding, at most one unit of the new scale.
         let zb = b.info(z).bound.clone();
-        (zb, z_l2 + (d as f64).sqrt() * ulp(z_scale))
+        (zb, n.z_l2 + root * ulp(z_scale))
     };
     let out_scale = z_scale + WEIGHT_FRAC;
     let offsets: Vec<u64> = norm
@@ -333,7 +395,6 @@ fn scale_and_shift(
         offset: offsets.clone(),
         out: a,
     });
-    let out = truncate(b, a, FRAC, format!("{name} LayerNorm"))?;
     let form = NormForm {
         gain: gains
             .iter()
@@ -346,7 +407,7 @@ fn scale_and_shift(
         zeta: z_l2,
         delta: ulp(FRAC),
     };
-    Ok((out, form))
+    Ok((a, form))
 }
 
 /// `y = r − trunc(Σr·⌊2^16/d⌉)`; returns y, its bound and its row-norm
@@ -402,4 +463,100 @@ fn centre_rows(
         out: y,
     });
     Ok((y, yb, y_l2))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Finish, Inputs};
+    use crate::reference::{self, PassInputs};
+
+    fn norm(d: usize, gain: f32, shift: f32) -> model::Norm {
+        model::Norm {
+            gamma: (0..d).map(|c| gain + 0.125 * c as f32).collect(),
+            beta: (0..d).map(|c| shift * c as f32).collect(),
+            eps: 1e-6,
+        }
+    }
+
+    /// The stacked norms (one set of rounds) against each norm run on its
+    /// own block, the form it replaced: equal bit for bit, since both see
+    /// the same input bound and so the same rsqrt chain, and truncations
+    /// are exact at any width that holds the value.
+    #[test]
+    fn stacked_norms_equal_each_norm_on_its_own_block() {
+        let (d, rows) = (16, [5, 3]);
+        let norms = [norm(d, 0.5, 0.0), norm(d, 3.0, 0.01)];
+        let total = rows[0] + rows[1];
+        let mut b = Builder::default();
+        let bound = Bound::uniform(d, 6.0);
+        let x = b.tensor("x", total, d, FRAC, bound.clone()).unwrap();
+        let bias = b
+            .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
+            .unwrap();
+        b.begin_pass(x, bias);
+        let parts = [(&norms[0], rows[0]), (&norms[1], rows[1])];
+        let (stacked, _) = normalize_stacked(&mut b, x, &parts, "stacked", 0).unwrap();
+        let mut alone = Vec::new();
+        for (i, (n, first)) in norms.iter().zip([0, rows[0]]).enumerate() {
+            let xi = b
+                .rows(x, (first, rows[i]), bound.clone(), format!("x{i}"))
+                .unwrap();
+            alone.push(
+                normalize(&mut b, xi, n, format!("alone {i}"), 0, false)
+                    .unwrap()
+                    .0,
+            );
+        }
+        let alone = b.stack_rows(&alone, "alone".into()).unwrap();
+        let out = b.stack_rows(&[stacked, alone], "both".into()).unwrap();
+        b.end_pass(out);
+        let inputs = Inputs {
+            x,
+            bias,
+            mask: None,
+        };
+        let plan = b
+            .finish(
+                "norms",
+                [0; 32],
+                1,
+                total,
+                d,
+                inputs,
+                out,
+                0,
+                Finish::AsIs,
+                false,
+            )
+            .unwrap();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let xs: Vec<u64> = (0..total * d)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                // Uniform in [−6, 6) at FRAC.
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                encode(12.0 * unit - 6.0, FRAC)
+            })
+            .collect();
+        let mut given = Some(PassInputs {
+            x: xs,
+            bias: vec![0],
+        });
+        let mut next = |_: usize, _: &[Vec<u64>]| given.take();
+        let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
+        let (s, a) = outs[0].split_at(total * d);
+        assert_eq!(s, a);
+        // And it is a norm: row 0 of block 0 has mean square γ² near 1.
+        let row: Vec<f64> = s[..d].iter().map(|v| fixed::decode(*v, FRAC)).collect();
+        let ms = row
+            .iter()
+            .zip(&norms[0].gamma)
+            .map(|(y, g)| (y / f64::from(*g)).powi(2))
+            .sum::<f64>()
+            / d as f64;
+        assert!((ms - 1.0).abs() < 1e-2, "mean square {ms}");
+    }
 }
