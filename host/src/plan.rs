@@ -1036,9 +1036,6 @@ struct Canonical<'a> {
     normalize: bool,
 }
 
-/// A linear layer's weights and biases as reals, and its output count.
-pub type RealLinear = (Vec<f64>, Vec<f64>, usize);
-
 /// What a linear layer's output bound was computed from (see
 /// `linear::product_key`).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -1067,7 +1064,6 @@ pub struct Builder {
     memo_linears: Vec<EncodedLinear>,
     memo_bounds: std::collections::HashMap<String, f64>,
     products: std::collections::HashMap<ProductKey, Bound>,
-    reals: std::collections::HashMap<(String, u32), std::sync::Arc<RealLinear>>,
     passes: Vec<Pass>,
 }
 
@@ -1191,16 +1187,6 @@ impl Builder {
     /// An output bound recorded by [`Builder::remember_product`].
     pub fn remembered_product(&self, key: &ProductKey) -> Option<Bound> {
         self.products.get(key).cloned()
-    }
-
-    /// A layer's real weights, by name and bias scale, if decoded before.
-    pub fn real_linear(&self, key: &(String, u32)) -> Option<std::sync::Arc<RealLinear>> {
-        self.reals.get(key).cloned()
-    }
-
-    /// Keeps a layer's real weights for later passes.
-    pub fn remember_real_linear(&mut self, key: (String, u32), real: std::sync::Arc<RealLinear>) {
-        self.reals.insert(key, real);
     }
 
     /// The index of the layer `name` already encoded at `bias_scale`.

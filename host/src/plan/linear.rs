@@ -5,7 +5,7 @@
 
 use super::bound::{self, Bound, NormForm};
 use super::scale::truncate;
-use super::{Builder, Category, EncodedLinear, Kind, PlanError, ProductKey, RealLinear};
+use super::{Builder, Category, EncodedLinear, Kind, PlanError, ProductKey};
 use crate::fixed::{self, FRAC, WEIGHT_FRAC, encode};
 use crate::model;
 
@@ -93,8 +93,8 @@ pub(super) fn linear_product(
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
     let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
-        let real = real_weights_of(b, enc);
-        let (w, bias, outputs) = (&real.0, &real.1, real.2);
+        let (w, bias, outputs) = real_weights_of(b, enc);
+        let (w, bias) = (&w, &bias);
         let plain = bound::linear(xb, w, bias, outputs, group);
         match norm {
             Some(nf) => plain.min(&bound::linear_from_norm(nf, w, bias, outputs, group)),
@@ -212,19 +212,16 @@ fn encoded(
     )
 }
 
-/// A layer's weights and biases as reals, and its output count: decoded
-/// once per build (every decode pass bounds the same layers again).
-fn real_weights_of(b: &mut Builder, enc: &Enc) -> std::sync::Arc<RealLinear> {
+/// A layer's weights and biases as reals, and its output count, decoded
+/// for one bound and dropped after it. They were once cached for the whole
+/// build, but that held an f64 copy of every layer (4 GB for
+/// Qwen2.5-Coder-0.5B) in each process while it planned; decode passes
+/// reuse their products' bounds (`reuse`) and rarely come back here.
+fn real_weights_of(b: &Builder, enc: &Enc) -> (Vec<f64>, Vec<f64>, usize) {
     let l = match enc {
         Enc::Built(i) => b.linear_ref(*i),
         Enc::New(l) => l,
     };
-    let key = (l.name.clone(), l.bias_scale);
-    if let Some(r) = b.real_linear(&key) {
-        return r;
-    }
     let (w, bias) = real_weights(l);
-    let real = std::sync::Arc::new((w, bias, l.outputs));
-    b.remember_real_linear(key, real.clone());
-    real
+    (w, bias, l.outputs)
 }
