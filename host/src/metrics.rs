@@ -13,7 +13,6 @@
 //! The endpoint is axum on a one-thread tokio runtime of its own; the
 //! protocol threads never wait on it.
 
-use std::io::Read as _;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -214,29 +213,8 @@ impl ServerMetrics {
 /// header names (files whose header cannot be read count as `unreadable`).
 fn count_by_plan(dir: &std::path::Path, party: u8) -> std::collections::BTreeMap<String, usize> {
     let mut counts = std::collections::BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return counts;
-    };
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_str()
-            .and_then(crate::pool::parse_id)
-            .is_none()
-        {
-            continue;
-        }
-        let file = entry.path().join(format!("p{party}.keys"));
-        let Ok(f) = std::fs::File::open(&file) else {
-            continue;
-        };
-        // The header and its summary are well under 1 MiB.
-        let mut head = Vec::new();
-        let plan = match f.take(1 << 20).read_to_end(&mut head) {
-            Ok(_) => crate::keyfile::parse_header_bytes(&head)
-                .map_or_else(|_| "unreadable".to_string(), |h| hex(&h.plan_hash)),
-            Err(_) => "unreadable".to_string(),
-        };
+    for header in crate::pool::headers(dir, party) {
+        let plan = header.map_or_else(|| "unreadable".to_string(), |h| hex(&h.plan_hash));
         *counts.entry(plan).or_default() += 1;
     }
     counts

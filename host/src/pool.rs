@@ -21,6 +21,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, TryLockError};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant, SystemTime};
 use suffuse_core::batch::BatchEval;
 
 use crate::dealer::{self, DealReport, DealerError, random};
-use crate::keyfile::{KeyFileError, KeyReader};
+use crate::keyfile::{Header, KeyFileError, KeyReader};
 use crate::ledger::{Ledger, LedgerError};
 use crate::plan::{Plan, hex};
 
@@ -479,6 +480,34 @@ pub fn unspent_sets(dir: &Path) -> Result<usize, PoolError> {
         }
     }
     Ok(n)
+}
+
+/// The headers of `party`'s key files in the pool at `dir`, one per set
+/// folder holding that file (so unspent, as this party sees it); `None`
+/// for a file whose header cannot be read. A folder that cannot be listed
+/// holds none.
+pub fn headers(dir: &Path, party: u8) -> Vec<Option<Header>> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        if entry.file_name().to_str().and_then(parse_id).is_none() {
+            continue;
+        }
+        let Ok(f) = File::open(entry.path().join(format!("p{party}.keys"))) else {
+            continue;
+        };
+        // The header and its summary are well under 1 MiB.
+        let mut head = Vec::new();
+        let header = f
+            .take(1 << 20)
+            .read_to_end(&mut head)
+            .ok()
+            .and_then(|_| crate::keyfile::parse_header_bytes(&head).ok());
+        found.push(header);
+    }
+    found
 }
 
 #[cfg(test)]

@@ -39,6 +39,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 
 use crate::client::{self, Hello, Unavailable};
+use crate::keyfile::Summary;
 use crate::metrics::ServerMetrics;
 use crate::model::ModelRef;
 use crate::net::{FrameKind as Frame, Incoming, Link, Listener, NetError, Role, Timeouts};
@@ -110,7 +111,9 @@ fn recv_agree(link: &mut Link) -> Result<Agree, ServeError> {
 }
 
 /// Runs the server until `stop` is set and the queries in flight are done
-/// (or the drain deadline has passed). `peer` is P0's address (P1 only).
+/// (or the drain deadline has passed). `peer` is P0's address (P1 only);
+/// `plans` are those built beforehand ([`Plans::for_pool`]), and any other
+/// shape is planned when its first set is claimed.
 #[allow(clippy::too_many_arguments)]
 pub fn run<'a>(
     model: impl Into<ModelRef<'a>>,
@@ -121,6 +124,7 @@ pub fn run<'a>(
     opts: &ServiceOptions,
     fss: &dyn BatchEval,
     stop: &AtomicBool,
+    plans: Plans,
 ) -> ServiceReport {
     let model = model.into();
     let me = u8::from(party == Party::P1);
@@ -141,7 +145,7 @@ pub fn run<'a>(
         opts,
         fss,
         stop,
-        plans: Mutex::default(),
+        plans,
         slots: Gate::default(),
         idle_peers: Gate::default(),
         pending: Mutex::default(),
@@ -186,6 +190,74 @@ impl Counts {
             refused: get(&self.refused),
             dropped: get(&self.dropped),
         }
+    }
+}
+
+/// The plans a server has built, one per shape of its key sets, kept for
+/// the life of the server.
+#[derive(Default)]
+pub struct Plans(Mutex<HashMap<(usize, usize, usize), Arc<Plan>>>);
+
+impl Plans {
+    /// Plans every shape of `model` that `party`'s pool holds a set for, so
+    /// that the first client does not wait for a plan (SmolLM2 at bucket 64
+    /// with 8 passes takes 16–20 s on 2 cores). Call it before binding
+    /// the listener: P1's standing links and clients then find a server
+    /// that answers at once. Sets for another model are left to their
+    /// claim, which turns them away; a shape that cannot be planned is
+    /// logged and left to its claim too.
+    pub fn for_pool<'a>(model: impl Into<ModelRef<'a>>, pool: &Pool, party: u8) -> Plans {
+        let (model, plans) = (model.into(), Plans::default());
+        let digest = digest(model);
+        for h in crate::pool::headers(pool.dir(), party)
+            .into_iter()
+            .flatten()
+        {
+            let s = &h.summary;
+            if s.model_digest != digest {
+                continue;
+            }
+            let t = Instant::now();
+            let what = match plans.get(model, s) {
+                Ok((plan, true)) => format!(
+                    "planned {} x {} tokens, {} decode passes, in {:.1} s (plan {})",
+                    s.batch,
+                    s.seq,
+                    s.decode_steps,
+                    t.elapsed().as_secs_f64(),
+                    &hex(&plan.hash)[..16]
+                ),
+                Ok((_, false)) => continue,
+                Err(e) => format!("planning for key set {}: {e}", hex(&h.key_set)),
+            };
+            crate::logline::line(party, &what);
+        }
+        plans
+    }
+
+    /// The plan of a key file's shape, built once per shape; whether it was
+    /// built now.
+    fn get(&self, model: ModelRef<'_>, s: &Summary) -> Result<(Arc<Plan>, bool), ServeError> {
+        let key = (s.batch, s.seq, s.decode_steps);
+        if let Some(p) = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok((p.clone(), false));
+        }
+        let shape = Shape {
+            batch: s.batch,
+            seq: s.seq,
+            decode_steps: s.decode_steps,
+        };
+        let plan = plan::build(model, shape)?;
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, plan.clone());
+        Ok((plan, true))
     }
 }
 
@@ -242,7 +314,7 @@ struct Shared<'a> {
     opts: &'a ServiceOptions,
     fss: &'a dyn BatchEval,
     stop: &'a AtomicBool,
-    plans: Mutex<HashMap<(usize, usize, usize), Arc<Plan>>>,
+    plans: Plans,
     /// Queries in flight.
     slots: Gate<Slots>,
     /// P0: P1's standing links, idle.
@@ -379,27 +451,7 @@ impl<'a> Shared<'a> {
         let Some(h) = claim.header() else {
             return Err(ServeError::Mismatch("the claim's reader was taken".into()));
         };
-        let s = &h.summary;
-        let key = (s.batch, s.seq, s.decode_steps);
-        if let Some(p) = self
-            .plans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-        {
-            return Ok(p.clone());
-        }
-        let shape = Shape {
-            batch: s.batch,
-            seq: s.seq,
-            decode_steps: s.decode_steps,
-        };
-        let plan = plan::build(self.model, shape)?;
-        self.plans
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, plan.clone());
-        Ok(plan)
+        Ok(self.plans.get(self.model, &h.summary)?.0)
     }
 
     /// A claimed set's plan, checked against its header and its section
@@ -583,5 +635,60 @@ impl Shared<'_> {
             }
         }
         self.idle_peers.update(|v| v.clear());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::model::{Decoder, Model};
+
+    /// Issue 30: a starting server plans every shape its pool holds for its
+    /// own model, each once, and leaves another model's sets alone; the
+    /// plans are those the sets were dealt for.
+    #[test]
+    fn a_starting_server_plans_the_shapes_of_its_pool() {
+        use std::os::unix::fs::DirBuilderExt;
+        let d = std::env::temp_dir().join(format!("suffuse-service-plans-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::DirBuilder::new().mode(0o700).create(&d).unwrap();
+        let dir = d.join("pool");
+        let (demo, other) = (Model::demo(), Decoder::builtin("tiny-llama").unwrap());
+        let shape = |seq, decode_steps| Shape {
+            batch: 1,
+            seq,
+            decode_steps,
+        };
+        let fss = crate::backend::auto();
+        let mut dealt = Vec::new();
+        for seq in [3, 3, 5] {
+            let plan = plan::build(&demo, shape(seq, 0)).unwrap();
+            crate::pool::deal_set(&plan, &dir, fss).unwrap();
+            dealt.push(plan.hash);
+        }
+        let foreign = plan::build(&other, shape(3, 1)).unwrap();
+        crate::pool::deal_set(&foreign, &dir, fss).unwrap();
+        let pool = Pool::open(&dir, 1).unwrap();
+
+        let plans = Plans::for_pool(&demo, &pool, 1);
+        let built = plans.0.lock().unwrap();
+        let mut keys: Vec<_> = built.keys().copied().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, [(1, 3, 0), (1, 5, 0)]);
+        assert_eq!(built[&(1, 3, 0)].hash, dealt[0]);
+        assert_eq!(built[&(1, 5, 0)].hash, dealt[2]);
+        drop(built);
+        let summary = crate::pool::headers(&dir, 1)
+            .into_iter()
+            .flatten()
+            .find(|h| h.plan_hash == dealt[2])
+            .unwrap()
+            .summary;
+        let (again, new) = plans.get(ModelRef::from(&demo), &summary).unwrap();
+        assert!(!new, "a shape planned at start-up is not planned again");
+        assert_eq!(again.hash, dealt[2]);
+        let _ = std::fs::remove_dir_all(&d);
     }
 }
