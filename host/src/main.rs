@@ -801,12 +801,6 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
         p => bail!("--party must be 0 or 1, not {p}"),
     };
     let model = load_any(&model)?;
-    let me = u8::from(party == Party::P1);
-    let pool = keys_dir.as_deref().map(|d| Pool::open(d, me)).transpose()?;
-    let plans = pool
-        .as_ref()
-        .map(|p| service::Plans::for_pool(&model, p, me))
-        .unwrap_or_default();
     let listener =
         Listener::bind(listen.as_str()).with_context(|| format!("listening on {listen}"))?;
     eprintln!(
@@ -824,9 +818,11 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
         })?,
     };
     let fss = backend::resolve(choice)?;
-    let keys = match (keys, pool) {
+    let keys = match (keys, keys_dir) {
         (Some(k), _) => k,
-        (None, Some(pool)) => {
+        (None, Some(dir)) => {
+            let me = u8::from(party == Party::P1);
+            let pool = Pool::open(&dir, me)?;
             let opts = ServiceOptions {
                 serve: opts,
                 max_concurrent,
@@ -835,9 +831,7 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
                 metrics: metrics_endpoint(metrics.as_deref(), &pool, me)?,
             };
             let stop = stop_on_signals()?;
-            let r = service::run(
-                &model, party, &pool, listener, &peer, &opts, fss, &stop, plans,
-            );
+            let r = service::run(&model, party, &pool, listener, &peer, &opts, fss, &stop);
             eprintln!(
                 "P{}: stopped: {} served, {} failed, {} refused, {} dropped",
                 u8::from(party == Party::P1),

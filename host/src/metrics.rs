@@ -59,6 +59,7 @@ pub struct ServerMetrics {
     bytes_sent: Counter,
     ready_gauge: Gauge,
     accepting: AtomicBool,
+    planned: AtomicBool,
     pool: Mutex<Option<(PathBuf, u8)>>,
 }
 
@@ -90,6 +91,7 @@ impl ServerMetrics {
             bytes_sent: Counter::default(),
             ready_gauge: Gauge::default(),
             accepting: AtomicBool::new(false),
+            planned: AtomicBool::new(false),
             pool: Mutex::new(None),
             registry: Registry::default(),
         };
@@ -174,9 +176,17 @@ impl ServerMetrics {
         self.accepting.store(on, Ordering::Relaxed);
     }
 
-    /// Ready: admitting, with at least one key set in the pool.
+    /// The server has planned the shapes its pool held when it started.
+    pub fn planned(&self) {
+        self.planned.store(true, Ordering::Relaxed);
+    }
+
+    /// Ready: admitting, with the pool's shapes planned and at least one
+    /// key set in the pool.
     pub fn ready(&self) -> bool {
-        self.refresh_pool() > 0 && self.accepting.load(Ordering::Relaxed)
+        self.refresh_pool() > 0
+            && self.accepting.load(Ordering::Relaxed)
+            && self.planned.load(Ordering::Relaxed)
     }
 
     /// Recounts the pool's key sets by plan; returns them all.

@@ -111,9 +111,15 @@ fn recv_agree(link: &mut Link) -> Result<Agree, ServeError> {
 }
 
 /// Runs the server until `stop` is set and the queries in flight are done
-/// (or the drain deadline has passed). `peer` is P0's address (P1 only);
-/// `plans` are those built beforehand ([`Plans::for_pool`]), and any other
-/// shape is planned when its first set is claimed.
+/// (or the drain deadline has passed). `peer` is P0's address (P1 only).
+///
+/// While it starts to accept, a thread plans every shape of this model
+/// that the pool holds a set for ([`Plans::for_pool`]): a plan takes
+/// seconds (SmolLM2 at bucket 64 with 8 passes, 16–20 s on 2 cores), and
+/// the first client would otherwise wait for both servers to plan, one
+/// after the other. The server reports ready (`/readyz`) once that is
+/// done; a client that comes sooner waits for the plan being built, never
+/// builds it again. A shape dealt later is planned at its first claim.
 #[allow(clippy::too_many_arguments)]
 pub fn run<'a>(
     model: impl Into<ModelRef<'a>>,
@@ -124,7 +130,6 @@ pub fn run<'a>(
     opts: &ServiceOptions,
     fss: &dyn BatchEval,
     stop: &AtomicBool,
-    plans: Plans,
 ) -> ServiceReport {
     let model = model.into();
     let me = u8::from(party == Party::P1);
@@ -145,7 +150,7 @@ pub fn run<'a>(
         opts,
         fss,
         stop,
-        plans,
+        plans: Plans::default(),
         slots: Gate::default(),
         idle_peers: Gate::default(),
         pending: Mutex::default(),
@@ -154,6 +159,10 @@ pub fn run<'a>(
         counts: Counts::default(),
     };
     std::thread::scope(|scope| {
+        scope.spawn(|| {
+            s.plans.for_pool(model, pool, s.me, stop);
+            s.metric(ServerMetrics::planned);
+        });
         if party == Party::P1 {
             for _ in 0..opts.max_concurrent.max(1) {
                 scope.spawn(|| s.standby(peer));
@@ -194,70 +203,87 @@ impl Counts {
 }
 
 /// The plans a server has built, one per shape of its key sets, kept for
-/// the life of the server.
+/// the life of the server. Each shape has its own lock, held while its plan
+/// is built, so that a shape is planned once however many queries ask.
 #[derive(Default)]
-pub struct Plans(Mutex<HashMap<(usize, usize, usize), Arc<Plan>>>);
+struct Plans {
+    slots: Mutex<HashMap<(usize, usize, usize), PlanSlot>>,
+    /// Plans built (for tests: a shape is built once).
+    built: AtomicU64,
+}
+
+type PlanSlot = Arc<Mutex<Option<Arc<Plan>>>>;
 
 impl Plans {
-    /// Plans every shape of `model` that `party`'s pool holds a set for, so
-    /// that the first client does not wait for a plan (SmolLM2 at bucket 64
-    /// with 8 passes takes 16–20 s on 2 cores). Call it before binding
-    /// the listener: P1's standing links and clients then find a server
-    /// that answers at once. Sets for another model are left to their
-    /// claim, which turns them away; a shape that cannot be planned is
-    /// logged and left to its claim too.
-    pub fn for_pool<'a>(model: impl Into<ModelRef<'a>>, pool: &Pool, party: u8) -> Plans {
-        let (model, plans) = (model.into(), Plans::default());
+    /// Plans every shape of `model` that `party`'s pool holds a set for,
+    /// until `stop` is set. Sets for another model are left to their claim,
+    /// which turns them away; so is a shape that cannot be planned (logged).
+    fn for_pool(&self, model: ModelRef<'_>, pool: &Pool, party: u8, stop: &AtomicBool) {
         let digest = digest(model);
         for h in crate::pool::headers(pool.dir(), party)
             .into_iter()
             .flatten()
         {
-            let s = &h.summary;
-            if s.model_digest != digest {
-                continue;
+            if stop.load(Ordering::Relaxed) {
+                return;
             }
-            let t = Instant::now();
-            let what = match plans.get(model, s) {
-                Ok((plan, true)) => format!(
-                    "planned {} x {} tokens, {} decode passes, in {:.1} s (plan {})",
-                    s.batch,
-                    s.seq,
-                    s.decode_steps,
-                    t.elapsed().as_secs_f64(),
-                    &hex(&plan.hash)[..16]
-                ),
-                Ok((_, false)) => continue,
-                Err(e) => format!("planning for key set {}: {e}", hex(&h.key_set)),
-            };
-            crate::logline::line(party, &what);
+            if h.summary.model_digest == digest
+                && let Err(e) = self.get(model, &h.summary, party)
+            {
+                let why = format!("planning for key set {}: {e}", hex(&h.key_set));
+                crate::logline::line(party, &why);
+            }
         }
-        plans
     }
 
-    /// The plan of a key file's shape, built once per shape; whether it was
-    /// built now.
-    fn get(&self, model: ModelRef<'_>, s: &Summary) -> Result<(Arc<Plan>, bool), ServeError> {
-        let key = (s.batch, s.seq, s.decode_steps);
-        if let Some(p) = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-        {
-            return Ok((p.clone(), false));
+    /// The plan of a key file's shape: built (and logged) by the first
+    /// caller, waited for by any other that comes while it is built.
+    fn get(&self, model: ModelRef<'_>, s: &Summary, party: u8) -> Result<Arc<Plan>, ServeError> {
+        let slot = {
+            let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+            slots
+                .entry((s.batch, s.seq, s.decode_steps))
+                .or_default()
+                .clone()
+        };
+        let mut held = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(p) = held.as_ref() {
+            return Ok(p.clone());
         }
+        let t = Instant::now();
         let shape = Shape {
             batch: s.batch,
             seq: s.seq,
             decode_steps: s.decode_steps,
         };
         let plan = plan::build(model, shape)?;
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, plan.clone());
-        Ok((plan, true))
+        let what = format!(
+            "planned {} x {} tokens, {} decode passes, in {:.1} s (plan {})",
+            s.batch,
+            s.seq,
+            s.decode_steps,
+            t.elapsed().as_secs_f64(),
+            &hex(&plan.hash)[..16]
+        );
+        crate::logline::line(party, &what);
+        self.built.fetch_add(1, Ordering::Relaxed);
+        *held = Some(plan.clone());
+        Ok(plan)
+    }
+
+    /// The shapes planned so far.
+    #[cfg(test)]
+    fn planned(&self) -> Vec<((usize, usize, usize), [u8; 32])> {
+        let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = slots
+            .iter()
+            .filter_map(|(k, v)| {
+                let held = v.lock().unwrap_or_else(PoisonError::into_inner);
+                held.as_ref().map(|p| (*k, p.hash))
+            })
+            .collect();
+        out.sort_unstable();
+        out
     }
 }
 
@@ -451,7 +477,7 @@ impl<'a> Shared<'a> {
         let Some(h) = claim.header() else {
             return Err(ServeError::Mismatch("the claim's reader was taken".into()));
         };
-        Ok(self.plans.get(self.model, &h.summary)?.0)
+        self.plans.get(self.model, &h.summary, self.me)
     }
 
     /// A claimed set's plan, checked against its header and its section
@@ -672,23 +698,29 @@ mod tests {
         crate::pool::deal_set(&foreign, &dir, fss).unwrap();
         let pool = Pool::open(&dir, 1).unwrap();
 
-        let plans = Plans::for_pool(&demo, &pool, 1);
-        let built = plans.0.lock().unwrap();
-        let mut keys: Vec<_> = built.keys().copied().collect();
-        keys.sort_unstable();
-        assert_eq!(keys, [(1, 3, 0), (1, 5, 0)]);
-        assert_eq!(built[&(1, 3, 0)].hash, dealt[0]);
-        assert_eq!(built[&(1, 5, 0)].hash, dealt[2]);
-        drop(built);
+        let plans = Plans::default();
+        plans.for_pool(ModelRef::from(&demo), &pool, 1, &AtomicBool::new(false));
+        let expect = [((1, 3, 0), dealt[0]), ((1, 5, 0), dealt[2])];
+        assert_eq!(plans.planned(), expect);
         let summary = crate::pool::headers(&dir, 1)
             .into_iter()
             .flatten()
             .find(|h| h.plan_hash == dealt[2])
             .unwrap()
             .summary;
-        let (again, new) = plans.get(ModelRef::from(&demo), &summary).unwrap();
-        assert!(!new, "a shape planned at start-up is not planned again");
+        let again = plans.get(ModelRef::from(&demo), &summary, 1).unwrap();
         assert_eq!(again.hash, dealt[2]);
+        assert_eq!(plans.built.load(Ordering::Relaxed), 2, "planned twice");
+        // Queries that ask for a new shape at once: one builds, the others
+        // wait for it.
+        let wider = Summary { seq: 9, ..summary };
+        let got: Vec<_> = std::thread::scope(|scope| {
+            let ask = || plans.get(ModelRef::from(&demo), &wider, 1).unwrap().hash;
+            let asks: Vec<_> = (0..3).map(|_| scope.spawn(ask)).collect();
+            asks.into_iter().map(|a| a.join().unwrap()).collect()
+        });
+        assert_eq!(plans.built.load(Ordering::Relaxed), 3, "planned twice");
+        assert!(got.iter().all(|h| *h == got[0]));
         let _ = std::fs::remove_dir_all(&d);
     }
 }
