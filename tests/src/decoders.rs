@@ -195,14 +195,9 @@ pub fn top1_agreement(m: &Decoder, tf: &TeacherForced) -> (usize, usize, Vec<u32
     assert_eq!(logits.len(), n);
     let mut sampler = generate::Sampler::new(Sampling::default());
     let ours: Vec<u32> = logits.iter().map(|l| sampler.pick(l, scale)).collect();
-    let agree = ours.iter().zip(&tf.top1).filter(|(a, b)| a == b).count();
-    let decisive_misses = ours
-        .iter()
-        .zip(&tf.top1)
-        .zip(&tf.top1_margins)
-        .filter(|((a, b), m)| a != b && **m >= MARGIN)
-        .count();
-    (agree, decisive_misses, ours)
+    let missed = misses(tf, &ours);
+    let decisive = missed.iter().filter(|m| m.3 >= MARGIN).count();
+    (n - missed.len(), decisive, ours)
 }
 
 /// Where `ours` (the fixed-point top-1 at each position) differs from the

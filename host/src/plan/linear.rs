@@ -94,10 +94,9 @@ pub(super) fn linear_product(
 ) -> Result<(usize, usize), PlanError> {
     let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
         let (w, bias, outputs) = real_weights_of(b, enc);
-        let (w, bias) = (&w, &bias);
-        let plain = bound::linear(xb, w, bias, outputs, group);
+        let plain = bound::linear(xb, &w, &bias, outputs, group);
         match norm {
-            Some(nf) => plain.min(&bound::linear_from_norm(nf, w, bias, outputs, group)),
+            Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, outputs, group)),
             None => plain,
         }
     };
