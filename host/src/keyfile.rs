@@ -87,6 +87,17 @@ pub struct Summary {
     pub decode_steps: usize,
 }
 
+impl Summary {
+    /// The shape the keys were dealt for.
+    pub fn shape(&self) -> crate::plan::Shape {
+        crate::plan::Shape {
+            batch: self.batch,
+            seq: self.seq,
+            decode_steps: self.decode_steps,
+        }
+    }
+}
+
 /// A key file's header.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Header {

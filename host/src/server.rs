@@ -25,7 +25,7 @@ use crate::net::{
     FrameKind as Frame, Link, Listener, NetError, Role, Security, Timeouts, get_words,
 };
 use crate::party::{self, InputShares, PartyError, PartyReport, PassIo};
-use crate::plan::{self, Plan, PlanError, Shape, hex};
+use crate::plan::{self, Plan, PlanError, hex};
 use zeroize::Zeroizing;
 
 pub(crate) mod intro;
@@ -134,13 +134,7 @@ pub fn serve<'a>(
     fss: &dyn BatchEval,
 ) -> Result<PartyReport, ServeError> {
     let reader = KeyReader::open_unspent(keys, &opts.ledger)?;
-    let summary = reader.header.summary.clone();
-    let shape = Shape {
-        batch: summary.batch,
-        seq: summary.seq,
-        decode_steps: summary.decode_steps,
-    };
-    let plan = plan::build(model, shape)?;
+    let plan = plan::build(model, reader.header.summary.shape())?;
     let me = u8::from(party == Party::P1);
     reader.check(me, &plan.hash, &party::key_sections(&plan, party))?;
     let hello = server_hello(&plan, me, &reader.header.key_set);

@@ -44,7 +44,7 @@ use crate::metrics::ServerMetrics;
 use crate::model::ModelRef;
 use crate::net::{FrameKind as Frame, Incoming, Link, Listener, NetError, Role, Timeouts};
 use crate::party;
-use crate::plan::{self, Plan, Shape, hex};
+use crate::plan::{self, Plan, hex};
 use crate::pool::{Claim, Pool};
 use crate::server::intro::{self, Handshakes, Introduced, Place};
 use crate::server::{HELLO_WAIT, ServeError, ServeOptions, net, serve_query, server_hello};
@@ -251,12 +251,7 @@ impl Plans {
             return Ok(p.clone());
         }
         let t = Instant::now();
-        let shape = Shape {
-            batch: s.batch,
-            seq: s.seq,
-            decode_steps: s.decode_steps,
-        };
-        let plan = plan::build(model, shape)?;
+        let plan = plan::build(model, s.shape())?;
         let what = format!(
             "planned {} x {} tokens, {} decode passes, in {:.1} s (plan {})",
             s.batch,
@@ -670,6 +665,7 @@ mod tests {
 
     use super::*;
     use crate::model::{Decoder, Model};
+    use crate::plan::Shape;
 
     /// Issue 30: a starting server plans every shape its pool holds for its
     /// own model, each once, and leaves another model's sets alone; the
