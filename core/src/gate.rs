@@ -43,6 +43,7 @@ pub mod max;
 pub mod protocol;
 pub mod relu;
 pub mod reluars;
+pub mod ring_trunc;
 pub mod select;
 pub mod spline;
 pub mod splines;
@@ -99,6 +100,30 @@ pub struct Gate {
     pub program: Program,
     /// How the input arrives.
     pub input: Input,
+}
+
+/// A party's PRF blocks of elements `first..first + count` for the slots
+/// in `slots`: element `e`'s block for slot `slots.start + j` at
+/// `out[e · slots.len() + j]`, each `H(seed ⊕ (element | slot << 64))` (every
+/// block is its own PRF call, so a subset of slots costs only its own AES
+/// calls). Returns the AES calls made.
+pub(crate) fn prf_slots(
+    h: &dyn Hasher,
+    seed: &[u8; 16],
+    (first, count): (u64, usize),
+    slots: core::ops::Range<usize>,
+    out: &mut [Block],
+) -> u64 {
+    let per = slots.len();
+    let s = Block::from_bytes(*seed);
+    for (e, chunk) in out.chunks_mut(per).take(count).enumerate() {
+        let element = cast::u128_from_u64(first + cast::u64_from_usize(e));
+        for (slot, b) in slots.clone().zip(chunk.iter_mut()) {
+            let index = element | (cast::u128_from_u64(cast::u64_from_usize(slot)) << 64);
+            *b = s ^ Block::from_bytes(index.to_le_bytes());
+        }
+    }
+    h.hash_many(Domain::Prf, &mut out[..per * count])
 }
 
 /// Per-element costs of a gate, per party.
@@ -316,20 +341,11 @@ impl Gate {
         &self,
         h: &dyn Hasher,
         seed: &[u8; 16],
-        (first, count): (u64, usize),
+        elements: (u64, usize),
         slots: core::ops::Range<usize>,
         out: &mut [Block],
     ) -> u64 {
-        let per = slots.len();
-        let s = Block::from_bytes(*seed);
-        for (e, chunk) in out.chunks_mut(per).take(count).enumerate() {
-            let element = cast::u128_from_u64(first + cast::u64_from_usize(e));
-            for (slot, b) in slots.clone().zip(chunk.iter_mut()) {
-                let index = element | (cast::u128_from_u64(cast::u64_from_usize(slot)) << 64);
-                *b = s ^ Block::from_bytes(index.to_le_bytes());
-            }
-        }
-        h.hash_many(Domain::Prf, &mut out[..per * count])
+        prf_slots(h, seed, elements, slots, out)
     }
 
     /// The DCF root seed of `key` in an element's expanded blocks.
