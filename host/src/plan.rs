@@ -38,8 +38,10 @@ use suffuse_core::ring::Width;
 use crate::fixed::{self, RING};
 use bound::Bound;
 
-/// Version of the plan format; part of the hash.
-pub const PLAN_VERSION: u32 = 1;
+/// Version of the plan format; part of the hash. 2: reciprocal and rsqrt
+/// chains truncate in one round each (`RingTrunc`), which changes their
+/// key sections, so key files dealt for version 1 no longer match.
+pub const PLAN_VERSION: u32 = 2;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to

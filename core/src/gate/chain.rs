@@ -1,8 +1,8 @@
-//! Sequential composition: a scalar gate built from SUF gates and Beaver
-//! multiplications, each step's input an affine combination of the chain
-//! input and earlier outputs. Reciprocal and rsqrt are chains: range
-//! reduction (a SUF), a truncation, a mantissa spline, a product, a
-//! truncation.
+//! Sequential composition: a scalar gate built from SUF gates, one-round
+//! truncations and Beaver multiplications, each step's input an affine
+//! combination of the chain input and earlier outputs. Reciprocal and rsqrt
+//! are chains: range reduction (a SUF), a truncation, a mantissa spline, a
+//! product, a truncation.
 //!
 //! A chain is itself a sans-IO state machine over caller buffers: its
 //! rounds are its steps' rounds in order, and its key material is each
@@ -11,7 +11,9 @@
 use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
+use crate::fss::Params;
 use crate::fss::Party;
+use crate::gate::ring_trunc::RingTrunc;
 use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use crate::mpc;
 use crate::prg::{Block, Domain, Hasher};
@@ -66,6 +68,13 @@ pub enum Step {
     Gate {
         /// The gate.
         gate: Gate,
+        /// Its input.
+        input: Lin,
+    },
+    /// A one-round truncation ([`RingTrunc`]) of an affine input.
+    Trunc {
+        /// The truncation.
+        gate: RingTrunc,
         /// Its input.
         input: Lin,
     },
@@ -138,6 +147,9 @@ impl Chain {
                         && matches!(gate.input, crate::gate::Input::Shares)
                         && self.lin_ok(input, s)
                 }
+                Step::Trunc { gate, input } => {
+                    gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
+                }
                 Step::Mul { a, b } => self.lin_ok(a, s) && self.lin_ok(b, s),
             };
             if !ok {
@@ -171,7 +183,7 @@ impl Chain {
                     && cast::usize_from_u8(index)
                         < match &self.steps[step] {
                             Step::Gate { gate, .. } => gate.outputs(),
-                            Step::Mul { .. } => 1,
+                            Step::Trunc { .. } | Step::Mul { .. } => 1,
                         }
             }
         }
@@ -181,7 +193,7 @@ impl Chain {
     const fn outs(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.outputs(),
-            Step::Mul { .. } => 1,
+            Step::Trunc { .. } | Step::Mul { .. } => 1,
         }
     }
 
@@ -189,7 +201,7 @@ impl Chain {
     pub const fn step_rounds(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.schedule().1,
-            Step::Mul { .. } => 1,
+            Step::Trunc { .. } | Step::Mul { .. } => 1,
         }
     }
 
@@ -216,9 +228,13 @@ impl Chain {
         };
         let mut s = 0;
         while s < self.count {
-            match &self.steps[s] {
-                Step::Gate { gate, .. } => {
-                    let g = gate.cost();
+            let step = match &self.steps[s] {
+                Step::Gate { gate, .. } => Some(gate.cost()),
+                Step::Trunc { gate, .. } => Some(gate.cost()),
+                Step::Mul { .. } => None,
+            };
+            match step {
+                Some(g) => {
                     c.rounds += g.rounds;
                     c.comm_bits += g.comm_bits;
                     c.key_bytes_p0 += g.key_bytes_p0;
@@ -226,7 +242,7 @@ impl Chain {
                     c.aes_online += g.aes_online;
                     c.dcf_points += g.dcf_points;
                 }
-                Step::Mul { .. } => {
+                None => {
                     c.rounds += 1;
                     c.comm_bits += 2 * cast::usize_from_u32(self.ring.bits());
                     c.key_bytes_p1 += mpc::words_len(self.ring, 1);
@@ -242,7 +258,26 @@ impl Chain {
     pub const fn explicit_words(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.explicit_words(),
+            Step::Trunc { gate, .. } => gate.explicit_words(),
             Step::Mul { .. } => 1,
+        }
+    }
+
+    /// Fresh dealer words step `s` needs per element ([`Chain::deal_step`]'s
+    /// `random`).
+    pub const fn random_words(&self, s: usize) -> usize {
+        match &self.steps[s] {
+            Step::Trunc { gate, .. } => gate.random_words(),
+            Step::Gate { .. } | Step::Mul { .. } => 0,
+        }
+    }
+
+    /// The parameters of step `s`'s key slot `k`, if it has one.
+    pub const fn key_params(&self, s: usize, k: usize) -> Option<Params> {
+        match &self.steps[s] {
+            Step::Gate { gate, .. } if k < gate.compiled.key_count => Some(gate.key_params(k)),
+            Step::Trunc { gate, .. } if k == 0 => Some(gate.key_params()),
+            _ => None,
         }
     }
 
@@ -254,6 +289,7 @@ impl Chain {
         while s < self.count {
             let w = match &self.steps[s] {
                 Step::Gate { gate, .. } => gate.scratch_words(n),
+                Step::Trunc { .. } => RingTrunc::scratch_words(n),
                 Step::Mul { .. } => 5 * n,
             };
             if w > step {
@@ -281,6 +317,7 @@ impl Chain {
         let (s, j) = self.locate(i);
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.round_bytes(gate.schedule().0[j], n),
+            Step::Trunc { .. } => mpc::words_len(self.ring, n),
             Step::Mul { .. } => mpc::words_len(self.ring, 2 * n),
         }
     }
@@ -323,6 +360,9 @@ impl Chain {
                     gate.reference(v, &mut out);
                     values[s] = out;
                 }
+                Step::Trunc { gate, input } => {
+                    values[s][0] = gate.reference(lin(&values, input));
+                }
                 Step::Mul { a, b } => {
                     values[s][0] = w.mul(lin(&values, a), lin(&values, b));
                 }
@@ -350,7 +390,9 @@ impl Chain {
     }
 
     /// Deals step `s` for `count` elements from element `first`; `scratch`
-    /// is a gate step's ([`Gate::deal`]).
+    /// is a gate step's ([`Gate::deal`]), `random` holds
+    /// [`Chain::random_words`] fresh dealer words per element (a one-round
+    /// truncation's key draws them; never a party's seed).
     #[allow(clippy::too_many_arguments)]
     pub fn deal_step(
         &self,
@@ -362,6 +404,7 @@ impl Chain {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        random: &[u64],
         scratch: &mut DealScratch<'_>,
     ) -> Result<u64, Error> {
         let h: &dyn Hasher = fss;
@@ -370,6 +413,13 @@ impl Chain {
             Step::Gate { gate, .. } => gate.deal(
                 fss, step_seeds, None, first, count, dcf0, dcf1, explicit, scratch,
             ),
+            Step::Trunc { gate, .. } => {
+                let [k0, ..] = dcf0;
+                let [k1, ..] = dcf1;
+                gate.deal(
+                    fss, step_seeds, None, random, first, count, k0, k1, explicit,
+                )
+            }
             Step::Mul { .. } => {
                 if explicit.len() != count {
                     return Err(Error::BufferLength);
@@ -517,6 +567,14 @@ impl<'a> ChainEval<'a> {
         }
     }
 
+    /// Where step `s`'s first output lies in the values area.
+    fn output_at(&self, s: usize) -> usize {
+        self.value_offset(Source::Output {
+            step: cast::u8_from_index(s),
+            index: 0,
+        })
+    }
+
     /// Where a step's input is assembled.
     fn step_input(&self) -> usize {
         self.chain.values_words(self.n) - self.n
@@ -620,10 +678,7 @@ impl<'a> ChainEval<'a> {
         fss: &dyn BatchEval,
     ) -> Result<(), Error> {
         let n = self.n;
-        let out_at = self.value_offset(Source::Output {
-            step: cast::u8_from_index(s),
-            index: 0,
-        });
+        let out_at = self.output_at(s);
         let ev = self.current.as_mut().ok_or(Error::Unsupported)?;
         ev.finish(j, recv, fss)?;
         if j + 1 < ev.rounds() {
@@ -631,7 +686,7 @@ impl<'a> ChainEval<'a> {
         }
         let outs = match &self.chain.steps[s] {
             Step::Gate { gate, .. } => gate.outputs(),
-            Step::Mul { .. } => return Err(Error::Unsupported),
+            Step::Trunc { .. } | Step::Mul { .. } => return Err(Error::Unsupported),
         };
         ev.outputs(&mut self.values[out_at..out_at + n * outs], &mut [])?;
         let area = match self.current.take() {
@@ -652,15 +707,51 @@ impl<'a> ChainEval<'a> {
         Ok(())
     }
 
+    /// Truncation step `s`, its round's message: the opening of its input,
+    /// with its material loaded into the step area.
+    fn prepare_trunc(
+        &mut self,
+        s: usize,
+        gate: &RingTrunc,
+        input: &Lin,
+        send: &mut [u8],
+    ) -> Result<(), Error> {
+        self.lin(input);
+        let (n, at) = (self.n, self.step_input());
+        let step_seed = step_seed(self.h, &self.seed, s);
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let area = &mut area[..RingTrunc::scratch_words(n)];
+        let explicit = self.keys[s].explicit;
+        gate.load(
+            self.h, self.party, &step_seed, None, self.first, explicit, area,
+        )?;
+        gate.open(area, &self.values[at..at + n], send)
+    }
+
+    /// Truncation step `s`, the peer's message: the carry key and this
+    /// party's output share.
+    fn finish_trunc(
+        &mut self,
+        s: usize,
+        gate: &RingTrunc,
+        recv: &[u8],
+        fss: &dyn BatchEval,
+    ) -> Result<(), Error> {
+        let n = self.n;
+        let out_at = self.output_at(s);
+        let keys = gate.key_batch(self.party, &self.keys[s])?;
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let area = &mut area[..RingTrunc::scratch_words(n)];
+        gate.close(area, recv, &keys, fss)?;
+        gate.output(self.party, area, &mut self.values[out_at..out_at + n])
+    }
+
     /// Mul step, second half: this party's share of the product.
     fn finish_mul(&mut self, s: usize, recv: &[u8]) -> Result<(), Error> {
         let n = self.n;
         let w = self.chain.ring;
         let pb = self.party.index();
-        let out_at = self.value_offset(Source::Output {
-            step: cast::u8_from_index(s),
-            index: 0,
-        });
+        let out_at = self.output_at(s);
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
         let (opened, triple) = area.split_at_mut(2 * n);
         // Own differences plus the peer's: d = x − a and e = y − b.
@@ -709,6 +800,7 @@ impl Protocol for ChainEval<'_> {
                     .ok_or(Error::Unsupported)?
                     .prepare(j, send)
             }
+            Step::Trunc { gate, input } => self.prepare_trunc(s, gate, input, send),
             Step::Mul { a, b } => self.prepare_mul(s, a, b, send),
         }
     }
@@ -721,7 +813,9 @@ impl Protocol for ChainEval<'_> {
             return Err(Error::BufferLength);
         }
         let (s, j) = self.chain.locate(round);
-        match &self.chain.steps[s] {
+        let chain = self.chain;
+        match &chain.steps[s] {
+            Step::Trunc { gate, .. } => self.finish_trunc(s, gate, recv, fss)?,
             Step::Gate { gate, .. } => {
                 if gate.bit_outputs() != 0 {
                     // Chains carry ring values only.
@@ -767,18 +861,13 @@ pub(crate) mod testing {
         let mut dcf: Vec<[Vec<Vec<u8>>; 2]> = Vec::new();
         let mut explicit: Vec<Vec<u64>> = Vec::new();
         for s in 0..chain.count {
-            let sizes: Vec<usize> = match &chain.steps[s] {
-                Step::Gate { gate, .. } => (0..MAX_KEYS)
-                    .map(|k| {
-                        if k < gate.compiled.key_count {
-                            n * gate.key_params(k).key_len()
-                        } else {
-                            0
-                        }
-                    })
-                    .collect(),
-                Step::Mul { .. } => vec![0; MAX_KEYS],
-            };
+            let sizes: Vec<usize> = (0..MAX_KEYS)
+                .map(|k| chain.key_params(s, k).map_or(0, |p| n * p.key_len()))
+                .collect();
+            let mut fresh = crate::prg::Prg::new(&[salt ^ 0x42; 16]);
+            let random: Vec<u64> = (0..n * chain.random_words(s))
+                .map(|_| fresh.next_u64())
+                .collect();
             let mut k0: Vec<Vec<u8>> = sizes.iter().map(|l| vec![0u8; *l]).collect();
             let mut k1 = k0.clone();
             let mut ex = vec![0u64; n * chain.explicit_words(s)];
@@ -803,6 +892,7 @@ pub(crate) mod testing {
                         &mut d0,
                         &mut d1,
                         &mut ex,
+                        &random,
                         &mut DealScratch::new(&mut prf, &mut words),
                     )
                     .unwrap();

@@ -11,7 +11,8 @@ use suffuse_core::gate::{DealScratch, PartyKeys};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    DealBuffers, Material, deal_material, gate_bytes, load_material, words_bytes,
+    DealBuffers, Material, deal_material, deal_trunc_material, gate_bytes, load_material,
+    load_trunc_material, trunc_bytes, words_bytes,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
@@ -32,6 +33,7 @@ impl Inverse<'_> {
     fn step_bytes(&self, s: usize, party: Party) -> usize {
         match &self.c.steps[s] {
             ChainStep::Gate { gate, .. } => gate_bytes(gate, self.n(), party),
+            ChainStep::Trunc { gate, .. } => trunc_bytes(gate, self.n(), party),
             ChainStep::Mul { .. } if party == Party::P1 => words_bytes(self.n()),
             ChainStep::Mul { .. } => 0,
         }
@@ -52,6 +54,10 @@ impl Inverse<'_> {
                 ChainStep::Gate { gate, .. } => {
                     let ss = step_seed(h, seed, s);
                     load_material(gate, h, party, &ss, 0, n, cur)?
+                }
+                ChainStep::Trunc { gate, .. } => {
+                    let ss = step_seed(h, seed, s);
+                    load_trunc_material(gate, h, party, &ss, (0, n), cur)?
                 }
                 ChainStep::Mul { .. } => Material::words(match party {
                     Party::P0 => Vec::new(),
@@ -83,7 +89,16 @@ impl Step for Inverse<'_> {
             match &chain.steps[s] {
                 ChainStep::Gate { gate, .. } => {
                     deal_material(gate, n, &mut out, |k0, k1, ex| {
-                        chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, &mut buf.scratch())
+                        chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, &[], &mut buf.scratch())
+                    })
+                    .map_err(&c)?;
+                }
+                ChainStep::Trunc { gate, .. } => {
+                    deal_trunc_material(gate, n, &mut out, |k0, k1, ex, random| {
+                        let mut k0: [&mut [u8]; MAX_KEYS] = [k0, &mut [], &mut []];
+                        let mut k1: [&mut [u8]; MAX_KEYS] = [k1, &mut [], &mut []];
+                        let scratch = &mut DealScratch::new(&mut [], &mut []);
+                        chain.deal_step(s, fss, seeds, 0, n, &mut k0, &mut k1, ex, random, scratch)
                     })
                     .map_err(&c)?;
                 }
@@ -101,6 +116,7 @@ impl Step for Inverse<'_> {
                             &mut none0,
                             &mut none1,
                             &mut ex,
+                            &[],
                             &mut DealScratch::new(&mut [], &mut []),
                         )
                         .map_err(&c)?;

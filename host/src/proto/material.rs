@@ -5,6 +5,7 @@
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
+use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::{DealScratch, Gate, PartyKeys};
 use suffuse_core::prg::{Block, Hasher};
 
@@ -169,6 +170,76 @@ pub(super) fn load_material<'s>(
     }
     if party == Party::P1 {
         mat.explicit = get_words(cur.take(words_bytes(count * g.explicit_words()))?);
+    }
+    Ok(mat)
+}
+
+/// Section bytes of `count` elements of a one-round truncation's material:
+/// its key bodies, then P1's explicit words.
+pub(super) fn trunc_bytes(t: &RingTrunc, count: usize, party: Party) -> usize {
+    let ex = if party == Party::P1 {
+        words_bytes(count * t.explicit_words())
+    } else {
+        0
+    };
+    count * t.key_params().body_len() + ex
+}
+
+/// Deals `count` elements of a one-round truncation with `deal` (which
+/// fills both parties' whole keys and P1's explicit words from the fresh
+/// words it is given) and appends both parties' section bytes. The fresh
+/// words come from the operating system: a ring-output key's value
+/// corrections must not be predictable from either party's seed.
+pub(super) fn deal_trunc_material(
+    t: &RingTrunc,
+    count: usize,
+    out: &mut [Vec<u8>; 2],
+    deal: impl FnOnce(&mut [u8], &mut [u8], &mut [u64], &[u64]) -> Result<u64, suffuse_core::Error>,
+) -> Result<(), suffuse_core::Error> {
+    let len = t.key_params().key_len();
+    let mut keys = [vec![0u8; count * len], vec![0u8; count * len]];
+    let mut explicit = vec![0u64; count * t.explicit_words()];
+    let mut bytes = vec![0u8; 8 * count * t.random_words()];
+    getrandom::fill(&mut bytes).map_err(|_| suffuse_core::Error::Unsupported)?;
+    let mut random: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect();
+    crate::wipe::vec(&mut bytes);
+    let [k0, k1] = &mut keys;
+    let dealt = deal(k0, k1, &mut explicit, &random);
+    crate::wipe::vec(&mut random);
+    dealt?;
+    for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
+        out[p].reserve(trunc_bytes(t, count, party));
+        // Bodies only: the roots are re-derived from the section's seed.
+        for key in keys[p].chunks_exact(len) {
+            out[p].extend_from_slice(&key[16..]);
+        }
+        crate::wipe::vec(&mut keys[p]);
+    }
+    put_words(&mut out[1], &explicit);
+    crate::wipe::vec(&mut explicit);
+    Ok(())
+}
+
+/// Reads `count` elements' material of a one-round truncation, re-deriving
+/// the key roots from `seed` at element offset `first`.
+pub(super) fn load_trunc_material<'s>(
+    t: &RingTrunc,
+    h: &dyn Hasher,
+    party: Party,
+    seed: &[u8; 16],
+    (first, count): (u64, usize),
+    cur: &mut Cursor<'s>,
+) -> Result<Material<'s>, ProtoError> {
+    let mut mat = Material::default();
+    mat.bodies[0] = cur.take(count * t.key_params().body_len())?;
+    mat.roots[0] = vec![0u8; count * 16];
+    t.derive_roots(h, party, seed, first, &mut mat.roots[0])
+        .map_err(core(cur.step))?;
+    if party == Party::P1 {
+        mat.explicit = get_words(cur.take(words_bytes(count * t.explicit_words()))?);
     }
     Ok(mat)
 }

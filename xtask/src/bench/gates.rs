@@ -25,7 +25,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step};
+use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::{drelu, relu};
@@ -852,11 +852,18 @@ fn run_chain_bench(
     let seeds = [[0x31; 16], [0x32; 16]];
     let start = Instant::now();
     let mut dealt: Vec<Dealt> = Vec::new();
+    let mut prg_fresh = Prg::new(&[0x33; 16]);
     for s in 0..chain.count {
-        let (mut d0, mut d1) = match &chain.steps[s] {
-            Step::Gate { gate, .. } => (key_buffers(gate, n), key_buffers(gate, n)),
-            Step::Mul { .. } => (vec![Vec::new(); MAX_KEYS], vec![Vec::new(); MAX_KEYS]),
+        let buffers = || -> Vec<Vec<u8>> {
+            (0..MAX_KEYS)
+                .map(|k| vec![0u8; chain.key_params(s, k).map_or(0, |p| n * p.key_len())])
+                .collect()
         };
+        let (mut d0, mut d1) = (buffers(), buffers());
+        // A one-round truncation's key draws fresh dealer words.
+        let random: Vec<u64> = (0..n * chain.random_words(s))
+            .map(|_| prg_fresh.next_u64())
+            .collect();
         let mut ex = vec![0u64; n * chain.explicit_words(s)];
         {
             let mut a: [&mut [u8]; MAX_KEYS] = d0
@@ -876,7 +883,9 @@ fn run_chain_bench(
             let mut words = vec![0u64; DealScratch::words(group)];
             let scratch = &mut DealScratch::new(&mut prf, &mut words);
             chain
-                .deal_step(s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex, scratch)
+                .deal_step(
+                    s, &backend, seeds, 0, n, &mut a, &mut b, &mut ex, &random, scratch,
+                )
                 .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {

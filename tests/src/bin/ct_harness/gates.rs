@@ -17,7 +17,7 @@ use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::{GenBatch, KeyBatch, Party};
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step};
+use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::relu;
@@ -336,10 +336,14 @@ fn chain_case(
     let seeds = secret_seeds(inputs);
     let mut dealt = Vec::new();
     for s in 0..chain.count {
-        let lens = match &chain.steps[s] {
-            Step::Gate { gate, .. } => key_lens(gate),
-            Step::Mul { .. } => Vec::new(),
-        };
+        let lens: Vec<usize> = (0..MAX_KEYS)
+            .map_while(|k| chain.key_params(s, k).map(|p| p.key_len()))
+            .collect();
+        // A one-round truncation's key draws fresh dealer words: secret.
+        let mut random: Vec<u64> = (0..n * chain.random_words(s))
+            .map(|_| inputs.next())
+            .collect();
+        memcheck::mark_secret(random.as_mut_slice());
         dealt.push(Dealt::new(
             &lens,
             n,
@@ -349,7 +353,7 @@ fn chain_case(
                 let mut words = vec![0u64; DealScratch::words(DEAL_GROUP)];
                 let scratch = &mut DealScratch::new(&mut prf, &mut words);
                 chain
-                    .deal_step(s, b.fss, seeds, 0, n, k0, k1, ex, scratch)
+                    .deal_step(s, b.fss, seeds, 0, n, k0, k1, ex, &random, scratch)
                     .map(|_| ())
             },
         )?);
