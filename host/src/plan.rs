@@ -29,9 +29,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use suffuse_core::gate::Gate;
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::chain::Chain;
+use suffuse_core::gate::chain::{Chain, Lin, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
 use suffuse_core::gate::max::MaxTree;
+use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::ring::Width;
 
@@ -185,6 +186,52 @@ impl GateSpec {
             | GateSpec::Gelu { k, .. }
             | GateSpec::Nexp { k }
             | GateSpec::Silu { k } => k,
+        }
+    }
+}
+
+/// What a chain step computes on every element: one value per row, so
+/// that rounds, not key bytes, decide its form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "chain", rename_all = "snake_case")]
+pub enum ChainSpec {
+    /// Reciprocal or rsqrt.
+    Inverse(InverseSpec),
+    /// Arithmetic right shift by `shift` in one round ([`RingTrunc`]): the
+    /// input is proven below 2^(k−1) in magnitude.
+    Trunc {
+        /// Effective input width.
+        k: u32,
+        /// Bits dropped.
+        shift: u32,
+    },
+}
+
+impl ChainSpec {
+    /// The core chain.
+    pub fn build(&self) -> Result<Chain, suffuse_core::SufError> {
+        match *self {
+            ChainSpec::Inverse(spec) => spec.build(),
+            ChainSpec::Trunc { k, shift } => {
+                let k = Width::new(k).map_err(|_| suffuse_core::SufError::FixedPoint)?;
+                let chain = Chain::new(RING)
+                    .then(Step::Trunc {
+                        gate: RingTrunc::new(RING, k, shift, Shift::Arithmetic)?,
+                        input: Lin::of(Source::Input),
+                    })
+                    .output(Source::Output { step: 0, index: 0 });
+                chain.validate()?;
+                Ok(chain)
+            }
+        }
+    }
+
+    /// The name and input width, for the report.
+    fn name_and_width(&self) -> (&'static str, u32) {
+        match *self {
+            ChainSpec::Inverse(s) if s.rsqrt => ("rsqrt", s.k_in),
+            ChainSpec::Inverse(s) => ("recip", s.k_in),
+            ChainSpec::Trunc { k, .. } => ("trunc, one round", k),
         }
     }
 }
@@ -370,12 +417,13 @@ pub enum Kind {
         /// Output.
         out: usize,
     },
-    /// Reciprocal or rsqrt on every element (step).
-    Inverse {
+    /// A chain on every element (step): a reciprocal or rsqrt, or a
+    /// one-round truncation of a per-row scalar.
+    Chain {
         /// Input.
         x: usize,
-        /// Scales.
-        spec: InverseSpec,
+        /// What it computes.
+        spec: ChainSpec,
         /// Output.
         out: usize,
     },
@@ -543,7 +591,7 @@ impl Kind {
         matches!(
             self,
             Kind::Gate { .. }
-                | Kind::Inverse { .. }
+                | Kind::Chain { .. }
                 | Kind::Max { .. }
                 | Kind::MatMul { .. }
                 | Kind::MulRows { .. }
@@ -562,7 +610,7 @@ impl Kind {
             | Kind::RowSum { x, .. }
             | Kind::TakeRows { x, .. }
             | Kind::Gate { x, .. }
-            | Kind::Inverse { x, .. }
+            | Kind::Chain { x, .. }
             | Kind::Max { x, .. }
             | Kind::Square { x, .. }
             | Kind::Triangle { x, .. }
@@ -599,7 +647,7 @@ impl Kind {
             | Kind::RowSum { out, .. }
             | Kind::TakeRows { out, .. }
             | Kind::Gate { out, .. }
-            | Kind::Inverse { out, .. }
+            | Kind::Chain { out, .. }
             | Kind::Max { out, .. }
             | Kind::MatMul { out, .. }
             | Kind::MulRows { out, .. }
@@ -663,7 +711,7 @@ fn shared<K: std::hash::Hash + Eq, V>(
 #[derive(Default)]
 struct BuiltCache {
     gates: HashMap<GateSpec, Arc<Gate>>,
-    chains: HashMap<InverseSpec, Arc<Chain>>,
+    chains: HashMap<ChainSpec, Arc<Chain>>,
     trees: HashMap<(u32, usize), Arc<MaxTree>>,
 }
 
@@ -682,7 +730,7 @@ impl BuiltCache {
             Kind::Gate { gate, .. } => Built::Gate(shared(&mut self.gates, *gate, || {
                 gate.build().map_err(fail(format!("{gate:?}")))
             })?),
-            Kind::Inverse { spec, .. } => Built::Chain(shared(&mut self.chains, *spec, || {
+            Kind::Chain { spec, .. } => Built::Chain(shared(&mut self.chains, *spec, || {
                 spec.build().map_err(fail(format!("{spec:?}")))
             })?),
             Kind::Max { x, k, .. } => {
@@ -860,14 +908,10 @@ impl Plan {
                     format!("{} ({})", self.tensors[*x].name, gate_name(gate)),
                     gate.k(),
                 )),
-                Kind::Inverse { x, spec, .. } => Some((
-                    format!(
-                        "{} ({})",
-                        self.tensors[*x].name,
-                        if spec.rsqrt { "rsqrt" } else { "recip" }
-                    ),
-                    spec.k_in,
-                )),
+                Kind::Chain { x, spec, .. } => {
+                    let (name, k) = spec.name_and_width();
+                    Some((format!("{} ({name})", self.tensors[*x].name), k))
+                }
                 Kind::Max { x, k, .. } => Some((format!("{} (max)", self.tensors[*x].name), *k)),
                 _ => None,
             })

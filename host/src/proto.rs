@@ -146,7 +146,7 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
     };
     Some(match (&plan.ops[op].kind, plan.built[op].as_ref()?) {
         (Kind::Gate { x, .. }, Built::Gate(g)) => Box::new(gate::Scalar { at, g, x: *x }),
-        (Kind::Inverse { x, .. }, Built::Chain(c)) => Box::new(chain::Inverse { at, c, x: *x }),
+        (Kind::Chain { x, .. }, Built::Chain(c)) => Box::new(chain::Inverse { at, c, x: *x }),
         (Kind::Max { x, .. }, Built::Max(t)) => Box::new(max::RowMax { at, t, x: *x }),
         (kind @ Kind::MatMul { .. }, _) => Box::new(beaver::MatMul::of(at, kind)?),
         (kind @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {

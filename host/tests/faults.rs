@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use cluster::{Edit, Job, Offset, On, Outcome, Setup};
 use proxy::{Act, Dir, When};
 use suffuse_host::model::Transformer;
-use suffuse_host::plan::{self, Kind, Plan, Shape};
+use suffuse_host::plan::{self, ChainSpec, Kind, Plan, Shape};
 
 /// `--timeout` of every process: short, yet far above any step's compute.
 const TIMEOUT: u64 = 15;
@@ -148,7 +148,15 @@ fn steps() -> Steps {
     let (e, d) = (build("demo", 0), build("tiny-llama", 2));
     Steps {
         gate: first(&e, 0, |k| matches!(k, Kind::Gate { .. })),
-        chain: first(&e, 0, |k| matches!(k, Kind::Inverse { .. })),
+        chain: first(&e, 0, |k| {
+            matches!(
+                k,
+                Kind::Chain {
+                    spec: ChainSpec::Inverse(_),
+                    ..
+                }
+            )
+        }),
         max: first(&e, 0, |k| matches!(k, Kind::Max { .. })),
         matmul: first(&e, 0, |k| matches!(k, Kind::MatMul { .. })),
         mulrows: first(&e, 0, |k| matches!(k, Kind::MulRows { .. })),

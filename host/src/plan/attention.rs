@@ -15,7 +15,7 @@
 
 use super::bound::{self, Bound};
 use super::scale::{INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, ulp};
-use super::{Band, Builder, Category, GateSpec, InverseSpec, Kind, PlanError};
+use super::{Band, Builder, Category, ChainSpec, GateSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, RECIP_FRAC};
 use suffuse_core::gate::splines;
 
@@ -309,15 +309,15 @@ fn reciprocal_of_sums(
         RECIP_FRAC,
         Bound::uniform(1, inv_max),
     )?;
-    b.push(Kind::Inverse {
+    b.push(Kind::Chain {
         x: sum,
-        spec: InverseSpec {
+        spec: ChainSpec::Inverse(InverseSpec {
             rsqrt: false,
             frac_in: e_scale,
             k_in: bound::width(sum_max, e_scale),
             lo_bits: e_scale - 1,
             frac_out: RECIP_FRAC,
-        },
+        }),
         out: inv,
     });
     Ok((inv, inv_max))

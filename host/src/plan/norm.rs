@@ -5,7 +5,7 @@
 
 use super::bound::{self, Bound, NormForm};
 use super::scale::{INVERSE_REL_ERR, truncate, ulp};
-use super::{Builder, Category, InverseSpec, Kind, PlanError};
+use super::{Builder, Category, ChainSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model;
 
@@ -314,15 +314,15 @@ fn normalized(
         octaves.frac_out,
         Bound::uniform(1, rho_max),
     )?;
-    b.push(Kind::Inverse {
+    b.push(Kind::Chain {
         x: v,
-        spec: InverseSpec {
+        spec: ChainSpec::Inverse(InverseSpec {
             rsqrt: true,
             frac_in,
             k_in: bound::width(v_max, frac_in),
             lo_bits: octaves.lo_bits,
             frac_out: octaves.frac_out,
-        },
+        }),
         out: rho,
     });
     // |yᵢ|·ρ ≤ (1 + err)·|yᵢ|/‖y‖ ≤ 1 + err, plus ρ's rounding.

@@ -3,7 +3,7 @@
 //! truncation from one scale to another.
 
 use super::bound;
-use super::{Builder, GateSpec, Kind, PlanError};
+use super::{Builder, ChainSpec, GateSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, pow2};
 use suffuse_core::gate::activation::{COEFF_BITS, out_scale};
 use suffuse_core::gate::splines;
@@ -66,7 +66,11 @@ pub(super) fn nexp_range() -> Result<(f64, f64), PlanError> {
     Ok(*RANGE.get_or_init(|| (lo, hi)))
 }
 
-/// Arithmetic truncation of `x` down to `to` fraction bits.
+/// Arithmetic truncation of `x` down to `to` fraction bits. A per-row
+/// scalar (one column: a norm's mean, a narrowed sum of squares) truncates
+/// in one round ([`ChainSpec::Trunc`]), whose ring-output carry key costs
+/// more bytes per element than the two-round gate's but is dealt once per
+/// row; wider tensors keep the two-round gate.
 pub(super) fn truncate(
     b: &mut Builder,
     x: usize,
@@ -77,10 +81,18 @@ pub(super) fn truncate(
     let shift = xi.scale - to;
     let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
     let out = b.tensor(name, xi.rows, xi.cols, to, xi.bound.floor_to(ulp(to)))?;
-    b.push(Kind::Gate {
-        x,
-        gate: GateSpec::Trunc { k, shift },
-        out,
+    b.push(if xi.cols == 1 {
+        Kind::Chain {
+            x,
+            spec: ChainSpec::Trunc { k, shift },
+            out,
+        }
+    } else {
+        Kind::Gate {
+            x,
+            gate: GateSpec::Trunc { k, shift },
+            out,
+        }
     });
     Ok(out)
 }
