@@ -25,11 +25,12 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
-use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
+use suffuse_core::gate::chain::{Chain, ChainEval, Lin, MAX_STEPS, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::{drelu, relu};
 use suffuse_core::gate::reluars::reluars;
+use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
@@ -830,6 +831,29 @@ fn chain_records() -> Result<Vec<Record>> {
         if let Some(rec) = run_chain_bench(name, &chain, sc.k_in, &xs, sc.frac_out, rel, note)? {
             out.push(rec);
         }
+    }
+    // The one-round truncation that per-row scalars and the chains use, as
+    // a one-step chain, beside `trunc_gap` (the same function in two
+    // rounds).
+    if wanted("trunc_one_round") {
+        let k = 40;
+        let chain = Chain::new(n)
+            .then(Step::Trunc {
+                gate: RingTrunc::new(n, Width::of(k), FRAC, Shift::Arithmetic).map_err(err)?,
+                input: Lin::of(Source::Input),
+            })
+            .output(Source::Output { step: 0, index: 0 });
+        let xs = inputs(n, k, count, 7);
+        let note = "gap ARS, ring-output carry, BERT-class width";
+        out.extend(run_chain_bench(
+            "trunc_one_round",
+            &chain,
+            k,
+            &xs,
+            FRAC,
+            0.0,
+            note,
+        )?);
     }
     Ok(out)
 }
