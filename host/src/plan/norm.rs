@@ -4,7 +4,7 @@
 //! the decoders.
 
 use super::bound::{self, Bound, NormForm};
-use super::scale::{INVERSE_REL_ERR, truncate, ulp};
+use super::scale::{INVERSE_REL_ERR, truncate, truncate_scalar, ulp};
 use super::{Builder, Category, ChainSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model;
@@ -154,7 +154,7 @@ fn sum_of_squares(
     // only raises the saturation floor 2^(lo_bits − frac_in).
     match bound::width(v_max, scale).checked_sub(k_max) {
         Some(shift) if shift > 0 => {
-            let vt = truncate(
+            let vt = truncate_scalar(
                 b,
                 v,
                 scale - shift,
@@ -448,7 +448,7 @@ fn centre_rows(
         offset: vec![0],
         out: sm,
     });
-    let mu = truncate(b, sm, FRAC, format!("{name} mean"))?;
+    let mu = truncate_scalar(b, sm, FRAC, format!("{name} mean"))?;
     b.at(Category::LayerNorm, Some(l));
     let mu_abs = b.info(mu).bound.max_abs();
     // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.

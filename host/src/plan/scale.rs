@@ -66,33 +66,52 @@ pub(super) fn nexp_range() -> Result<(f64, f64), PlanError> {
     Ok(*RANGE.get_or_init(|| (lo, hi)))
 }
 
-/// Arithmetic truncation of `x` down to `to` fraction bits. A per-row
-/// scalar (one column: a norm's mean, a narrowed sum of squares) truncates
-/// in one round ([`ChainSpec::Trunc`]), whose ring-output carry key costs
-/// more bytes per element than the two-round gate's but is dealt once per
-/// row; wider tensors keep the two-round gate.
+/// Arithmetic truncation of `x` down to `to` fraction bits, in two rounds
+/// (the bit-output carry key, the cheapest per element).
 pub(super) fn truncate(
     b: &mut Builder,
     x: usize,
     to: u32,
     name: String,
 ) -> Result<usize, PlanError> {
+    let (k, shift, out) = truncated(b, x, to, name)?;
+    b.push(Kind::Gate {
+        x,
+        gate: GateSpec::Trunc { k, shift },
+        out,
+    });
+    Ok(out)
+}
+
+/// [`truncate`] in one round ([`ChainSpec::Trunc`]), for a norm's per-row
+/// scalars (its mean, a narrowed sum of squares): the ring-output carry
+/// key costs about 2.5× the bytes per element, which one value per row
+/// makes negligible. Tensors with many elements per row keep [`truncate`].
+pub(super) fn truncate_scalar(
+    b: &mut Builder,
+    x: usize,
+    to: u32,
+    name: String,
+) -> Result<usize, PlanError> {
+    let (k, shift, out) = truncated(b, x, to, name)?;
+    b.push(Kind::Chain {
+        x,
+        spec: ChainSpec::Trunc { k, shift },
+        out,
+    });
+    Ok(out)
+}
+
+/// A truncation's width and shift, and its output tensor.
+fn truncated(
+    b: &mut Builder,
+    x: usize,
+    to: u32,
+    name: String,
+) -> Result<(u32, u32, usize), PlanError> {
     let xi = b.info(x).clone();
     let shift = xi.scale - to;
     let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
     let out = b.tensor(name, xi.rows, xi.cols, to, xi.bound.floor_to(ulp(to)))?;
-    b.push(if xi.cols == 1 {
-        Kind::Chain {
-            x,
-            spec: ChainSpec::Trunc { k, shift },
-            out,
-        }
-    } else {
-        Kind::Gate {
-            x,
-            gate: GateSpec::Trunc { k, shift },
-            out,
-        }
-    });
-    Ok(out)
+    Ok((k, shift, out))
 }
