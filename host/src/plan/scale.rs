@@ -74,13 +74,7 @@ pub(super) fn truncate(
     to: u32,
     name: String,
 ) -> Result<usize, PlanError> {
-    let (k, shift, out) = truncated(b, x, to, name)?;
-    b.push(Kind::Gate {
-        x,
-        gate: GateSpec::Trunc { k, shift },
-        out,
-    });
-    Ok(out)
+    truncate_as(b, x, to, name, false)
 }
 
 /// [`truncate`] in one round ([`ChainSpec::Trunc`]), for a norm's per-row
@@ -93,25 +87,32 @@ pub(super) fn truncate_scalar(
     to: u32,
     name: String,
 ) -> Result<usize, PlanError> {
-    let (k, shift, out) = truncated(b, x, to, name)?;
-    b.push(Kind::Chain {
-        x,
-        spec: ChainSpec::Trunc { k, shift },
-        out,
-    });
-    Ok(out)
+    truncate_as(b, x, to, name, true)
 }
 
-/// A truncation's width and shift, and its output tensor.
-fn truncated(
+fn truncate_as(
     b: &mut Builder,
     x: usize,
     to: u32,
     name: String,
-) -> Result<(u32, u32, usize), PlanError> {
+    one_round: bool,
+) -> Result<usize, PlanError> {
     let xi = b.info(x).clone();
     let shift = xi.scale - to;
     let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
     let out = b.tensor(name, xi.rows, xi.cols, to, xi.bound.floor_to(ulp(to)))?;
-    Ok((k, shift, out))
+    b.push(if one_round {
+        Kind::Chain {
+            x,
+            spec: ChainSpec::Trunc { k, shift },
+            out,
+        }
+    } else {
+        Kind::Gate {
+            x,
+            gate: GateSpec::Trunc { k, shift },
+            out,
+        }
+    });
+    Ok(out)
 }
