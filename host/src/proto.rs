@@ -88,6 +88,14 @@ pub enum DealError {
     /// The interpreter.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The operating system gave no randomness for a ring-output key.
+    #[error("step {step}: the operating system gave no randomness: {error}")]
+    Random {
+        /// The step.
+        step: u32,
+        /// What the operating system said.
+        error: String,
+    },
 }
 
 fn core(step: u32) -> impl Fn(suffuse_core::Error) -> ProtoError {

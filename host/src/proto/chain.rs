@@ -94,13 +94,13 @@ impl Step for Inverse<'_> {
                     .map_err(&c)?;
                 }
                 ChainStep::Trunc { gate, .. } => {
-                    deal_trunc_material(gate, n, &mut out, |k0, k1, ex, random| {
+                    let at = (self.at.step, n);
+                    deal_trunc_material(gate, at, &mut out, |k0, k1, ex, random| {
                         let mut k0: [&mut [u8]; MAX_KEYS] = [k0, &mut [], &mut []];
                         let mut k1: [&mut [u8]; MAX_KEYS] = [k1, &mut [], &mut []];
                         let scratch = &mut DealScratch::new(&mut [], &mut []);
                         chain.deal_step(s, fss, seeds, 0, n, &mut k0, &mut k1, ex, random, scratch)
-                    })
-                    .map_err(&c)?;
+                    })?;
                 }
                 ChainStep::Mul { .. } => {
                     let mut ex = vec![0u64; n];

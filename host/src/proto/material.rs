@@ -9,7 +9,7 @@ use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::{DealScratch, Gate, PartyKeys};
 use suffuse_core::prg::{Block, Hasher};
 
-use super::{CHUNK, Cursor, ProtoError, core};
+use super::{CHUNK, Cursor, DealError, ProtoError, core, deal_core};
 use crate::net::{get_words, put_words};
 
 /// Bytes of P1's explicit words.
@@ -192,15 +192,18 @@ pub(super) fn trunc_bytes(t: &RingTrunc, count: usize, party: Party) -> usize {
 /// corrections must not be predictable from either party's seed.
 pub(super) fn deal_trunc_material(
     t: &RingTrunc,
-    count: usize,
+    (step, count): (u32, usize),
     out: &mut [Vec<u8>; 2],
     deal: impl FnOnce(&mut [u8], &mut [u8], &mut [u64], &[u64]) -> Result<u64, suffuse_core::Error>,
-) -> Result<(), suffuse_core::Error> {
+) -> Result<(), DealError> {
     let len = t.key_params().key_len();
     let mut keys = [vec![0u8; count * len], vec![0u8; count * len]];
     let mut explicit = vec![0u64; count * t.explicit_words()];
     let mut bytes = vec![0u8; 8 * count * t.random_words()];
-    getrandom::fill(&mut bytes).map_err(|_| suffuse_core::Error::Unsupported)?;
+    getrandom::fill(&mut bytes).map_err(|e| DealError::Random {
+        step,
+        error: e.to_string(),
+    })?;
     let mut random: Vec<u64> = bytes
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
@@ -209,7 +212,7 @@ pub(super) fn deal_trunc_material(
     let [k0, k1] = &mut keys;
     let dealt = deal(k0, k1, &mut explicit, &random);
     crate::wipe::vec(&mut random);
-    dealt?;
+    dealt.map_err(deal_core(step))?;
     for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
         out[p].reserve(trunc_bytes(t, count, party));
         // Bodies only: the roots are re-derived from the section's seed.
