@@ -35,6 +35,7 @@
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
 use crate::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
+use crate::gate::one_round::{self, GROUP};
 use crate::gate::protocol::Protocol;
 use crate::gate::trunc::Shift;
 use crate::gate::{Cost, PartyKeys, prf_slots};
@@ -47,9 +48,6 @@ const SLOTS: usize = 3;
 const SLOT_MASK: usize = 0;
 const SLOT_WORDS: usize = 1;
 const SLOT_ROOT: usize = 2;
-
-/// Elements per group while dealing and expanding (stack buffers).
-const GROUP: usize = 64;
 
 /// A one-round gap truncation by `f` bits at effective width `k`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -213,34 +211,13 @@ impl RingTrunc {
         first: u64,
         roots: &mut [u8],
     ) -> Result<u64, Error> {
-        if !roots.len().is_multiple_of(16) {
-            return Err(Error::BufferLength);
-        }
-        let count = roots.len() / 16;
-        let mut blocks = [Block::ZERO; GROUP];
-        let (mut calls, mut done) = (0, 0);
-        while done < count {
-            let m = GROUP.min(count - done);
-            let at = first + cast::u64_from_usize(done);
-            calls += prf_slots(h, seed, (at, m), SLOT_ROOT..SLOT_ROOT + 1, &mut blocks);
-            for (e, b) in blocks[..m].iter().enumerate() {
-                b.with_lsb(party.index())
-                    .write(&mut roots[(done + e) * 16..(done + e + 1) * 16]);
-            }
-            done += m;
-        }
-        Ok(calls)
+        one_round::derive_roots(h, party, (seed, SLOT_ROOT), first, &mut [roots])
     }
 
     /// One party's keys of `n` elements as a batch: whole keys where
     /// `keys.roots[0]` is empty, else the roots and the bodies.
     pub fn key_batch<'k>(&self, party: Party, keys: &PartyKeys<'k>) -> Result<KeyBatch<'k>, Error> {
-        let params = self.key_params();
-        if keys.roots[0].is_empty() {
-            KeyBatch::new(params, party, keys.dcf[0])
-        } else {
-            KeyBatch::split(params, party, keys.roots[0], keys.dcf[0])
-        }
+        one_round::key_batch(self.key_params(), party, keys, 0)
     }
 
     /// Fills the first three parts of an evaluation area
@@ -271,21 +248,18 @@ impl RingTrunc {
         let (r, rest) = area.split_at_mut(n);
         let (hi, rest) = rest.split_at_mut(n);
         let msb = &mut rest[..n];
-        let mut blocks = [Block::ZERO; 2 * GROUP];
-        let (mut calls, mut done) = (0, 0);
-        while done < n {
-            let m = GROUP.min(n - done);
-            let at = first + cast::u64_from_usize(done);
-            calls += prf_slots(h, seed, (at, m), SLOT_MASK..SLOT_ROOT, &mut blocks);
-            for e in 0..m {
-                let (b, i) = (&blocks[2 * e..], done + e);
-                r[i] = mask.map_or_else(|| w.reduce(b[0].low64()), |m| m[i]);
-                (hi[i], msb[i]) = match party {
-                    Party::P0 => (w.reduce(b[1].low64()), w.reduce(b[1].high64())),
-                    Party::P1 => (explicit[2 * i], explicit[2 * i + 1]),
-                };
+        let mut calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
+        match party {
+            Party::P0 => {
+                calls += one_round::each_block(h, (seed, SLOT_WORDS), first, n, |i, b| {
+                    (hi[i], msb[i]) = (w.reduce(b.low64()), w.reduce(b.high64()));
+                });
             }
-            done += m;
+            Party::P1 => {
+                for (i, ex) in explicit.chunks_exact(2).enumerate() {
+                    (hi[i], msb[i]) = (ex[0], ex[1]);
+                }
+            }
         }
         Ok(calls)
     }
@@ -296,13 +270,8 @@ impl RingTrunc {
         if area.len() != Self::scratch_words(n) {
             return Err(Error::BufferLength);
         }
-        let w = self.ring;
         let (r, rest) = area.split_at_mut(n);
-        let mine = &mut rest[3 * n..];
-        for ((o, x), r) in mine.iter_mut().zip(x).zip(r.iter()) {
-            *o = w.add(*x, *r);
-        }
-        mpc::open_prepare(w, mine, send)
+        one_round::open(self.ring, r, x, &mut rest[3 * n..], send)
     }
 
     /// The peer's message: opens `x̂' = x̂ + offset` and evaluates the

@@ -1,0 +1,128 @@
+//! What the one-round gates ([`super::ring_trunc`], [`super::ring_relu`])
+//! share: their ring-output keys' roots, batches and the opening of a
+//! masked input, with each party's mask shares and key roots expanded
+//! from its seed.
+
+use crate::error::Error;
+use crate::fss::{KeyBatch, Params, Party};
+use crate::gate::{PartyKeys, prf_slots};
+use crate::mpc;
+use crate::prg::{Block, Hasher};
+use crate::ring::{Width, cast};
+
+/// Elements per group while dealing and expanding (stack buffers).
+pub(crate) const GROUP: usize = 64;
+
+/// Writes the roots of keys `j = 0..roots.len()` (PRF slot `slot + j`),
+/// re-derived from `party`'s `seed`, into `roots[j]` (16 bytes per
+/// element): for keys whose bodies stay where a key file was read. Returns
+/// the AES calls made.
+pub(crate) fn derive_roots(
+    h: &dyn Hasher,
+    party: Party,
+    (seed, slot): (&[u8; 16], usize),
+    first: u64,
+    roots: &mut [&mut [u8]],
+) -> Result<u64, Error> {
+    let keys = roots.len();
+    let count = roots.first().map_or(0, |r| r.len() / 16);
+    if keys > 2 || roots.iter().any(|r| r.len() != count * 16) {
+        return Err(Error::BufferLength);
+    }
+    let mut blocks = [Block::ZERO; 2 * GROUP];
+    let (mut calls, mut done) = (0, 0);
+    while done < count {
+        let m = GROUP.min(count - done);
+        let at = first + cast::u64_from_usize(done);
+        calls += prf_slots(h, seed, (at, m), slot..slot + keys, &mut blocks);
+        for e in 0..m {
+            let to = (done + e) * 16..(done + e + 1) * 16;
+            for (j, r) in roots.iter_mut().enumerate() {
+                blocks[keys * e + j]
+                    .with_lsb(party.index())
+                    .write(&mut r[to.clone()]);
+            }
+        }
+        done += m;
+    }
+    Ok(calls)
+}
+
+/// Key `j` of one party's keys as a batch: whole keys where
+/// `keys.roots[j]` is empty, else the roots and the bodies.
+pub(crate) fn key_batch<'k>(
+    params: Params,
+    party: Party,
+    keys: &PartyKeys<'k>,
+    j: usize,
+) -> Result<KeyBatch<'k>, Error> {
+    if keys.roots[j].is_empty() {
+        KeyBatch::new(params, party, keys.dcf[j])
+    } else {
+        KeyBatch::split(params, party, keys.roots[j], keys.dcf[j])
+    }
+}
+
+/// Calls `each(i, block)` with PRF slot `slot` of `seed` for elements
+/// `first..first + n` in turn. Returns the AES calls made.
+pub(crate) fn each_block(
+    h: &dyn Hasher,
+    (seed, slot): (&[u8; 16], usize),
+    first: u64,
+    n: usize,
+    mut each: impl FnMut(usize, Block),
+) -> u64 {
+    let mut blocks = [Block::ZERO; GROUP];
+    let (mut calls, mut done) = (0, 0);
+    while done < n {
+        let m = GROUP.min(n - done);
+        let at = first + cast::u64_from_usize(done);
+        calls += prf_slots(h, seed, (at, m), slot..slot + 1, &mut blocks);
+        for (e, b) in blocks[..m].iter().enumerate() {
+            each(done + e, *b);
+        }
+        done += m;
+    }
+    calls
+}
+
+/// This party's mask shares, PRF slot `slot` of its `seed` (or `mask`, in
+/// tests), into `r`. Returns the AES calls made.
+pub(crate) fn mask_shares(
+    h: &dyn Hasher,
+    ring: Width,
+    seed: (&[u8; 16], usize),
+    mask: Option<&[u64]>,
+    first: u64,
+    r: &mut [u64],
+) -> Result<u64, Error> {
+    if let Some(m) = mask {
+        if m.len() != r.len() {
+            return Err(Error::BufferLength);
+        }
+        r.copy_from_slice(m);
+        return Ok(0);
+    }
+    let n = r.len();
+    Ok(each_block(h, seed, first, n, |i, b| {
+        r[i] = ring.reduce(b.low64())
+    }))
+}
+
+/// The opening's message: this party's share of `x + r` into `mine`, then
+/// packed into `send`.
+pub(crate) fn open(
+    ring: Width,
+    r: &[u64],
+    x: &[u64],
+    mine: &mut [u64],
+    send: &mut [u8],
+) -> Result<(), Error> {
+    if r.len() != x.len() || mine.len() != x.len() {
+        return Err(Error::BufferLength);
+    }
+    for ((o, x), r) in mine.iter_mut().zip(x).zip(r) {
+        *o = ring.add(*x, *r);
+    }
+    mpc::open_prepare(ring, mine, send)
+}

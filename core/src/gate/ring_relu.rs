@@ -1,0 +1,463 @@
+//! ReLU in one round: [`super::relu::relu_value`]'s function with its sign
+//! taken from ring-output DCF keys, so that nothing is left to convert
+//! after the opening.
+//!
+//! # Maths
+//!
+//! Open `d̂ = d + r` for `|d| < 2^(k−1)` (k < n). With `d' = d + 2^(k−1)`
+//! in `[0, 2^k)`, `u = (d̂ + 2^(k−1)) mod 2^k` and `ρ = r mod 2^k`,
+//! `d' = (u − ρ) mod 2^k`, and the sign `s = [d < 0] = [d' < T]` for
+//! `T = 2^(k−1)` is, as integers,
+//!
+//! `s = [(u − T) mod 2^k < ρ] − [u < ρ] + [u < T]`
+//!
+//! (both cases of whether `[ρ, ρ + T)` wraps give it; the bit-output gates
+//! use the same three terms XORed). The first two are one DCF key
+//! `[x < ρ]` at two public points, the third is public. Two keys with the
+//! same threshold give `[s]` (payload 1) and `[r·s]` (payload r), so
+//!
+//! `ReLU(d) = d − d·s = (d̂ − r) − d̂·s + r·s`
+//!
+//! is local: P0 adds `d̂`, each party subtracts its mask share and
+//! `d̂·[s]` and adds `[r·s]`. Mask shares and key roots come from the
+//! parties' seeds; the keys' value corrections from the dealer's fresh
+//! words (never a party's seed, see [`crate::dcf::generate`]). P1 holds
+//! no explicit words.
+//!
+//! # Cost
+//!
+//! One round, n bits sent per element; two k-bit ring-output keys,
+//! `2·((k − 1)·(16 + 8) + 16)` bytes of correction words (1,520 at k = 32),
+//! against one bit-output key plus two words in two rounds for
+//! [`super::relu::relu_value`] (413 / 429 bytes at k = 32). Where rows have
+//! few comparisons left (a max tree's last levels) the round is worth it.
+
+use crate::batch::BatchEval;
+use crate::error::{Error, SufError};
+use crate::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
+use crate::gate::one_round::{self, GROUP};
+use crate::gate::{Cost, PartyKeys, prf_slots};
+use crate::mpc;
+use crate::prg::{Block, Hasher};
+use crate::ring::{Width, cast};
+
+/// PRF slots of one element: the mask share, then each key's root.
+const SLOTS: usize = 3;
+const SLOT_MASK: usize = 0;
+const SLOT_ROOTS: usize = 1;
+
+/// Keys per element: the sign (payload 1) and the sign times the mask.
+const KEYS: usize = 2;
+
+/// A one-round ReLU of inputs below `2^(k−1)` in magnitude.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RingRelu {
+    ring: Width,
+    k: Width,
+}
+
+impl RingRelu {
+    /// ReLU at effective width `k` in the ring of width `ring`: needs
+    /// `1 < k < n` (the gap).
+    pub const fn new(ring: Width, k: Width) -> Result<RingRelu, SufError> {
+        if k.bits() < 2 || k.bits() >= ring.bits() {
+            return Err(SufError::FixedPoint);
+        }
+        Ok(RingRelu { ring, k })
+    }
+
+    /// The ring.
+    pub const fn ring(&self) -> Width {
+        self.ring
+    }
+
+    /// Both keys' parameters: a k-bit DCF with output in the ring.
+    pub const fn key_params(&self) -> Params {
+        Params::new(Kind::Dcf, self.k, Output::Ring(self.ring))
+    }
+
+    /// Keys per element.
+    pub const fn key_count(&self) -> usize {
+        KEYS
+    }
+
+    /// Fresh random words the dealer supplies per element (both keys').
+    pub const fn random_words(&self) -> usize {
+        KEYS * self.key_params().gen_random_words()
+    }
+
+    /// Scratch words an evaluator needs for `n` elements.
+    pub const fn scratch_words(n: usize) -> usize {
+        7 * n
+    }
+
+    /// Per-element costs (key bytes without the roots, which are re-derived
+    /// from the seeds).
+    pub const fn cost(&self) -> Cost {
+        let p = self.key_params();
+        let cw = KEYS * (p.key_len() - 16);
+        Cost {
+            rounds: 1,
+            comm_bits: cast::usize_from_u32(self.ring.bits()),
+            key_bytes_p0: cw,
+            key_bytes_p1: cw,
+            aes_online: 1 + 2 * KEYS * cast::usize_from_small_u64(p.aes_per_eval()),
+            dcf_points: 2 * KEYS,
+        }
+    }
+
+    /// The cleartext value: `max(d, 0)` of the signed k-bit view of `d`, in
+    /// the ring; the protocol equals it for |d| < 2^(k−1).
+    pub fn reference(&self, d: u64) -> u64 {
+        let v = self.k.to_signed(self.k.reduce(d));
+        self.ring.from_signed(if v > 0 { v } else { 0 })
+    }
+
+    /// Deals `count` elements from element index `first`: both parties'
+    /// whole keys, key `j` of every element in `keys0[j]` / `keys1[j]`
+    /// (`count · key_len` bytes each). `random` holds
+    /// [`RingRelu::random_words`] fresh words per element, key 0's for every
+    /// element and then key 1's; `masks` pins each party's mask shares
+    /// (tests). Returns the AES calls made.
+    #[allow(clippy::too_many_arguments)]
+    pub fn deal(
+        &self,
+        fss: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        masks: Option<[&[u64]; 2]>,
+        random: &[u64],
+        first: u64,
+        count: usize,
+        keys0: [&mut [u8]; KEYS],
+        keys1: [&mut [u8]; KEYS],
+    ) -> Result<u64, Error> {
+        let params = self.key_params();
+        let (len, rw) = (params.key_len(), params.gen_random_words());
+        let pinned_ok = masks.is_none_or(|[m0, m1]| m0.len() == count && m1.len() == count);
+        let sizes_ok = keys0.iter().chain(&keys1).all(|k| k.len() == count * len);
+        if !pinned_ok || !sizes_ok || random.len() != count * KEYS * rw {
+            return Err(Error::BufferLength);
+        }
+        let (w, [a0, b0], [a1, b1]) = (self.ring, keys0, keys1);
+        let mut p0 = [Block::ZERO; SLOTS * GROUP];
+        let mut p1 = [Block::ZERO; SLOTS * GROUP];
+        let mut alphas = [0u64; GROUP];
+        let mut betas = [[1u64; GROUP]; KEYS];
+        let mut roots = [[[Block::ZERO; 2]; GROUP]; KEYS];
+        let (mut calls, mut done) = (0, 0);
+        while done < count {
+            let m = GROUP.min(count - done);
+            let at = first + cast::u64_from_usize(done);
+            calls += prf_slots(fss, &seeds[0], (at, m), 0..SLOTS, &mut p0);
+            calls += prf_slots(fss, &seeds[1], (at, m), 0..SLOTS, &mut p1);
+            for e in 0..m {
+                let (s0, s1) = (&p0[e * SLOTS..], &p1[e * SLOTS..]);
+                let r = match masks {
+                    Some([m0, m1]) => w.add(m0[done + e], m1[done + e]),
+                    None => w.add(s0[SLOT_MASK].low64(), s1[SLOT_MASK].low64()),
+                };
+                alphas[e] = self.k.reduce(r);
+                betas[1][e] = r;
+                for j in 0..KEYS {
+                    roots[j][e] = [s0[SLOT_ROOTS + j], s1[SLOT_ROOTS + j]];
+                }
+            }
+            let span = done * len..(done + m) * len;
+            for (j, (k0, k1)) in [(&mut *a0, &mut *a1), (&mut *b0, &mut *b1)]
+                .into_iter()
+                .enumerate()
+            {
+                let words = (j * count + done) * rw..(j * count + done + m) * rw;
+                let batch = GenBatch::new(
+                    params,
+                    &alphas[..m],
+                    &betas[j][..m],
+                    &roots[j][..m],
+                    &random[words],
+                )?;
+                calls += fss
+                    .generate(&batch, &mut k0[span.clone()], &mut k1[span.clone()])?
+                    .aes_calls;
+            }
+            done += m;
+        }
+        Ok(calls)
+    }
+
+    /// Writes each element's two key roots, re-derived from `party`'s
+    /// `seed`, into `roots[j]` (16 bytes per element): for keys whose
+    /// bodies stay where a key file was read.
+    pub fn derive_roots(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        first: u64,
+        roots: [&mut [u8]; KEYS],
+    ) -> Result<u64, Error> {
+        let [a, b] = roots;
+        one_round::derive_roots(h, party, (seed, SLOT_ROOTS), first, &mut [a, b])
+    }
+
+    /// One party's two key batches: whole keys where `keys.roots[j]` is
+    /// empty, else roots and bodies.
+    pub fn key_batches<'k>(
+        &self,
+        party: Party,
+        keys: &PartyKeys<'k>,
+    ) -> Result<[KeyBatch<'k>; KEYS], Error> {
+        let batch = |j| one_round::key_batch(self.key_params(), party, keys, j);
+        Ok([batch(0)?, batch(1)?])
+    }
+
+    /// Fills this party's mask shares (expanded from `seed`, or `mask` in
+    /// tests) into the first part of an evaluation area
+    /// ([`RingRelu::scratch_words`]). Returns the AES calls made.
+    pub fn load(
+        &self,
+        h: &dyn Hasher,
+        seed: &[u8; 16],
+        mask: Option<&[u64]>,
+        first: u64,
+        area: &mut [u64],
+    ) -> Result<u64, Error> {
+        let n = area.len() / 7;
+        if area.len() != Self::scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        one_round::mask_shares(h, self.ring, (seed, SLOT_MASK), mask, first, &mut area[..n])
+    }
+
+    /// The round's message: this party's share of `d̂ = d + r`.
+    pub fn open(&self, area: &mut [u64], d: &[u64], send: &mut [u8]) -> Result<(), Error> {
+        let n = d.len();
+        if area.len() != Self::scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        let (r, rest) = area.split_at_mut(n);
+        one_round::open(self.ring, r, d, &mut rest[..n], send)
+    }
+
+    /// The peer's message: opens `d̂` and evaluates both keys at
+    /// `(u − T) mod 2^k` and `u`, keeping the difference of the two (the
+    /// secret terms of `[s]` and `[r·s]`).
+    pub fn close(
+        &self,
+        area: &mut [u64],
+        recv: &[u8],
+        keys: &[KeyBatch<'_>; KEYS],
+        backend: &dyn BatchEval,
+    ) -> Result<(), Error> {
+        let n = area.len() / 7;
+        if area.len() != Self::scratch_words(n) || keys.iter().any(|k| k.count() != n) {
+            return Err(Error::BufferLength);
+        }
+        let w = self.ring;
+        // r | mine, then [s] | d̂ | points, then [r·s] | evaluations.
+        let (_, rest) = area.split_at_mut(n);
+        let (s, rest) = rest.split_at_mut(n);
+        let (dhat, rest) = rest.split_at_mut(n);
+        let (points, out) = rest.split_at_mut(2 * n);
+        mpc::open_finish(w, s, recv, dhat)?;
+        let half = self.k.half();
+        for (i, d) in dhat.iter().enumerate() {
+            let u = self.k.reduce(w.add(*d, half));
+            points[2 * i] = self.k.reduce(u.wrapping_sub(half));
+            points[2 * i + 1] = u;
+        }
+        backend.eval(&keys[0], points, out)?;
+        for (i, si) in s.iter_mut().enumerate() {
+            *si = w.sub(out[2 * i], out[2 * i + 1]);
+        }
+        backend.eval(&keys[1], points, out)?;
+        for i in 0..n {
+            points[i] = w.sub(out[2 * i], out[2 * i + 1]);
+        }
+        Ok(())
+    }
+
+    /// This party's output shares from a closed area.
+    pub fn output(&self, party: Party, area: &[u64], out: &mut [u64]) -> Result<(), Error> {
+        let n = out.len();
+        if area.len() != Self::scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        let w = self.ring;
+        let (r, s, dhat, rs) = (
+            &area[..n],
+            &area[n..2 * n],
+            &area[2 * n..3 * n],
+            &area[3 * n..4 * n],
+        );
+        let p0 = u64::from(party == Party::P0);
+        let half = self.k.half();
+        for i in 0..n {
+            // The public term [u < T] of s, added to [s] by P0 and to [r·s]
+            // as T·[r] by both.
+            let u = self.k.reduce(w.add(dhat[i], half));
+            let c = u64::from(u < half);
+            let s_i = w.add(s[i], w.mul(p0, c));
+            let rs_i = w.add(rs[i], w.mul(c, r[i]));
+            let d_i = w.sub(w.mul(p0, dhat[i]), r[i]);
+            out[i] = w.add(w.sub(d_i, w.mul(dhat[i], s_i)), rs_i);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::Serial;
+    use crate::gate::relu::relu_value;
+    use crate::prg::{FixedKeyAes, Prg};
+    use proptest::prelude::*;
+    use std::vec;
+    use std::vec::Vec;
+
+    /// Deals and runs both parties on shares of `ds` (masks pinned to
+    /// `masks` where given; odd salts store bodies and re-derive roots);
+    /// returns the reconstructed outputs.
+    fn run(g: &RingRelu, ds: &[u64], masks: Option<&[u64]>, salt: u8) -> Vec<u64> {
+        let (n, w) = (ds.len(), g.ring());
+        let (fss, aes) = (Serial::new(), FixedKeyAes::new());
+        let seeds = [[salt; 16], [salt ^ 0x5a; 16]];
+        let mut prg = Prg::new(&[salt ^ 0x33; 16]);
+        let m0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+        let m1: Vec<u64> = masks.map_or_else(Vec::new, |m| {
+            m.iter().zip(&m0).map(|(r, a)| w.sub(*r, *a)).collect()
+        });
+        let pinned = masks.map(|_| [&m0[..], &m1[..]]);
+        let random: Vec<u64> = (0..n * g.random_words()).map(|_| prg.next_u64()).collect();
+        let len = g.key_params().key_len();
+        let mut k: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; n * len]).collect();
+        {
+            let [a0, b0, a1, b1] = &mut k[..] else {
+                unreachable!()
+            };
+            g.deal(&fss, seeds, pinned, &random, 7, n, [a0, b0], [a1, b1])
+                .unwrap();
+        }
+        let d0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+        let d1: Vec<u64> = ds.iter().zip(&d0).map(|(d, a)| w.sub(*d, *a)).collect();
+        let split = salt % 2 == 1;
+        let mut out = vec![[0u64; 2]; n];
+        let mut msgs: Vec<Vec<u8>> = Vec::new();
+        let mut areas: Vec<Vec<u64>> = Vec::new();
+        for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
+            let mask = pinned.map(|m| m[p]);
+            let mut area = vec![u64::MAX - p as u64; RingRelu::scratch_words(n)];
+            g.load(&aes, &seeds[p], mask, 7, &mut area).unwrap();
+            let mut send = vec![0u8; mpc::words_len(w, n)];
+            g.open(&mut area, [&d0, &d1][p], &mut send).unwrap();
+            msgs.push(send);
+            areas.push(area);
+            let _ = party;
+        }
+        for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
+            let whole = [&k[2 * p][..], &k[2 * p + 1][..]];
+            let bodies: Vec<Vec<u8>> = whole
+                .iter()
+                .map(|ks| ks.chunks(len).flat_map(|c| c[16..].to_vec()).collect())
+                .collect();
+            let mut roots = vec![vec![0u8; 16 * n]; 2];
+            {
+                let [ra, rb] = &mut roots[..] else {
+                    unreachable!()
+                };
+                g.derive_roots(&aes, party, &seeds[p], 7, [ra, rb]).unwrap();
+            }
+            let keys = if split {
+                PartyKeys {
+                    dcf: [&bodies[0], &bodies[1], &[]],
+                    roots: [&roots[0], &roots[1], &[]],
+                    explicit: &[],
+                }
+            } else {
+                PartyKeys {
+                    dcf: [whole[0], whole[1], &[]],
+                    roots: [&[]; 3],
+                    explicit: &[],
+                }
+            };
+            let batches = g.key_batches(party, &keys).unwrap();
+            g.close(&mut areas[p], &msgs[1 - p], &batches, &fss)
+                .unwrap();
+            let mut o = vec![0u64; n];
+            g.output(party, &areas[p], &mut o).unwrap();
+            for (i, v) in o.into_iter().enumerate() {
+                out[i][p] = v;
+            }
+        }
+        out.iter().map(|[a, b]| w.add(*a, *b)).collect()
+    }
+
+    fn in_range(g: &RingRelu, d: u64) -> bool {
+        let h = i64::try_from(g.k.half()).unwrap();
+        (-h..h).contains(&g.ring.to_signed(d))
+    }
+
+    /// Masks with r mod 2^k and r itself at their edges, and random ones.
+    fn edge_masks(g: &RingRelu) -> Vec<u64> {
+        let w = g.ring;
+        let mut ms = Vec::new();
+        for high in [0, 1, (w.mask() >> g.k.bits()) / 2, w.mask() >> g.k.bits()] {
+            for low in [0, 1, g.k.half() - 1, g.k.half(), g.k.mask()] {
+                ms.push(w.reduce((high << g.k.bits()) | low));
+            }
+        }
+        let mut prg = Prg::new(&[9; 16]);
+        ms.extend((0..8).map(|_| w.reduce(prg.next_u64())));
+        ms
+    }
+
+    #[test]
+    fn one_round_relu_equals_the_two_round_gate_on_every_input_in_range() {
+        for (n, k) in [(8, 7), (8, 3), (10, 6), (7, 2)] {
+            let (n, k) = (Width::of(n), Width::of(k));
+            let g = RingRelu::new(n, k).unwrap();
+            let oracle = relu_value(n, k).unwrap();
+            let ds: Vec<u64> = (0..=n.mask()).filter(|d| in_range(&g, *d)).collect();
+            for (i, r) in edge_masks(&g).iter().enumerate() {
+                let out = run(&g, &ds, Some(&vec![*r; ds.len()]), i as u8);
+                for (d, o) in ds.iter().zip(&out) {
+                    let mut want = [0u64; 2];
+                    oracle.reference(*d, &mut want);
+                    assert_eq!(g.reference(*d), want[0], "spec d={d}");
+                    assert_eq!(*o, want[0], "n={n:?} k={k:?} d={d} r={r}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shapes_outside_the_gap_are_refused() {
+        assert!(RingRelu::new(Width::W64, Width::of(64)).is_err());
+        assert!(RingRelu::new(Width::W64, Width::of(1)).is_err());
+        let g = RingRelu::new(Width::W64, Width::of(32)).unwrap();
+        let c = g.cost();
+        assert_eq!((c.rounds, c.comm_bits), (1, 64));
+        assert_eq!(c.key_bytes_p0, 2 * (31 * 24 + 16));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+        #[test]
+        fn one_round_relu_random_at_64_bits(
+            ds in proptest::collection::vec(any::<u64>(), 64),
+            rs in proptest::collection::vec(any::<u64>(), 64),
+            k in 2u32..=63,
+        ) {
+            let (n, k) = (Width::W64, Width::of(k));
+            let g = RingRelu::new(n, k).unwrap();
+            let inside: Vec<u64> = ds.iter().map(|d| n.from_signed(k.to_signed(k.reduce(*d)))).collect();
+            let out = run(&g, &inside, Some(&rs), 5);
+            let oracle = relu_value(n, k).unwrap();
+            for (d, o) in inside.iter().zip(&out) {
+                let mut want = [0u64; 2];
+                oracle.reference(*d, &mut want);
+                prop_assert_eq!(*o, want[0], "d={} k={:?}", d, k);
+            }
+        }
+    }
+}
