@@ -31,7 +31,7 @@ use suffuse_core::gate::Gate;
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::chain::{Chain, Lin, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
-use suffuse_core::gate::max::MaxTree;
+use suffuse_core::gate::max::{MaxTree, ONE_ROUND_TAIL};
 use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
 use suffuse_core::ring::Width;
@@ -40,8 +40,10 @@ use crate::fixed::{self, RING};
 use bound::Bound;
 
 /// Version of the plan format; part of the hash. 2: reciprocal and rsqrt
-/// chains truncate in one round each (`RingTrunc`), which changes their
-/// key sections, so key files dealt for version 1 no longer match.
+/// chains and a norm's per-row scalars truncate in one round
+/// (`RingTrunc`), and a max tree's last levels run a one-round ReLU
+/// (`RingRelu`), which changes their key sections, so key files dealt for
+/// version 1 no longer match.
 pub const PLAN_VERSION: u32 = 2;
 
 /// The most sentences a plan takes in one run. Far above what one key set
@@ -737,7 +739,9 @@ impl BuiltCache {
                 let cols = tensors[*x].cols;
                 Built::Max(shared(&mut self.trees, (*k, cols), || {
                     let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
-                    MaxTree::new(RING, w, cols).map_err(fail(format!("max over width {k}")))
+                    MaxTree::new(RING, w, cols)
+                        .map(|t| t.one_round_tail(ONE_ROUND_TAIL))
+                        .map_err(fail(format!("max over width {k}")))
                 })?)
             }
             _ => Built::Beaver,

@@ -7,14 +7,18 @@
 //! unchanged. Exact for differences inside the ReLU's effective width:
 //! |a − b| < 2^(k−1).
 //!
-//! Cost per row: L − 1 ReLU instances; 2 rounds per level.
+//! Cost per row: L − 1 ReLU instances; 2 rounds per level, or 1 for the
+//! last levels where [`MaxTree::one_round_tail`] asks for
+//! [`super::ring_relu`]'s one-round ReLU (few comparisons are left there,
+//! so its larger keys cost little).
 
 use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
-use crate::fss::Party;
+use crate::fss::{Params, Party};
 use crate::gate::chain::step_seed;
 use crate::gate::relu::relu_value;
+use crate::gate::ring_relu::RingRelu;
 use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use crate::prg::Hasher;
 use crate::ring::Width;
@@ -26,6 +30,10 @@ pub struct MaxTree {
     pub relu: Gate,
     /// Values per row.
     pub len: usize,
+    /// The one-round ReLU of the last `tail` levels.
+    pub ring: RingRelu,
+    /// Levels at the end that use `ring`.
+    pub tail: usize,
 }
 
 impl MaxTree {
@@ -34,9 +42,87 @@ impl MaxTree {
         if len == 0 {
             return Err(SufError::Capacity);
         }
+        let one = match RingRelu::new(ring, k) {
+            Ok(r) => r,
+            Err(e) => return Err(e),
+        };
         match relu_value(ring, k) {
-            Ok(relu) => Ok(MaxTree { relu, len }),
+            Ok(relu) => Ok(MaxTree {
+                relu,
+                len,
+                ring: one,
+                tail: 0,
+            }),
             Err(e) => Err(e),
+        }
+    }
+
+    /// The same tree with its last `levels` levels (at most all) in one
+    /// round each.
+    pub const fn one_round_tail(mut self, levels: usize) -> MaxTree {
+        self.tail = if levels < self.levels() {
+            levels
+        } else {
+            self.levels()
+        };
+        self
+    }
+
+    /// Whether `level` runs the one-round ReLU.
+    pub const fn one_round(&self, level: usize) -> bool {
+        level + self.tail >= self.levels()
+    }
+
+    /// Rounds of `level`.
+    pub const fn level_rounds(&self, level: usize) -> usize {
+        if self.one_round(level) { 1 } else { 2 }
+    }
+
+    /// The level and the round within it of tree round `i`.
+    pub const fn locate(&self, i: usize) -> (usize, usize) {
+        let mut i = i;
+        let mut l = 0;
+        while l < self.levels() {
+            let r = self.level_rounds(l);
+            if i < r {
+                return (l, i);
+            }
+            i -= r;
+            l += 1;
+        }
+        (l, 0)
+    }
+
+    /// Fresh dealer words `level` needs per ReLU.
+    pub const fn random_words(&self, level: usize) -> usize {
+        if self.one_round(level) {
+            self.ring.random_words()
+        } else {
+            0
+        }
+    }
+
+    /// Explicit words P1 holds per ReLU at `level`.
+    pub const fn explicit_words(&self, level: usize) -> usize {
+        if self.one_round(level) {
+            0
+        } else {
+            self.relu.explicit_words()
+        }
+    }
+
+    /// The parameters of `level`'s key slot `k`, if it has one.
+    pub const fn key_params(&self, level: usize, k: usize) -> Option<Params> {
+        if self.one_round(level) {
+            if k < self.ring.key_count() {
+                Some(self.ring.key_params())
+            } else {
+                None
+            }
+        } else if k < self.relu.compiled.key_count {
+            Some(self.relu.key_params(k))
+        } else {
+            None
         }
     }
 
@@ -69,7 +155,13 @@ impl MaxTree {
 
     /// Rounds in total.
     pub const fn rounds(&self) -> usize {
-        2 * self.levels()
+        let mut r = 0;
+        let mut l = 0;
+        while l < self.levels() {
+            r += self.level_rounds(l);
+            l += 1;
+        }
+        r
     }
 
     /// [`DealScratch`] blocks [`MaxTree::deal_level`] wants for `rows` rows
@@ -81,7 +173,8 @@ impl MaxTree {
 
     /// Deals `level` for `rows` rows: ReLU keys for `rows · pairs(level)`
     /// elements, seeded from the level's derived seeds; `scratch` is
-    /// [`Gate::deal`]'s.
+    /// [`Gate::deal`]'s; `random` holds [`MaxTree::random_words`] fresh
+    /// dealer words per ReLU (a one-round level's keys draw them).
     #[allow(clippy::too_many_arguments)]
     pub fn deal_level(
         &self,
@@ -92,12 +185,21 @@ impl MaxTree {
         dcf0: &mut [&mut [u8]; MAX_KEYS],
         dcf1: &mut [&mut [u8]; MAX_KEYS],
         explicit: &mut [u64],
+        random: &[u64],
         scratch: &mut DealScratch<'_>,
     ) -> Result<u64, Error> {
         let s = [
             step_seed(fss, &seeds[0], level),
             step_seed(fss, &seeds[1], level),
         ];
+        if self.one_round(level) {
+            let [a0, b0, _] = dcf0;
+            let [a1, b1, _] = dcf1;
+            let count = rows * self.pairs(level);
+            return self
+                .ring
+                .deal(fss, s, None, random, 0, count, [a0, b0], [a1, b1]);
+        }
         self.relu.deal(
             fss,
             s,
@@ -113,9 +215,17 @@ impl MaxTree {
 
     /// Scratch words for `rows` rows.
     pub const fn scratch_words(&self, rows: usize) -> usize {
-        rows * self.len + rows * self.pairs(0) + self.relu.scratch_words(rows * self.pairs(0))
+        let n = rows * self.pairs(0);
+        let (gate, one) = (self.relu.scratch_words(n), RingRelu::scratch_words(n));
+        rows * self.len + n + if gate > one { gate } else { one }
     }
 }
+
+/// How many last levels a planned tree runs in one round
+/// ([`MaxTree::one_round_tail`]): for a row of 128 values, the last four
+/// levels hold 15 of its 127 comparisons, so their keys (3.6× a two-round
+/// ReLU's) add about a third to the tree's keys for four fewer rounds.
+pub const ONE_ROUND_TAIL: usize = 4;
 
 /// Most levels (rows of up to 2^16 values).
 pub const MAX_LEVELS: usize = 16;
@@ -184,14 +294,14 @@ impl<'a> MaxEval<'a> {
         })
     }
 
-    /// Starts `level`: differences a − b of each pair, row by row, are the
-    /// ReLU's input.
-    fn start_level(&mut self, level: usize) -> Result<(), Error> {
+    /// Writes `level`'s differences a − b of each pair, row by row (the
+    /// ReLU's input), after the values; returns where they start and how
+    /// many there are.
+    fn differences(&mut self, level: usize) -> (usize, usize) {
         let t = self.tree;
         let w = t.relu.ring();
         let cur = t.width_at(level);
         let pairs = t.pairs(level);
-        let n = self.rows * pairs;
         let diff_at = self.rows * t.len;
         for r in 0..self.rows {
             for p in 0..pairs {
@@ -200,6 +310,13 @@ impl<'a> MaxEval<'a> {
                 self.values[diff_at + r * pairs + p] = w.sub(a, b);
             }
         }
+        (diff_at, self.rows * pairs)
+    }
+
+    /// Starts a two-round `level`: its ReLU evaluator takes the area.
+    fn start_level(&mut self, level: usize) -> Result<(), Error> {
+        let t = self.tree;
+        let (diff_at, n) = self.differences(level);
         let area = self.free.take().ok_or(Error::Unsupported)?;
         let seed = step_seed(self.h, &self.seed, level);
         let diffs = &self.values[diff_at..diff_at + n];
@@ -219,19 +336,53 @@ impl<'a> MaxEval<'a> {
         Ok(())
     }
 
-    /// Ends `level`: max = b + ReLU(a − b); rows compact to the next width.
+    /// Ends a two-round `level`: its ReLU outputs replace the differences.
     fn end_level(&mut self, level: usize) -> Result<(), Error> {
+        let n = self.rows * self.tree.pairs(level);
+        let diff_at = self.rows * self.tree.len;
+        let ev = self.current.take().ok_or(Error::Unsupported)?;
+        // ReLU(a − b) over the differences, in place.
+        ev.outputs(&mut self.values[diff_at..diff_at + n], &mut [])?;
+        self.free = Some(ev.into_scratch());
+        self.compact(level);
+        Ok(())
+    }
+
+    /// A one-round `level`'s message: its differences, masked.
+    fn open_level(&mut self, level: usize, send: &mut [u8]) -> Result<(), Error> {
+        let one = &self.tree.ring;
+        let (diff_at, n) = self.differences(level);
+        let seed = step_seed(self.h, &self.seed, level);
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let area = &mut area[..RingRelu::scratch_words(n)];
+        one.load(self.h, &seed, None, 0, area)?;
+        one.open(area, &self.values[diff_at..diff_at + n], send)
+    }
+
+    /// A one-round `level`'s peer message: its ReLUs replace the
+    /// differences.
+    fn close_level(&mut self, level: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
+        let one = &self.tree.ring;
+        let n = self.rows * self.tree.pairs(level);
+        let diff_at = self.rows * self.tree.len;
+        let keys = one.key_batches(self.party, &self.keys[level])?;
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let area = &mut area[..RingRelu::scratch_words(n)];
+        one.close(area, recv, &keys, fss)?;
+        one.output(self.party, area, &mut self.values[diff_at..diff_at + n])?;
+        self.compact(level);
+        Ok(())
+    }
+
+    /// After `level`: max = b + ReLU(a − b) (the ReLUs where the
+    /// differences were); rows compact to the next width.
+    fn compact(&mut self, level: usize) {
         let t = self.tree;
         let w = t.relu.ring();
         let cur = t.width_at(level);
         let pairs = t.pairs(level);
         let next_w = t.width_at(level + 1);
-        let n = self.rows * pairs;
         let diff_at = self.rows * t.len;
-        let ev = self.current.take().ok_or(Error::Unsupported)?;
-        // ReLU(a − b) over the differences, in place.
-        ev.outputs(&mut self.values[diff_at..diff_at + n], &mut [])?;
-        self.free = Some(ev.into_scratch());
         for r in 0..self.rows {
             for p in 0..pairs {
                 let b = self.values[r * cur + 2 * p + 1];
@@ -242,7 +393,6 @@ impl<'a> MaxEval<'a> {
                 self.values[r * next_w + pairs] = self.values[r * cur + cur - 1];
             }
         }
-        Ok(())
     }
 }
 
@@ -255,9 +405,14 @@ impl Protocol for MaxEval<'_> {
         if round >= self.rounds() {
             return 0;
         }
+        let (level, j) = self.tree.locate(round);
+        let n = self.rows * self.tree.pairs(level);
         let g = &self.tree.relu;
-        let n = self.rows * self.tree.pairs(round / 2);
-        g.round_bytes(g.schedule().0[round % 2], n)
+        if self.tree.one_round(level) {
+            crate::mpc::words_len(g.ring(), n)
+        } else {
+            g.round_bytes(g.schedule().0[j], n)
+        }
     }
 
     fn output_len(&self) -> usize {
@@ -268,7 +423,10 @@ impl Protocol for MaxEval<'_> {
         if round != self.next || round >= self.rounds() {
             return Err(Error::Unsupported);
         }
-        let (level, j) = (round / 2, round % 2);
+        let (level, j) = self.tree.locate(round);
+        if self.tree.one_round(level) {
+            return self.open_level(level, send);
+        }
         if j == 0 {
             self.start_level(level)?;
         }
@@ -282,7 +440,12 @@ impl Protocol for MaxEval<'_> {
         if round != self.next || round >= self.rounds() {
             return Err(Error::Unsupported);
         }
-        let (level, j) = (round / 2, round % 2);
+        let (level, j) = self.tree.locate(round);
+        if self.tree.one_round(level) {
+            self.close_level(level, recv, fss)?;
+            self.next += 1;
+            return Ok(());
+        }
         let ev = self.current.as_mut().ok_or(Error::Unsupported)?;
         ev.finish(j, recv, fss)?;
         if j + 1 == ev.rounds() {
@@ -325,20 +488,15 @@ mod tests {
             let n = rows * tree.pairs(l);
             let mk = || -> Vec<Vec<u8>> {
                 (0..MAX_KEYS)
-                    .map(|k| {
-                        vec![
-                            0u8;
-                            if k < tree.relu.compiled.key_count {
-                                n * tree.relu.key_params(k).key_len()
-                            } else {
-                                0
-                            }
-                        ]
-                    })
+                    .map(|k| vec![0u8; tree.key_params(l, k).map_or(0, |p| n * p.key_len())])
                     .collect()
             };
             let (mut k0, mut k1) = (mk(), mk());
-            let mut ex = vec![0u64; n * tree.relu.explicit_words()];
+            let mut ex = vec![0u64; n * tree.explicit_words(l)];
+            let mut fresh = Prg::new(&[l as u8 ^ 0x42; 16]);
+            let random: Vec<u64> = (0..n * tree.random_words(l))
+                .map(|_| fresh.next_u64())
+                .collect();
             {
                 let [a0, a1, a2] = &mut k0[..] else {
                     unreachable!()
@@ -358,6 +516,7 @@ mod tests {
                     &mut d0,
                     &mut d1,
                     &mut ex,
+                    &random,
                     &mut DealScratch::new(&mut prf, &mut words),
                 )
                 .unwrap();
@@ -393,6 +552,32 @@ mod tests {
         e0.output(&mut o0).unwrap();
         e1.output(&mut o1).unwrap();
         o0.iter().zip(&o1).map(|(a, b)| w.add(*a, *b)).collect()
+    }
+
+    /// The last levels in one round: the same maxima as the two-round
+    /// tree (the oracle), one round fewer per one-round level.
+    #[test]
+    fn a_one_round_tail_gives_the_same_maxima_in_fewer_rounds() {
+        let (n, k) = (Width::W64, Width::of(30));
+        let mut prg = Prg::new(&[4; 16]);
+        for (len, tail) in [(1, 3), (2, 1), (7, 2), (33, 3), (128, 4), (13, 9)] {
+            let plain = MaxTree::new(n, k, len).unwrap();
+            let tree = MaxTree::new(n, k, len).unwrap().one_round_tail(tail);
+            let rows = 3;
+            let values: Vec<u64> = (0..rows * len)
+                .map(|_| n.from_signed((prg.next_u64() as i64) >> 36))
+                .collect();
+            assert_eq!(
+                run_max(&tree, rows, &values),
+                run_max(&plain, rows, &values)
+            );
+            let ones = tail.min(plain.levels());
+            assert_eq!(
+                tree.rounds(),
+                plain.rounds() - ones,
+                "len {len} tail {tail}"
+            );
+        }
     }
 
     #[test]

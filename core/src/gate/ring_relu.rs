@@ -253,7 +253,8 @@ impl RingRelu {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
-        // r | mine, then [s] | d̂ | points, then [r·s] | evaluations.
+        // r | mine, then [s] | d̂ | points, then [r·s] | evaluations, then
+        // the public term.
         let (_, rest) = area.split_at_mut(n);
         let (s, rest) = rest.split_at_mut(n);
         let (dhat, rest) = rest.split_at_mut(n);
@@ -270,8 +271,13 @@ impl RingRelu {
             *si = w.sub(out[2 * i], out[2 * i + 1]);
         }
         backend.eval(&keys[1], points, out)?;
+        // In place, each index read before it is written: [r·s]'s secret
+        // terms over the points, the public term [u < T] (from the points,
+        // which went to the backend as public) over the evaluations.
         for i in 0..n {
+            let c = u64::from(points[2 * i + 1] < half);
             points[i] = w.sub(out[2 * i], out[2 * i + 1]);
+            out[i] = c;
         }
         Ok(())
     }
@@ -289,13 +295,12 @@ impl RingRelu {
             &area[2 * n..3 * n],
             &area[3 * n..4 * n],
         );
+        let public = &area[5 * n..6 * n];
         let p0 = u64::from(party == Party::P0);
-        let half = self.k.half();
         for i in 0..n {
-            // The public term [u < T] of s, added to [s] by P0 and to [r·s]
-            // as T·[r] by both.
-            let u = self.k.reduce(w.add(dhat[i], half));
-            let c = u64::from(u < half);
+            // The public term c = [u < T] of s, added to [s] by P0 and to
+            // [r·s] as c·[r] by both.
+            let c = public[i];
             let s_i = w.add(s[i], w.mul(p0, c));
             let rs_i = w.add(rs[i], w.mul(c, r[i]));
             let d_i = w.sub(w.mul(p0, dhat[i]), r[i]);

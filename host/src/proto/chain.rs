@@ -11,8 +11,8 @@ use suffuse_core::gate::{DealScratch, PartyKeys};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    DealBuffers, Material, deal_material, deal_trunc_material, gate_bytes, load_material,
-    load_trunc_material, trunc_bytes, words_bytes,
+    DealBuffers, Material, RingShape, deal_material, deal_ring_material, gate_bytes, load_material,
+    load_ring_material, words_bytes,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
@@ -33,7 +33,7 @@ impl Inverse<'_> {
     fn step_bytes(&self, s: usize, party: Party) -> usize {
         match &self.c.steps[s] {
             ChainStep::Gate { gate, .. } => gate_bytes(gate, self.n(), party),
-            ChainStep::Trunc { gate, .. } => trunc_bytes(gate, self.n(), party),
+            ChainStep::Trunc { gate, .. } => RingShape::trunc(gate).bytes(self.n(), party),
             ChainStep::Mul { .. } if party == Party::P1 => words_bytes(self.n()),
             ChainStep::Mul { .. } => 0,
         }
@@ -57,7 +57,9 @@ impl Inverse<'_> {
                 }
                 ChainStep::Trunc { gate, .. } => {
                     let ss = step_seed(h, seed, s);
-                    load_trunc_material(gate, h, party, &ss, (0, n), cur)?
+                    load_ring_material(RingShape::trunc(gate), party, n, cur, |roots| {
+                        gate.derive_roots(h, party, &ss, 0, &mut roots[0])
+                    })?
                 }
                 ChainStep::Mul { .. } => Material::words(match party {
                     Party::P0 => Vec::new(),
@@ -95,12 +97,15 @@ impl Step for Inverse<'_> {
                 }
                 ChainStep::Trunc { gate, .. } => {
                     let at = (self.at.step, n);
-                    deal_trunc_material(gate, at, &mut out, |k0, k1, ex, random| {
-                        let mut k0: [&mut [u8]; MAX_KEYS] = [k0, &mut [], &mut []];
-                        let mut k1: [&mut [u8]; MAX_KEYS] = [k1, &mut [], &mut []];
-                        let scratch = &mut DealScratch::new(&mut [], &mut []);
-                        chain.deal_step(s, fss, seeds, 0, n, &mut k0, &mut k1, ex, random, scratch)
-                    })?;
+                    deal_ring_material(
+                        RingShape::trunc(gate),
+                        at,
+                        &mut out,
+                        |k0, k1, ex, random| {
+                            let scratch = &mut DealScratch::new(&mut [], &mut []);
+                            chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, random, scratch)
+                        },
+                    )?;
                 }
                 ChainStep::Mul { .. } => {
                     let mut ex = vec![0u64; n];

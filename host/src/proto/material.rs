@@ -4,7 +4,9 @@
 
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
+use suffuse_core::fss::Params;
 use suffuse_core::fss::Party;
+use suffuse_core::gate::ring_relu::RingRelu;
 use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::{DealScratch, Gate, PartyKeys};
 use suffuse_core::prg::{Block, Hasher};
@@ -174,32 +176,73 @@ pub(super) fn load_material<'s>(
     Ok(mat)
 }
 
-/// Section bytes of `count` elements of a one-round truncation's material:
-/// its key bodies, then P1's explicit words.
-pub(super) fn trunc_bytes(t: &RingTrunc, count: usize, party: Party) -> usize {
-    let ex = if party == Party::P1 {
-        words_bytes(count * t.explicit_words())
-    } else {
-        0
-    };
-    count * t.key_params().body_len() + ex
+/// What a one-round gate's material holds per element: `keys`
+/// ring-output keys alike, P1's `explicit` words, and the `random` fresh
+/// dealer words its keys draw.
+#[derive(Clone, Copy)]
+pub(super) struct RingShape {
+    pub(super) params: Params,
+    pub(super) keys: usize,
+    pub(super) explicit: usize,
+    pub(super) random: usize,
 }
 
-/// Deals `count` elements of a one-round truncation with `deal` (which
-/// fills both parties' whole keys and P1's explicit words from the fresh
-/// words it is given) and appends both parties' section bytes. The fresh
-/// words come from the operating system: a ring-output key's value
+impl RingShape {
+    /// A one-round truncation's.
+    pub(super) fn trunc(t: &RingTrunc) -> Self {
+        RingShape {
+            params: t.key_params(),
+            keys: 1,
+            explicit: t.explicit_words(),
+            random: t.random_words(),
+        }
+    }
+
+    /// A one-round ReLU's.
+    pub(super) fn relu(r: &RingRelu) -> Self {
+        RingShape {
+            params: r.key_params(),
+            keys: r.key_count(),
+            explicit: 0,
+            random: r.random_words(),
+        }
+    }
+
+    /// Section bytes of `count` elements: every key's bodies, then P1's
+    /// explicit words.
+    pub(super) fn bytes(&self, count: usize, party: Party) -> usize {
+        let ex = if party == Party::P1 {
+            words_bytes(count * self.explicit)
+        } else {
+            0
+        };
+        self.keys * count * self.params.body_len() + ex
+    }
+}
+
+/// Deals `count` elements of a one-round gate with `deal` (which fills
+/// both parties' whole keys, key by key, and P1's explicit words from the
+/// fresh words it is given) and appends both parties' section bytes. The
+/// fresh words come from the operating system: a ring-output key's value
 /// corrections must not be predictable from either party's seed.
-pub(super) fn deal_trunc_material(
-    t: &RingTrunc,
+pub(super) fn deal_ring_material(
+    shape: RingShape,
     (step, count): (u32, usize),
     out: &mut [Vec<u8>; 2],
-    deal: impl FnOnce(&mut [u8], &mut [u8], &mut [u64], &[u64]) -> Result<u64, suffuse_core::Error>,
+    deal: impl FnOnce(
+        &mut [&mut [u8]; MAX_KEYS],
+        &mut [&mut [u8]; MAX_KEYS],
+        &mut [u64],
+        &[u64],
+    ) -> Result<u64, suffuse_core::Error>,
 ) -> Result<(), DealError> {
-    let len = t.key_params().key_len();
-    let mut keys = [vec![0u8; count * len], vec![0u8; count * len]];
-    let mut explicit = vec![0u64; count * t.explicit_words()];
-    let mut bytes = vec![0u8; 8 * count * t.random_words()];
+    let len = shape.params.key_len();
+    let buffers = || -> [Vec<u8>; MAX_KEYS] {
+        std::array::from_fn(|k| vec![0u8; if k < shape.keys { count * len } else { 0 }])
+    };
+    let mut keys = [buffers(), buffers()];
+    let mut explicit = vec![0u64; count * shape.explicit];
+    let mut bytes = vec![0u8; 8 * count * shape.random];
     getrandom::fill(&mut bytes).map_err(|e| DealError::Random {
         step,
         error: e.to_string(),
@@ -210,39 +253,41 @@ pub(super) fn deal_trunc_material(
         .collect();
     crate::wipe::vec(&mut bytes);
     let [k0, k1] = &mut keys;
-    let dealt = deal(k0, k1, &mut explicit, &random);
+    let dealt = deal(&mut as_mut(k0), &mut as_mut(k1), &mut explicit, &random);
     crate::wipe::vec(&mut random);
     dealt.map_err(deal_core(step))?;
     for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
-        out[p].reserve(trunc_bytes(t, count, party));
+        out[p].reserve(shape.bytes(count, party));
         // Bodies only: the roots are re-derived from the section's seed.
-        for key in keys[p].chunks_exact(len) {
-            out[p].extend_from_slice(&key[16..]);
+        for k in keys[p].iter_mut().take(shape.keys) {
+            for key in k.chunks_exact(len) {
+                out[p].extend_from_slice(&key[16..]);
+            }
+            crate::wipe::vec(k);
         }
-        crate::wipe::vec(&mut keys[p]);
     }
     put_words(&mut out[1], &explicit);
     crate::wipe::vec(&mut explicit);
     Ok(())
 }
 
-/// Reads `count` elements' material of a one-round truncation, re-deriving
-/// the key roots from `seed` at element offset `first`.
-pub(super) fn load_trunc_material<'s>(
-    t: &RingTrunc,
-    h: &dyn Hasher,
+/// Reads `count` elements' material of a one-round gate; `derive` writes
+/// every key's roots (re-derived from the section's seed).
+pub(super) fn load_ring_material<'s>(
+    shape: RingShape,
     party: Party,
-    seed: &[u8; 16],
-    (first, count): (u64, usize),
+    count: usize,
     cur: &mut Cursor<'s>,
+    derive: impl FnOnce(&mut [Vec<u8>; MAX_KEYS]) -> Result<u64, suffuse_core::Error>,
 ) -> Result<Material<'s>, ProtoError> {
     let mut mat = Material::default();
-    mat.bodies[0] = cur.take(count * t.key_params().body_len())?;
-    mat.roots[0] = vec![0u8; count * 16];
-    t.derive_roots(h, party, seed, first, &mut mat.roots[0])
-        .map_err(core(cur.step))?;
+    for k in 0..shape.keys {
+        mat.bodies[k] = cur.take(count * shape.params.body_len())?;
+        mat.roots[k] = vec![0u8; count * 16];
+    }
+    derive(&mut mat.roots).map_err(core(cur.step))?;
     if party == Party::P1 {
-        mat.explicit = get_words(cur.take(words_bytes(count * t.explicit_words()))?);
+        mat.explicit = get_words(cur.take(words_bytes(count * shape.explicit))?);
     }
     Ok(mat)
 }

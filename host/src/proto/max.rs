@@ -3,12 +3,15 @@
 
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::PartyKeys;
 use suffuse_core::gate::chain::step_seed;
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
+use suffuse_core::gate::{DealScratch, PartyKeys};
 use suffuse_core::prg::Hasher;
 
-use super::material::{DealBuffers, deal_material, gate_bytes, load_material};
+use super::material::{
+    DealBuffers, RingShape, deal_material, deal_ring_material, gate_bytes, load_material,
+    load_ring_material,
+};
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
 
@@ -29,7 +32,10 @@ impl Step for RowMax<'_> {
     fn body_len(&self, party: Party) -> usize {
         let (tree, rows) = (self.t, self.rows());
         (0..tree.levels())
-            .map(|l| gate_bytes(&tree.relu, rows * tree.pairs(l), party))
+            .map(|l| match tree.one_round(l) {
+                true => RingShape::relu(&tree.ring).bytes(rows * tree.pairs(l), party),
+                false => gate_bytes(&tree.relu, rows * tree.pairs(l), party),
+            })
             .sum()
     }
 
@@ -46,10 +52,23 @@ impl Step for RowMax<'_> {
         for level in 0..tree.levels() {
             let mut out = [Vec::new(), Vec::new()];
             let count = rows * tree.pairs(level);
-            deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
-                tree.deal_level(level, rows, fss, seeds, k0, k1, ex, &mut buf.scratch())
-            })
-            .map_err(deal_core(self.at.step))?;
+            if tree.one_round(level) {
+                let shape = RingShape::relu(&tree.ring);
+                deal_ring_material(
+                    shape,
+                    (self.at.step, count),
+                    &mut out,
+                    |k0, k1, ex, rand| {
+                        let scratch = &mut DealScratch::new(&mut [], &mut []);
+                        tree.deal_level(level, rows, fss, seeds, k0, k1, ex, rand, scratch)
+                    },
+                )?;
+            } else {
+                deal_material(&tree.relu, count, &mut out, |k0, k1, ex| {
+                    tree.deal_level(level, rows, fss, seeds, k0, k1, ex, &[], &mut buf.scratch())
+                })
+                .map_err(deal_core(self.at.step))?;
+            }
             emit(out)?;
         }
         Ok(())
@@ -68,7 +87,15 @@ impl Step for RowMax<'_> {
         for level in 0..tree.levels() {
             let ls = step_seed(h, seed, level);
             let count = rows * tree.pairs(level);
-            mats.push(load_material(&tree.relu, h, on.party, &ls, 0, count, cur)?);
+            let party = on.party;
+            mats.push(if tree.one_round(level) {
+                load_ring_material(RingShape::relu(&tree.ring), party, count, cur, |roots| {
+                    let [a, b, _] = roots;
+                    tree.ring.derive_roots(h, party, &ls, 0, [a, b])
+                })?
+            } else {
+                load_material(&tree.relu, h, party, &ls, 0, count, cur)?
+            });
         }
         cur.done()?;
         let mut keys = [PartyKeys::default(); MAX_LEVELS];

@@ -27,7 +27,7 @@ use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, Lin, MAX_STEPS, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
-use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
+use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree, ONE_ROUND_TAIL};
 use suffuse_core::gate::relu::{drelu, relu};
 use suffuse_core::gate::reluars::reluars;
 use suffuse_core::gate::ring_trunc::RingTrunc;
@@ -992,18 +992,26 @@ fn max_record() -> Result<Option<Record>> {
     let k = 32;
     let len = 128;
     let rows = 12 * 128;
-    let tree = MaxTree::new(n, Width::of(k), len).map_err(|e| anyhow!("{e}"))?;
+    let tree = MaxTree::new(n, Width::of(k), len)
+        .map_err(|e| anyhow!("{e}"))?
+        .one_round_tail(ONE_ROUND_TAIL);
     let backend = CpuEval::new();
     let seeds = [[0x41; 16], [0x42; 16]];
+    let mut fresh = Prg::new(&[0x43; 16]);
     let start = Instant::now();
     let mut dealt = Vec::new();
     for l in 0..tree.levels() {
         let count = rows * tree.pairs(l);
-        let (mut d0, mut d1) = (
-            key_buffers(&tree.relu, count),
-            key_buffers(&tree.relu, count),
-        );
-        let mut ex = vec![0u64; count * tree.relu.explicit_words()];
+        let buffers = || -> Vec<Vec<u8>> {
+            (0..MAX_KEYS)
+                .map(|k| vec![0u8; tree.key_params(l, k).map_or(0, |p| count * p.key_len())])
+                .collect()
+        };
+        let (mut d0, mut d1) = (buffers(), buffers());
+        let mut ex = vec![0u64; count * tree.explicit_words(l)];
+        let random: Vec<u64> = (0..count * tree.random_words(l))
+            .map(|_| fresh.next_u64())
+            .collect();
         {
             let mut a: [&mut [u8]; MAX_KEYS] = d0
                 .iter_mut()
@@ -1021,8 +1029,10 @@ fn max_record() -> Result<Option<Record>> {
             let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows, group)];
             let mut words = vec![0u64; DealScratch::words(group)];
             let scratch = &mut DealScratch::new(&mut prf, &mut words);
-            tree.deal_level(l, rows, &backend, seeds, &mut a, &mut b, &mut ex, scratch)
-                .map_err(|e| anyhow!("{e}"))?;
+            tree.deal_level(
+                l, rows, &backend, seeds, &mut a, &mut b, &mut ex, &random, scratch,
+            )
+            .map_err(|e| anyhow!("{e}"))?;
         }
         dealt.push(Dealt {
             dcf: [d0, d1],

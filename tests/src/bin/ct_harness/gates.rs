@@ -412,21 +412,29 @@ fn max_case(
 ) -> HarnessResult<()> {
     let ring = Width::W64;
     let (rows, len) = (3, 13);
-    let tree = MaxTree::new(ring, Width::of(32), len)?;
+    // Two of its four levels in one round: both kinds of level run.
+    let tree = MaxTree::new(ring, Width::of(32), len)?.one_round_tail(2);
     let seeds = secret_seeds(inputs);
-    let lens = key_lens(&tree.relu);
     let mut dealt = Vec::new();
     for l in 0..tree.levels() {
         let count = rows * tree.pairs(l);
+        let lens: Vec<usize> = (0..MAX_KEYS)
+            .map_while(|k| tree.key_params(l, k).map(|p| p.key_len()))
+            .collect();
+        // A one-round level's keys draw fresh dealer words: secret.
+        let mut random: Vec<u64> = (0..count * tree.random_words(l))
+            .map(|_| inputs.next())
+            .collect();
+        memcheck::mark_secret(random.as_mut_slice());
         dealt.push(Dealt::new(
             &lens,
             count,
-            tree.relu.explicit_words(),
+            tree.explicit_words(l),
             |k0, k1, ex| {
                 let mut prf = vec![Block::ZERO; tree.deal_scratch_blocks(rows, DEAL_GROUP)];
                 let mut words = vec![0u64; DealScratch::words(DEAL_GROUP)];
                 let scratch = &mut DealScratch::new(&mut prf, &mut words);
-                tree.deal_level(l, rows, b.fss, seeds, k0, k1, ex, scratch)
+                tree.deal_level(l, rows, b.fss, seeds, k0, k1, ex, &random, scratch)
                     .map(|_| ())
             },
         )?);
