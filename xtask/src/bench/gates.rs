@@ -1089,7 +1089,21 @@ fn max_record() -> Result<Option<Record>> {
         }
     }
     let elements = rows * len;
-    let relu_cost = tree.relu.cost();
+    // Per input element: each level's ReLUs per row, at that level's cost
+    // (the last levels' one-round ReLU holds larger keys).
+    let per_row = |f: &dyn Fn(suffuse_core::gate::Cost) -> usize| -> f64 {
+        (0..tree.levels())
+            .map(|l| {
+                let c = if tree.one_round(l) {
+                    tree.ring.cost()
+                } else {
+                    tree.relu.cost()
+                };
+                (f(c) * tree.pairs(l)) as f64
+            })
+            .sum::<f64>()
+            / len as f64
+    };
     let rec = Record {
         gate: "max".to_string(),
         n: 64,
@@ -1097,10 +1111,9 @@ fn max_record() -> Result<Option<Record>> {
         k,
         elements,
         online_elems_per_s: elements as f64 / t0.max(t1),
-        // Per input element: (len − 1) ReLUs per row of len.
-        key_bytes_per_elem: relu_cost.key_bytes_p1 as f64 * (len - 1) as f64 / len as f64,
-        key_bytes_per_elem_p0: relu_cost.key_bytes_p0 as f64 * (len - 1) as f64 / len as f64,
-        aes_per_elem: relu_cost.aes_online as f64 * (len - 1) as f64 / len as f64,
+        key_bytes_per_elem: per_row(&|c| c.key_bytes_p1),
+        key_bytes_per_elem_p0: per_row(&|c| c.key_bytes_p0),
+        aes_per_elem: per_row(&|c| c.aes_online),
         rounds: tree.rounds(),
         comm_bits_per_elem: sent as f64 * 8.0 / elements as f64,
         keygen_elems_per_s: elements as f64 / gen_s,
@@ -1108,7 +1121,10 @@ fn max_record() -> Result<Option<Record>> {
         max_abs_err: 0.0,
         max_rel_err: None,
         out_scale: FRAC,
-        note: format!("{rows} rows of {len} (BERT-base attention: 12 heads × 128 rows)"),
+        note: format!(
+            "{rows} rows of {len} (BERT-base attention: 12 heads × 128 rows), last {} levels in one round",
+            tree.tail
+        ),
         interpreter_online_elems_per_s: None,
         phi_s: None,
     };
