@@ -14,8 +14,8 @@
 //! | step | section |
 //! | --- | --- |
 //! | gate | seed_b · per chunk: DCF key bodies (roots are re-derived from the seed), then P1's explicit words |
-//! | reciprocal / rsqrt | seed_b · per chunk, per chain step: the same |
-//! | max | seed_b · per tree level: the same, for that level's ReLUs |
+//! | chain (reciprocal, rsqrt, a per-row truncation) | seed_b · per chain step: the same, a one-round truncation's ring-output key bodies and P1's two words |
+//! | max | seed_b · per tree level: the same, for that level's ReLUs (a one-round level: both ring-output key bodies, no words) |
 //! | matmul, mulrows, square | seed_b · P1: its share of the triple's product (the rest is expanded from the seeds) |
 
 mod beaver;
@@ -154,7 +154,7 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
     };
     Some(match (&plan.ops[op].kind, plan.built[op].as_ref()?) {
         (Kind::Gate { x, .. }, Built::Gate(g)) => Box::new(gate::Scalar { at, g, x: *x }),
-        (Kind::Chain { x, .. }, Built::Chain(c)) => Box::new(chain::Inverse { at, c, x: *x }),
+        (Kind::Chain { x, .. }, Built::Chain(c)) => Box::new(chain::RowChain { at, c, x: *x }),
         (Kind::Max { x, .. }, Built::Max(t)) => Box::new(max::RowMax { at, t, x: *x }),
         (kind @ Kind::MatMul { .. }, _) => Box::new(beaver::MatMul::of(at, kind)?),
         (kind @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {

@@ -3,8 +3,9 @@
 //! masked input, with each party's mask shares and key roots expanded
 //! from its seed.
 
+use crate::batch::BatchEval;
 use crate::error::Error;
-use crate::fss::{KeyBatch, Params, Party};
+use crate::fss::{GenBatch, KeyBatch, Params, Party};
 use crate::gate::{PartyKeys, prf_slots};
 use crate::mpc;
 use crate::prg::{Block, Hasher};
@@ -12,6 +13,103 @@ use crate::ring::{Width, cast};
 
 /// Elements per group while dealing and expanding (stack buffers).
 pub(crate) const GROUP: usize = 64;
+
+/// Most PRF slots per element.
+const MAX_SLOTS: usize = 3;
+
+/// A group of at most [`GROUP`] elements being dealt.
+pub(crate) struct Group<'a> {
+    /// The group's first element, counted from the deal's first.
+    pub(crate) at: usize,
+    /// Both parties' PRF blocks, `slots` per element (slot 0 the mask
+    /// share).
+    pub(crate) blocks: [&'a [Block]; 2],
+    /// PRF slots per element.
+    pub(crate) slots: usize,
+    /// Each element's mask `r`.
+    pub(crate) masks: &'a [u64],
+}
+
+impl Group<'_> {
+    /// Elements in the group.
+    pub(crate) fn len(&self) -> usize {
+        self.masks.len()
+    }
+
+    /// Both parties' block of `slot` for element `e` of the group.
+    pub(crate) fn block(&self, e: usize, slot: usize) -> [Block; 2] {
+        self.blocks.map(|b| b[e * self.slots + slot])
+    }
+
+    /// Generates the group's keys of one key slot, rooted at PRF `slot`:
+    /// thresholds `alphas`, payloads `betas` and `random` (this key slot's
+    /// fresh words, the group's only), into the group's span of
+    /// `key0`/`key1`. Returns the AES calls made.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn generate(
+        &self,
+        fss: &dyn BatchEval,
+        params: Params,
+        slot: usize,
+        (alphas, betas): (&[u64], &[u64]),
+        random: &[u64],
+        key0: &mut [u8],
+        key1: &mut [u8],
+    ) -> Result<u64, Error> {
+        let m = self.len();
+        let mut roots = [[Block::ZERO; 2]; GROUP];
+        for (e, r) in roots[..m].iter_mut().enumerate() {
+            *r = self.block(e, slot);
+        }
+        let batch = GenBatch::new(params, &alphas[..m], &betas[..m], &roots[..m], random)?;
+        let len = params.key_len();
+        let span = self.at * len..(self.at + m) * len;
+        Ok(fss
+            .generate(&batch, &mut key0[span.clone()], &mut key1[span])?
+            .aes_calls)
+    }
+}
+
+/// Deals `count` elements from element index `first` in groups: expands
+/// both parties' first `slots` PRF slots, adds each element's mask shares
+/// (slot 0, or the pinned `masks` in tests) and hands each group to
+/// `group`. Returns the AES calls made.
+pub(crate) fn deal_groups(
+    fss: &dyn BatchEval,
+    ring: Width,
+    (seeds, slots): ([[u8; 16]; 2], usize),
+    masks: Option<[&[u64]; 2]>,
+    (first, count): (u64, usize),
+    mut group: impl FnMut(&Group<'_>) -> Result<u64, Error>,
+) -> Result<u64, Error> {
+    if slots > MAX_SLOTS || masks.is_some_and(|[m0, m1]| m0.len() != count || m1.len() != count) {
+        return Err(Error::BufferLength);
+    }
+    let mut b0 = [Block::ZERO; MAX_SLOTS * GROUP];
+    let mut b1 = [Block::ZERO; MAX_SLOTS * GROUP];
+    let mut r = [0u64; GROUP];
+    let (mut calls, mut done) = (0, 0);
+    while done < count {
+        let m = GROUP.min(count - done);
+        let at = first + cast::u64_from_usize(done);
+        calls += prf_slots(fss, &seeds[0], (at, m), 0..slots, &mut b0);
+        calls += prf_slots(fss, &seeds[1], (at, m), 0..slots, &mut b1);
+        for (e, re) in r[..m].iter_mut().enumerate() {
+            *re = match masks {
+                Some([m0, m1]) => ring.add(m0[done + e], m1[done + e]),
+                None => ring.add(b0[e * slots].low64(), b1[e * slots].low64()),
+            };
+        }
+        calls += group(&Group {
+            at: done,
+            blocks: [&b0[..m * slots], &b1[..m * slots]],
+            slots,
+            masks: &r[..m],
+        })?;
+        done += m;
+    }
+    Ok(calls)
+}
 
 /// Writes the roots of keys `j = 0..roots.len()` (PRF slot `slot + j`),
 /// re-derived from `party`'s `seed`, into `roots[j]` (16 bytes per

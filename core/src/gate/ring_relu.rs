@@ -34,11 +34,11 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::one_round::{self, GROUP};
-use crate::gate::{Cost, PartyKeys, prf_slots};
+use crate::gate::{Cost, PartyKeys};
 use crate::mpc;
-use crate::prg::{Block, Hasher};
+use crate::prg::Hasher;
 use crate::ring::{Width, cast};
 
 /// PRF slots of one element: the mask share, then each key's root.
@@ -133,55 +133,35 @@ impl RingRelu {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let (len, rw) = (params.key_len(), params.gen_random_words());
-        let pinned_ok = masks.is_none_or(|[m0, m1]| m0.len() == count && m1.len() == count);
         let sizes_ok = keys0.iter().chain(&keys1).all(|k| k.len() == count * len);
-        if !pinned_ok || !sizes_ok || random.len() != count * KEYS * rw {
+        if !sizes_ok || random.len() != count * KEYS * rw {
             return Err(Error::BufferLength);
         }
-        let (w, [a0, b0], [a1, b1]) = (self.ring, keys0, keys1);
-        let mut p0 = [Block::ZERO; SLOTS * GROUP];
-        let mut p1 = [Block::ZERO; SLOTS * GROUP];
+        let mut keys = [keys0, keys1];
         let mut alphas = [0u64; GROUP];
         let mut betas = [[1u64; GROUP]; KEYS];
-        let mut roots = [[[Block::ZERO; 2]; GROUP]; KEYS];
-        let (mut calls, mut done) = (0, 0);
-        while done < count {
-            let m = GROUP.min(count - done);
-            let at = first + cast::u64_from_usize(done);
-            calls += prf_slots(fss, &seeds[0], (at, m), 0..SLOTS, &mut p0);
-            calls += prf_slots(fss, &seeds[1], (at, m), 0..SLOTS, &mut p1);
-            for e in 0..m {
-                let (s0, s1) = (&p0[e * SLOTS..], &p1[e * SLOTS..]);
-                let r = match masks {
-                    Some([m0, m1]) => w.add(m0[done + e], m1[done + e]),
-                    None => w.add(s0[SLOT_MASK].low64(), s1[SLOT_MASK].low64()),
-                };
+        one_round::deal_groups(fss, self.ring, (seeds, SLOTS), masks, (first, count), |g| {
+            for (e, &r) in g.masks.iter().enumerate() {
                 alphas[e] = self.k.reduce(r);
                 betas[1][e] = r;
-                for j in 0..KEYS {
-                    roots[j][e] = [s0[SLOT_ROOTS + j], s1[SLOT_ROOTS + j]];
-                }
             }
-            let span = done * len..(done + m) * len;
-            for (j, (k0, k1)) in [(&mut *a0, &mut *a1), (&mut *b0, &mut *b1)]
-                .into_iter()
-                .enumerate()
-            {
-                let words = (j * count + done) * rw..(j * count + done + m) * rw;
-                let batch = GenBatch::new(
+            let mut calls = 0;
+            for j in 0..KEYS {
+                let [k0, k1] = &mut keys;
+                let words = (j * count + g.at) * rw..(j * count + g.at + g.len()) * rw;
+                let (a, b) = (&alphas[..], &betas[j][..]);
+                calls += g.generate(
+                    fss,
                     params,
-                    &alphas[..m],
-                    &betas[j][..m],
-                    &roots[j][..m],
+                    SLOT_ROOTS + j,
+                    (a, b),
                     &random[words],
+                    k0[j],
+                    k1[j],
                 )?;
-                calls += fss
-                    .generate(&batch, &mut k0[span.clone()], &mut k1[span.clone()])?
-                    .aes_calls;
             }
-            done += m;
-        }
-        Ok(calls)
+            Ok(calls)
+        })
     }
 
     /// Writes each element's two key roots, re-derived from `party`'s

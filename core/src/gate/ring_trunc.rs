@@ -34,13 +34,13 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::protocol::Protocol;
 use crate::gate::trunc::Shift;
-use crate::gate::{Cost, PartyKeys, prf_slots};
+use crate::gate::{Cost, PartyKeys};
 use crate::mpc;
-use crate::prg::{Block, Hasher};
+use crate::prg::Hasher;
 use crate::ring::{Width, cast};
 
 /// PRF slots of one element: the mask share, P0's words, the key's root.
@@ -150,9 +150,7 @@ impl RingTrunc {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let (len, rw) = (params.key_len(), self.random_words());
-        let pinned_ok = masks.is_none_or(|[m0, m1]| m0.len() == count && m1.len() == count);
-        if !pinned_ok
-            || key0.len() != count * len
+        if key0.len() != count * len
             || key1.len() != count * len
             || explicit.len() != 2 * count
             || random.len() != count * rw
@@ -160,44 +158,29 @@ impl RingTrunc {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
-        let mut b0 = [Block::ZERO; SLOTS * GROUP];
-        let mut b1 = [Block::ZERO; SLOTS * GROUP];
-        let mut alphas = [0u64; GROUP];
+        let lo = Width::of(self.f);
         let betas = [1u64; GROUP];
-        let mut roots = [[Block::ZERO; 2]; GROUP];
-        let mut calls = 0;
-        let mut done = 0;
-        while done < count {
-            let m = GROUP.min(count - done);
-            let at = first + cast::u64_from_usize(done);
-            calls += prf_slots(fss, &seeds[0], (at, m), 0..SLOTS, &mut b0);
-            calls += prf_slots(fss, &seeds[1], (at, m), 0..SLOTS, &mut b1);
-            for e in 0..m {
-                let (p0, p1) = (&b0[e * SLOTS..], &b1[e * SLOTS..]);
-                let r = match masks {
-                    Some([m0, m1]) => w.add(m0[done + e], m1[done + e]),
-                    None => w.add(p0[SLOT_MASK].low64(), p1[SLOT_MASK].low64()),
-                };
-                alphas[e] = Width::of(self.f).reduce(r);
-                roots[e] = [p0[SLOT_ROOT], p1[SLOT_ROOT]];
-                let ex = &mut explicit[2 * (done + e)..2 * (done + e) + 2];
-                ex[0] = w.sub(r >> self.f, w.reduce(p0[SLOT_WORDS].low64()));
-                ex[1] = w.sub(w.msb(r), w.reduce(p0[SLOT_WORDS].high64()));
+        let mut alphas = [0u64; GROUP];
+        let at = (first, count);
+        one_round::deal_groups(fss, w, (seeds, SLOTS), masks, at, |g| {
+            for (e, &r) in g.masks.iter().enumerate() {
+                alphas[e] = lo.reduce(r);
+                let words = g.block(e, SLOT_WORDS)[0];
+                let ex = &mut explicit[2 * (g.at + e)..2 * (g.at + e) + 2];
+                ex[0] = w.sub(r >> self.f, w.reduce(words.low64()));
+                ex[1] = w.sub(w.msb(r), w.reduce(words.high64()));
             }
-            let batch = GenBatch::new(
+            let random = &random[g.at * rw..(g.at + g.len()) * rw];
+            g.generate(
+                fss,
                 params,
-                &alphas[..m],
-                &betas[..m],
-                &roots[..m],
-                &random[done * rw..(done + m) * rw],
-            )?;
-            let span = done * len..(done + m) * len;
-            calls += fss
-                .generate(&batch, &mut key0[span.clone()], &mut key1[span])?
-                .aes_calls;
-            done += m;
-        }
-        Ok(calls)
+                SLOT_ROOT,
+                (&alphas, &betas),
+                random,
+                key0,
+                key1,
+            )
+        })
     }
 
     /// Writes each element's 16-byte key root, re-derived from `party`'s

@@ -1,6 +1,6 @@
-//! A reciprocal or rsqrt chain on every element: its gate steps' material
-//! one after another in the section, its multiplications' Beaver words
-//! for P1.
+//! A chain on every element (a reciprocal or rsqrt, or a one-round
+//! truncation of a per-row scalar): its gate steps' material one after
+//! another in the section, its multiplications' Beaver words for P1.
 
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
@@ -18,14 +18,14 @@ use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_co
 use crate::exec::{ExecError, Store};
 use crate::net::{get_words, put_words};
 
-/// `Kind::Inverse`: the chain `c` on every element of tensor `x`.
-pub(super) struct Inverse<'a> {
+/// `Kind::Chain`: the chain `c` on every element of tensor `x`.
+pub(super) struct RowChain<'a> {
     pub(super) at: At<'a>,
     pub(super) c: &'a Chain,
     pub(super) x: usize,
 }
 
-impl Inverse<'_> {
+impl RowChain<'_> {
     fn n(&self) -> usize {
         self.at.plan.tensors[self.x].len()
     }
@@ -72,7 +72,7 @@ impl Inverse<'_> {
     }
 }
 
-impl Step for Inverse<'_> {
+impl Step for RowChain<'_> {
     fn body_len(&self, party: Party) -> usize {
         (0..self.c.count).map(|s| self.step_bytes(s, party)).sum()
     }
