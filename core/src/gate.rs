@@ -45,6 +45,7 @@ pub mod protocol;
 pub mod relu;
 pub mod reluars;
 pub mod ring_relu;
+pub mod ring_suf;
 pub mod ring_trunc;
 pub mod select;
 pub mod spline;

@@ -43,8 +43,9 @@ use bound::Bound;
 /// chains and a norm's per-row scalars truncate in one round
 /// (`RingTrunc`), and a max tree's last levels run a one-round ReLU
 /// (`RingRelu`), which changes their key sections, so key files dealt for
-/// version 1 no longer match.
-pub const PLAN_VERSION: u32 = 2;
+/// version 1 no longer match. 3: the chains' range reduction and mantissa
+/// spline run in one round each (`RingSuf`), 7 → 5 rounds per chain.
+pub const PLAN_VERSION: u32 = 3;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to

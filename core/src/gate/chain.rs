@@ -1,5 +1,6 @@
-//! Sequential composition: a scalar gate built from SUF gates, one-round
-//! truncations and Beaver multiplications, each step's input an affine
+//! Sequential composition: a scalar gate built from SUF gates (two-round,
+//! or one-round on ring-output keys), one-round truncations and Beaver
+//! multiplications, each step's input an affine
 //! combination of the chain input and earlier outputs. Reciprocal and rsqrt
 //! are chains: range reduction (a SUF), a truncation, a mantissa spline, a
 //! product, a truncation.
@@ -13,6 +14,7 @@ use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
 use crate::fss::Params;
 use crate::fss::Party;
+use crate::gate::ring_suf::RingSuf;
 use crate::gate::ring_trunc::RingTrunc;
 use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use crate::mpc;
@@ -68,6 +70,13 @@ pub enum Step {
     Gate {
         /// The gate.
         gate: Gate,
+        /// Its input.
+        input: Lin,
+    },
+    /// A one-round piecewise polynomial ([`RingSuf`]) on an affine input.
+    Suf {
+        /// The gate.
+        gate: RingSuf,
         /// Its input.
         input: Lin,
     },
@@ -150,6 +159,9 @@ impl Chain {
                 Step::Trunc { gate, input } => {
                     gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
                 }
+                Step::Suf { gate, input } => {
+                    gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
+                }
                 Step::Mul { a, b } => self.lin_ok(a, s) && self.lin_ok(b, s),
             };
             if !ok {
@@ -183,6 +195,7 @@ impl Chain {
                     && cast::usize_from_u8(index)
                         < match &self.steps[step] {
                             Step::Gate { gate, .. } => gate.outputs(),
+                            Step::Suf { gate, .. } => gate.outputs(),
                             Step::Trunc { .. } | Step::Mul { .. } => 1,
                         }
             }
@@ -193,6 +206,7 @@ impl Chain {
     const fn outs(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.outputs(),
+            Step::Suf { gate, .. } => gate.outputs(),
             Step::Trunc { .. } | Step::Mul { .. } => 1,
         }
     }
@@ -201,7 +215,7 @@ impl Chain {
     pub const fn step_rounds(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.schedule().1,
-            Step::Trunc { .. } | Step::Mul { .. } => 1,
+            Step::Suf { .. } | Step::Trunc { .. } | Step::Mul { .. } => 1,
         }
     }
 
@@ -231,6 +245,7 @@ impl Chain {
             let step = match &self.steps[s] {
                 Step::Gate { gate, .. } => Some(gate.cost()),
                 Step::Trunc { gate, .. } => Some(gate.cost()),
+                Step::Suf { gate, .. } => Some(gate.cost()),
                 Step::Mul { .. } => None,
             };
             match step {
@@ -259,6 +274,7 @@ impl Chain {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.explicit_words(),
             Step::Trunc { gate, .. } => gate.explicit_words(),
+            Step::Suf { gate, .. } => gate.explicit_words(),
             Step::Mul { .. } => 1,
         }
     }
@@ -268,6 +284,7 @@ impl Chain {
     pub const fn random_words(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Trunc { gate, .. } => gate.random_words(),
+            Step::Suf { gate, .. } => gate.random_words(),
             Step::Gate { .. } | Step::Mul { .. } => 0,
         }
     }
@@ -277,6 +294,7 @@ impl Chain {
         match &self.steps[s] {
             Step::Gate { gate, .. } if k < gate.compiled.key_count => Some(gate.key_params(k)),
             Step::Trunc { gate, .. } if k == 0 => Some(gate.key_params()),
+            Step::Suf { gate, .. } if k < gate.key_count() => Some(gate.key_params()),
             _ => None,
         }
     }
@@ -290,6 +308,7 @@ impl Chain {
             let w = match &self.steps[s] {
                 Step::Gate { gate, .. } => gate.scratch_words(n),
                 Step::Trunc { .. } => RingTrunc::scratch_words(n),
+                Step::Suf { gate, .. } => gate.scratch_words(n),
                 Step::Mul { .. } => 5 * n,
             };
             if w > step {
@@ -317,7 +336,7 @@ impl Chain {
         let (s, j) = self.locate(i);
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.round_bytes(gate.schedule().0[j], n),
-            Step::Trunc { .. } => mpc::words_len(self.ring, n),
+            Step::Trunc { .. } | Step::Suf { .. } => mpc::words_len(self.ring, n),
             Step::Mul { .. } => mpc::words_len(self.ring, 2 * n),
         }
     }
@@ -362,6 +381,9 @@ impl Chain {
                 }
                 Step::Trunc { gate, input } => {
                     values[s][0] = gate.reference(lin(&values, input));
+                }
+                Step::Suf { gate, input } => {
+                    gate.reference(lin(&values, input), &mut values[s]);
                 }
                 Step::Mul { a, b } => {
                     values[s][0] = w.mul(lin(&values, a), lin(&values, b));
@@ -420,6 +442,16 @@ impl Chain {
                     fss, step_seeds, None, random, first, count, k0, k1, explicit,
                 )
             }
+            Step::Suf { gate, .. } => gate.deal(
+                fss,
+                step_seeds,
+                None,
+                random,
+                (first, count),
+                dcf0,
+                dcf1,
+                explicit,
+            ),
             Step::Mul { .. } => {
                 if explicit.len() != count {
                     return Err(Error::BufferLength);
@@ -477,6 +509,54 @@ fn triple_words(h: &dyn Hasher, seed: &[u8; 16], first: u64, n: usize, out: &mut
     }
     calls
 }
+
+/// What a chain needs of a one-round step's opening ([`RingTrunc`],
+/// [`RingSuf`]): its area, its loaded material and its message.
+trait OneRound {
+    /// Step-area words for `n` elements.
+    fn area_words(&self, n: usize) -> usize;
+    /// Loads this party's material (seeded, and P1's explicit words).
+    fn load_step(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        at: (&[u8; 16], u64),
+        explicit: &[u64],
+        area: &mut [u64],
+    ) -> Result<u64, Error>;
+    /// This party's share of the opening.
+    fn open_step(&self, area: &mut [u64], x: &[u64], send: &mut [u8]) -> Result<(), Error>;
+}
+
+/// Both one-round gates load with no pinned mask and open alike.
+macro_rules! one_round_step {
+    ($gate:ty, |$g:ident, $n:ident| $words:expr) => {
+        impl OneRound for $gate {
+            fn area_words(&self, $n: usize) -> usize {
+                let $g = self;
+                $words
+            }
+
+            fn load_step(
+                &self,
+                h: &dyn Hasher,
+                party: Party,
+                (seed, first): (&[u8; 16], u64),
+                explicit: &[u64],
+                area: &mut [u64],
+            ) -> Result<u64, Error> {
+                self.load(h, party, seed, None, first, explicit, area)
+            }
+
+            fn open_step(&self, area: &mut [u64], x: &[u64], send: &mut [u8]) -> Result<(), Error> {
+                self.open(area, x, send)
+            }
+        }
+    };
+}
+
+one_round_step!(RingTrunc, |_g, n| RingTrunc::scratch_words(n));
+one_round_step!(RingSuf, |g, n| g.scratch_words(n));
 
 /// One party's evaluation of a chain, a [`Protocol`].
 ///
@@ -686,7 +766,7 @@ impl<'a> ChainEval<'a> {
         }
         let outs = match &self.chain.steps[s] {
             Step::Gate { gate, .. } => gate.outputs(),
-            Step::Trunc { .. } | Step::Mul { .. } => return Err(Error::Unsupported),
+            _ => return Err(Error::Unsupported),
         };
         ev.outputs(&mut self.values[out_at..out_at + n * outs], &mut [])?;
         let area = match self.current.take() {
@@ -707,12 +787,13 @@ impl<'a> ChainEval<'a> {
         Ok(())
     }
 
-    /// Truncation step `s`, its round's message: the opening of its input,
-    /// with its material loaded into the step area.
-    fn prepare_trunc(
+    /// One-round step `s` (a truncation or a SUF), its round's message:
+    /// the opening of its input, with its material loaded into the step
+    /// area.
+    fn prepare_one_round(
         &mut self,
         s: usize,
-        gate: &RingTrunc,
+        gate: &dyn OneRound,
         input: &Lin,
         send: &mut [u8],
     ) -> Result<(), Error> {
@@ -720,12 +801,11 @@ impl<'a> ChainEval<'a> {
         let (n, at) = (self.n, self.step_input());
         let step_seed = step_seed(self.h, &self.seed, s);
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
-        let area = &mut area[..RingTrunc::scratch_words(n)];
+        let area = &mut area[..gate.area_words(n)];
         let explicit = self.keys[s].explicit;
-        gate.load(
-            self.h, self.party, &step_seed, None, self.first, explicit, area,
-        )?;
-        gate.open(area, &self.values[at..at + n], send)
+        let (h, party, first) = (self.h, self.party, self.first);
+        gate.load_step(h, party, (&step_seed, first), explicit, area)?;
+        gate.open_step(area, &self.values[at..at + n], send)
     }
 
     /// Truncation step `s`, the peer's message: the carry key and this
@@ -744,6 +824,25 @@ impl<'a> ChainEval<'a> {
         let area = &mut area[..RingTrunc::scratch_words(n)];
         gate.close(area, recv, &keys, fss)?;
         gate.output(self.party, area, &mut self.values[out_at..out_at + n])
+    }
+
+    /// One-round SUF step `s`, the peer's message: its keys and this
+    /// party's output shares (output-major, as the values area holds them).
+    fn finish_suf(
+        &mut self,
+        s: usize,
+        gate: &RingSuf,
+        recv: &[u8],
+        fss: &dyn BatchEval,
+    ) -> Result<(), Error> {
+        let n = self.n;
+        let out_at = self.output_at(s);
+        let keys = self.keys[s];
+        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
+        let area = &mut area[..gate.scratch_words(n)];
+        gate.close(self.party, area, recv, &keys, fss)?;
+        let outs = gate.outputs();
+        gate.output(area, &mut self.values[out_at..out_at + n * outs])
     }
 
     /// Mul step, second half: this party's share of the product.
@@ -800,7 +899,8 @@ impl Protocol for ChainEval<'_> {
                     .ok_or(Error::Unsupported)?
                     .prepare(j, send)
             }
-            Step::Trunc { gate, input } => self.prepare_trunc(s, gate, input, send),
+            Step::Trunc { gate, input } => self.prepare_one_round(s, gate, input, send),
+            Step::Suf { gate, input } => self.prepare_one_round(s, gate, input, send),
             Step::Mul { a, b } => self.prepare_mul(s, a, b, send),
         }
     }
@@ -816,6 +916,7 @@ impl Protocol for ChainEval<'_> {
         let chain = self.chain;
         match &chain.steps[s] {
             Step::Trunc { gate, .. } => self.finish_trunc(s, gate, recv, fss)?,
+            Step::Suf { gate, .. } => self.finish_suf(s, gate, recv, fss)?,
             Step::Gate { gate, .. } => {
                 if gate.bit_outputs() != 0 {
                     // Chains carry ring values only.

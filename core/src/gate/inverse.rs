@@ -22,13 +22,16 @@
 //! of the output. Rsqrt's mantissa spline is fitted to 2^-11 (five pieces),
 //! so its chain is within 3.4·10⁻⁴ (sampled over every octave at
 //! `frac_out` = 40): a norm's ρ scales a whole row, and Gemma 3's six
-//! norms per block compound it. Cost: 7 rounds (the range reduction 2,
-//! each truncation 1 with a ring-output carry key, the spline 2, the
-//! product 1); the range-reduction key is one k-bit DCF evaluated at one
-//! point per octave.
+//! norms per block compound it. Cost: 5 rounds, one per step: the range
+//! reduction and the spline are one-round SUFs ([`RingSuf`]: ring-output
+//! keys with the mask's powers as payloads, evaluated at one point per
+//! octave or knot), the truncations take their carry from a ring-output
+//! key ([`RingTrunc`]). The same chain with two-round gates and
+//! truncations (9 rounds, fewer key bytes) is the test oracle.
 
 use crate::error::SufError;
 use crate::gate::chain::{Chain, Lin, Source, Step};
+use crate::gate::ring_suf::RingSuf;
 use crate::gate::ring_trunc::RingTrunc;
 use crate::gate::spline::Spline;
 use crate::gate::splines;
@@ -151,60 +154,68 @@ fn octaves(kind: Inverse, ring: Width, sc: &InverseScales) -> Result<(Suf, u32, 
     Ok((suf, g, h))
 }
 
-/// The inverse as a chain; its output has `frac_out` fraction bits. Both
-/// truncations take one round each ([`RingTrunc`]): 7 rounds.
+/// The inverse as a chain; its output has `frac_out` fraction bits. Every
+/// step takes one round: 5 rounds.
 pub fn inverse(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Chain, SufError> {
-    chain_of(kind, ring, sc, Truncation::OneRound)
+    chain_of(kind, ring, sc, Form::OneRound)
 }
 
-/// How a chain's truncations run.
+/// How a chain's SUFs and truncations run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Truncation {
-    /// Bit-output carry and a B2A round ([`trunc`]): the test oracle.
+enum Form {
+    /// Bit-output keys and a B2A round each ([`Gate`], [`trunc`]): the
+    /// test oracle.
     #[cfg_attr(not(test), allow(dead_code))]
     TwoRounds,
-    /// Ring-output carry ([`RingTrunc`]).
+    /// Ring-output keys ([`RingSuf`], [`RingTrunc`]).
     OneRound,
+}
+
+/// A SUF step on `input` at width `k`; `phi` gives the two-round gate's
+/// outputs, which must be the SUF's polynomials in order (the one-round
+/// gate's outputs).
+fn suf_step(form: Form, suf: &Suf, k: Width, phi: Phi, input: Lin) -> Result<Step, SufError> {
+    Ok(match form {
+        Form::TwoRounds => Step::Gate {
+            gate: Gate::new(suf, k, phi, Input::Shares)?,
+            input,
+        },
+        Form::OneRound => Step::Suf {
+            gate: RingSuf::new(suf, k)?,
+            input,
+        },
+    })
 }
 
 /// A gap truncation step of `input` by `f` bits at width `k`.
 fn truncation(
-    form: Truncation,
+    form: Form,
     ring: Width,
     (k, f, shift): (u32, u32, Shift),
     input: Lin,
 ) -> Result<Step, SufError> {
     let k = Width::new(k).map_err(|_| SufError::FixedPoint)?;
     Ok(match form {
-        Truncation::TwoRounds => Step::Gate {
+        Form::TwoRounds => Step::Gate {
             gate: trunc(ring, k, f, shift, Range::Gap)?,
             input,
         },
-        Truncation::OneRound => Step::Trunc {
+        Form::OneRound => Step::Trunc {
             gate: RingTrunc::new(ring, k, f, shift)?,
             input,
         },
     })
 }
 
-fn chain_of(
-    kind: Inverse,
-    ring: Width,
-    sc: InverseScales,
-    form: Truncation,
-) -> Result<Chain, SufError> {
+fn chain_of(kind: Inverse, ring: Width, sc: InverseScales, form: Form) -> Result<Chain, SufError> {
     let n = ring.bits();
     let (suf, g, h) = octaves(kind, ring, &sc)?;
     let s = kind.step();
     let phi = Phi::new(PolyMode::Monomials)
         .with_output(ring, &[Term::new(1, Public::One, &[Factor::Poly(0)])])
         .with_output(ring, &[Term::new(1, Public::One, &[Factor::Poly(1)])]);
-    let reduce = Gate::new(
-        &suf,
-        Width::new(sc.k_in).map_err(|_| SufError::FixedPoint)?,
-        phi,
-        Input::Shares,
-    )?;
+    let k_in = Width::new(sc.k_in).map_err(|_| SufError::FixedPoint)?;
+    let reduce = suf_step(form, &suf, k_in, phi, Lin::of(Source::Input))?;
     // M < 2^(G+s): truncate to frac_m bits.
     let k_m = g + s + 1;
     if k_m >= n || sc.frac_m >= g {
@@ -218,13 +229,14 @@ fn chain_of(
         Lin::of(step(0, 0)),
     )?;
     let k_spline = sc.frac_m + s + 2;
-    // Two pieces: dealer monomials are cheaper than a Beaver round.
     let spline_suf = kind.spline().suf(ring, sc.frac_m, sc.coeff_bits)?;
-    let spline = Gate::new(
+    // The two-round form: dealer monomials are cheaper than a Beaver round.
+    let spline = suf_step(
+        form,
         &spline_suf,
         Width::of(k_spline),
         Phi::poly(ring, PolyMode::Monomials),
-        Input::Shares,
+        Lin::of(step(1, 0)),
     )?;
     let spline_scale = 2 * sc.frac_m + sc.coeff_bits;
     // g(m) ≤ 1 and F ≤ 2^(H + (f − b0)/s): the product fits below 2^k_out.
@@ -240,15 +252,9 @@ fn chain_of(
         Lin::of(step(3, 0)),
     )?;
     let chain = Chain::new(ring)
-        .then(Step::Gate {
-            gate: reduce,
-            input: Lin::of(Source::Input),
-        })
+        .then(reduce)
         .then(mantissa)
-        .then(Step::Gate {
-            gate: spline,
-            input: Lin::of(step(1, 0)),
-        })
+        .then(spline)
         .then(Step::Mul {
             a: Lin::of(step(2, 0)),
             b: Lin::of(step(0, 1)),
@@ -364,16 +370,16 @@ mod tests {
             xs.extend([0, 1]);
             let xs: Vec<u64> = xs.into_iter().filter(|x| *x < 1 << sc.k_in).collect();
             let got = run_chain(&chain, &xs, 3);
-            // The two-round chain is the oracle: same values, two more
+            // The two-round chain is the oracle: same values, four more
             // rounds.
-            let old = chain_of(kind, Width::W64, sc, Truncation::TwoRounds).unwrap();
+            let old = chain_of(kind, Width::W64, sc, Form::TwoRounds).unwrap();
             let was = run_chain(&old, &xs, 4);
             for ((x, y), z) in xs.iter().zip(&got).zip(&was) {
                 assert_eq!(*y, chain.reference(*x), "{kind:?} x={x}");
                 assert_eq!(*z, old.reference(*x), "{kind:?} two rounds, x={x}");
                 assert_eq!(*y, *z, "{kind:?} one against two rounds, x={x}");
             }
-            assert_eq!((chain.rounds(), old.rounds()), (7, 9));
+            assert_eq!((chain.rounds(), old.rounds()), (5, 9));
         }
     }
 }

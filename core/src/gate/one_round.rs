@@ -1,9 +1,10 @@
-//! What the one-round gates ([`super::ring_trunc`], [`super::ring_relu`])
-//! share: their ring-output keys' roots, batches and the opening of a
+//! What the one-round gates ([`super::ring_trunc`], [`super::ring_relu`],
+//! [`super::ring_suf`]) share: their ring-output keys' roots, batches and the opening of a
 //! masked input, with each party's mask shares and key roots expanded
 //! from its seed.
 
 use crate::batch::BatchEval;
+use crate::compile::MAX_KEYS;
 use crate::error::Error;
 use crate::fss::{GenBatch, KeyBatch, Params, Party};
 use crate::gate::{PartyKeys, prf_slots};
@@ -14,8 +15,9 @@ use crate::ring::{Width, cast};
 /// Elements per group while dealing and expanding (stack buffers).
 pub(crate) const GROUP: usize = 64;
 
-/// Most PRF slots per element.
-const MAX_SLOTS: usize = 3;
+/// Most PRF slots per element: a mask share, one block of words and a
+/// root per key.
+const MAX_SLOTS: usize = 2 + MAX_KEYS;
 
 /// A group of at most [`GROUP`] elements being dealt.
 pub(crate) struct Group<'a> {
@@ -68,6 +70,39 @@ impl Group<'_> {
             .generate(&batch, &mut key0[span.clone()], &mut key1[span])?
             .aes_calls)
     }
+}
+
+/// Several keys of one group with the same thresholds: key i rooted at
+/// PRF slot `slot + i`, with payloads `betas[i]` and fresh words from
+/// key i's span of `random` (key 0's words for all `count` elements of
+/// the deal, then key 1's, and so on), into `keys0[i]` / `keys1[i]`.
+/// Returns the AES calls made.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn generate_keys(
+    g: &Group<'_>,
+    fss: &dyn BatchEval,
+    (params, slot): (Params, usize),
+    count: usize,
+    (alphas, betas): (&[u64], &[[u64; GROUP]]),
+    random: &[u64],
+    keys0: &mut [&mut [u8]],
+    keys1: &mut [&mut [u8]],
+) -> Result<u64, Error> {
+    let rw = params.gen_random_words();
+    let mut calls = 0;
+    for (i, b) in betas.iter().enumerate() {
+        let words = (i * count + g.at) * rw..(i * count + g.at + g.len()) * rw;
+        calls += g.generate(
+            fss,
+            params,
+            slot + i,
+            (alphas, b),
+            &random[words],
+            keys0[i],
+            keys1[i],
+        )?;
+    }
+    Ok(calls)
 }
 
 /// Deals `count` elements from element index `first` in groups: expands
@@ -124,10 +159,10 @@ pub(crate) fn derive_roots(
 ) -> Result<u64, Error> {
     let keys = roots.len();
     let count = roots.first().map_or(0, |r| r.len() / 16);
-    if keys > 2 || roots.iter().any(|r| r.len() != count * 16) {
+    if keys > MAX_KEYS || roots.iter().any(|r| r.len() != count * 16) {
         return Err(Error::BufferLength);
     }
-    let mut blocks = [Block::ZERO; 2 * GROUP];
+    let mut blocks = [Block::ZERO; MAX_KEYS * GROUP];
     let (mut calls, mut done) = (0, 0);
     while done < count {
         let m = GROUP.min(count - done);

@@ -145,22 +145,17 @@ impl RingRelu {
                 alphas[e] = self.k.reduce(r);
                 betas[1][e] = r;
             }
-            let mut calls = 0;
-            for j in 0..KEYS {
-                let [k0, k1] = &mut keys;
-                let words = (j * count + g.at) * rw..(j * count + g.at + g.len()) * rw;
-                let (a, b) = (&alphas[..], &betas[j][..]);
-                calls += g.generate(
-                    fss,
-                    params,
-                    SLOT_ROOTS + j,
-                    (a, b),
-                    &random[words],
-                    k0[j],
-                    k1[j],
-                )?;
-            }
-            Ok(calls)
+            let [k0, k1] = &mut keys;
+            one_round::generate_keys(
+                g,
+                fss,
+                (params, SLOT_ROOTS),
+                count,
+                (&alphas, &betas),
+                random,
+                k0,
+                k1,
+            )
         })
     }
 

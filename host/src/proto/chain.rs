@@ -1,6 +1,7 @@
 //! A chain on every element (a reciprocal or rsqrt, or a one-round
 //! truncation of a per-row scalar): its gate steps' material one after
-//! another in the section, its multiplications' Beaver words for P1.
+//! another in the section (a one-round step's ring-output keys, then P1's
+//! words), its multiplications' Beaver words for P1.
 
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
@@ -34,9 +35,28 @@ impl RowChain<'_> {
         match &self.c.steps[s] {
             ChainStep::Gate { gate, .. } => gate_bytes(gate, self.n(), party),
             ChainStep::Trunc { gate, .. } => RingShape::trunc(gate).bytes(self.n(), party),
+            ChainStep::Suf { gate, .. } => RingShape::suf(gate).bytes(self.n(), party),
             ChainStep::Mul { .. } if party == Party::P1 => words_bytes(self.n()),
             ChainStep::Mul { .. } => 0,
         }
+    }
+
+    /// Deals one-round step `s` (ring-output keys of `shape`) and appends
+    /// its material.
+    fn deal_one_round(
+        &self,
+        fss: &dyn BatchEval,
+        seeds: [[u8; 16]; 2],
+        s: usize,
+        shape: RingShape,
+        out: &mut [Vec<u8>; 2],
+    ) -> Result<(), DealError> {
+        let n = self.n();
+        deal_ring_material(shape, (self.at.step, n), out, |k0, k1, ex, random| {
+            let scratch = &mut DealScratch::new(&mut [], &mut []);
+            self.c
+                .deal_step(s, fss, seeds, 0, n, k0, k1, ex, random, scratch)
+        })
     }
 
     /// A party's material for every chain step, in section order.
@@ -59,6 +79,13 @@ impl RowChain<'_> {
                     let ss = step_seed(h, seed, s);
                     load_ring_material(RingShape::trunc(gate), party, n, cur, |roots| {
                         gate.derive_roots(h, party, &ss, 0, &mut roots[0])
+                    })?
+                }
+                ChainStep::Suf { gate, .. } => {
+                    let ss = step_seed(h, seed, s);
+                    load_ring_material(RingShape::suf(gate), party, n, cur, |roots| {
+                        let mut roots = roots.each_mut().map(|r| &mut r[..]);
+                        gate.derive_roots(h, party, &ss, 0, &mut roots)
                     })?
                 }
                 ChainStep::Mul { .. } => Material::words(match party {
@@ -96,16 +123,10 @@ impl Step for RowChain<'_> {
                     .map_err(&c)?;
                 }
                 ChainStep::Trunc { gate, .. } => {
-                    let at = (self.at.step, n);
-                    deal_ring_material(
-                        RingShape::trunc(gate),
-                        at,
-                        &mut out,
-                        |k0, k1, ex, random| {
-                            let scratch = &mut DealScratch::new(&mut [], &mut []);
-                            chain.deal_step(s, fss, seeds, 0, n, k0, k1, ex, random, scratch)
-                        },
-                    )?;
+                    self.deal_one_round(fss, seeds, s, RingShape::trunc(gate), &mut out)?;
+                }
+                ChainStep::Suf { gate, .. } => {
+                    self.deal_one_round(fss, seeds, s, RingShape::suf(gate), &mut out)?;
                 }
                 ChainStep::Mul { .. } => {
                     let mut ex = vec![0u64; n];

@@ -7,6 +7,7 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Params;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::ring_relu::RingRelu;
+use suffuse_core::gate::ring_suf::RingSuf;
 use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::{DealScratch, Gate, PartyKeys};
 use suffuse_core::prg::{Block, Hasher};
@@ -195,6 +196,16 @@ impl RingShape {
             keys: 1,
             explicit: t.explicit_words(),
             random: t.random_words(),
+        }
+    }
+
+    /// A one-round SUF's.
+    pub(super) fn suf(g: &RingSuf) -> Self {
+        RingShape {
+            params: g.key_params(),
+            keys: g.key_count(),
+            explicit: g.explicit_words(),
+            random: g.random_words(),
         }
     }
 
