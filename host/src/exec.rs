@@ -122,6 +122,32 @@ impl Store {
         })
     }
 
+    /// A store holding copies of the tensors operations `ops` read but do
+    /// not write: what a lane of a group needs from before the group.
+    pub fn for_ops(&self, plan: &Plan, ops: &[usize]) -> Result<Store, ExecError> {
+        let written: Vec<usize> = ops.iter().map(|&i| plan.ops[i].kind.output()).collect();
+        let mut lane = Store::new(plan);
+        for &i in ops {
+            for t in plan.ops[i].kind.inputs() {
+                if !written.contains(&t) && lane.slots[t].is_none() {
+                    lane.slots[t] = Some(self.get(plan, t)?.to_vec());
+                }
+            }
+        }
+        Ok(lane)
+    }
+
+    /// Moves the tensors `tensors` that `other` still holds into this
+    /// store (a lane's outputs); the rest of `other` is wiped.
+    pub fn absorb(&mut self, mut other: Store, tensors: &[usize]) {
+        for &t in tensors {
+            if let Some(v) = other.slots[t].take() {
+                self.slots[t].zeroize();
+                self.slots[t] = Some(v);
+            }
+        }
+    }
+
     /// Frees the inputs of operation `i` that no later operation reads.
     pub fn release_after(&mut self, plan: &Plan, i: usize) {
         for t in plan.ops[i].kind.inputs() {

@@ -32,6 +32,7 @@ pub mod fuzzing;
 pub mod gateway;
 pub mod generate;
 pub mod keyfile;
+pub mod lanes;
 pub mod ledger;
 pub mod logline;
 pub mod metrics;

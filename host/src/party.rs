@@ -16,6 +16,7 @@ use zeroize::Zeroize;
 
 use crate::exec::{self, ExecError, Store};
 use crate::keyfile::{KeyFileError, KeyReader, Section};
+use crate::lanes;
 use crate::net::Link;
 use crate::plan::{Category, Plan};
 use crate::proto::{self, Online, ProtoError};
@@ -436,13 +437,15 @@ pub fn run_passes(
         let rx = rx;
         let mut pass = 0;
         let mut stopped = false;
-        for i in 0..plan.ops.len() {
+        let mut i = 0;
+        while i < plan.ops.len() {
             if pass + 1 < plan.passes.len() && plan.passes[pass + 1].first_op == i {
                 let p = &plan.passes[pass];
                 let share = store.take(plan, p.output)?;
                 report.online_s = start.elapsed().as_secs_f64();
-                report.rounds = on.link.traffic().rounds - before.rounds;
-                report.comm_bytes = on.link.traffic().sent - before.sent;
+                let traffic = on.link().map(|l| l.traffic()).unwrap_or_default();
+                report.rounds = traffic.rounds - before.rounds;
+                report.comm_bytes = traffic.sent - before.sent;
                 report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
                 report.device_phases = device_phases(fss);
                 io.output(pass, share, &report)?;
@@ -454,6 +457,25 @@ pub fn run_passes(
                 let p = &plan.passes[pass];
                 store.set(plan, p.x, std::mem::take(&mut next.x))?;
                 store.set(plan, p.bias, std::mem::take(&mut next.bias))?;
+            }
+            if let Some(group) = plan.group_at(i) {
+                let mut sections = Vec::new();
+                for op in group.clone() {
+                    if let Some(step) = plan.step_of[op] {
+                        let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
+                        count_keys(&mut report, plan, op, section.len());
+                        sections.push((op, section));
+                    }
+                }
+                let took = run_group(plan, group.clone(), &mut on, sections, &mut store)?;
+                for (op, section, s) in took {
+                    if let Some(section) = section {
+                        give_back.send(section.release());
+                    }
+                    *times.entry(plan.ops[op].category).or_default() += s;
+                }
+                i = group.end;
+                continue;
             }
             let t = Instant::now();
             match plan.step_of[i] {
@@ -467,12 +489,7 @@ pub fn run_passes(
                             section.len()
                         );
                     }
-                    report.key_bytes += section.len() as u64;
-                    report
-                        .breakdown
-                        .entry(plan.ops[i].category)
-                        .or_default()
-                        .key_bytes += section.len() as u64;
+                    count_keys(&mut report, plan, i, section.len());
                     proto::run(plan, i, &mut on, &section, &mut store)?;
                     give_back.send(section.release());
                 }
@@ -496,6 +513,7 @@ pub fn run_passes(
                         .collect::<String>()
                 );
             }
+            i += 1;
         }
         // The end marker: a file with extra sections or bytes is refused.
         // After an early stop the rest of the file is never read.
@@ -529,6 +547,155 @@ pub fn run_passes(
         io.output(last, store.take(plan, plan.output)?, &report)?;
     }
     Ok(report)
+}
+
+/// Counts a step's key section in the report.
+fn count_keys(report: &mut PartyReport, plan: &Plan, op: usize, len: usize) {
+    report.key_bytes += len as u64;
+    let entry = report.breakdown.entry(plan.ops[op].category).or_default();
+    entry.key_bytes += len as u64;
+}
+
+/// One lane of a group: its operations, its store (its inputs copied in,
+/// its outputs kept) and its steps' sections.
+struct LaneWork<'f> {
+    ops: Vec<usize>,
+    store: Store,
+    sections: Vec<(usize, Staged<'f>)>,
+}
+
+/// What a lane did: its store, and per operation its section (to give
+/// back) and its wall time.
+type LaneDone<'f> = (Store, Vec<(usize, Option<Staged<'f>>, f64)>);
+
+/// Runs the group of lanes `group` (see [`crate::lanes`]) with its steps'
+/// `sections` (in plan order): every lane on its own thread with a copy of
+/// its inputs, their rounds multiplexed over `on`'s link; then moves the
+/// lanes' outputs into `store`. Returns per operation its section and its
+/// wall time (the lanes' times overlap).
+fn run_group<'f>(
+    plan: &Plan,
+    group: std::ops::Range<usize>,
+    on: &mut Online<'_>,
+    sections: Vec<(usize, Staged<'f>)>,
+    store: &mut Store,
+) -> Result<Vec<(usize, Option<Staged<'f>>, f64)>, PartyError> {
+    let lane_of = |i: usize| plan.ops[i].lane.map_or(0, |l| usize::from(l.lane));
+    let count = group.clone().map(|i| lane_of(i) + 1).max().unwrap_or(0);
+    let mut works = Vec::with_capacity(count);
+    for l in 0..count {
+        let ops: Vec<usize> = group.clone().filter(|i| lane_of(*i) == l).collect();
+        let lane_store = store.for_ops(plan, &ops)?;
+        works.push(LaneWork {
+            ops,
+            store: lane_store,
+            sections: Vec::new(),
+        });
+    }
+    for (op, section) in sections {
+        works[lane_of(op)].sections.push((op, section));
+    }
+    let (party, fss) = (on.party, on.fss);
+    let link = on.link().ok_or(ProtoError::Section {
+        step: plan.step_of[group.start].unwrap_or(u32::MAX),
+        what: "a group of lanes inside a lane",
+    })?;
+    let (links, ports) = lanes::lanes(count);
+    let (mux, done) = std::thread::scope(|scope| {
+        let handles: Vec<_> = works
+            .into_iter()
+            .zip(links)
+            .map(|(work, lane)| {
+                scope.spawn(move || {
+                    let done = run_lane(plan, party, fss, lane, work);
+                    // The lane's steps held key material on this stack,
+                    // which the thread's exit leaves mapped.
+                    scrub_stack();
+                    done
+                })
+            })
+            .collect();
+        let mux = lanes::multiplex(link, ports);
+        let done: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        (mux, done)
+    });
+    // The first cause: a lane's own failure, else the link's.
+    let mut lanes_done = Vec::with_capacity(done.len());
+    let mut stopped = None;
+    for d in done {
+        match d {
+            Ok(d) => lanes_done.push(d),
+            Err(PartyError::Proto(e @ ProtoError::Lane { .. })) => stopped = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    match mux {
+        Err(lanes::MuxError::Net { step, error }) => {
+            return Err(ProtoError::Net { step, error }.into());
+        }
+        Err(lanes::MuxError::LaneFailed) | Ok(_) => {
+            if let Some(e) = stopped {
+                return Err(e.into());
+            }
+        }
+    }
+    let mut took = Vec::new();
+    for (lane_store, times) in lanes_done {
+        let outputs: Vec<usize> = times
+            .iter()
+            .map(|(i, _, _)| plan.ops[*i].kind.output())
+            .collect();
+        store.absorb(lane_store, &outputs);
+        took.extend(times);
+    }
+    for i in group {
+        store.release_after(plan, i);
+    }
+    Ok(took)
+}
+
+/// Runs one lane's operations in order over its lane link.
+fn run_lane<'f>(
+    plan: &Plan,
+    party: Party,
+    fss: &dyn BatchEval,
+    lane: lanes::LaneLink,
+    work: LaneWork<'f>,
+) -> Result<LaneDone<'f>, PartyError> {
+    let LaneWork {
+        ops,
+        mut store,
+        mut sections,
+    } = work;
+    let mut on = Online::lane(party, lane, fss);
+    let mut took = Vec::with_capacity(ops.len());
+    for i in ops {
+        let t = Instant::now();
+        let section = match plan.step_of[i] {
+            Some(step) => {
+                let at = sections.iter().position(|(op, _)| *op == i);
+                let (_, section) =
+                    at.map(|a| sections.swap_remove(a))
+                        .ok_or(ProtoError::Section {
+                            step,
+                            what: "missing from its group",
+                        })?;
+                proto::run(plan, i, &mut on, &section, &mut store)?;
+                Some(section)
+            }
+            None => {
+                exec::run_local(plan, i, &mut store, party == Party::P0, fss)?;
+                None
+            }
+        };
+        store.release_after(plan, i);
+        took.push((i, section, t.elapsed().as_secs_f64()));
+    }
+    on.finish_lane();
+    Ok((store, took))
 }
 
 #[cfg(test)]

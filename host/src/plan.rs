@@ -44,7 +44,9 @@ use bound::Bound;
 /// (`RingTrunc`), and a max tree's last levels run a one-round ReLU
 /// (`RingRelu`), which changes their key sections, so key files dealt for
 /// version 1 no longer match. 3: the chains' range reduction and mantissa
-/// spline run in one round each (`RingSuf`), 7 → 5 rounds per chain.
+/// spline run in one round each (`RingSuf`), 7 → 5 rounds per chain, and
+/// operations carry their lane where independent steps share rounds
+/// ([`Lane`]).
 pub const PLAN_VERSION: u32 = 3;
 
 /// The most sentences a plan takes in one run. Far above what one key set
@@ -675,9 +677,25 @@ pub struct Op {
     pub category: Category,
     /// Encoder layer, when inside one.
     pub layer: Option<usize>,
+    /// Where it runs beside other operations, if it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lane: Option<Lane>,
     /// What it does.
     #[serde(flatten)]
     pub kind: Kind,
+}
+
+/// An operation's place in a group of lanes: consecutive operations of one
+/// group run as independent lanes whose steps share rounds (each round
+/// one frame with every running lane's message, in lane order); within a
+/// lane they run in plan order. No lane reads what another lane of its
+/// group writes ([`Builder::end_lanes`] checks it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Lane {
+    /// The group, counted over the plan.
+    pub group: u32,
+    /// The lane within it.
+    pub lane: u8,
 }
 
 /// The core objects a step runs, built once per distinct spec and shared
@@ -898,6 +916,20 @@ impl Plan {
         self.step_of.iter().position(|x| *x == Some(s))
     }
 
+    /// The operations of the group of lanes that starts at operation `i`,
+    /// if one does.
+    pub fn group_at(&self, i: usize) -> Option<std::ops::Range<usize>> {
+        let group = self.ops[i].lane?.group;
+        let same = |j: usize| self.ops[j].lane.is_some_and(|l| l.group == group);
+        if i > 0 && same(i - 1) {
+            return None;
+        }
+        let end = (i..self.ops.len())
+            .find(|&j| !same(j))
+            .unwrap_or(self.ops.len());
+        Some(i..end)
+    }
+
     /// The hash as hex.
     pub fn hash_hex(&self) -> String {
         hex(&self.hash)
@@ -1073,6 +1105,14 @@ pub enum PlanError {
         /// The width.
         k: u32,
     },
+    /// A lane of a group reads what another lane of it writes.
+    #[error(
+        "lanes that share rounds must be independent, but one reads {tensor}, which another writes"
+    )]
+    Lanes {
+        /// The tensor.
+        tensor: String,
+    },
     /// A gate could not be built.
     #[error("building the gate for {tensor} ({spec}): {error}")]
     Gate {
@@ -1133,6 +1173,10 @@ pub struct Builder {
     memo_bounds: std::collections::HashMap<String, f64>,
     products: std::collections::HashMap<ProductKey, Bound>,
     passes: Vec<Pass>,
+    /// The open group of lanes: its first operation and the current lane.
+    lanes: Option<(usize, u8)>,
+    /// Groups of lanes so far.
+    groups: u32,
 }
 
 impl Builder {
@@ -1269,13 +1313,69 @@ impl Builder {
         &self.linears[i]
     }
 
-    /// Appends an operation under the current category.
+    /// Appends an operation under the current category (and lane).
     pub fn push(&mut self, kind: Kind) {
         self.ops.push(Op {
             category: self.category.unwrap_or(Category::Linear),
             layer: self.layer,
+            lane: self.lanes.map(|(_, lane)| Lane {
+                group: self.groups,
+                lane,
+            }),
             kind,
         });
+    }
+
+    /// Starts a group of lanes: the operations pushed until
+    /// [`Builder::next_lane`] form lane 0, and so on until
+    /// [`Builder::end_lanes`].
+    pub fn begin_lanes(&mut self) {
+        self.lanes = Some((self.ops.len(), 0));
+    }
+
+    /// Starts the group's next lane.
+    pub fn next_lane(&mut self) {
+        if let Some((_, lane)) = &mut self.lanes {
+            *lane += 1;
+        }
+    }
+
+    /// Ends the group: checks that no lane reads a tensor another lane of
+    /// the group writes. A group with fewer than two lanes holding a step
+    /// would share no round, so its operations run as usual.
+    pub fn end_lanes(&mut self) -> Result<(), PlanError> {
+        let Some((start, _)) = self.lanes.take() else {
+            return Ok(());
+        };
+        let ops = &mut self.ops[start..];
+        let lane_of = |op: &Op| op.lane.map_or(0, |l| l.lane);
+        let mut writer = std::collections::HashMap::new();
+        for op in ops.iter() {
+            for t in op.kind.inputs() {
+                if writer.get(&t).is_some_and(|w| *w != lane_of(op)) {
+                    return Err(PlanError::Lanes {
+                        tensor: self.tensors[t].name.clone(),
+                    });
+                }
+            }
+            writer.insert(op.kind.output(), lane_of(op));
+        }
+        let mut with_steps: Vec<u8> = ops
+            .iter()
+            .filter(|op| op.kind.is_step())
+            .map(lane_of)
+            .collect();
+        with_steps.dedup();
+        with_steps.sort_unstable();
+        with_steps.dedup();
+        if with_steps.len() < 2 {
+            for op in ops.iter_mut() {
+                op.lane = None;
+            }
+        } else {
+            self.groups += 1;
+        }
+        Ok(())
     }
 
     /// Rows `first..first + count` of `x`, with the caller's `bound` (a
@@ -1431,6 +1531,89 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
+
+    /// A builder with tensors `x, y, z` (2×2 at FRAC).
+    fn three() -> (Builder, [usize; 3]) {
+        let mut b = Builder::default();
+        let mut t = [0; 3];
+        for (i, name) in ["x", "y", "z"].into_iter().enumerate() {
+            t[i] = b
+                .tensor(name, 2, 2, fixed::FRAC, Bound::uniform(2, 1.0))
+                .unwrap();
+        }
+        (b, t)
+    }
+
+    #[test]
+    fn lanes_must_be_independent_and_hold_steps() {
+        let (mut b, [x, y, z]) = three();
+        b.begin_lanes();
+        b.push(Kind::Square { x, out: y });
+        b.next_lane();
+        b.push(Kind::Square { x, out: z });
+        b.end_lanes().unwrap();
+        let lanes: Vec<_> = b
+            .ops
+            .iter()
+            .map(|o| o.lane.map(|l| (l.group, l.lane)))
+            .collect();
+        assert_eq!(lanes, [Some((0, 0)), Some((0, 1))]);
+        // The next group is counted on.
+        b.begin_lanes();
+        b.push(Kind::Square { x, out: y });
+        b.next_lane();
+        b.push(Kind::Square { x, out: z });
+        b.end_lanes().unwrap();
+        assert_eq!(b.ops[3].lane, Some(Lane { group: 1, lane: 1 }));
+
+        let (mut b, [x, y, z]) = three();
+        b.begin_lanes();
+        b.push(Kind::Square { x, out: y });
+        b.next_lane();
+        b.push(Kind::Square { x: y, out: z });
+        let err = b.end_lanes().unwrap_err();
+        assert!(
+            matches!(err, PlanError::Lanes { ref tensor } if tensor == "y"),
+            "{err}"
+        );
+
+        // One lane with a step shares nothing: the group dissolves.
+        let (mut b, [x, y, z]) = three();
+        b.begin_lanes();
+        b.push(Kind::Square { x, out: y });
+        b.next_lane();
+        b.push(Kind::Add { a: x, b: x, out: z });
+        b.end_lanes().unwrap();
+        assert!(b.ops.iter().all(|o| o.lane.is_none()));
+    }
+
+    /// Every attention block's reciprocal runs beside its weighted values.
+    #[test]
+    fn attention_plans_one_group_of_two_lanes_per_layer() {
+        let model = crate::model::Model::demo();
+        let plan = bert::build(&model, 1, 11).unwrap();
+        let mut groups = 0;
+        for i in 0..plan.ops.len() {
+            if let Some(g) = plan.group_at(i) {
+                groups += 1;
+                let lanes: std::collections::BTreeSet<u8> = g
+                    .clone()
+                    .filter_map(|j| plan.ops[j].lane)
+                    .map(|l| l.lane)
+                    .collect();
+                assert_eq!(lanes.len(), 2);
+                assert!(
+                    g.clone()
+                        .any(|j| matches!(plan.ops[j].kind, Kind::Chain { .. }))
+                );
+                assert!(
+                    g.clone()
+                        .any(|j| matches!(plan.ops[j].kind, Kind::MatMul { .. }))
+                );
+            }
+        }
+        assert_eq!(groups, model.layers.len());
+    }
 
     static BEFORE: AtomicUsize = AtomicUsize::new(0);
     static AFTER: AtomicUsize = AtomicUsize::new(0);

@@ -30,6 +30,7 @@ use suffuse_core::gate::Protocol;
 use zeroize::Zeroizing;
 
 use crate::exec::{ExecError, Store};
+use crate::lanes::LaneLink;
 use crate::net::{Link, NetError};
 use crate::plan::{Built, Kind, Plan};
 use crate::wipe;
@@ -60,6 +61,15 @@ pub enum ProtoError {
     /// The interpreter.
     #[error(transparent)]
     Exec(#[from] ExecError),
+    /// The rounds of this step's group of lanes stopped (the link or
+    /// another lane failed; the group reports which).
+    #[error("step {step}: {error}")]
+    Lane {
+        /// The step.
+        step: u32,
+        /// What the lane saw.
+        error: crate::lanes::Stopped,
+    },
     /// A key section shorter or longer than its layout.
     #[error("step {step}: key section is malformed ({what})")]
     Section {
@@ -261,8 +271,8 @@ impl<'a> Cursor<'a> {
 pub struct Online<'a> {
     /// Which party.
     pub party: Party,
-    /// The connection to the other server.
-    pub link: &'a mut Link,
+    /// Where rounds go.
+    wire: Wire<'a>,
     /// The backend: FSS evaluation, seed expansion, matrix products.
     pub fss: &'a dyn BatchEval,
     /// The evaluators' area, one for the whole query.
@@ -297,6 +307,12 @@ impl Drop for Area {
     }
 }
 
+/// The connection to the other server, or a lane's share of it.
+enum Wire<'a> {
+    Link(&'a mut Link),
+    Lane(LaneLink),
+}
+
 impl std::fmt::Debug for Online<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Online")
@@ -310,9 +326,35 @@ impl<'a> Online<'a> {
     pub fn new(party: Party, link: &'a mut Link, fss: &'a dyn BatchEval) -> Self {
         Online {
             party,
-            link,
+            wire: Wire::Link(link),
             fss,
             area: Area::default(),
+        }
+    }
+
+    /// A lane's means to run steps: its rounds go through the group's
+    /// multiplexer.
+    pub fn lane(party: Party, lane: LaneLink, fss: &'a dyn BatchEval) -> Self {
+        Online {
+            party,
+            wire: Wire::Lane(lane),
+            fss,
+            area: Area::default(),
+        }
+    }
+
+    /// The link, unless this is a lane.
+    pub fn link(&mut self) -> Option<&mut Link> {
+        match &mut self.wire {
+            Wire::Link(link) => Some(link),
+            Wire::Lane(_) => None,
+        }
+    }
+
+    /// Ends a lane: tells the multiplexer it has sent its last message.
+    pub fn finish_lane(self) {
+        if let Wire::Lane(lane) = self.wire {
+            lane.done();
         }
     }
 
@@ -325,12 +367,18 @@ impl<'a> Online<'a> {
     }
 
     fn exchange(&mut self, step: u32, send: &[u8]) -> Result<Vec<u8>, ProtoError> {
-        self.link
-            .exchange(step, send, send.len())
-            .map_err(|source| ProtoError::Net {
-                step,
-                error: source,
-            })
+        match &mut self.wire {
+            Wire::Link(link) => {
+                link.exchange(step, send, send.len())
+                    .map_err(|source| ProtoError::Net {
+                        step,
+                        error: source,
+                    })
+            }
+            Wire::Lane(lane) => lane
+                .exchange(step, send)
+                .map_err(|error| ProtoError::Lane { step, error }),
+        }
     }
 
     /// Runs a core protocol's rounds over the link; returns its output.

@@ -171,7 +171,11 @@ pub fn attend(
     } else {
         ex.t
     };
+    // The reciprocal of the row sums and the weighted values are
+    // independent: two lanes whose rounds are shared.
+    b.begin_lanes();
     let (inv, inv_max) = reciprocal_of_sums(b, e, keys, &ex, l)?;
+    b.next_lane();
 
     // |Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|, truncated, then scaled by 1/Σe.
     b.at(Category::AttentionMatmul, Some(l));
@@ -195,6 +199,7 @@ pub fn attend(
     });
     b.at(Category::Truncation, Some(l));
     let evt = truncate(b, ev, FRAC, format!("layer {l} weighted values"))?;
+    b.end_lanes()?;
     b.at(Category::Softmax, Some(l));
     // |oᵢ| ≤ inv·Σⱼ|eᵢⱼ|·|vⱼ| ≤ (inv·Σe + inv·2L·|e_min|)·|v| + inv·ulp.
     let neg = (-ex.min).max(0.0);
