@@ -16,7 +16,7 @@ use zeroize::Zeroize;
 
 use crate::exec::{self, ExecError, Store};
 use crate::keyfile::{KeyFileError, KeyReader, Section};
-use crate::lanes;
+use crate::lanes::{self, Rounds};
 use crate::net::Link;
 use crate::plan::{Category, Plan};
 use crate::proto::{self, Online, ProtoError};
@@ -418,6 +418,7 @@ pub fn run_passes(
         to: Some(to),
         drained,
     };
+    let rounds = Rounds::new(link);
     let result = std::thread::scope(|scope| {
         // The receiver moves into this closure, so an early return drops it
         // and a reader blocked on the full channel wakes and stops, instead
@@ -429,7 +430,8 @@ pub fn run_passes(
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
         });
-        let mut on = Online::new(party, link, fss);
+        let mut on = Online::new(party, &rounds, 0, fss);
+        let helpers = Helpers::spawn(scope, plan, party, fss, &rounds);
         let mut times: BTreeMap<Category, f64> = BTreeMap::new();
         // Per-operation timings on stderr, for profiling.
         let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
@@ -443,7 +445,7 @@ pub fn run_passes(
                 let p = &plan.passes[pass];
                 let share = store.take(plan, p.output)?;
                 report.online_s = start.elapsed().as_secs_f64();
-                let traffic = on.link().map(|l| l.traffic()).unwrap_or_default();
+                let traffic = rounds.traffic();
                 report.rounds = traffic.rounds - before.rounds;
                 report.comm_bytes = traffic.sent - before.sent;
                 report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
@@ -467,7 +469,13 @@ pub fn run_passes(
                         sections.push((op, section));
                     }
                 }
-                let took = run_group(plan, group.clone(), &mut on, sections, &mut store)?;
+                let took = run_group(
+                    plan,
+                    group.clone(),
+                    (&mut on, &rounds, &helpers),
+                    sections,
+                    &mut store,
+                )?;
                 for (op, section, s) in took {
                     if let Some(section) = section {
                         give_back.send(section.release());
@@ -527,6 +535,7 @@ pub fn run_passes(
         }
         Ok::<_, PartyError>(!stopped)
     });
+    drop(rounds);
     let finished = result?;
     for (step, traffic) in link.traffic_by_step() {
         if let Some(op) = plan.op_of_step(*step) {
@@ -556,37 +565,105 @@ fn count_keys(report: &mut PartyReport, plan: &Plan, op: usize, len: usize) {
     entry.key_bytes += len as u64;
 }
 
-/// One lane of a group: its operations, its store (its inputs copied in,
-/// its outputs kept) and its steps' sections.
+/// One lane of a group: its operations, its store (the party's own for
+/// lane 0; for the others, copies of their inputs) and its steps'
+/// sections.
 struct LaneWork<'f> {
+    lane: usize,
     ops: Vec<usize>,
     store: Store,
     sections: Vec<(usize, Staged<'f>)>,
 }
 
-/// What a lane did: its store, and per operation its section (to give
-/// back) and its wall time.
-type LaneDone<'f> = (Store, Vec<(usize, Option<Staged<'f>>, f64)>);
+/// Per operation of a lane: its section (to give back) and its wall time.
+type Took<'f> = Vec<(usize, Option<Staged<'f>>, f64)>;
+
+/// What a helper hands back: the lane's store and what it took.
+type LaneDone<'f> = Result<(Store, Took<'f>), PartyError>;
+
+/// The threads that run lanes 1.. of every group (lane 0 runs on the
+/// party's thread), one per lane, spawned once per query: a thread per
+/// group cost about 130 µs with its stack scrub on a 2-vCPU VM. Each
+/// overwrites its stack when the query ends, as the party's threads do.
+struct Helpers<'f> {
+    jobs: Vec<mpsc::Sender<LaneWork<'f>>>,
+    done: Vec<mpsc::Receiver<LaneDone<'f>>>,
+}
+
+impl<'f> Helpers<'f> {
+    fn spawn<'s>(
+        scope: &'s std::thread::Scope<'s, '_>,
+        plan: &'s Plan,
+        party: Party,
+        fss: &'f dyn BatchEval,
+        rounds: &'s Rounds<'_>,
+    ) -> Helpers<'f>
+    where
+        'f: 's,
+    {
+        let lanes = plan
+            .ops
+            .iter()
+            .filter_map(|op| op.lane)
+            .map(|l| usize::from(l.lane))
+            .max()
+            .unwrap_or(0);
+        let (mut jobs, mut done) = (Vec::new(), Vec::new());
+        for _ in 0..lanes {
+            let (job_tx, job_rx) = mpsc::channel::<LaneWork<'f>>();
+            let (done_tx, done_rx) = mpsc::channel();
+            scope.spawn(move || {
+                let mut on = Online::new(party, rounds, 0, fss);
+                for work in job_rx {
+                    on.set_lane(work.lane);
+                    let out = run_lane(plan, &mut on, rounds, work);
+                    if done_tx.send(out).is_err() {
+                        break;
+                    }
+                }
+                drop(on);
+                // The lanes' steps held key material on this stack.
+                scrub_stack();
+            });
+            jobs.push(job_tx);
+            done.push(done_rx);
+        }
+        Helpers { jobs, done }
+    }
+}
 
 /// Runs the group of lanes `group` (see [`crate::lanes`]) with its steps'
-/// `sections` (in plan order): every lane on its own thread with a copy of
-/// its inputs, their rounds multiplexed over `on`'s link; then moves the
-/// lanes' outputs into `store`. Returns per operation its section and its
-/// wall time (the lanes' times overlap).
+/// `sections` (in plan order): lane 0 here on the party's store, the
+/// others on the helpers with copies of their inputs, their rounds shared;
+/// then moves the lanes' outputs into `store`. Returns per operation its
+/// section and its wall time (the lanes' times overlap).
 fn run_group<'f>(
     plan: &Plan,
     group: std::ops::Range<usize>,
-    on: &mut Online<'_>,
+    (on, rounds, helpers): (&mut Online<'_>, &Rounds<'_>, &Helpers<'f>),
     sections: Vec<(usize, Staged<'f>)>,
     store: &mut Store,
-) -> Result<Vec<(usize, Option<Staged<'f>>, f64)>, PartyError> {
+) -> Result<Took<'f>, PartyError> {
     let lane_of = |i: usize| plan.ops[i].lane.map_or(0, |l| usize::from(l.lane));
     let count = group.clone().map(|i| lane_of(i) + 1).max().unwrap_or(0);
+    let step = plan.step_of[group.start].unwrap_or(u32::MAX);
+    if count > helpers.jobs.len() + 1 {
+        return Err(ProtoError::Section {
+            step,
+            what: "more lanes than the plan's widest group",
+        }
+        .into());
+    }
     let mut works = Vec::with_capacity(count);
-    for l in 0..count {
-        let ops: Vec<usize> = group.clone().filter(|i| lane_of(*i) == l).collect();
-        let lane_store = store.for_ops(plan, &ops)?;
+    for lane in 0..count {
+        let ops: Vec<usize> = group.clone().filter(|i| lane_of(*i) == lane).collect();
+        let lane_store = if lane == 0 {
+            Store::new(plan)
+        } else {
+            store.for_ops(plan, &ops)?
+        };
         works.push(LaneWork {
+            lane,
             ops,
             store: lane_store,
             sections: Vec::new(),
@@ -595,61 +672,53 @@ fn run_group<'f>(
     for (op, section) in sections {
         works[lane_of(op)].sections.push((op, section));
     }
-    let (party, fss) = (on.party, on.fss);
-    let link = on.link().ok_or(ProtoError::Section {
-        step: plan.step_of[group.start].unwrap_or(u32::MAX),
-        what: "a group of lanes inside a lane",
-    })?;
-    let (links, ports) = lanes::lanes(count);
-    let (mux, done) = std::thread::scope(|scope| {
-        let handles: Vec<_> = works
-            .into_iter()
-            .zip(links)
-            .map(|(work, lane)| {
-                scope.spawn(move || {
-                    let done = run_lane(plan, party, fss, lane, work);
-                    // The lane's steps held key material on this stack,
-                    // which the thread's exit leaves mapped.
-                    scrub_stack();
-                    done
-                })
-            })
-            .collect();
-        let mux = lanes::multiplex(link, ports);
-        let done: Vec<_> = handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect();
-        (mux, done)
-    });
-    // The first cause: a lane's own failure, else the link's.
-    let mut lanes_done = Vec::with_capacity(done.len());
+    rounds.begin(count);
+    let mut works = works.into_iter();
+    let mine = works.next();
+    for (work, jobs) in works.zip(&helpers.jobs) {
+        // A helper that ended has failed a lane before; its group reports it.
+        let _ = jobs.send(work);
+    }
+    // Lane 0 on the party's own store.
+    let here = match mine {
+        Some(mut work) => {
+            std::mem::swap(&mut work.store, store);
+            let out = run_lane(plan, on, rounds, work);
+            match out {
+                Ok((own, took)) => {
+                    *store = own;
+                    Ok(took)
+                }
+                Err(e) => Err(e),
+            }
+        }
+        None => Ok(Vec::new()),
+    };
+    let theirs: Vec<LaneDone<'f>> = helpers.done[..count.saturating_sub(1)]
+        .iter()
+        .map(|done| done.recv().unwrap_or(Err(ProtoError::Lane { step }.into())))
+        .collect();
+    // A lane that failed has stopped the rounds; its error says why.
+    rounds.end();
+    // The first cause: a lane's own failure, else what stopped the rounds.
     let mut stopped = None;
-    for d in done {
-        match d {
-            Ok(d) => lanes_done.push(d),
-            Err(PartyError::Proto(e @ ProtoError::Lane { .. })) => stopped = Some(e),
+    let mut took = Vec::new();
+    for out in std::iter::once(here.map(|t| (Store::new(plan), t))).chain(theirs) {
+        match out {
+            Ok((lane_store, times)) => {
+                let outputs: Vec<usize> = times
+                    .iter()
+                    .map(|(i, _, _)| plan.ops[*i].kind.output())
+                    .collect();
+                store.absorb(lane_store, &outputs);
+                took.extend(times);
+            }
+            Err(e @ PartyError::Proto(ProtoError::Lane { .. })) => stopped = Some(e),
             Err(e) => return Err(e),
         }
     }
-    match mux {
-        Err(lanes::MuxError::Net { step, error }) => {
-            return Err(ProtoError::Net { step, error }.into());
-        }
-        Err(lanes::MuxError::LaneFailed) | Ok(_) => {
-            if let Some(e) = stopped {
-                return Err(e.into());
-            }
-        }
-    }
-    let mut took = Vec::new();
-    for (lane_store, times) in lanes_done {
-        let outputs: Vec<usize> = times
-            .iter()
-            .map(|(i, _, _)| plan.ops[*i].kind.output())
-            .collect();
-        store.absorb(lane_store, &outputs);
-        took.extend(times);
+    if let Some(e) = stopped {
+        return Err(e);
     }
     for i in group {
         store.release_after(plan, i);
@@ -657,22 +726,46 @@ fn run_group<'f>(
     Ok(took)
 }
 
-/// Runs one lane's operations in order over its lane link.
+/// Runs one lane's operations in order as `on`'s lane, then tells
+/// `rounds` it is done; on a failure, stops the group's rounds.
 fn run_lane<'f>(
     plan: &Plan,
-    party: Party,
-    fss: &dyn BatchEval,
-    lane: lanes::LaneLink,
+    on: &mut Online<'_>,
+    rounds: &Rounds<'_>,
     work: LaneWork<'f>,
-) -> Result<LaneDone<'f>, PartyError> {
+) -> LaneDone<'f> {
     let LaneWork {
+        lane,
         ops,
         mut store,
         mut sections,
     } = work;
-    let mut on = Online::lane(party, lane, fss);
+    let out = lane_ops(plan, on, &ops, &mut store, &mut sections);
+    let step = ops
+        .last()
+        .and_then(|i| plan.step_of[*i])
+        .unwrap_or(u32::MAX);
+    let out = out.and_then(|took| match rounds.done(lane) {
+        Ok(()) => Ok(took),
+        Err(lanes::LaneError::Net(error)) => Err(ProtoError::Net { step, error }.into()),
+        Err(lanes::LaneError::Stopped) => Err(ProtoError::Lane { step }.into()),
+    });
+    if out.is_err() {
+        rounds.fail();
+    }
+    out.map(|took| (store, took))
+}
+
+/// A lane's operations in order on its store.
+fn lane_ops<'f>(
+    plan: &Plan,
+    on: &mut Online<'_>,
+    ops: &[usize],
+    store: &mut Store,
+    sections: &mut Vec<(usize, Staged<'f>)>,
+) -> Result<Took<'f>, PartyError> {
     let mut took = Vec::with_capacity(ops.len());
-    for i in ops {
+    for &i in ops {
         let t = Instant::now();
         let section = match plan.step_of[i] {
             Some(step) => {
@@ -683,19 +776,18 @@ fn run_lane<'f>(
                             step,
                             what: "missing from its group",
                         })?;
-                proto::run(plan, i, &mut on, &section, &mut store)?;
+                proto::run(plan, i, on, &section, store)?;
                 Some(section)
             }
             None => {
-                exec::run_local(plan, i, &mut store, party == Party::P0, fss)?;
+                exec::run_local(plan, i, store, on.party == Party::P0, on.fss)?;
                 None
             }
         };
         store.release_after(plan, i);
         took.push((i, section, t.elapsed().as_secs_f64()));
     }
-    on.finish_lane();
-    Ok((store, took))
+    Ok(took)
 }
 
 #[cfg(test)]

@@ -30,8 +30,8 @@ use suffuse_core::gate::Protocol;
 use zeroize::Zeroizing;
 
 use crate::exec::{ExecError, Store};
-use crate::lanes::LaneLink;
-use crate::net::{Link, NetError};
+use crate::lanes::{Exchange, LaneError};
+use crate::net::NetError;
 use crate::plan::{Built, Kind, Plan};
 use crate::wipe;
 
@@ -61,14 +61,12 @@ pub enum ProtoError {
     /// The interpreter.
     #[error(transparent)]
     Exec(#[from] ExecError),
-    /// The rounds of this step's group of lanes stopped (the link or
-    /// another lane failed; the group reports which).
-    #[error("step {step}: {error}")]
+    /// The rounds of this step's group of lanes stopped: the link or
+    /// another lane failed, and the group reports which.
+    #[error("step {step}: the rounds of its group of lanes stopped")]
     Lane {
         /// The step.
         step: u32,
-        /// What the lane saw.
-        error: crate::lanes::Stopped,
     },
     /// A key section shorter or longer than its layout.
     #[error("step {step}: key section is malformed ({what})")]
@@ -271,8 +269,9 @@ impl<'a> Cursor<'a> {
 pub struct Online<'a> {
     /// Which party.
     pub party: Party,
-    /// Where rounds go.
-    wire: Wire<'a>,
+    /// Where rounds go, and as which lane.
+    rounds: &'a dyn Exchange,
+    lane: usize,
     /// The backend: FSS evaluation, seed expansion, matrix products.
     pub fss: &'a dyn BatchEval,
     /// The evaluators' area, one for the whole query.
@@ -307,12 +306,6 @@ impl Drop for Area {
     }
 }
 
-/// The connection to the other server, or a lane's share of it.
-enum Wire<'a> {
-    Link(&'a mut Link),
-    Lane(LaneLink),
-}
-
 impl std::fmt::Debug for Online<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Online")
@@ -323,38 +316,21 @@ impl std::fmt::Debug for Online<'_> {
 
 impl<'a> Online<'a> {
     /// A party's means to run steps, with an empty evaluator area.
-    pub fn new(party: Party, link: &'a mut Link, fss: &'a dyn BatchEval) -> Self {
+    /// `rounds` is the link (a [`crate::lanes::Rounds`]), shared with the
+    /// other lanes of a group, and `lane` this one's index in a group
+    /// (0 outside groups).
+    pub fn new(
+        party: Party,
+        rounds: &'a dyn Exchange,
+        lane: usize,
+        fss: &'a dyn BatchEval,
+    ) -> Self {
         Online {
             party,
-            wire: Wire::Link(link),
+            rounds,
+            lane,
             fss,
             area: Area::default(),
-        }
-    }
-
-    /// A lane's means to run steps: its rounds go through the group's
-    /// multiplexer.
-    pub fn lane(party: Party, lane: LaneLink, fss: &'a dyn BatchEval) -> Self {
-        Online {
-            party,
-            wire: Wire::Lane(lane),
-            fss,
-            area: Area::default(),
-        }
-    }
-
-    /// The link, unless this is a lane.
-    pub fn link(&mut self) -> Option<&mut Link> {
-        match &mut self.wire {
-            Wire::Link(link) => Some(link),
-            Wire::Lane(_) => None,
-        }
-    }
-
-    /// Ends a lane: tells the multiplexer it has sent its last message.
-    pub fn finish_lane(self) {
-        if let Wire::Lane(lane) = self.wire {
-            lane.done();
         }
     }
 
@@ -366,19 +342,18 @@ impl<'a> Online<'a> {
         out
     }
 
+    /// Runs later steps as lane `lane` of a group.
+    pub fn set_lane(&mut self, lane: usize) {
+        self.lane = lane;
+    }
+
     fn exchange(&mut self, step: u32, send: &[u8]) -> Result<Vec<u8>, ProtoError> {
-        match &mut self.wire {
-            Wire::Link(link) => {
-                link.exchange(step, send, send.len())
-                    .map_err(|source| ProtoError::Net {
-                        step,
-                        error: source,
-                    })
-            }
-            Wire::Lane(lane) => lane
-                .exchange(step, send)
-                .map_err(|error| ProtoError::Lane { step, error }),
-        }
+        self.rounds
+            .exchange(self.lane, step, send)
+            .map_err(|e| match e {
+                LaneError::Net(error) => ProtoError::Net { step, error },
+                LaneError::Stopped => ProtoError::Lane { step },
+            })
     }
 
     /// Runs a core protocol's rounds over the link; returns its output.
