@@ -481,6 +481,9 @@ pub fn run_passes(
                         give_back.send(section.release());
                     }
                     *times.entry(plan.ops[op].category).or_default() += s;
+                    if trace {
+                        trace_op(plan, party, op, s);
+                    }
                 }
                 i = group.end;
                 continue;
@@ -507,19 +510,7 @@ pub fn run_passes(
             let took = t.elapsed().as_secs_f64();
             *times.entry(plan.ops[i].category).or_default() += took;
             if trace {
-                let out = &plan.tensors[plan.ops[i].kind.output()];
-                eprintln!(
-                    "P{} op {i:4} {:>9.3} ms  {:<16} {:<40} {}",
-                    u8::from(party == Party::P1),
-                    took * 1e3,
-                    plan.ops[i].category.name(),
-                    out.name,
-                    serde_json::to_string(&plan.ops[i].kind)
-                        .unwrap_or_default()
-                        .chars()
-                        .take(60)
-                        .collect::<String>()
-                );
+                trace_op(plan, party, i, took);
             }
             i += 1;
         }
@@ -556,6 +547,28 @@ pub fn run_passes(
         io.output(last, store.take(plan, plan.output)?, &report)?;
     }
     Ok(report)
+}
+
+/// One operation's line of `SUFFUSE_TRACE` (a lane's operations are
+/// timed on their own threads and overlap).
+fn trace_op(plan: &Plan, party: Party, i: usize, took: f64) {
+    let op = &plan.ops[i];
+    let out = &plan.tensors[op.kind.output()];
+    let lane = op
+        .lane
+        .map_or(String::new(), |l| format!(" lane {}", l.lane));
+    eprintln!(
+        "P{} op {i:4} {:>9.3} ms  {:<16} {:<40} {}{lane}",
+        u8::from(party == Party::P1),
+        took * 1e3,
+        op.category.name(),
+        out.name,
+        serde_json::to_string(&op.kind)
+            .unwrap_or_default()
+            .chars()
+            .take(60)
+            .collect::<String>()
+    );
 }
 
 /// Counts a step's key section in the report.
@@ -676,8 +689,10 @@ fn run_group<'f>(
     let mut works = works.into_iter();
     let mine = works.next();
     for (work, jobs) in works.zip(&helpers.jobs) {
-        // A helper that ended has failed a lane before; its group reports it.
-        let _ = jobs.send(work);
+        // A helper that ended (it panicked) would never take its turns.
+        if jobs.send(work).is_err() {
+            rounds.fail();
+        }
     }
     // Lane 0 on the party's own store.
     let here = match mine {
@@ -740,6 +755,9 @@ fn run_lane<'f>(
         mut store,
         mut sections,
     } = work;
+    // Stops the group's rounds unless the lane ends well, a panic
+    // included: the other lanes would wait for its turns.
+    let mut guard = StopUnlessDone(rounds, false);
     let out = lane_ops(plan, on, &ops, &mut store, &mut sections);
     let step = ops
         .last()
@@ -750,10 +768,19 @@ fn run_lane<'f>(
         Err(lanes::LaneError::Net(error)) => Err(ProtoError::Net { step, error }.into()),
         Err(lanes::LaneError::Stopped) => Err(ProtoError::Lane { step }.into()),
     });
-    if out.is_err() {
-        rounds.fail();
-    }
+    guard.1 = out.is_ok();
     out.map(|took| (store, took))
+}
+
+/// Stops a group's rounds when dropped unarmed (see [`run_lane`]).
+struct StopUnlessDone<'a, 'l>(&'a Rounds<'l>, bool);
+
+impl Drop for StopUnlessDone<'_, '_> {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.fail();
+        }
+    }
 }
 
 /// A lane's operations in order on its store.
@@ -831,6 +858,48 @@ mod tests {
 
         fn output(&mut self, _: usize, _: Vec<u64>, _: &PartyReport) -> Result<(), PartyError> {
             Err(PartyError::Client("refused".into()))
+        }
+    }
+
+    /// A peer that goes away at any round, inside a group of lanes too,
+    /// is an error for the whole query, not a hang; every group's rounds
+    /// are shared (the full run takes fewer rounds than its steps).
+    #[test]
+    fn a_peer_gone_in_any_round_is_an_error_not_a_hang() {
+        let plan = fuzzing::plan();
+        assert!((0..plan.ops.len()).any(|i| plan.group_at(i).is_some()));
+        let run = |left: usize| {
+            let name = std::path::Path::new("p0.keys");
+            let keys = KeyReader::from_bytes(name, fuzzing::key_file(0).to_vec()).unwrap();
+            keys.check(0, &plan.hash, &key_sections(&plan, Party::P0))
+                .unwrap();
+            let peer = EchoFor {
+                left,
+                path: String::from("/nowhere"),
+                saw_mapped: Arc::new(AtomicBool::new(false)),
+            };
+            let mut link = Link::in_memory(Box::new(peer), Timeouts::default());
+            let inputs = fuzzing::inputs(&plan);
+            let out = run_passes(
+                &plan,
+                Party::P0,
+                keys,
+                &mut link,
+                backend::auto(),
+                inputs,
+                &mut Refuses,
+            );
+            (out, link.traffic().rounds)
+        };
+        // To the end: the client refuses the output.
+        let (out, rounds) = run(usize::MAX);
+        assert!(matches!(out, Err(PartyError::Client(_))));
+        for left in 1..rounds as usize {
+            let (out, _) = run(left);
+            assert!(
+                matches!(out, Err(PartyError::Proto(ProtoError::Net { .. }))),
+                "peer gone after {left} of {rounds} rounds: {out:?}"
+            );
         }
     }
 
