@@ -8,14 +8,18 @@
 //! * SUF: one polynomial output, degree 2, with the pieces of
 //!   [`super::splines`]; the tails are `x` and `0` (activations) or
 //!   `1` and `0` (nExp). The pieces carry x⁺ folded in (x⁺ + δ(x)).
-//! * Φ: the polynomial, Beaver-style: after the Boolean round the parties
-//!   open `c₁ − a₁` and `c₂ − a₂` and finish locally with dealer monomials
-//!   `a₁r, a₂r, a₂r², r²`.
+//! * Φ: the polynomial, in one of two forms ([`PolyMode`]). GeLU's is
+//!   Beaver-style: after the Boolean round the parties open `c₁ − a₁` and
+//!   `c₂ − a₂` and finish locally with dealer monomials `a₁r, a₂r, a₂r²,
+//!   r²` (3 rounds). SiLU's and nExp's take dealer monomials `ρ_t·r^j` for
+//!   every interval bit instead (2 rounds, 128 bits less per element, and
+//!   P1 holds 96–104 bytes more: `cargo xtask bench gates`, docs/GATES.md).
 //! * Accuracy at frac = 12, coeff_bits = 12: GeLU |err| ≤ 2^-8 on all
 //!   inputs, SiLU |err| ≤ 2^-8, nExp |err| ≤ 2^-10 for z ≥ 0.
 //! * Cost at effective width k: one k-bit key (`16(k − 7) + 16` bytes), one
-//!   point per interior boundary plus one; 3 rounds; communication
-//!   `n + b + 2n` bits (opening, b boundary bits, two Beaver openings).
+//!   point per interior boundary plus one; 3 rounds and `n + b + 2n` bits
+//!   (opening, b boundary bits, two Beaver openings) Beaver-style, 2 rounds
+//!   and `n + b` bits with dealer monomials.
 //!
 //! The output is left at `out_scale` on purpose: rescaling costs a
 //! truncation (2 rounds), and the linear layer that consumes an activation
@@ -51,9 +55,10 @@ pub const fn gelu_spline(form: GeluForm) -> &'static Spline {
     }
 }
 
-/// A spline gate at effective width `k`: input at `frac` bits, output at
-/// `2·frac + coeff_bits`.
-pub fn spline_gate(
+/// A spline gate at effective width `k` with its Φ in `mode`: input at
+/// `frac` bits, output at `2·frac + coeff_bits`.
+pub fn spline_gate_in(
+    mode: PolyMode,
     spline: &Spline,
     ring: Width,
     k: Width,
@@ -61,8 +66,20 @@ pub fn spline_gate(
     coeff_bits: u32,
 ) -> Result<Gate, SufError> {
     let mut gate = Gate::EMPTY;
-    spline_gate_init(&mut gate, spline, ring, k, frac, coeff_bits)?;
+    init_in(&mut gate, mode, spline, (ring, k), frac, coeff_bits)?;
     Ok(gate)
+}
+
+/// A spline gate at effective width `k`, Beaver-style: input at `frac`
+/// bits, output at `2·frac + coeff_bits`.
+pub fn spline_gate(
+    spline: &Spline,
+    ring: Width,
+    k: Width,
+    frac: u32,
+    coeff_bits: u32,
+) -> Result<Gate, SufError> {
+    spline_gate_in(PolyMode::Beaver, spline, ring, k, frac, coeff_bits)
 }
 
 /// [`spline_gate`] built in `gate`, where it lies ([`Gate::init`]): for
@@ -78,11 +95,25 @@ pub fn spline_gate_init(
     frac: u32,
     coeff_bits: u32,
 ) -> Result<(), SufError> {
+    init_in(gate, PolyMode::Beaver, spline, (ring, k), frac, coeff_bits)
+}
+
+/// [`spline_gate_in`] built in `gate`. Never inlined, as
+/// [`spline_gate_init`].
+#[inline(never)]
+fn init_in(
+    gate: &mut Gate,
+    mode: PolyMode,
+    spline: &Spline,
+    (ring, k): (Width, Width),
+    frac: u32,
+    coeff_bits: u32,
+) -> Result<(), SufError> {
     // The one `Suf` on this frame, written in place (`Spline::suf` would
     // put the returned `Result` and the tables it is built from here too).
     let mut suf = Suf::EMPTY;
     spline.suf_init(&mut suf, ring, frac, coeff_bits)?;
-    gate.init(&suf, k, &Phi::poly(ring, PolyMode::Beaver), Input::Shares)
+    gate.init(&suf, k, &Phi::poly(ring, mode), Input::Shares)
 }
 
 /// GeLU.
@@ -101,14 +132,29 @@ pub fn gelu_init(
     spline_gate_init(gate, gelu_spline(form), ring, k, frac, COEFF_BITS)
 }
 
-/// SiLU.
+/// SiLU, with dealer monomials (2 rounds).
 pub fn silu(ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
-    spline_gate(&splines::SILU, ring, k, frac, COEFF_BITS)
+    spline_gate_in(
+        PolyMode::Monomials,
+        &splines::SILU,
+        ring,
+        k,
+        frac,
+        COEFF_BITS,
+    )
 }
 
-/// nExp(z) = e^-z for z ≥ 0 (1 below 0, 0 from 12 on).
+/// nExp(z) = e^-z for z ≥ 0 (1 below 0, 0 from 12 on), with dealer
+/// monomials (2 rounds).
 pub fn nexp(ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
-    spline_gate(&splines::NEXP, ring, k, frac, COEFF_BITS)
+    spline_gate_in(
+        PolyMode::Monomials,
+        &splines::NEXP,
+        ring,
+        k,
+        frac,
+        COEFF_BITS,
+    )
 }
 
 /// The output scale of a spline gate.
@@ -200,6 +246,32 @@ mod tests {
         exhaustive_small(&gate, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
     }
 
+    /// SiLU and nExp run with dealer monomials: two rounds, the same
+    /// function as the Beaver-style gate (their oracle), swept fully on a
+    /// small ring with pinned wrap masks.
+    #[test]
+    fn dealer_monomial_splines_equal_the_beaver_form() {
+        let (n, k) = (Width::of(12), Width::of(10));
+        for spline in [&splines::SILU, &splines::NEXP] {
+            let suf = spline.suf_snapped(n, 2, 3).unwrap();
+            let fast =
+                Gate::new(&suf, k, Phi::poly(n, PolyMode::Monomials), Input::Shares).unwrap();
+            let oracle = Gate::new(&suf, k, Phi::poly(n, PolyMode::Beaver), Input::Shares).unwrap();
+            assert_eq!((fast.cost().rounds, oracle.cost().rounds), (2, 3));
+            for x in 0..=n.mask() {
+                let (mut a, mut b) = ([0u64; 2], [0u64; 2]);
+                fast.reference(x, &mut a);
+                oracle.reference(x, &mut b);
+                assert_eq!(a, b, "x = {x}");
+            }
+            let suf = fast.compiled.suf;
+            exhaustive_small(&fast, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
+        }
+        let w = Width::W64;
+        assert_eq!(super::silu(w, Width::of(26), 12).unwrap().cost().rounds, 2);
+        assert_eq!(nexp(w, Width::of(24), 12).unwrap().cost().rounds, 2);
+    }
+
     #[test]
     fn activation_edges_at_64_bits() {
         let n = Width::W64;
@@ -225,6 +297,19 @@ mod tests {
             // Half the inputs inside the spline's range, half anywhere.
             let xs: std::vec::Vec<u64> = xs.iter().enumerate().map(|(i, x)| if i % 2 == 0 { n.from_signed((*x as i64) >> 48) } else { *x }).collect();
             check_pairs(&gate, &xs, &rs, &|x| ([suf.eval_at(x, k).arith[0], 0], 0), 4);
+        }
+
+        /// nExp and SiLU with dealer monomials against their spec, which
+        /// the Beaver-style gate meets too.
+        #[test]
+        fn monomial_splines_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
+            let n = Width::W64;
+            for (gate, k) in [(nexp(n, Width::of(24), 12).unwrap(), 24), (super::silu(n, Width::of(26), 12).unwrap(), 26)] {
+                let k = Width::of(k);
+                let suf = gate.compiled.suf;
+                let xs: std::vec::Vec<u64> = xs.iter().enumerate().map(|(i, x)| if i % 2 == 0 { n.from_signed((*x as i64) >> 44) } else { *x }).collect();
+                check_pairs(&gate, &xs, &rs, &|x| ([suf.eval_at(x, k).arith[0], 0], 0), 4);
+            }
         }
     }
 }
