@@ -461,21 +461,9 @@ pub fn run_passes(
                 store.set(plan, p.bias, std::mem::take(&mut next.bias))?;
             }
             if let Some(group) = plan.group_at(i) {
-                let mut sections = Vec::new();
-                for op in group.clone() {
-                    if let Some(step) = plan.step_of[op] {
-                        let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
-                        count_keys(&mut report, plan, op, section.len());
-                        sections.push((op, section));
-                    }
-                }
-                let took = run_group(
-                    plan,
-                    group.clone(),
-                    (&mut on, &rounds, &helpers),
-                    sections,
-                    &mut store,
-                )?;
+                let sections = group_sections(plan, group.clone(), &rx, &mut report)?;
+                let lanes = (&mut on, &rounds, &helpers);
+                let took = run_group(plan, group.clone(), lanes, sections, &mut store)?;
                 for (op, section, s) in took {
                     if let Some(section) = section {
                         give_back.send(section.release());
@@ -569,6 +557,25 @@ fn trace_op(plan: &Plan, party: Party, i: usize, took: f64) {
             .take(60)
             .collect::<String>()
     );
+}
+
+/// The key sections of a group's steps, in plan order, counted in the
+/// report.
+fn group_sections<'f>(
+    plan: &Plan,
+    group: std::ops::Range<usize>,
+    rx: &mpsc::Receiver<Result<Staged<'f>, KeyFileError>>,
+    report: &mut PartyReport,
+) -> Result<Vec<(usize, Staged<'f>)>, PartyError> {
+    let mut sections = Vec::new();
+    for op in group {
+        if let Some(step) = plan.step_of[op] {
+            let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
+            count_keys(report, plan, op, section.len());
+            sections.push((op, section));
+        }
+    }
+    Ok(sections)
 }
 
 /// Counts a step's key section in the report.
