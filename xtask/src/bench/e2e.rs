@@ -56,6 +56,22 @@ pub(super) struct Anchor {
     source: &'static str,
 }
 
+/// A case's rounds before issue 28's round work: `bench e2e` on
+/// 2026-11-27 (docs/PLAN.md, "Rounds per layer, before issue 28's round
+/// work"), recorded beside each run's own figures.
+#[derive(Clone, Copy, Debug, Serialize)]
+struct Before {
+    rounds: f64,
+    rounds_per_layer: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rounds_per_token: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rounds_per_layer_per_token: Option<f64>,
+    source: &'static str,
+}
+
+const BEFORE_28: &str = "bench e2e 2026-11-27, before issue 28 (docs/PLAN.md)";
+
 struct Case {
     name: &'static str,
     model: &'static str,
@@ -68,6 +84,8 @@ struct Case {
     generate: Option<usize>,
     /// Transformer layers, for rounds per layer.
     layers: usize,
+    /// Its rounds before issue 28, where measured.
+    before: Option<Before>,
 }
 
 /// 119 characters: with [CLS] and [SEP], a prompt that fits a 128-token
@@ -149,6 +167,7 @@ const CASES: &[Case] = &[
         anchors: &[SPU_MINILM_17],
         generate: None,
         layers: 6,
+        before: None,
     },
     Case {
         name: "minilm-128",
@@ -159,6 +178,13 @@ const CASES: &[Case] = &[
         anchors: &[SPU_MINILM_128],
         generate: None,
         layers: 6,
+        before: Some(Before {
+            rounds: 445.0,
+            rounds_per_layer: 445.0 / 6.0,
+            rounds_per_token: None,
+            rounds_per_layer_per_token: None,
+            source: "ANCHORS.md, bench e2e 2026-11-27",
+        }),
     },
     Case {
         name: "bert-base-shape-128",
@@ -169,6 +195,13 @@ const CASES: &[Case] = &[
         anchors: &[FUSEFSS_BERT_BASE, SIGMA_BERT_BASE],
         generate: None,
         layers: 12,
+        before: Some(Before {
+            rounds: 889.0,
+            rounds_per_layer: 889.0 / 12.0,
+            rounds_per_token: None,
+            rounds_per_layer_per_token: None,
+            source: BEFORE_28,
+        }),
     },
     Case {
         name: "gpt2-shape-128",
@@ -179,6 +212,13 @@ const CASES: &[Case] = &[
         anchors: &[FUSEFSS_GPT2, SIGMA_GPT2],
         generate: Some(1),
         layers: 12,
+        before: Some(Before {
+            rounds: 941.0,
+            rounds_per_layer: 941.0 / 12.0,
+            rounds_per_token: None,
+            rounds_per_layer_per_token: None,
+            source: BEFORE_28,
+        }),
     },
     Case {
         name: "smollm2-64",
@@ -189,6 +229,13 @@ const CASES: &[Case] = &[
         anchors: &[],
         generate: Some(SMOLLM2_NEW),
         layers: 30,
+        before: Some(Before {
+            rounds: 2174.0,
+            rounds_per_layer: 2174.0 / 30.0,
+            rounds_per_token: Some(2236.0),
+            rounds_per_layer_per_token: Some(2236.0 / 30.0),
+            source: BEFORE_28,
+        }),
     },
     Case {
         name: "smollm2-128",
@@ -199,6 +246,7 @@ const CASES: &[Case] = &[
         anchors: &[],
         generate: Some(SMOLLM2_NEW),
         layers: 30,
+        before: None,
     },
 ];
 
@@ -216,6 +264,9 @@ struct Record {
     /// All rounds of the run over the layers (the prefill's, for a
     /// decoder; its decode passes have `rounds_per_layer_per_token`).
     rounds_per_layer: f64,
+    /// The same case's rounds before issue 28 (for "before and after").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rounds_before: Option<Before>,
     anchors: &'static [Anchor],
 }
 
@@ -249,6 +300,7 @@ pub fn run() -> Result<String> {
             report,
             online_s_runs: runs,
             rounds_per_layer,
+            rounds_before: case.before,
             anchors: case.anchors,
         });
     }
@@ -376,6 +428,12 @@ fn print_table(records: &[Record]) {
             gb(of_party(r, "key_bytes_per_party", 1)),
             number(r, "cosine_to_float"),
         );
+        if let Some(b) = rec.rounds_before {
+            println!(
+                "  before issue 28            {:.0} rounds, {:.1} per layer  [{}]",
+                b.rounds, b.rounds_per_layer, b.source
+            );
+        }
         for a in rec.anchors {
             let ours = number(r, "online_s");
             // Table 1 does not say whether its figures are per party; the
