@@ -185,6 +185,13 @@ impl Exchange for Rounds<'_> {
         if s.stopped {
             return Err(LaneError::Stopped);
         }
+        if s.live.len() == 1 {
+            // Outside a group: the link's own exchange, no copies.
+            return s
+                .link
+                .exchange(step, bytes, bytes.len())
+                .map_err(LaneError::Net);
+        }
         let turn = s.turn;
         s.parts[lane] = Some(Part::Send {
             step,

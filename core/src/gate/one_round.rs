@@ -242,6 +242,46 @@ pub(crate) fn mask_shares(
     }))
 }
 
+/// This party's shares of the dealt words of `n` elements, `words.len()`
+/// (one or two) per element: P0 expands them from PRF slot `slot` of its
+/// seed (word j is the block's j-th half), P1 reads them from `explicit`
+/// (element-major), where the dealer wrote each word less P0's share; P0
+/// holds no explicit words.
+/// Returns the AES calls made.
+pub(crate) fn dealt_words(
+    h: &dyn Hasher,
+    (ring, party): (Width, Party),
+    (seed, slot): (&[u8; 16], usize),
+    first: u64,
+    explicit: &[u64],
+    words: &mut [&mut [u64]],
+) -> Result<u64, Error> {
+    let per = words.len();
+    let n = words.first().map_or(0, |w| w.len());
+    if per > 2 || words.iter().any(|w| w.len() != n) {
+        return Err(Error::BufferLength);
+    }
+    match party {
+        Party::P0 if !explicit.is_empty() => Err(Error::BufferLength),
+        Party::P0 => Ok(each_block(h, (seed, slot), first, n, |i, b| {
+            for (j, w) in words.iter_mut().enumerate() {
+                w[i] = ring.reduce([b.low64(), b.high64()][j]);
+            }
+        })),
+        Party::P1 => {
+            if explicit.len() != n * per {
+                return Err(Error::BufferLength);
+            }
+            for (i, ex) in explicit.chunks_exact(per.max(1)).enumerate() {
+                for (w, v) in words.iter_mut().zip(ex) {
+                    w[i] = *v;
+                }
+            }
+            Ok(0)
+        }
+    }
+}
+
 /// The opening's message: this party's share of `x + r` into `mine`, then
 /// packed into `send`.
 pub(crate) fn open(
@@ -258,4 +298,62 @@ pub(crate) fn open(
         *o = ring.add(*x, *r);
     }
     mpc::open_prepare(ring, mine, send)
+}
+
+/// What the one-round gates' two-party tests share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::prg::Prg;
+    use crate::ring::Width;
+    use std::vec::Vec;
+
+    /// A test's start, all drawn from `salt`: both parties' seeds, their
+    /// mask shares (P1's making the pinned masks, where given), the
+    /// dealer's fresh words and both parties' shares of the inputs.
+    pub(crate) struct Setup {
+        pub(crate) seeds: [[u8; 16]; 2],
+        masks: Option<[Vec<u64>; 2]>,
+        pub(crate) random: Vec<u64>,
+        pub(crate) x: [Vec<u64>; 2],
+    }
+
+    impl Setup {
+        /// For inputs `xs` in the ring `w`, masks pinned to `masks`, and
+        /// `random` fresh words.
+        pub(crate) fn new(
+            w: Width,
+            xs: &[u64],
+            masks: Option<&[u64]>,
+            random: usize,
+            salt: u8,
+        ) -> Setup {
+            let n = xs.len();
+            let mut prg = Prg::new(&[salt ^ 0x33; 16]);
+            let m0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+            let masks = masks.map(|m| {
+                let m1 = m.iter().zip(&m0).map(|(r, a)| w.sub(*r, *a)).collect();
+                [m0, m1]
+            });
+            let random = (0..random).map(|_| prg.next_u64()).collect();
+            let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
+            let x1 = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
+            Setup {
+                seeds: [[salt; 16], [salt ^ 0x5a; 16]],
+                masks,
+                random,
+                x: [x0, x1],
+            }
+        }
+
+        /// Both parties' pinned mask shares, if pinned.
+        pub(crate) fn pinned(&self) -> Option<[&[u64]; 2]> {
+            self.masks.as_ref().map(|[a, b]| [&a[..], &b[..]])
+        }
+    }
+
+    /// The bodies of whole keys of `len` bytes, their roots dropped, as a
+    /// key file stores them.
+    pub(crate) fn bodies(keys: &[u8], len: usize) -> Vec<u8> {
+        keys.chunks(len).flat_map(|c| c[16..].to_vec()).collect()
+    }
 }

@@ -289,6 +289,7 @@ impl RingRelu {
 mod tests {
     use super::*;
     use crate::batch::Serial;
+    use crate::gate::one_round::testing::{Setup, bodies};
     use crate::gate::relu::relu_value;
     use crate::prg::{FixedKeyAes, Prg};
     use proptest::prelude::*;
@@ -301,25 +302,17 @@ mod tests {
     fn run(g: &RingRelu, ds: &[u64], masks: Option<&[u64]>, salt: u8) -> Vec<u64> {
         let (n, w) = (ds.len(), g.ring());
         let (fss, aes) = (Serial::new(), FixedKeyAes::new());
-        let seeds = [[salt; 16], [salt ^ 0x5a; 16]];
-        let mut prg = Prg::new(&[salt ^ 0x33; 16]);
-        let m0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
-        let m1: Vec<u64> = masks.map_or_else(Vec::new, |m| {
-            m.iter().zip(&m0).map(|(r, a)| w.sub(*r, *a)).collect()
-        });
-        let pinned = masks.map(|_| [&m0[..], &m1[..]]);
-        let random: Vec<u64> = (0..n * g.random_words()).map(|_| prg.next_u64()).collect();
+        let setup = Setup::new(w, ds, masks, n * g.random_words(), salt);
+        let (seeds, pinned, random) = (setup.seeds, setup.pinned(), &setup.random);
         let len = g.key_params().key_len();
         let mut k: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; n * len]).collect();
         {
             let [a0, b0, a1, b1] = &mut k[..] else {
                 unreachable!()
             };
-            g.deal(&fss, seeds, pinned, &random, 7, n, [a0, b0], [a1, b1])
+            g.deal(&fss, seeds, pinned, random, 7, n, [a0, b0], [a1, b1])
                 .unwrap();
         }
-        let d0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
-        let d1: Vec<u64> = ds.iter().zip(&d0).map(|(d, a)| w.sub(*d, *a)).collect();
         let split = salt % 2 == 1;
         let mut out = vec![[0u64; 2]; n];
         let mut msgs: Vec<Vec<u8>> = Vec::new();
@@ -329,17 +322,14 @@ mod tests {
             let mut area = vec![u64::MAX - p as u64; RingRelu::scratch_words(n)];
             g.load(&aes, &seeds[p], mask, 7, &mut area).unwrap();
             let mut send = vec![0u8; mpc::words_len(w, n)];
-            g.open(&mut area, [&d0, &d1][p], &mut send).unwrap();
+            g.open(&mut area, &setup.x[p], &mut send).unwrap();
             msgs.push(send);
             areas.push(area);
             let _ = party;
         }
         for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
             let whole = [&k[2 * p][..], &k[2 * p + 1][..]];
-            let bodies: Vec<Vec<u8>> = whole
-                .iter()
-                .map(|ks| ks.chunks(len).flat_map(|c| c[16..].to_vec()).collect())
-                .collect();
+            let bodies: Vec<Vec<u8>> = whole.iter().map(|ks| bodies(ks, len)).collect();
             let mut roots = vec![vec![0u8; 16 * n]; 2];
             {
                 let [ra, rb] = &mut roots[..] else {

@@ -304,28 +304,20 @@ impl RingSuf {
         area: &mut [u64],
     ) -> Result<u64, Error> {
         let n = self.elements(area)?;
-        let words = if party == Party::P1 {
-            n * self.explicit_words()
-        } else {
-            0
-        };
-        if explicit.len() != words {
-            return Err(Error::BufferLength);
-        }
         let w = self.ring;
         let (r, rest) = area.split_at_mut(n);
         let r2 = &mut rest[..n];
-        let mut calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
-        match (party, self.degree >= 2) {
-            (_, false) => r2.fill(0),
-            (Party::P0, true) => {
-                calls += one_round::each_block(h, (seed, SLOT_WORDS), first, n, |i, b| {
-                    r2[i] = w.reduce(b.low64());
-                });
-            }
-            (Party::P1, true) => r2.copy_from_slice(explicit),
+        let calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
+        if self.degree < 2 {
+            r2.fill(0);
+            return if explicit.is_empty() {
+                Ok(calls)
+            } else {
+                Err(Error::BufferLength)
+            };
         }
-        Ok(calls)
+        let at = (seed, SLOT_WORDS);
+        Ok(calls + one_round::dealt_words(h, (w, party), at, first, explicit, &mut [r2])?)
     }
 
     /// Elements an area holds, checking its length.
@@ -439,6 +431,7 @@ impl RingSuf {
 mod tests {
     use super::*;
     use crate::batch::Serial;
+    use crate::gate::one_round::testing::{Setup, bodies};
     use crate::gate::testing::{dirty, run as run_gate};
     use crate::gate::{Gate, Input};
     use crate::phi::{Factor, Phi, PolyMode, Public, Term};
@@ -454,14 +447,8 @@ mod tests {
     fn run(g: &RingSuf, xs: &[u64], masks: Option<&[u64]>, salt: u8) -> Vec<u64> {
         let (n, w, keys_n) = (xs.len(), g.ring(), g.key_count());
         let (fss, aes) = (Serial::new(), FixedKeyAes::new());
-        let seeds = [[salt; 16], [salt ^ 0x5a; 16]];
-        let mut prg = Prg::new(&[salt ^ 0x33; 16]);
-        let m0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
-        let m1: Vec<u64> = masks.map_or_else(Vec::new, |m| {
-            m.iter().zip(&m0).map(|(r, a)| w.sub(*r, *a)).collect()
-        });
-        let pinned = masks.map(|_| [&m0[..], &m1[..]]);
-        let random: Vec<u64> = (0..n * g.random_words()).map(|_| prg.next_u64()).collect();
+        let setup = Setup::new(w, xs, masks, n * g.random_words(), salt);
+        let (seeds, pinned, random) = (setup.seeds, setup.pinned(), &setup.random);
         let len = g.key_params().key_len();
         let size = |i: usize| if i < keys_n { n * len } else { 0 };
         let mut k: Vec<Vec<u8>> = (0..2 * MAX_KEYS)
@@ -478,7 +465,7 @@ mod tests {
                 &fss,
                 seeds,
                 pinned,
-                &random,
+                random,
                 (7, n),
                 &mut d0,
                 &mut d1,
@@ -486,8 +473,6 @@ mod tests {
             )
             .unwrap();
         }
-        let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
-        let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
         let split = salt % 2 == 1;
         let parties = [Party::P0, Party::P1];
         let mut msgs: Vec<Vec<u8>> = Vec::new();
@@ -499,17 +484,14 @@ mod tests {
             g.load(&aes, party, &seeds[p], mask, 7, ex, &mut area)
                 .unwrap();
             let mut send = vec![0u8; mpc::words_len(w, n)];
-            g.open(&mut area, [&x0, &x1][p], &mut send).unwrap();
+            g.open(&mut area, &setup.x[p], &mut send).unwrap();
             msgs.push(send);
             areas.push(area);
         }
         let mut sums = vec![0u64; g.outputs() * n];
         for (p, party) in parties.into_iter().enumerate() {
             let whole: Vec<&[u8]> = (0..MAX_KEYS).map(|i| &k[p * MAX_KEYS + i][..]).collect();
-            let bodies: Vec<Vec<u8>> = whole
-                .iter()
-                .map(|ks| ks.chunks(len).flat_map(|c| c[16..].to_vec()).collect())
-                .collect();
+            let bodies: Vec<Vec<u8>> = whole.iter().map(|ks| bodies(ks, len)).collect();
             let mut roots: Vec<Vec<u8>> = (0..MAX_KEYS)
                 .map(|i| vec![0u8; 16 * n * usize::from(i < keys_n)])
                 .collect();

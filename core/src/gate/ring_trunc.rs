@@ -220,31 +220,17 @@ impl RingTrunc {
         area: &mut [u64],
     ) -> Result<u64, Error> {
         let n = area.len() / 5;
-        let words = if party == Party::P1 { 2 * n } else { 0 };
-        if area.len() != Self::scratch_words(n)
-            || explicit.len() != words
-            || mask.is_some_and(|m| m.len() != n)
-        {
+        if area.len() != Self::scratch_words(n) || mask.is_some_and(|m| m.len() != n) {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
         let (r, rest) = area.split_at_mut(n);
         let (hi, rest) = rest.split_at_mut(n);
         let msb = &mut rest[..n];
-        let mut calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
-        match party {
-            Party::P0 => {
-                calls += one_round::each_block(h, (seed, SLOT_WORDS), first, n, |i, b| {
-                    (hi[i], msb[i]) = (w.reduce(b.low64()), w.reduce(b.high64()));
-                });
-            }
-            Party::P1 => {
-                for (i, ex) in explicit.chunks_exact(2).enumerate() {
-                    (hi[i], msb[i]) = (ex[0], ex[1]);
-                }
-            }
-        }
-        Ok(calls)
+        let calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
+        let at = (seed, SLOT_WORDS);
+        let words = &mut [hi, msb];
+        Ok(calls + one_round::dealt_words(h, (w, party), at, first, explicit, words)?)
     }
 
     /// The round's message: this party's share of `x̂ = x + r`.
@@ -399,6 +385,7 @@ impl Protocol for RingTruncEval<'_> {
 mod tests {
     use super::*;
     use crate::batch::Serial;
+    use crate::gate::one_round::testing::{Setup, bodies};
     use crate::gate::protocol::{max_send_len, run_pair};
     use crate::gate::trunc::{Range, trunc};
     use crate::prg::{FixedKeyAes, Prg};
@@ -413,14 +400,8 @@ mod tests {
         let (n, w) = (xs.len(), g.ring());
         let fss = Serial::new();
         let aes = FixedKeyAes::new();
-        let seeds = [[salt; 16], [salt ^ 0x5a; 16]];
-        let mut prg = Prg::new(&[salt ^ 0x33; 16]);
-        let m0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
-        let m1: Vec<u64> = masks.map_or_else(Vec::new, |m| {
-            m.iter().zip(&m0).map(|(r, a)| w.sub(*r, *a)).collect()
-        });
-        let pinned = masks.map(|_| [&m0[..], &m1[..]]);
-        let random: Vec<u64> = (0..n * g.random_words()).map(|_| prg.next_u64()).collect();
+        let setup = Setup::new(w, xs, masks, n * g.random_words(), salt);
+        let (seeds, pinned, random) = (setup.seeds, setup.pinned(), &setup.random);
         let len = g.key_params().key_len();
         let (mut k0, mut k1) = (vec![0u8; n * len], vec![0u8; n * len]);
         let mut explicit = vec![0u64; 2 * n];
@@ -428,7 +409,7 @@ mod tests {
             &fss,
             seeds,
             pinned,
-            &random,
+            random,
             7,
             n,
             &mut k0,
@@ -436,8 +417,7 @@ mod tests {
             &mut explicit,
         )
         .unwrap();
-        let x0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
-        let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
+        let [x0, x1] = &setup.x;
         // Scratch starts dirty: nothing may rely on zeroes.
         let mut s0 = vec![u64::MAX; RingTrunc::scratch_words(n)];
         let mut s1 = vec![0x5555; RingTrunc::scratch_words(n)];
@@ -446,7 +426,7 @@ mod tests {
         // Odd salts store bodies only and re-derive the roots from the
         // seeds, as a key file does.
         let split = |k: &[u8], party, seed| {
-            let bodies: Vec<u8> = k.chunks(len).flat_map(|c| c[16..].to_vec()).collect();
+            let bodies = bodies(k, len);
             let mut roots = vec![0u8; 16 * n];
             g.derive_roots(&aes, party, seed, 7, &mut roots).unwrap();
             (bodies, roots)
@@ -483,13 +463,13 @@ mod tests {
                 mask0,
                 7,
                 keys(odd, &k0, &d0, &[]),
-                &x0,
+                x0,
                 &mut s0,
             )
             .unwrap();
         let k1e = keys(odd, &k1, &d1, &explicit);
         let mut e1 = g
-            .eval(&aes, Party::P1, &seeds[1], mask1, 7, k1e, &x1, &mut s1)
+            .eval(&aes, Party::P1, &seeds[1], mask1, 7, k1e, x1, &mut s1)
             .unwrap();
         let max = max_send_len(&e0);
         let (mut b0, mut b1) = (vec![0u8; max], vec![0u8; max]);
