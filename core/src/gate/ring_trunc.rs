@@ -36,6 +36,7 @@ use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::one_round::{self, GROUP};
+#[cfg(test)]
 use crate::gate::protocol::Protocol;
 use crate::gate::trunc::Shift;
 use crate::gate::{Cost, PartyKeys};
@@ -289,10 +290,12 @@ impl RingTrunc {
 
     /// One party's evaluator for `x.len()` elements from element index
     /// `first`, a [`Protocol`]: its keys, its input shares and
-    /// [`RingTrunc::scratch_words`] of scratch. `mask` pins its mask shares
-    /// (tests).
+    /// [`RingTrunc::scratch_words`] of scratch. `mask` pins its mask shares.
+    /// Tests only: the plan runs one-round truncations inside chains
+    /// ([`super::chain`]), which drive `load`, `open`, `close` and `output`.
+    #[cfg(test)]
     #[allow(clippy::too_many_arguments)]
-    pub fn eval<'a>(
+    pub(crate) fn eval<'a>(
         &'a self,
         h: &dyn Hasher,
         party: Party,
@@ -319,8 +322,9 @@ impl RingTrunc {
     }
 }
 
-/// One party's side of a [`RingTrunc`] over a batch.
-pub struct RingTruncEval<'a> {
+/// One party's side of a [`RingTrunc`] over a batch (tests).
+#[cfg(test)]
+pub(crate) struct RingTruncEval<'a> {
     gate: &'a RingTrunc,
     party: Party,
     keys: KeyBatch<'a>,
@@ -330,6 +334,7 @@ pub struct RingTruncEval<'a> {
     finished: bool,
 }
 
+#[cfg(test)]
 impl core::fmt::Debug for RingTruncEval<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("RingTruncEval")
@@ -340,6 +345,7 @@ impl core::fmt::Debug for RingTruncEval<'_> {
     }
 }
 
+#[cfg(test)]
 impl Protocol for RingTruncEval<'_> {
     fn rounds(&self) -> usize {
         1
