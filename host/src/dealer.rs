@@ -16,6 +16,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
 use zeroize::Zeroize;
 
+use crate::exec::{self, Store};
 use crate::keyfile::{Header, KeyFileError, KeyWriter, Summary};
 use crate::plan::{Category, Plan, hex};
 use crate::proto::{self, DealError};
@@ -275,8 +276,17 @@ fn deal_steps(
     bar: &ProgressBar,
     by_category: &mut [(Category, [u64; 2])],
 ) -> Result<(), DealerError> {
+    // The dealer's view of the opened tensors: each opening's whole mask,
+    // moved by the layout operations as the parties move their pairs.
+    let mut opened = Store::new(plan);
     for (op, s) in plan.step_of.iter().enumerate() {
-        let Some(step) = *s else { continue };
+        let Some(step) = *s else {
+            if plan.tensors[plan.ops[op].kind.output()].paired {
+                exec::run_local(plan, op, &mut opened, false, fss).map_err(DealError::from)?;
+                opened.release_after(plan, op);
+            }
+            continue;
+        };
         let lens = [
             proto::section_len(plan, op, Party::P0),
             proto::section_len(plan, op, Party::P1),
@@ -297,9 +307,16 @@ fn deal_steps(
             }
             Ok(())
         };
-        let dealt = proto::deal(plan, op, fss, seeds, &mut emit);
+        let dealt = proto::deal(plan, op, fss, seeds, &opened, &mut emit);
+        let mask = proto::dealt_mask(plan, op, &seeds);
         seeds.zeroize();
         dealt?;
+        if let Some(mask) = mask {
+            opened
+                .set(plan, plan.ops[op].kind.output(), mask)
+                .map_err(DealError::from)?;
+        }
+        opened.release_after(plan, op);
         for p in 0..2 {
             if written[p] != lens[p] {
                 return Err(DealerError::Layout {

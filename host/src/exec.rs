@@ -94,11 +94,11 @@ impl Store {
     /// Sets a tensor, checking its length against the plan.
     pub fn set(&mut self, plan: &Plan, t: usize, v: Vec<u64>) -> Result<(), ExecError> {
         let info = &plan.tensors[t];
-        if v.len() != info.len() {
+        if v.len() != info.words() {
             return Err(ExecError::Length {
                 tensor: t,
                 name: info.name.clone(),
-                want: info.len(),
+                want: info.words(),
                 got: v.len(),
             });
         }

@@ -47,7 +47,7 @@ use bound::Bound;
 /// spline run in one round each (`RingSuf`), 7 → 5 rounds per chain, and
 /// operations carry their lane where independent steps share rounds
 /// ([`Lane`]).
-pub const PLAN_VERSION: u32 = 3;
+pub const PLAN_VERSION: u32 = 4;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to
@@ -121,12 +121,23 @@ pub struct TensorInfo {
     /// Largest magnitude any element may take, as an integer: the bound
     /// with the margin. The reference checks every value against it.
     pub limit: u64,
+    /// An opened tensor ([`Kind::Open`]): the store holds `2·len` words,
+    /// the public masked values `E` and then this party's share of the
+    /// mask `A`, with `value = E + A` (the reference: the values, then
+    /// zeros).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub paired: bool,
 }
 
 impl TensorInfo {
     /// Elements.
     pub fn len(&self) -> usize {
         self.rows * self.cols
+    }
+
+    /// Words a store holds for the tensor: twice its elements if paired.
+    pub fn words(&self) -> usize {
+        self.len() << usize::from(self.paired)
     }
 
     /// Whether the tensor is empty.
@@ -470,6 +481,18 @@ pub enum Kind {
         /// Output.
         out: usize,
     },
+    /// `x` opened under a fresh dealt mask, once, for every later product
+    /// that reads it (step): `out` is paired, holding `E = x − A` and the
+    /// party's share of `A` ([`TensorInfo::paired`]). Layout operations
+    /// carry the pair along, and a [`Kind::MatMul`] reading it opens
+    /// nothing for that operand: a decoder's KV cache keeps the masks its
+    /// rows were opened under across passes.
+    Open {
+        /// Input.
+        x: usize,
+        /// The paired output.
+        out: usize,
+    },
     /// `out = x²` elementwise, Beaver squares (step).
     Square {
         /// Input.
@@ -600,8 +623,18 @@ impl Kind {
                 | Kind::Max { .. }
                 | Kind::MatMul { .. }
                 | Kind::MulRows { .. }
+                | Kind::Open { .. }
                 | Kind::Square { .. }
                 | Kind::Mul { .. }
+        )
+    }
+
+    /// Whether this is a layout operation that takes opened (paired)
+    /// tensors to opened tensors, moving values and masks alike.
+    pub fn carries_pairs(&self) -> bool {
+        matches!(
+            self,
+            Kind::Heads { .. } | Kind::Append { .. } | Kind::Repeat { .. } | Kind::Rows { .. }
         )
     }
 
@@ -618,6 +651,7 @@ impl Kind {
             | Kind::Chain { x, .. }
             | Kind::Max { x, .. }
             | Kind::Square { x, .. }
+            | Kind::Open { x, .. }
             | Kind::Triangle { x, .. }
             | Kind::Spread { x, .. }
             | Kind::Rope { x, .. }
@@ -657,6 +691,7 @@ impl Kind {
             | Kind::MatMul { out, .. }
             | Kind::MulRows { out, .. }
             | Kind::Square { out, .. }
+            | Kind::Open { out, .. }
             | Kind::Mul { out, .. }
             | Kind::Triangle { out, .. }
             | Kind::Spread { out, .. }
@@ -1113,6 +1148,13 @@ pub enum PlanError {
         /// The tensor.
         tensor: String,
     },
+    /// An opened tensor where only layout operations and products may
+    /// read it, or a plain one where a pair belongs.
+    #[error("{tensor}: an opened (paired) tensor is read by an operation that cannot take it")]
+    Paired {
+        /// The operation's output.
+        tensor: String,
+    },
     /// A gate could not be built.
     #[error("building the gate for {tensor} ({spec}): {error}")]
     Gate {
@@ -1123,6 +1165,36 @@ pub enum PlanError {
         /// The core's reason.
         error: suffuse_core::SufError,
     },
+}
+
+/// Where opened (paired) tensors may go: [`Kind::Open`] makes them from
+/// plain ones, layout operations keep them paired (all inputs and the
+/// output alike), and only [`Kind::MatMul`] consumes them. Each is written
+/// once, so a mask never covers a second value.
+fn check_pairs(tensors: &[TensorInfo], ops: &[Op]) -> Result<(), PlanError> {
+    let mut written = vec![false; tensors.len()];
+    for op in ops {
+        let o = op.kind.output();
+        let out = tensors[o].paired;
+        if out && std::mem::replace(&mut written[o], true) {
+            return Err(PlanError::Paired {
+                tensor: tensors[o].name.clone(),
+            });
+        }
+        let ok = |want: bool| op.kind.inputs().iter().all(|&t| tensors[t].paired == want);
+        let fine = match op.kind {
+            Kind::Open { .. } => out && ok(false),
+            _ if op.kind.carries_pairs() => ok(out),
+            Kind::MatMul { .. } => !out,
+            _ => !out && ok(false),
+        };
+        if !fine {
+            return Err(PlanError::Paired {
+                tensor: tensors[op.kind.output()].name.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Serializable view of a plan for hashing and inspection.
@@ -1257,6 +1329,7 @@ impl Builder {
             bound,
             // Below 2^62 by the width check.
             limit: limit as u64,
+            paired: false,
         });
         Ok(self.tensors.len() - 1)
     }
@@ -1315,6 +1388,10 @@ impl Builder {
 
     /// Appends an operation under the current category (and lane).
     pub fn push(&mut self, kind: Kind) {
+        // Layout operations carry an opened tensor's pair along.
+        if kind.carries_pairs() && kind.inputs().iter().any(|&t| self.tensors[t].paired) {
+            self.tensors[kind.output()].paired = true;
+        }
         self.ops.push(Op {
             category: self.category.unwrap_or(Category::Linear),
             layer: self.layer,
@@ -1324,6 +1401,16 @@ impl Builder {
             }),
             kind,
         });
+    }
+
+    /// `x` opened once under a fresh mask ([`Kind::Open`]): the paired
+    /// tensor that later products read without opening it again.
+    pub fn open(&mut self, x: usize, name: String) -> Result<usize, PlanError> {
+        let xi = self.info(x).clone();
+        let out = self.tensor(name, xi.rows, xi.cols, xi.scale, xi.bound)?;
+        self.tensors[out].paired = true;
+        self.push(Kind::Open { x, out });
+        Ok(out)
     }
 
     /// Starts a group of lanes: the operations pushed until
@@ -1448,6 +1535,7 @@ impl Builder {
         for l in &mut linears {
             l.id = l.derive_id(&model_digest);
         }
+        check_pairs(&self.tensors, &self.ops)?;
         let mut step_of = Vec::with_capacity(self.ops.len());
         let mut built = Vec::with_capacity(self.ops.len());
         let mut cache = BuiltCache::default();
@@ -1613,6 +1701,110 @@ mod tests {
             }
         }
         assert_eq!(groups, model.layers.len());
+    }
+
+    /// Opened tensors reach products through layout operations only, and
+    /// are written once.
+    #[test]
+    fn opened_tensors_go_only_where_pairs_are_read() {
+        let matmul = |a, b, out| Kind::MatMul {
+            a,
+            b,
+            transpose_b: true,
+            batches: 1,
+            m: 2,
+            k: 2,
+            n: 2,
+            out,
+        };
+        let (mut b, [x, y, z]) = three();
+        let p = b.open(x, "x opened".into()).unwrap();
+        assert!(b.info(p).paired && b.info(p).words() == 8);
+        b.push(Kind::Rows {
+            x: p,
+            first: 0,
+            out: y,
+        });
+        assert!(b.info(y).paired, "a layout operation carries the pair");
+        b.push(matmul(p, y, z));
+        check_pairs(&b.tensors, &b.ops).unwrap();
+
+        let refused = |kind: Kind| {
+            let (mut b, [x, y, _]) = three();
+            let p = b.open(x, "x opened".into()).unwrap();
+            b.push(Kind::Rows {
+                x: p,
+                first: 0,
+                out: y,
+            });
+            b.push(kind);
+            check_pairs(&b.tensors, &b.ops).unwrap_err()
+        };
+        let err = refused(Kind::Add { a: p, b: p, out: z });
+        assert!(
+            matches!(err, PlanError::Paired { ref tensor } if tensor == "z"),
+            "{err}"
+        );
+        // Opened twice, or a pair written twice: its mask would cover two
+        // values.
+        for kind in [
+            Kind::Open { x: p, out: z },
+            Kind::Rows {
+                x: p,
+                first: 0,
+                out: y,
+            },
+        ] {
+            assert!(matches!(refused(kind), PlanError::Paired { .. }));
+        }
+        // A product's output is plain.
+        let (mut b, [x, y, _]) = three();
+        let p = b.open(x, "x opened".into()).unwrap();
+        let q = b.open(y, "y opened".into()).unwrap();
+        b.push(matmul(p, q, q));
+        assert!(check_pairs(&b.tensors, &b.ops).is_err());
+    }
+
+    /// A decode pass opens its new rows and reads the cache as opened: the
+    /// scores product opens nothing, the weighted values open only the
+    /// probabilities, and what a pass opens ahead does not grow with the
+    /// context.
+    #[test]
+    fn decode_passes_keep_the_caches_masks() {
+        for name in ["tiny-llama", "tiny-gpt2", "tiny-gemma"] {
+            let model = crate::model::Decoder::builtin(name).unwrap();
+            let shape = Shape {
+                batch: 1,
+                seq: 8,
+                decode_steps: 3,
+            };
+            let plan = build(&model, shape).unwrap();
+            let t = &plan.tensors;
+            let mut opened_ahead = Vec::new();
+            for (i, pass) in plan.passes.iter().enumerate().skip(1) {
+                let end = plan
+                    .passes
+                    .get(i + 1)
+                    .map_or(plan.ops.len(), |p| p.first_op);
+                let (mut local_products, mut products, mut opens) = (0, 0, Vec::new());
+                for op in &plan.ops[pass.first_op..end] {
+                    match op.kind {
+                        Kind::MatMul { a, b, .. } => {
+                            products += 1;
+                            assert!(t[b].paired, "{name}: {} opened again", t[b].name);
+                            local_products += usize::from(t[a].paired);
+                        }
+                        Kind::Open { x, .. } => opens.push(t[x].len()),
+                        _ => {}
+                    }
+                }
+                let layers = model.layers.len();
+                assert_eq!((products, local_products), (2 * layers, layers), "{name}");
+                opened_ahead.push(opens);
+            }
+            assert!(opened_ahead.windows(2).all(|w| w[0] == w[1]), "{name}");
+            assert!(!opened_ahead[0].is_empty());
+        }
     }
 
     static BEFORE: AtomicUsize = AtomicUsize::new(0);

@@ -17,12 +17,14 @@
 //! | chain (reciprocal, rsqrt, a per-row truncation) | seed_b · per chain step: the same, a one-round truncation's ring-output key bodies and P1's two words |
 //! | max | seed_b · per tree level: the same, for that level's ReLUs (a one-round level: both ring-output key bodies, no words) |
 //! | matmul, mulrows, square | seed_b · P1: its share of the triple's product (the rest is expanded from the seeds) |
+//! | open | seed_b (the mask share is expanded from it) |
 
 mod beaver;
 mod chain;
 mod gate;
 mod material;
 mod max;
+mod open;
 
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
@@ -127,13 +129,20 @@ trait Step {
     /// Bytes of `party`'s section after the seed.
     fn body_len(&self, party: Party) -> usize;
     /// Deals both parties' material from their seeds and emits it, in
-    /// pieces, in section order.
+    /// pieces, in section order. `opened` holds the whole masks of the
+    /// opened tensors so far ([`dealt_mask`]), for products that read them.
     fn deal(
         &self,
         fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        opened: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError>;
+    /// An opening step's output as the dealer keeps it: zeros, then the
+    /// whole mask (both parties' shares added).
+    fn mask(&self, _seeds: &[[u8; 16]; 2]) -> Option<Vec<u64>> {
+        None
+    }
     /// Runs the step as `on.party` from its section; returns its output
     /// share.
     fn run(
@@ -169,6 +178,7 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
             Box::new(beaver::RowProduct::of(at, kind)?)
         }
         (Kind::Square { x, .. }, _) => Box::new(beaver::Square { at, x: *x }),
+        (Kind::Open { x, .. }, _) => Box::new(open::Open { at, x: *x }),
         _ => return None,
     })
 }
@@ -180,19 +190,29 @@ pub fn section_len(plan: &Plan, op: usize, party: Party) -> u64 {
 
 /// Deals step `op` with the per-party seeds; `emit` receives both parties'
 /// section bytes in order, in pieces (the seed first). Large gates are
-/// dealt chunk by chunk so that memory stays bounded.
+/// dealt chunk by chunk so that memory stays bounded. `opened` holds the
+/// dealer's view of the opened tensors so far: [`dealt_mask`] of each
+/// opening step, moved by the layout operations since.
 pub fn deal(
     plan: &Plan,
     op: usize,
     fss: &dyn BatchEval,
     seeds: [[u8; 16]; 2],
+    opened: &Store,
     emit: &mut Emit<'_>,
 ) -> Result<(), DealError> {
     emit([seeds[0].to_vec(), seeds[1].to_vec()])?;
     match resolve(plan, op) {
-        Some(s) => s.deal(fss, seeds, emit),
+        Some(s) => s.deal(fss, seeds, opened, emit),
         None => Ok(()),
     }
+}
+
+/// For an opening step ([`Kind::Open`]) dealt with `seeds`, the dealer's
+/// view of its output: zeros where the parties hold the masked values,
+/// then the whole mask. `None` for any other operation.
+pub fn dealt_mask(plan: &Plan, op: usize, seeds: &[[u8; 16]; 2]) -> Option<Vec<u64>> {
+    resolve(plan, op)?.mask(seeds)
 }
 
 /// Runs step `op` with its key section; writes the output share.

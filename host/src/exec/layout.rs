@@ -10,6 +10,8 @@ use super::{ExecError, Store};
 pub(super) fn run(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<u64>, ExecError>> {
     let t = &plan.tensors;
     let get = |x: usize| store.get(plan, x);
+    // An opened tensor's halves (masked values, mask share) move alike.
+    let pair = t[kind.output()].paired;
     let out = match *kind {
         Kind::Triangle { x, band, .. } => {
             let band = band.unwrap_or(Band::causal(t[x].cols));
@@ -48,21 +50,41 @@ pub(super) fn run(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<
             from,
             heads,
             out,
-        } => get(x).map(|v| split_heads(v, t[x].cols, from, heads, t[out].cols)),
+        } => get(x).map(|v| {
+            halves(pair, v, &[], |v, _| {
+                split_heads(v, t[x].cols, from, heads, t[out].cols)
+            })
+        }),
         Kind::Unheads { x, heads, .. } => get(x).map(|v| merge_heads(v, heads, t[x].cols)),
         Kind::Append {
             cache, new, heads, ..
-        } => get(cache).and_then(|c| get(new).map(|n| append(c, n, heads))),
+        } => get(cache)
+            .and_then(|c| get(new).map(|n| halves(pair, c, n, |c, n| append(c, n, heads)))),
         Kind::Repeat {
             x, heads, times, ..
-        } => get(x).map(|v| repeat(v, heads, times)),
+        } => get(x).map(|v| halves(pair, v, &[], |v, _| repeat(v, heads, times))),
         Kind::Rows { x, first, out } => get(x).map(|v| {
             let cols = t[x].cols;
-            v[first * cols..(first + t[out].rows) * cols].to_vec()
+            halves(pair, v, &[], |v, _| {
+                v[first * cols..(first + t[out].rows) * cols].to_vec()
+            })
         }),
         _ => return None,
     };
     Some(out)
+}
+
+/// `f(a, b)`, or for paired tensors `f` on the first halves of `a` and
+/// `b`, then on the second halves, concatenated.
+fn halves(pair: bool, a: &[u64], b: &[u64], f: impl Fn(&[u64], &[u64]) -> Vec<u64>) -> Vec<u64> {
+    if !pair {
+        return f(a, b);
+    }
+    let (a0, a1) = a.split_at(a.len() / 2);
+    let (b0, b1) = b.split_at(b.len() / 2);
+    let mut out = f(a0, b0);
+    out.extend(f(a1, b1));
+    out
 }
 
 /// Row `i` of each `[l × l]` block keeps columns `0..=i`.

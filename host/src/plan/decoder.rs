@@ -416,29 +416,49 @@ fn projections(
         y
     };
     b.at(Category::Truncation, Some(l));
-    let qkv = truncate(b, y, FRAC, name)?;
-    b.at(Category::Linear, Some(l));
-    let values = |b: &mut Builder| {
+    let qkv = truncate(b, y, FRAC, name.clone())?;
+    let values = |b: &mut Builder, qkv| {
         let name = format!("layer {l} new values");
         heads(b, qkv, qw + kvw, cfg.kv_heads, dh, name)
     };
     let Some((qn, kn)) = &layer.qk_norm else {
+        // Opened once: the scores product opens nothing, the weighted
+        // values open only the probabilities, and the new keys and values
+        // join the cache with their masks.
+        b.at(Category::AttentionMatmul, Some(l));
+        let qkv = b.open(qkv, format!("{name} (opened)"))?;
+        b.at(Category::Linear, Some(l));
         let q = heads(b, qkv, 0, cfg.heads, dh, format!("layer {l} queries"))?;
         let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
-        return Ok((q, k, values(b)?));
+        return Ok((q, k, values(b, qkv)?));
     };
     let mut qn = qn.clone();
     qn.gamma
         .iter_mut()
         .for_each(|g| *g = (f64::from(*g) * inv_root) as f32);
-    let (q, k) = qk_norm(b, qkv, [&qn, kn], (l, theta), model, at)?;
-    Ok((q, k, values(b)?))
+    let (both, [q_part, k_part]) = qk_norm(b, qkv, [&qn, kn], (l, theta), model, at)?;
+    // Both openings share one round.
+    b.at(Category::AttentionMatmul, Some(l));
+    b.begin_lanes();
+    let both = b.open(both, format!("layer {l} rotated queries and keys (opened)"))?;
+    b.next_lane();
+    let v = values(b, qkv)?;
+    let v = b.open(v, format!("layer {l} new values (opened)"))?;
+    b.end_lanes()?;
+    b.at(Category::Linear, Some(l));
+    let q = b.rows(both, q_part.0, q_part.1, format!("layer {l} queries"))?;
+    let k = b.rows(both, k_part.0, k_part.1, format!("layer {l} new keys"))?;
+    Ok((q, k, v))
 }
+
+/// Rows `(first, count)` of a tensor, with their bound.
+type Part = ((usize, usize), Bound);
 
 /// Gemma 3's query and key norms, then RoPE: the query heads and the new
 /// key heads of `qkv` (adjacent columns) are stacked, so that both norms
 /// and the truncation after RoPE each take the rounds of one; every block
-/// keeps its own gains and its own bounds. Returns the queries and keys.
+/// keeps its own gains and its own bounds. Returns the stacked queries and
+/// keys, and where each block's rows are.
 fn qk_norm(
     b: &mut Builder,
     qkv: usize,
@@ -446,7 +466,7 @@ fn qk_norm(
     (l, theta): (usize, f32),
     model: &Decoder,
     at: Position,
-) -> Result<(usize, usize), PlanError> {
+) -> Result<(usize, [Part; 2]), PlanError> {
     let cfg = &model.config;
     let dh = cfg.head_dim;
     let stacked = cfg.heads + cfg.kv_heads;
@@ -492,12 +512,9 @@ fn qk_norm(
     let both = b.stack_rows(&rotated, name.clone())?;
     b.at(Category::Truncation, Some(l));
     let both = truncate(b, both, FRAC, name)?;
-    b.at(Category::Linear, Some(l));
     let q_rows = (0, counts[0] * rows);
     let k_rows = (counts[0] * rows, counts[1] * rows);
-    let q = b.rows(both, q_rows, q_bound, format!("layer {l} queries"))?;
-    let k = b.rows(both, k_rows, k_bound, format!("layer {l} new keys"))?;
-    Ok((q, k))
+    Ok((both, [(q_rows, q_bound), (k_rows, k_bound)]))
 }
 
 /// Where RoPE turns a tensor's rows: the base, the pass's positions, and

@@ -1,7 +1,11 @@
 //! Secret × secret products by Beaver triples: matrix products, row
 //! products (and elementwise ones, a row product with one column) and
 //! squares. Each party's triple is expanded from its seed; P1's section
-//! holds only its share of the product, `C₁ = A·B − C₀`.
+//! holds only its share of the product, `C₁ = A·B − C₀`. A matrix
+//! product's operand may be an opened tensor ([`Kind::Open`]): its masked
+//! values and mask shares are at hand, so only the other operand is opened
+//! (nothing at all when both are), and the dealer takes its mask from what
+//! it kept of the opening.
 
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
@@ -13,13 +17,13 @@ use super::material::words_bytes;
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step};
 use crate::exec::{self, ExecError, Store};
 use crate::net::{get_words, put_words};
-use crate::plan::Kind;
+use crate::plan::{Kind, Plan};
 
 /// Triple material and products of it: wiped when dropped.
 type Secret = Zeroizing<Vec<u64>>;
 
 /// `n` words from a seeded stream.
-fn words(seed: &[u8; 16], stream: u64, n: usize) -> Secret {
+pub(super) fn words(seed: &[u8; 16], stream: u64, n: usize) -> Secret {
     let mut prg = Prg::with_stream(seed, stream);
     let mut bytes = Zeroizing::new(vec![0u8; n * 8]);
     prg.fill(&mut bytes);
@@ -65,7 +69,7 @@ fn product_share(
 }
 
 /// `x − r` elementwise.
-fn masked(x: &[u64], r: &[u64]) -> impl Iterator<Item = u64> {
+pub(super) fn masked(x: &[u64], r: &[u64]) -> impl Iterator<Item = u64> {
     x.iter().zip(r).map(|(v, r)| v.wrapping_sub(*r))
 }
 
@@ -85,7 +89,11 @@ fn emit_c1(mut c1: Secret, c0: &[u64], emit: &mut Emit<'_>) -> Result<(), DealEr
 }
 
 /// Opens words: sends this party's, returns the sums.
-fn open_words(on: &mut Online<'_>, step: u32, mine: &[u64]) -> Result<Vec<u64>, ProtoError> {
+pub(super) fn open_words(
+    on: &mut Online<'_>,
+    step: u32,
+    mine: &[u64],
+) -> Result<Vec<u64>, ProtoError> {
     let mut send = Vec::with_capacity(mine.len() * 8);
     put_words(&mut send, mine);
     let recv = on.exchange(step, &send)?;
@@ -140,6 +148,11 @@ impl<'a> MatMul<'a> {
         let [batches, m, k, n] = self.dims;
         [batches * m * k, batches * k * n, batches * m * n]
     }
+
+    /// The tensors of A and B.
+    fn operands(&self) -> [usize; 2] {
+        [self.a, self.b]
+    }
 }
 
 impl Step for MatMul<'_> {
@@ -151,18 +164,26 @@ impl Step for MatMul<'_> {
         &self,
         fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        opened: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
-        let [(a0, b0, c0), (a1, b1, _)] = both(&seeds, self.sizes());
-        let mut c1 = Zeroizing::new(vec![0u64; self.sizes()[2]]);
-        exec::matmul(
-            fss,
-            self.shape(false),
-            &sum(&a0, &a1),
-            &sum(&b0, &b1),
-            &mut c1,
-        )?;
-        emit_c1(c1, &c0, emit)
+        let sizes = self.sizes();
+        // Each operand's whole mask: kept from its opening, or this
+        // step's, from both seeds.
+        let mut masks = [Secret::default(), Secret::default()];
+        for (i, (t, m)) in self.operands().into_iter().zip(&mut masks).enumerate() {
+            let stream = i as u64;
+            *m = match self.at.plan.tensors[t].paired {
+                true => Zeroizing::new(opened.get(self.at.plan, t)?[sizes[i]..].to_vec()),
+                false => sum(
+                    &words(&seeds[0], stream, sizes[i]),
+                    &words(&seeds[1], stream, sizes[i]),
+                ),
+            };
+        }
+        let mut c1 = Zeroizing::new(vec![0u64; sizes[2]]);
+        exec::matmul(fss, self.shape(false), &masks[0], &masks[1], &mut c1)?;
+        emit_c1(c1, &words(&seeds[0], 2, sizes[2]), emit)
     }
 
     fn run(
@@ -172,31 +193,62 @@ impl Step for MatMul<'_> {
         cur: &mut Cursor<'_>,
         store: &Store,
     ) -> Result<Vec<u64>, ProtoError> {
-        let p0 = on.party == Party::P0;
-        let mut z = product_share(on.party, seed, self.sizes()[2], cur)?;
-        let (ta, tb, _) = triple(seed, self.sizes(), false);
-        // Open E = X − A and F = Y − B.
-        let mut mine: Vec<u64> = masked(store.get(self.at.plan, self.a)?, &ta).collect();
-        mine.extend(masked(store.get(self.at.plan, self.b)?, &tb));
-        let opened = open_words(on, self.at.step, &mine)?;
-        let (e, f) = opened.split_at(ta.len());
+        let (plan, sizes) = (self.at.plan, self.sizes());
+        let mut z = product_share(on.party, seed, sizes[2], cur)?;
+        // Open E = X − A and F = Y − B for the operands not opened yet.
+        let mut own = [Secret::default(), Secret::default()];
+        let mut mine = Vec::new();
+        for (i, (t, m)) in self.operands().into_iter().zip(&mut own).enumerate() {
+            if !plan.tensors[t].paired {
+                *m = words(seed, i as u64, sizes[i]);
+                mine.extend(masked(store.get(plan, t)?, m));
+            }
+        }
+        let opened = match mine.is_empty() {
+            true => Vec::new(),
+            false => open_words(on, self.at.step, &mine)?,
+        };
+        let mut fresh = opened.as_slice();
+        let mut part = |i: usize| -> Result<(&[u64], &[u64]), ProtoError> {
+            let t = self.operands()[i];
+            if plan.tensors[t].paired {
+                return Ok(store.get(plan, t)?.split_at(sizes[i]));
+            }
+            let (e, rest) = fresh.split_at(sizes[i]);
+            fresh = rest;
+            Ok((e, &own[i]))
+        };
+        let ((e, ta), (f, tb)) = (part(0)?, part(1)?);
         // XY = EF + EB + AF + AB: P0 takes E(F + B₀) + A₀F + C₀, P1 takes
         // E·B₁ + A₁F + C₁.
-        let right = if p0 { sum(f, &tb) } else { tb };
+        let right = match on.party {
+            Party::P0 => sum(f, tb),
+            Party::P1 => Zeroizing::new(tb.to_vec()),
+        };
         exec::matmul(on.fss, self.shape(true), e, &right, &mut z)?;
-        exec::matmul(on.fss, self.shape(true), &ta, f, &mut z)?;
+        exec::matmul(on.fss, self.shape(true), ta, f, &mut z)?;
         Ok(std::mem::take(&mut *z))
     }
 
     fn reference(&self, store: &Store, la: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
         let mut y = vec![0u64; self.sizes()[2]];
-        let (a, b) = (
-            store.get(self.at.plan, self.a)?,
-            store.get(self.at.plan, self.b)?,
-        );
-        exec::matmul(la, self.shape(false), a, b, &mut y)?;
+        let [a, b] = self.operands().map(|t| value(self.at.plan, store, t));
+        exec::matmul(la, self.shape(false), &a?, &b?, &mut y)?;
         Ok(y)
     }
+}
+
+/// A tensor's values: for an opened tensor, its masked values plus its
+/// mask (the reference holds the values and zeros).
+fn value(plan: &Plan, store: &Store, t: usize) -> Result<Vec<u64>, ExecError> {
+    let v = store.get(plan, t)?;
+    Ok(match plan.tensors[t].paired {
+        true => {
+            let (e, a) = v.split_at(v.len() / 2);
+            e.iter().zip(a).map(|(e, a)| e.wrapping_add(*a)).collect()
+        }
+        false => v.to_vec(),
+    })
 }
 
 /// `Kind::MulRows` (`x[r, c]·v[r]` over `rows × cols`) and `Kind::Mul`
@@ -248,6 +300,7 @@ impl Step for RowProduct<'_> {
         &self,
         _: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        _: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let [(a0, b0, c0), (a1, b1, _)] = both(&seeds, self.sizes());
@@ -316,6 +369,7 @@ impl Step for Square<'_> {
         &self,
         _: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        _: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let [(a0, _, c0), (a1, _, _)] = both(&seeds, self.sizes());

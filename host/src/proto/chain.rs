@@ -108,6 +108,7 @@ impl Step for RowChain<'_> {
         &self,
         fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        _: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let (chain, n) = (self.c, self.n());

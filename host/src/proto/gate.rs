@@ -28,6 +28,7 @@ impl Step for Scalar<'_> {
         &self,
         fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        _: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let g = self.g;

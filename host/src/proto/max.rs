@@ -43,6 +43,7 @@ impl Step for RowMax<'_> {
         &self,
         fss: &dyn BatchEval,
         seeds: [[u8; 16]; 2],
+        _: &Store,
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let (tree, rows) = (self.t, self.rows());

@@ -4,6 +4,7 @@
 //! secret too and are dropped unread; host's own tests check their algebra.
 
 use suffuse_core::batch::BatchEval;
+use suffuse_host::exec::Store;
 use suffuse_host::model::{Config, Model};
 use suffuse_host::plan::{Kind, bert};
 use suffuse_host::proto;
@@ -20,6 +21,8 @@ pub fn run(fss: &dyn BatchEval, inputs: &mut PublicInputs) -> HarnessResult<(usi
     let model = Model::generated(config, 3);
     let plan = bert::build(&model, 1, 3)?;
     let (mut steps, mut bytes) = (0, 0);
+    // An encoder's plan opens no tensor ahead of its products.
+    let opened = Store::new(&plan);
     for (op, o) in plan.ops.iter().enumerate() {
         if !matches!(
             o.kind,
@@ -29,10 +32,17 @@ pub fn run(fss: &dyn BatchEval, inputs: &mut PublicInputs) -> HarnessResult<(usi
         }
         let mut seeds = [inputs.block().to_bytes(), inputs.block().to_bytes()];
         memcheck::mark_secret(&mut seeds);
-        proto::deal(&plan, op, fss, seeds, &mut |parts: [Vec<u8>; 2]| {
-            bytes += parts[0].len() + parts[1].len();
-            Ok(())
-        })?;
+        proto::deal(
+            &plan,
+            op,
+            fss,
+            seeds,
+            &opened,
+            &mut |parts: [Vec<u8>; 2]| {
+                bytes += parts[0].len() + parts[1].len();
+                Ok(())
+            },
+        )?;
         steps += 1;
     }
     Ok((steps, bytes))
