@@ -395,13 +395,7 @@ pub fn run_passes(
     // Only this run's traffic: not the hellos or the servers' ready round.
     let before = link.traffic();
     let mut store = Store::new(plan);
-    // Moved into the store, which wipes them in its turn.
-    let mut first = first;
-    store.set(plan, plan.inputs.x, std::mem::take(&mut first.x))?;
-    store.set(plan, plan.inputs.bias, std::mem::take(&mut first.bias))?;
-    if let (Some(t), Some(m)) = (plan.inputs.mask, first.mask.take()) {
-        store.set(plan, t, m)?;
-    }
+    set_inputs(plan, &mut store, (plan.inputs.x, plan.inputs.bias), first)?;
     let mut report = PartyReport {
         party: u8::from(party == Party::P1),
         backend: fss.name().to_owned(),
@@ -430,92 +424,76 @@ pub fn run_passes(
             // The section digests hash key bytes in a stack buffer.
             scrub_stack();
         });
-        let mut on = Online::new(party, &rounds, 0, fss);
+        let mut run = Run {
+            plan,
+            party,
+            on: Online::new(party, &rounds, 0, fss),
+            rounds: &rounds,
+            rx,
+            give_back: &give_back,
+            times: Times::new(party),
+        };
         let helpers = Helpers::spawn(scope, plan, party, fss, &rounds);
-        let mut times: BTreeMap<Category, f64> = BTreeMap::new();
-        // Per-operation timings on stderr, for profiling.
-        let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
-        // Dropped on an early stop, which ends the reader thread.
-        let rx = rx;
-        let mut pass = 0;
-        let mut stopped = false;
-        let mut i = 0;
-        while i < plan.ops.len() {
-            if pass + 1 < plan.passes.len() && plan.passes[pass + 1].first_op == i {
-                let p = &plan.passes[pass];
-                let share = store.take(plan, p.output)?;
-                report.online_s = start.elapsed().as_secs_f64();
-                let traffic = rounds.traffic();
-                report.rounds = traffic.rounds - before.rounds;
-                report.comm_bytes = traffic.sent - before.sent;
-                report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
-                report.device_phases = device_phases(fss);
-                io.output(pass, share, &report)?;
-                pass += 1;
-                let Some(mut next) = io.input(pass)? else {
-                    stopped = true;
-                    break;
-                };
-                let p = &plan.passes[pass];
-                store.set(plan, p.x, std::mem::take(&mut next.x))?;
-                store.set(plan, p.bias, std::mem::take(&mut next.bias))?;
-            }
-            if let Some(group) = plan.group_at(i) {
-                let sections = group_sections(plan, group.clone(), &rx, &mut report)?;
-                let lanes = (&mut on, &rounds, &helpers);
-                let took = run_group(plan, group.clone(), lanes, sections, &mut store)?;
-                for (op, section, s) in took {
-                    if let Some(section) = section {
-                        give_back.send(section.release());
-                    }
-                    *times.entry(plan.ops[op].category).or_default() += s;
-                    if trace {
-                        trace_op(plan, party, op, s);
-                    }
-                }
-                i = group.end;
-                continue;
-            }
-            let t = Instant::now();
-            match plan.step_of[i] {
-                Some(step) => {
-                    let section = rx.recv().map_err(|_| PartyError::Reader { step })??;
-                    if trace {
-                        eprintln!(
-                            "P{} step {step}: waited {:.1} ms for {} key bytes",
-                            u8::from(party == Party::P1),
-                            t.elapsed().as_secs_f64() * 1e3,
-                            section.len()
-                        );
-                    }
-                    count_keys(&mut report, plan, i, section.len());
-                    proto::run(plan, i, &mut on, &section, &mut store)?;
-                    give_back.send(section.release());
-                }
-                None => exec::run_local(plan, i, &mut store, party == Party::P0, fss)?,
-            }
-            store.release_after(plan, i);
-            let took = t.elapsed().as_secs_f64();
-            *times.entry(plan.ops[i].category).or_default() += took;
-            if trace {
-                trace_op(plan, party, i, took);
-            }
-            i += 1;
+        let finished = run.ops(&helpers, &mut store, &mut report, |store, report, pass| {
+            let share = store.take(plan, plan.passes[pass].output)?;
+            let traffic = rounds.traffic();
+            report.rounds = traffic.rounds - before.rounds;
+            report.comm_bytes = traffic.sent - before.sent;
+            device_figures(report, fss);
+            report.online_s = start.elapsed().as_secs_f64();
+            io.output(pass, share, report)?;
+            let Some(next) = io.input(pass + 1)? else {
+                return Ok(false);
+            };
+            let p = &plan.passes[pass + 1];
+            set_inputs(plan, store, (p.x, p.bias), next)?;
+            Ok(true)
+        })?;
+        if finished {
+            run.end_marker()?;
         }
-        // The end marker: a file with extra sections or bytes is refused.
-        // After an early stop the rest of the file is never read.
-        if !stopped {
-            let steps = plan.steps() as u32;
-            rx.recv()
-                .map_err(|_| PartyError::Reader { step: steps })??;
-        }
-        for (c, s) in times {
+        for (c, s) in run.times.by_category {
             report.breakdown.entry(c).or_default().online_s = s;
         }
-        Ok::<_, PartyError>(!stopped)
+        Ok::<_, PartyError>(finished)
     });
     drop(rounds);
     let finished = result?;
+    final_figures(&mut report, plan, link, before, fss);
+    report.online_s = start.elapsed().as_secs_f64();
+    if finished {
+        let last = plan.passes.len().saturating_sub(1);
+        io.output(last, store.take(plan, plan.output)?, &report)?;
+    }
+    Ok(report)
+}
+
+/// Moves a pass's input shares into the store (which wipes them in its
+/// turn): embeddings and key bias into `x` and `bias`, and a pooling mask
+/// into the plan's.
+fn set_inputs(
+    plan: &Plan,
+    store: &mut Store,
+    (x, bias): (usize, usize),
+    mut shares: InputShares,
+) -> Result<(), PartyError> {
+    store.set(plan, x, std::mem::take(&mut shares.x))?;
+    store.set(plan, bias, std::mem::take(&mut shares.bias))?;
+    if let (Some(t), Some(m)) = (plan.inputs.mask, shares.mask.take()) {
+        store.set(plan, t, m)?;
+    }
+    Ok(())
+}
+
+/// The figures of the whole run from the link: traffic per category and
+/// in all, and the device's.
+fn final_figures(
+    report: &mut PartyReport,
+    plan: &Plan,
+    link: &Link,
+    before: crate::net::Traffic,
+    fss: &dyn BatchEval,
+) {
     for (step, traffic) in link.traffic_by_step() {
         if let Some(op) = plan.op_of_step(*step) {
             let f = report.breakdown.entry(plan.ops[op].category).or_default();
@@ -527,14 +505,140 @@ pub fn run_passes(
     report.comm_bytes = total.sent - before.sent;
     report.recv_bytes = total.received - before.received;
     report.rounds = total.rounds - before.rounds;
-    report.online_s = start.elapsed().as_secs_f64();
+    device_figures(report, fss);
+}
+
+/// The device's figures so far.
+fn device_figures(report: &mut PartyReport, fss: &dyn BatchEval) {
     report.device_peak_bytes = fss.device_peak_bytes().unwrap_or(0);
     report.device_phases = device_phases(fss);
-    if finished {
-        let last = plan.passes.len().saturating_sub(1);
-        io.output(last, store.take(plan, plan.output)?, &report)?;
+}
+
+/// Online time per category, and per operation on stderr with
+/// `SUFFUSE_TRACE` (for profiling).
+struct Times {
+    party: Party,
+    by_category: BTreeMap<Category, f64>,
+    trace: bool,
+}
+
+impl Times {
+    fn new(party: Party) -> Times {
+        Times {
+            party,
+            by_category: BTreeMap::new(),
+            trace: std::env::var_os("SUFFUSE_TRACE").is_some(),
+        }
     }
-    Ok(report)
+
+    fn record(&mut self, plan: &Plan, op: usize, took: f64) {
+        *self.by_category.entry(plan.ops[op].category).or_default() += took;
+        if self.trace {
+            trace_op(plan, self.party, op, took);
+        }
+    }
+}
+
+/// One party's run of a plan's operations, with its key sections
+/// arriving on `rx` and going back through `give_back`.
+struct Run<'r, 'l, 'f> {
+    plan: &'r Plan,
+    party: Party,
+    on: Online<'r>,
+    rounds: &'r Rounds<'l>,
+    rx: mpsc::Receiver<Result<Staged<'f>, KeyFileError>>,
+    give_back: &'r GiveBack,
+    times: Times,
+}
+
+impl<'f> Run<'_, '_, 'f> {
+    /// Runs every operation in order, calling `between(store, report,
+    /// pass)` where pass `pass` ends and the next begins; it returns
+    /// whether the client goes on. Returns whether every pass ran.
+    fn ops(
+        &mut self,
+        helpers: &Helpers<'f>,
+        store: &mut Store,
+        report: &mut PartyReport,
+        mut between: impl FnMut(&mut Store, &mut PartyReport, usize) -> Result<bool, PartyError>,
+    ) -> Result<bool, PartyError> {
+        let plan = self.plan;
+        let (mut pass, mut i) = (0, 0);
+        while i < plan.ops.len() {
+            if pass + 1 < plan.passes.len() && plan.passes[pass + 1].first_op == i {
+                if !between(store, report, pass)? {
+                    return Ok(false);
+                }
+                pass += 1;
+            }
+            i = match plan.group_at(i) {
+                Some(group) => self.group(group, helpers, store, report)?,
+                None => self.op(i, store, report).map(|()| i + 1)?,
+            };
+        }
+        Ok(true)
+    }
+
+    /// The end marker: a file with extra sections or bytes is refused.
+    /// (After an early stop the rest of the file is never read.)
+    fn end_marker(&self) -> Result<(), PartyError> {
+        let steps = self.plan.steps() as u32;
+        self.rx
+            .recv()
+            .map_err(|_| PartyError::Reader { step: steps })??;
+        Ok(())
+    }
+
+    /// A group of lanes; returns the operation after it.
+    fn group(
+        &mut self,
+        group: std::ops::Range<usize>,
+        helpers: &Helpers<'f>,
+        store: &mut Store,
+        report: &mut PartyReport,
+    ) -> Result<usize, PartyError> {
+        let plan = self.plan;
+        let sections = group_sections(plan, group.clone(), &self.rx, report)?;
+        let lanes = (&mut self.on, self.rounds, helpers);
+        let took = run_group(plan, group.clone(), lanes, sections, store)?;
+        for (op, section, s) in took {
+            if let Some(section) = section {
+                self.give_back.send(section.release());
+            }
+            self.times.record(plan, op, s);
+        }
+        Ok(group.end)
+    }
+
+    /// Operation `i` outside any group.
+    fn op(
+        &mut self,
+        i: usize,
+        store: &mut Store,
+        report: &mut PartyReport,
+    ) -> Result<(), PartyError> {
+        let (plan, t) = (self.plan, Instant::now());
+        match plan.step_of[i] {
+            Some(step) => {
+                let section = self.rx.recv().map_err(|_| PartyError::Reader { step })??;
+                if self.times.trace {
+                    eprintln!(
+                        "P{} step {step}: waited {:.1} ms for {} key bytes",
+                        u8::from(self.party == Party::P1),
+                        t.elapsed().as_secs_f64() * 1e3,
+                        section.len()
+                    );
+                }
+                count_keys(report, plan, i, section.len());
+                proto::run(plan, i, &mut self.on, &section, store)?;
+                self.give_back.send(section.release());
+            }
+            None => exec::run_local(plan, i, store, self.party == Party::P0, self.on.fss)?,
+        }
+        store.release_after(plan, i);
+        self.times.record(plan, i, t.elapsed().as_secs_f64());
+        Ok(())
+    }
 }
 
 /// One operation's line of `SUFFUSE_TRACE` (a lane's operations are
