@@ -319,28 +319,20 @@ fn block(
         heads: cfg.heads,
         out: om,
     });
-    let (a, _) = linear_to_frac(
+    let post = layer.post_norms.as_ref();
+    let what = (format!("layer {l} attention output"), l);
+    let a = block_output(
         b,
         om,
-        None,
-        format!("layer {l} attention output"),
-        &[&layer.attn_out],
-        1.0,
-        cfg.hidden,
-        l,
-    )?;
-    let post = layer.post_norms.as_ref();
-    let a = post_norm(
-        b,
-        a,
+        (&layer.attn_out, cfg.hidden),
         post.map(|p| &p.0),
-        format!("layer {l} attention out"),
-        l,
+        what,
     )?;
     let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
     let (n2, n2_form) = normalize(b, x1, &layer.mlp_norm, format!("layer {l} MLP"), l, centre)?;
-    let f = mlp(b, model, l, layer, n2, &n2_form)?;
-    let f = post_norm(b, f, post.map(|p| &p.1), format!("layer {l} MLP out"), l)?;
+    let h = mlp(b, model, l, layer, n2, &n2_form)?;
+    let what = (format!("layer {l} MLP output"), l);
+    let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
     Ok((x2, score_abs))
 }
@@ -362,19 +354,33 @@ fn residual(
     Ok(out)
 }
 
-/// A sandwich norm (Gemma) of a block's output at FRAC, or the output as it
-/// is.
-fn post_norm(
+/// Fraction bits of a block's output that a sandwich norm takes. At FRAC,
+/// Gemma 3's MLP outputs lose their relative precision: the first row's
+/// falls to an RMS of 8·10⁻⁵ by layer 14 (a third of an ulp at 2^-12), the
+/// others' to 0.05–0.1, and the norm's gains (up to 1,657) multiply what
+/// is left. At 2^-18 the norm still takes rows up to ‖y‖ ≈ 2.8·10³
+/// ([`normalize`]'s checked capacity; 235 is the largest seen).
+const POST_NORM_FRAC: u32 = 18;
+
+/// A block's output `x·W` (`part`, `width` wide) at FRAC, through its
+/// sandwich norm (Gemma) where it has one, which takes it at
+/// [`POST_NORM_FRAC`].
+fn block_output(
     b: &mut Builder,
     x: usize,
+    (part, width): (&crate::model::Linear, usize),
     norm: Option<&crate::model::Norm>,
-    name: String,
-    l: usize,
+    (name, l): (String, usize),
 ) -> Result<usize, PlanError> {
-    match norm {
-        Some(n) => Ok(normalize(b, x, n, name, l, false)?.0),
-        None => Ok(x),
-    }
+    let Some(norm) = norm else {
+        let (y, _) = linear_to_frac(b, x, None, name, &[part], 1.0, width, l)?;
+        return Ok(y);
+    };
+    let (y, _) = linear_product(b, x, None, name.clone(), &[part], 1.0, width, l)?;
+    b.at(Category::Truncation, Some(l));
+    let y = truncate(b, y, POST_NORM_FRAC.min(b.info(y).scale), name.clone())?;
+    let name = name.replace(" output", " out");
+    Ok(normalize(b, y, norm, name, l, false)?.0)
 }
 
 /// The queries, new keys and new values of a block, split into heads
@@ -671,7 +677,7 @@ fn repeat(b: &mut Builder, x: usize, heads: usize, times: usize) -> Result<usize
     Ok(out)
 }
 
-/// The MLP of a block, back at FRAC.
+/// The MLP of a block up to its down projection: the activations it takes.
 fn mlp(
     b: &mut Builder,
     model: &Decoder,
@@ -730,17 +736,7 @@ fn mlp(
             )?
         }
     };
-    let (f, _) = linear_to_frac(
-        b,
-        hidden,
-        None,
-        format!("layer {l} MLP output"),
-        &[&layer.down],
-        1.0,
-        cfg.hidden,
-        l,
-    )?;
-    Ok(f)
+    Ok(hidden)
 }
 
 /// `SiLU(g) ⊙ u` with one Beaver product. SiLU's output comes at the
@@ -766,7 +762,7 @@ fn gated(b: &mut Builder, s: usize, u: usize, l: usize) -> Result<usize, PlanErr
         (s, si)
     } else {
         let to = si.scale.saturating_sub(excess).max(FRAC);
-        let st = truncate(b, s, to, format!("layer {l} SiLU (narrowed)"))?;
+        let st = truncate(b, s, to, format!("{} (narrowed)", si.name))?;
         b.at(Category::Gelu, Some(l));
         (st, b.info(st).clone())
     };

@@ -84,14 +84,14 @@ pub(super) fn norm_output(norm: &model::Norm, slack: f64) -> Bound {
 /// reference checks it on every row at run time, as it checks every
 /// proven bound. Only this assumption is not proven; docs/DECODERS.md
 /// gives the margin measured on real text.
-fn norm_input(yb: Bound, y_l2: f64, d: usize, eps: f32) -> (Bound, f64, Octaves) {
+fn norm_input(yb: Bound, (y_l2, frac): (f64, u32), d: usize, eps: f32) -> (Bound, f64, Octaves) {
     let de = d as f64 * f64::from(eps);
-    if bound::width(y_l2 * y_l2 + de, 2 * FRAC) <= SUM_MAX_K {
+    if bound::width(y_l2 * y_l2 + de, 2 * frac) <= SUM_MAX_K {
         return (yb, y_l2, PROVEN);
     }
-    let v_cap = (pow2(CAPPED.k - 1) - 4.0) / (bound::MARGIN * pow2(2 * FRAC)) * (1.0 - 1e-9);
+    let v_cap = (pow2(CAPPED.k - 1) - 4.0) / (bound::MARGIN * pow2(2 * frac)) * (1.0 - 1e-9);
     let cap = (v_cap - de).max(0.0).sqrt();
-    debug_assert!(bound::width(cap * cap + de, 2 * FRAC) <= CAPPED.k);
+    debug_assert!(bound::width(cap * cap + de, 2 * frac) <= CAPPED.k);
     let mut capped = Bound::from_abs(yb.abs.iter().map(|a| a.min(cap)).collect(), d);
     capped.l2[0] = capped.l2[0].min(cap);
     (capped, y_l2.min(cap), CAPPED)
@@ -112,7 +112,7 @@ fn sum_of_squares(
     let (rows, d) = (b.info(y).rows, yb.abs.len());
     let de = d as f64 * f64::from(eps);
     let v_max = y_l2 * y_l2 + de;
-    let scale = 2 * FRAC;
+    let scale = 2 * b.info(y).scale;
     let sq = b.tensor(
         format!("{name} squares"),
         rows,
@@ -303,7 +303,8 @@ fn normalized(
     } else {
         (r, r_bound.clone(), r_l2)
     };
-    let (yb, y_l2, octaves) = norm_input(yb, y_l2, d, eps);
+    let y_scale = b.info(y).scale;
+    let (yb, y_l2, octaves) = norm_input(yb, (y_l2, y_scale), d, eps);
     let (v, frac_in, v_max) = sum_of_squares(b, y, (&yb, y_l2), eps, octaves.k, name, l)?;
     let rho_max =
         (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
@@ -334,7 +335,7 @@ fn normalized(
     let z_l2 = 1.0 + INVERSE_REL_ERR + (d as f64).sqrt() * yb.max_abs() * ulp(octaves.frac_out);
     let mut zb = Bound::from_abs(z_abs, d);
     zb.l2[0] = zb.l2[0].min(z_l2);
-    let scale = FRAC + octaves.frac_out;
+    let scale = y_scale + octaves.frac_out;
     let z = b.tensor(format!("{name} normalized"), rows, d, scale, zb.clone())?;
     b.push(Kind::MulRows {
         x: y,
@@ -429,7 +430,7 @@ fn centre_rows(
         format!("{name} row sums"),
         rows,
         1,
-        FRAC,
+        ri.scale,
         Bound::uniform(1, sum_abs),
     )?;
     b.push(Kind::RowSum { x: r, out: s });
@@ -439,7 +440,7 @@ fn centre_rows(
         format!("{name} mean product"),
         rows,
         1,
-        FRAC + MEAN_FRAC,
+        ri.scale + MEAN_FRAC,
         Bound::uniform(1, sum_abs * gain_real),
     )?;
     b.push(Kind::Affine {
@@ -448,15 +449,15 @@ fn centre_rows(
         offset: vec![0],
         out: sm,
     });
-    let mu = truncate_scalar(b, sm, FRAC, format!("{name} mean"))?;
+    let mu = truncate_scalar(b, sm, ri.scale, format!("{name} mean"))?;
     b.at(Category::LayerNorm, Some(l));
     let mu_abs = b.info(mu).bound.max_abs();
     // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.
-    let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(FRAC);
+    let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(ri.scale);
     let y_l2 = r_l2 + (d as f64).sqrt() * delta;
     let mut yb = Bound::from_abs(r_bound.abs.iter().map(|a| a + mu_abs).collect(), d);
     yb.l2[0] = yb.l2[0].min(y_l2);
-    let y = b.tensor(format!("{name} centred"), rows, d, FRAC, yb.clone())?;
+    let y = b.tensor(format!("{name} centred"), rows, d, ri.scale, yb.clone())?;
     b.push(Kind::MinusRow {
         x: r,
         v: mu,
