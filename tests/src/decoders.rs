@@ -209,6 +209,73 @@ pub fn misses(tf: &TeacherForced, ours: &[u32]) -> Vec<(usize, u32, u32, f64)> {
         .collect()
 }
 
+/// A HumanEval fixture: the float teacher-forced top-1 of each problem.
+#[derive(Deserialize)]
+struct HumanEval {
+    problems: Vec<Problem>,
+}
+
+#[derive(Deserialize)]
+struct Problem {
+    task_id: String,
+    #[serde(flatten)]
+    forced: TeacherForced,
+}
+
+/// Teacher-forced top-1 over every problem of `fixtures/{stem}-humaneval.json`
+/// (`SUFFUSE_HUMANEVAL_PROBLEMS=N`: the first N), against `m` in fixed
+/// point; each problem's agreement and every miss (position, both tokens,
+/// the float margin) go to `target/accuracy/{stem}-humaneval.json`.
+/// Returns the positions equal, all positions, and the misses at a float
+/// margin of at least [`MARGIN`].
+pub fn humaneval(m: &Decoder, stem: &str, model_name: &str) -> (usize, usize, usize) {
+    let he: HumanEval = fixture(&format!("{stem}-humaneval.json"));
+    let limit = std::env::var("SUFFUSE_HUMANEVAL_PROBLEMS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(usize::MAX);
+    let (mut agree, mut total, mut decisive) = (0, 0, 0);
+    let mut table = Vec::new();
+    // By bucket, so that each scoring plan (the encoded weights, GBs) is
+    // built once and kept while its problems run.
+    let mut problems: Vec<&Problem> = he.problems.iter().take(limit).collect();
+    let bucket = |p: &Problem| planner::bucket(p.forced.top1.len(), usize::MAX);
+    problems.sort_by_key(|p| bucket(p));
+    let mut plan = None;
+    for p in problems {
+        let tf = &p.forced;
+        if plan.as_ref().is_none_or(|(b, _)| *b != bucket(p)) {
+            drop(plan.take()); // its weights go before the next plan's come
+            plan = Some((bucket(p), planner::build_scoring(m, bucket(p)).unwrap()));
+        }
+        let (a, d, ours) = top1_agreement(m, tf);
+        let missed: Vec<_> = misses(tf, &ours)
+            .into_iter()
+            .map(|(i, f, o, margin)| serde_json::json!([i, f, o, margin]))
+            .collect();
+        (agree, total, decisive) = (agree + a, total + ours.len(), decisive + d);
+        eprintln!(
+            "{}: {a}/{} ({d} at margin ≥ {MARGIN})",
+            p.task_id,
+            ours.len()
+        );
+        table.push(
+            serde_json::json!({"task_id": p.task_id, "positions": ours.len(),
+            "agree": a, "decisive_misses": d, "misses [position, float, ours, margin]": missed}),
+        );
+    }
+    let report = serde_json::json!({"model": model_name, "problems": table.len(), "positions": total,
+        "agree": agree, "decisive_misses": decisive, "per_problem": table});
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/accuracy");
+    std::fs::create_dir_all(&dir).unwrap();
+    let text = serde_json::to_string_pretty(&report).unwrap();
+    std::fs::write(dir.join(format!("{stem}-humaneval.json")), text).unwrap();
+    eprintln!(
+        "HumanEval teacher-forced top-1: {agree}/{total}; {decisive} misses at margin ≥ {MARGIN}"
+    );
+    (agree, total, decisive)
+}
+
 /// Options for a real model's secure run in a test: the 30 s to connect
 /// and 60 s of silence between frames that `Timeouts::default` allows do
 /// not cover a server's start (its plan and key file) or a prefill pass

@@ -177,18 +177,6 @@ fn teacher_forced_top1_agrees_with_the_float_oracle() {
     assert_eq!(decisive, 0);
 }
 
-#[derive(Deserialize)]
-struct HumanEval {
-    problems: Vec<Problem>,
-}
-
-#[derive(Deserialize)]
-struct Problem {
-    task_id: String,
-    #[serde(flatten)]
-    forced: TeacherForced,
-}
-
 /// Teacher-forced top-1 over every HumanEval problem's prompt and
 /// canonical solution (`fixtures/qwen2-humaneval.json`): at least 99 %
 /// of all positions equal the float top-1. Each problem's agreement and
@@ -199,49 +187,6 @@ struct Problem {
 #[ignore = "hours on 2 cores: cargo xtask accuracy"]
 fn humaneval_teacher_forced_top1_agrees_with_the_float_oracle() {
     let m = model().expect("cargo xtask fetch-model qwen2.5-coder-0.5b");
-    let he: HumanEval = decoders::fixture("qwen2-humaneval.json");
-    let limit = std::env::var("SUFFUSE_HUMANEVAL_PROBLEMS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(usize::MAX);
-    let (mut agree, mut total, mut decisive) = (0, 0, 0);
-    let mut table = Vec::new();
-    // By bucket, so that each scoring plan (the encoded weights, GBs) is
-    // built once and kept while its problems run.
-    let mut problems: Vec<&Problem> = he.problems.iter().take(limit).collect();
-    let bucket = |p: &Problem| planner::bucket(p.forced.top1.len(), usize::MAX);
-    problems.sort_by_key(|p| bucket(p));
-    let mut plan = None;
-    for p in problems {
-        let tf = &p.forced;
-        if plan.as_ref().is_none_or(|(b, _)| *b != bucket(p)) {
-            drop(plan.take()); // its weights go before the next plan's come
-            plan = Some((bucket(p), planner::build_scoring(&m, bucket(p)).unwrap()));
-        }
-        let (a, d, ours) = decoders::top1_agreement(&m, tf);
-        let misses: Vec<_> = decoders::misses(tf, &ours)
-            .into_iter()
-            .map(|(i, f, o, margin)| serde_json::json!([i, f, o, margin]))
-            .collect();
-        (agree, total, decisive) = (agree + a, total + ours.len(), decisive + d);
-        eprintln!(
-            "{}: {a}/{} ({d} at margin ≥ {MARGIN})",
-            p.task_id,
-            ours.len()
-        );
-        table.push(
-            serde_json::json!({"task_id": p.task_id, "positions": ours.len(),
-            "agree": a, "decisive_misses": d, "misses [position, float, ours, margin]": misses}),
-        );
-    }
-    let report = serde_json::json!({"model": NAME, "problems": table.len(), "positions": total,
-        "agree": agree, "decisive_misses": decisive, "per_problem": table});
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/accuracy");
-    std::fs::create_dir_all(&dir).unwrap();
-    let text = serde_json::to_string_pretty(&report).unwrap();
-    std::fs::write(dir.join("qwen2-humaneval.json"), text).unwrap();
-    eprintln!(
-        "HumanEval teacher-forced top-1: {agree}/{total}; {decisive} misses at margin ≥ {MARGIN}"
-    );
+    let (agree, total, _) = decoders::humaneval(&m, "qwen2", NAME);
     assert!(agree * 100 >= total * 99, "{agree}/{total}");
 }

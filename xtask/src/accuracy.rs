@@ -10,10 +10,11 @@
 //!   `tests/fixtures/make_qwen2.py --humaneval-only`), which also writes its
 //!   per-problem table to `target/accuracy/qwen2-humaneval.json`
 //!   (`SUFFUSE_HUMANEVAL_PROBLEMS=N` runs the first N);
-//!
-//! Gemma 3's whole-model logits on one prompt and teacher-forced top-1 over
-//! the fixture's passage run in CI since they pass (under a minute; see
-//! docs/DECODERS.md, "Gemma 3 270M").
+//! - `tests/tests/gemma3.rs`: teacher-forced top-1 over all 164 HumanEval
+//!   problems against `tests/fixtures/gemma3-humaneval.json` (written by
+//!   `tests/fixtures/gemma3_forward.py --humaneval-only`), per problem to
+//!   `target/accuracy/gemma3-humaneval.json`. Its whole-model logits on one
+//!   prompt and its teacher-forced passage run in CI since they pass.
 //!
 //! Each needs its model (`cargo xtask fetch-model NAME`); a missing model
 //! fails here instead of skipping.
@@ -23,11 +24,18 @@ use anyhow::{Result, bail};
 use crate::command::{self, cargo, workspace_root};
 
 /// Test file, model file, `fetch-model` name.
-const MODELS: [(&str, &str, &str); 1] = [(
-    "qwen2",
-    "models/Qwen2.5-Coder-0.5B-Instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-    "qwen2.5-coder-0.5b",
-)];
+const MODELS: [(&str, &str, &str); 2] = [
+    (
+        "qwen2",
+        "models/Qwen2.5-Coder-0.5B-Instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b",
+    ),
+    (
+        "gemma3",
+        "models/gemma-3-270m/gemma-3-270m-q4_k_m.gguf",
+        "gemma3-270m",
+    ),
+];
 
 pub fn run() -> Result<()> {
     for (_, file, name) in MODELS {
