@@ -131,13 +131,18 @@ trait Step {
     /// Deals both parties' material from their seeds and emits it, in
     /// pieces, in section order. `opened` holds the whole masks of the
     /// opened tensors so far ([`dealt_mask`]), for products that read them.
+    /// By default nothing, for steps whose section is the seed alone: the
+    /// dealer checks every section's length against [`Step::body_len`], so
+    /// a step that forgets to deal its material fails there.
     fn deal(
         &self,
-        fss: &dyn BatchEval,
-        seeds: [[u8; 16]; 2],
-        opened: &Store,
-        emit: &mut Emit<'_>,
-    ) -> Result<(), DealError>;
+        _fss: &dyn BatchEval,
+        _seeds: [[u8; 16]; 2],
+        _opened: &Store,
+        _emit: &mut Emit<'_>,
+    ) -> Result<(), DealError> {
+        Ok(())
+    }
     /// An opening step's output as the dealer keeps it: zeros, then the
     /// whole mask (both parties' shares added).
     fn mask(&self, _seeds: &[[u8; 16]; 2]) -> Option<Vec<u64>> {

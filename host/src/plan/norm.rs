@@ -230,7 +230,8 @@ struct Normalized {
 }
 
 /// LayerNorm (`centre`) or RMSNorm of `r`: `y = r − mean` (LayerNorm
-/// only), `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`.
+/// only), `ρ = rsqrt(Σy² + d·ε)`, `out = trunc(y·ρ·(γ√d) + β)`. `r` may be
+/// at any scale (its squares at twice it); the output is at FRAC.
 pub(super) fn normalize(
     b: &mut Builder,
     r: usize,

@@ -221,11 +221,15 @@ impl Step for MatMul<'_> {
         let ((e, ta), (f, tb)) = (part(0)?, part(1)?);
         // XY = EF + EB + AF + AB: P0 takes E(F + B₀) + A₀F + C₀, P1 takes
         // E·B₁ + A₁F + C₁.
+        let with_f;
         let right = match on.party {
-            Party::P0 => sum(f, tb),
-            Party::P1 => Zeroizing::new(tb.to_vec()),
+            Party::P0 => {
+                with_f = sum(f, tb);
+                &with_f[..]
+            }
+            Party::P1 => tb,
         };
-        exec::matmul(on.fss, self.shape(true), e, &right, &mut z)?;
+        exec::matmul(on.fss, self.shape(true), e, right, &mut z)?;
         exec::matmul(on.fss, self.shape(true), ta, f, &mut z)?;
         Ok(std::mem::take(&mut *z))
     }

@@ -17,7 +17,7 @@ use suffuse_core::fss::Party;
 use zeroize::Zeroizing;
 
 use super::beaver::{masked, open_words, words};
-use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step};
+use super::{At, Cursor, Online, ProtoError, Step};
 use crate::exec::{ExecError, Store};
 
 /// `Kind::Open` of tensor `x`.
@@ -35,16 +35,6 @@ impl Open<'_> {
 impl Step for Open<'_> {
     fn body_len(&self, _: Party) -> usize {
         0
-    }
-
-    fn deal(
-        &self,
-        _: &dyn BatchEval,
-        _: [[u8; 16]; 2],
-        _: &Store,
-        _: &mut Emit<'_>,
-    ) -> Result<(), DealError> {
-        Ok(())
     }
 
     fn mask(&self, seeds: &[[u8; 16]; 2]) -> Option<Vec<u64>> {
