@@ -164,6 +164,11 @@ pub enum GateSpec {
         k: u32,
         /// The tanh form (GPT-2) instead of erf (BERT).
         tanh: bool,
+        /// The tanh form to 2^-11 ([`GeluForm::TanhFine`]), where a norm
+        /// rescales the MLP's output (Gemma 3). Absent from the plan's
+        /// serialized form when false, so other plans hash as before.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        fine: bool,
     },
     /// SiLU `x·σ(x)` at input scale FRAC; output at 2·FRAC + 12.
     Silu {
@@ -185,9 +190,8 @@ impl GateSpec {
             GateSpec::Trunc { k, shift } => {
                 trunc(RING, w(k)?, shift, Shift::Arithmetic, Range::Gap)?
             }
-            GateSpec::Gelu { k, tanh } => {
-                let form = if tanh { GeluForm::Tanh } else { GeluForm::Erf };
-                activation::gelu(form, RING, w(k)?, fixed::FRAC)?
+            GateSpec::Gelu { k, tanh, fine } => {
+                activation::gelu(gelu_form(tanh, fine), RING, w(k)?, fixed::FRAC)?
             }
             GateSpec::Nexp { k } => activation::nexp(RING, w(k)?, fixed::FRAC)?,
             GateSpec::Silu { k } => activation::silu(RING, w(k)?, fixed::FRAC)?,
@@ -203,6 +207,16 @@ impl GateSpec {
             | GateSpec::Nexp { k }
             | GateSpec::Silu { k } => k,
         }
+    }
+}
+
+/// The GeLU a [`GateSpec::Gelu`] names: the erf form, or the tanh form
+/// coarse or fine.
+pub fn gelu_form(tanh: bool, fine: bool) -> GeluForm {
+    match (tanh, fine) {
+        (false, _) => GeluForm::Erf,
+        (true, false) => GeluForm::Tanh,
+        (true, true) => GeluForm::TanhFine,
     }
 }
 

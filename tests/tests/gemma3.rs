@@ -148,12 +148,14 @@ mod model {
     }
 
     /// The whole model in fixed point on one prompt: the float oracle's 32
-    /// best logits of the last row are within 0.25 of ours, and the best
+    /// best logits of the last row are within 0.13 of ours, and the best
     /// token is the same. Gemma's residual stream reaches ‖y‖ ≈ 1.0·10⁵ (one
     /// channel of the first row), within the norms' checked capacity of
     /// about 1.8·10⁵ (`docs/DECODERS.md`, "Gemma 3 270M"). The largest
     /// difference was 0.62 while the sandwich norms took their inputs at
-    /// FRAC; 0.12 since they take them at 2^-18.
+    /// FRAC, 0.12 once they took them at 2^-18, and 0.064 since the blocks'
+    /// last products take their inputs at 2^-18 too and the GeLU is the
+    /// fine one.
     #[test]
     fn fixed_point_logits_are_close_to_the_float_oracles() {
         let Some(m) = model() else { return };
@@ -183,7 +185,7 @@ mod model {
             .max_by(|a, b| ours[*a].total_cmp(&ours[*b]))
             .unwrap();
         eprintln!("largest logit difference over the float top-32: {worst:.4}");
-        assert!(worst <= 0.25, "{worst}");
+        assert!(worst <= 0.13, "{worst}");
         assert_eq!(best as u32, l.top_ids[0]);
     }
 

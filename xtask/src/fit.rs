@@ -94,6 +94,7 @@ fn targets() -> Vec<Target> {
     let act_tail = |x: f64, fx: f64| if x >= 0.0 { (x - fx).abs() } else { fx.abs() };
     let gelu_t = tail_bound(gelu_erf, act_tail, 2f64.powi(-10));
     let gelu_tanh_t = tail_bound(gelu_tanh, act_tail, 2f64.powi(-10));
+    let gelu_fine_t = tail_bound(gelu_tanh, act_tail, 2f64.powi(-13));
     let silu_t = tail_bound(silu, act_tail, 2f64.powi(-10));
     vec![
         Target {
@@ -116,6 +117,20 @@ fn targets() -> Vec<Target> {
             hi: gelu_tanh_t,
             degree: 2,
             budget: 0.75 * 2f64.powi(-8),
+            error: Error::Absolute,
+            left: "Tail::Zero",
+            right: "Tail::Identity",
+        },
+        Target {
+            name: "GELU_TANH_FINE",
+            // A row whose MLP is nearly silent carries the spline's absolute
+            // error up to unit RMS through the norm after it.
+            doc: "GeLU, tanh form, where a norm rescales the MLP's output (Gemma 3). Target |error| ≤ 2^-11.",
+            f: gelu_tanh,
+            lo: -gelu_fine_t,
+            hi: gelu_fine_t,
+            degree: 2,
+            budget: 0.75 * 2f64.powi(-12),
             error: Error::Absolute,
             left: "Tail::Zero",
             right: "Tail::Identity",

@@ -41,6 +41,10 @@ pub enum GeluForm {
     Erf,
     /// `x·σ(1.5958·(x + 0.044715·x³))` approximation (GPT-2).
     Tanh,
+    /// The tanh form to 2^-11 instead of 2^-8 (13 pieces instead of 5:
+    /// P1's key grows by 64 bytes per element, P0's not at all), for an
+    /// MLP whose output a norm rescales to unit RMS (Gemma 3).
+    TanhFine,
 }
 
 /// Default coefficient precision: local coefficients rounded at
@@ -52,6 +56,7 @@ pub const fn gelu_spline(form: GeluForm) -> &'static Spline {
     match form {
         GeluForm::Erf => &splines::GELU_ERF,
         GeluForm::Tanh => &splines::GELU_TANH,
+        GeluForm::TanhFine => &splines::GELU_TANH_FINE,
     }
 }
 
@@ -206,6 +211,8 @@ mod tests {
         assert!(e <= 2f64.powi(-8), "GeLU erf error {e}");
         let e = max_error(&splines::GELU_TANH, gelu_tanh, 12, -64.0, 64.0);
         assert!(e <= 2f64.powi(-8), "GeLU tanh error {e}");
+        let e = max_error(&splines::GELU_TANH_FINE, gelu_tanh, 12, -64.0, 64.0);
+        assert!(e <= 2f64.powi(-11), "fine GeLU tanh error {e}");
         let e = max_error(&splines::SILU, silu, 12, -64.0, 64.0);
         assert!(e <= 2f64.powi(-8), "SiLU error {e}");
         let e = max_error(&splines::NEXP, |z| libm::exp(-z), 12, 0.0, 64.0);
@@ -221,6 +228,7 @@ mod tests {
         for (spline, k) in [
             (gelu_spline(GeluForm::Erf), 20),
             (gelu_spline(GeluForm::Tanh), 26),
+            (gelu_spline(GeluForm::TanhFine), 22),
             (&splines::SILU, 30),
             (&splines::NEXP, 24),
         ] {
@@ -237,13 +245,19 @@ mod tests {
     fn small_ring_gelu_is_exact_against_its_spec() {
         // At f = 2 on Z_2^10 (knots snapped to the grid) the spline is a
         // small SUF we can sweep fully.
-        let (n, k) = (Width::of(10), Width::of(8));
-        let suf = splines::GELU_ERF.suf_snapped(n, 2, 3).unwrap();
-        let gate = Gate::new(&suf, k, Phi::poly(n, PolyMode::Beaver), Input::Shares).unwrap();
-        assert!(suf.intervals >= 5);
-        assert_eq!(gate.cost().rounds, 3);
-        let suf = gate.compiled.suf;
-        exhaustive_small(&gate, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
+        // The fine tanh form, at f = 3 on Z_2^12, keeps 9 or more intervals.
+        for (spline, n, k, f, pieces) in [
+            (&splines::GELU_ERF, 10, 8, 2, 5),
+            (&splines::GELU_TANH_FINE, 12, 10, 3, 9),
+        ] {
+            let (n, k) = (Width::of(n), Width::of(k));
+            let suf = spline.suf_snapped(n, f, 3).unwrap();
+            let gate = Gate::new(&suf, k, Phi::poly(n, PolyMode::Beaver), Input::Shares).unwrap();
+            assert!(suf.intervals >= pieces, "{}", suf.intervals);
+            assert_eq!(gate.cost().rounds, 3);
+            let suf = gate.compiled.suf;
+            exhaustive_small(&gate, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
+        }
     }
 
     /// SiLU and nExp run with dealer monomials: two rounds, the same
@@ -278,6 +292,7 @@ mod tests {
         for (gate, k) in [
             (gelu(GeluForm::Erf, n, Width::of(26), 12).unwrap(), 26),
             (gelu(GeluForm::Tanh, n, Width::of(64), 12).unwrap(), 64),
+            (gelu(GeluForm::TanhFine, n, Width::of(22), 12).unwrap(), 22),
             (super::silu(n, Width::of(30), 12).unwrap(), 30),
             (nexp(n, Width::of(24), 12).unwrap(), 24),
         ] {
@@ -291,12 +306,15 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(12))]
         #[test]
         fn gelu_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
-            let (n, k) = (Width::W64, Width::of(26));
-            let gate = gelu(GeluForm::Erf, n, k, 12).unwrap();
-            let suf = gate.compiled.suf;
-            // Half the inputs inside the spline's range, half anywhere.
-            let xs: std::vec::Vec<u64> = xs.iter().enumerate().map(|(i, x)| if i % 2 == 0 { n.from_signed((*x as i64) >> 48) } else { *x }).collect();
-            check_pairs(&gate, &xs, &rs, &|x| ([suf.eval_at(x, k).arith[0], 0], 0), 4);
+            let n = Width::W64;
+            for (form, k) in [(GeluForm::Erf, 26), (GeluForm::TanhFine, 22)] {
+                let k = Width::of(k);
+                let gate = gelu(form, n, k, 12).unwrap();
+                let suf = gate.compiled.suf;
+                // Half the inputs inside the spline's range, half anywhere.
+                let xs: std::vec::Vec<u64> = xs.iter().enumerate().map(|(i, x)| if i % 2 == 0 { n.from_signed((*x as i64) >> 48) } else { *x }).collect();
+                check_pairs(&gate, &xs, &rs, &|x| ([suf.eval_at(x, k).arith[0], 0], 0), 4);
+            }
         }
 
         /// nExp and SiLU with dealer monomials against their spec, which

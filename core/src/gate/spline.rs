@@ -288,6 +288,7 @@ mod tests {
         let all = [
             &splines::GELU_ERF,
             &splines::GELU_TANH,
+            &splines::GELU_TANH_FINE,
             &splines::SILU,
             &splines::NEXP,
             &splines::RECIP,

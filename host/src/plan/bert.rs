@@ -374,6 +374,7 @@ fn encoder_layer(
         gate: GateSpec::Gelu {
             k: bound::width(hi.bound.max_abs(), FRAC).max(spline_width(spline)),
             tanh,
+            fine: false,
         },
         out: g,
     });

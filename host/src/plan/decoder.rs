@@ -376,6 +376,13 @@ fn block_output(
         let (y, _) = linear_to_frac(b, x, None, name, &[part], 1.0, width, l)?;
         return Ok(y);
     };
+    let xi = b.info(x).clone();
+    let x = if xi.scale > POST_NORM_FRAC {
+        b.at(Category::Truncation, Some(l));
+        truncate(b, x, POST_NORM_FRAC, format!("{} (rescaled)", xi.name))?
+    } else {
+        x
+    };
     let (y, _) = linear_product(b, x, None, name.clone(), &[part], 1.0, width, l)?;
     b.at(Category::Truncation, Some(l));
     let y = truncate(b, y, POST_NORM_FRAC.min(b.info(y).scale), name.clone())?;
@@ -703,11 +710,19 @@ fn mlp(
             b.at(Category::Linear, Some(l));
             let g = heads(b, gu, 0, 1, inter, format!("layer {l} gate"))?;
             let u = heads(b, gu, inter, 1, inter, format!("layer {l} up"))?;
+            // Where a sandwich norm rescales the MLP's output, a row whose
+            // MLP is nearly silent (RMS 10⁻³ against 0.1) would carry the
+            // coarse GeLU's absolute error (2^-8) up to unit RMS.
+            let fine = layer.post_norms.is_some();
             let (spec, spline, what) = match cfg.block.activation {
                 GatedActivation::Silu => (GateSpec::Silu { k: 0 }, &splines::SILU, "SiLU"),
                 GatedActivation::GeluTanh => (
-                    GateSpec::Gelu { k: 0, tanh: true },
-                    gelu_spline(GeluForm::Tanh),
+                    GateSpec::Gelu {
+                        k: 0,
+                        tanh: true,
+                        fine,
+                    },
+                    gelu_spline(super::gelu_form(true, fine)),
                     "GeLU",
                 ),
             };
@@ -725,7 +740,11 @@ fn mlp(
                 inter,
                 l,
             )?;
-            let spec = GateSpec::Gelu { k: 0, tanh: true };
+            let spec = GateSpec::Gelu {
+                k: 0,
+                tanh: true,
+                fine: false,
+            };
             activation(
                 b,
                 h,
@@ -791,7 +810,7 @@ fn activation(
     let k = bound::width(xi.bound.max_abs(), FRAC).max(spline_width(spline));
     let gate = match spec {
         GateSpec::Silu { .. } => GateSpec::Silu { k },
-        GateSpec::Gelu { tanh, .. } => GateSpec::Gelu { k, tanh },
+        GateSpec::Gelu { tanh, fine, .. } => GateSpec::Gelu { k, tanh, fine },
         other => other,
     };
     let out = b.tensor(

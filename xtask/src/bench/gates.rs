@@ -658,6 +658,14 @@ pub fn run() -> Result<String> {
             note,
         )?);
         records.extend(spline_record(
+            "gelu_tanh_fine",
+            activation::gelu(GeluForm::TanhFine, n, w, FRAC).map_err(err)?,
+            k,
+            &splines::GELU_TANH_FINE,
+            gelu_tanh,
+            note,
+        )?);
+        records.extend(spline_record(
             "silu",
             activation::silu(n, w, FRAC).map_err(err)?,
             k,
