@@ -364,7 +364,12 @@ const POST_NORM_FRAC: u32 = 18;
 
 /// A block's output `x·W` (`part`, `width` wide) at FRAC, through its
 /// sandwich norm (Gemma) where it has one, which takes it at
-/// [`POST_NORM_FRAC`].
+/// [`POST_NORM_FRAC`]. There `x` too goes to the product at
+/// [`POST_NORM_FRAC`] rather than FRAC: on a row whose MLP is nearly
+/// silent (RMS 10⁻³ at HumanEval/109's position 407, layers 9–16), the
+/// MLP output's error was 12.7 % with the GeGLU product rounded to FRAC,
+/// 5.0 % at 2^-18, and 2.1 % with the fine GeLU as well; the norm carries
+/// it to unit RMS.
 fn block_output(
     b: &mut Builder,
     x: usize,
