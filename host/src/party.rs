@@ -35,6 +35,16 @@ pub struct CategoryFigures {
     pub key_bytes: u64,
 }
 
+/// The key bytes one party holds for one kind of gate, and the elements
+/// those gates output.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct GateKeys {
+    /// Output elements.
+    pub elements: u64,
+    /// This party's key bytes.
+    pub key_bytes: u64,
+}
+
 /// What one party measured.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PartyReport {
@@ -52,6 +62,9 @@ pub struct PartyReport {
     pub key_bytes: u64,
     /// Per category.
     pub breakdown: BTreeMap<Category, CategoryFigures>,
+    /// Key bytes and output elements per gate ([`Kind::key_label`]).
+    #[serde(default)]
+    pub by_gate: BTreeMap<String, GateKeys>,
     /// The backend that ran the heavy operations ([`BatchEval::name`]).
     #[serde(default)]
     pub backend: String,
@@ -687,6 +700,12 @@ fn count_keys(report: &mut PartyReport, plan: &Plan, op: usize, len: usize) {
     report.key_bytes += len as u64;
     let entry = report.breakdown.entry(plan.ops[op].category).or_default();
     entry.key_bytes += len as u64;
+    let kind = &plan.ops[op].kind;
+    if let Some(label) = kind.key_label() {
+        let gate = report.by_gate.entry(label).or_default();
+        gate.elements += plan.tensors[kind.output()].len() as u64;
+        gate.key_bytes += len as u64;
+    }
 }
 
 /// One lane of a group: its operations, its store (the party's own for

@@ -643,6 +643,35 @@ impl Kind {
         )
     }
 
+    /// What a step's key section is for, in the report's key bytes per
+    /// gate: the gate and, for a truncation, the bits it drops (its key is
+    /// a comparison over them). `None` for local operations.
+    pub fn key_label(&self) -> Option<String> {
+        let label = match self {
+            Kind::Gate { gate, .. } => match *gate {
+                GateSpec::Trunc { shift, .. } => format!("trunc, {shift} bits"),
+                GateSpec::Gelu { tanh, fine, .. } => match gelu_form(tanh, fine) {
+                    GeluForm::Erf => "gelu".to_string(),
+                    GeluForm::Tanh => "gelu tanh".to_string(),
+                    GeluForm::TanhFine => "gelu tanh, fine".to_string(),
+                },
+                other => gate_name(&other).to_string(),
+            },
+            Kind::Chain { spec, .. } => match *spec {
+                ChainSpec::Trunc { shift, .. } => format!("trunc, one round, {shift} bits"),
+                other => other.name_and_width().0.to_string(),
+            },
+            Kind::Max { .. } => "max".to_string(),
+            Kind::MatMul { .. } => "matrix product".to_string(),
+            Kind::MulRows { .. } => "row product".to_string(),
+            Kind::Mul { .. } => "product".to_string(),
+            Kind::Square { .. } => "square".to_string(),
+            Kind::Open { .. } => "opening".to_string(),
+            _ => return None,
+        };
+        Some(label)
+    }
+
     /// Whether this is a layout operation that takes opened (paired)
     /// tensors to opened tensors, moving values and masks alike.
     pub fn carries_pairs(&self) -> bool {

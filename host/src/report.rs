@@ -81,6 +81,18 @@ pub struct Report {
     pub device_phases: BTreeMap<&'static str, BTreeMap<String, f64>>,
     /// Per layer kind.
     pub breakdown: BTreeMap<&'static str, Breakdown>,
+    /// Key bytes per gate (`Kind::key_label`: a truncation by the bits it
+    /// drops), with the elements those gates output.
+    pub keys_by_gate: BTreeMap<String, GateBreakdown>,
+}
+
+/// The key bytes of one kind of gate.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GateBreakdown {
+    /// Output elements (the same on both parties).
+    pub elements: u64,
+    /// Key bytes of P0 and of P1.
+    pub key_bytes_per_party: [u64; 2],
 }
 
 impl Report {
@@ -114,6 +126,13 @@ impl Report {
                 }
             }
             self.breakdown.insert(c.name(), b);
+        }
+        for (p, r) in parties.iter().enumerate() {
+            for (label, g) in &r.by_gate {
+                let b = self.keys_by_gate.entry(label.clone()).or_default();
+                b.elements = g.elements;
+                b.key_bytes_per_party[p] = g.key_bytes;
+            }
         }
         match dealer {
             Some(d) => {

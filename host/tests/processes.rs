@@ -179,9 +179,16 @@ fn three_processes_give_the_in_process_answer() {
         "key_bytes_per_party",
         "cosine_to_float",
         "breakdown",
+        "keys_by_gate",
     ] {
         assert!(r.get(field).is_some(), "report lacks {field}: {r}");
     }
+    // The servers' per-gate key counts reach the client.
+    let gelu = &r["keys_by_gate"]["gelu"]["key_bytes_per_party"];
+    assert!(
+        gelu[0].as_u64().unwrap() > 0 && gelu[1].as_u64().unwrap() > 0,
+        "{r}"
+    );
     assert!(r["cosine_to_float"].as_f64().unwrap() > 0.999);
     for kind in [
         "linear",

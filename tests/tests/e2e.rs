@@ -80,6 +80,25 @@ fn demo_batch_of_different_lengths_is_bit_exact_and_close_to_float() {
     assert_eq!(rounds, r.rounds);
     let keys: u64 = r.breakdown.values().map(|b| b.key_bytes_per_party[1]).sum();
     assert!(keys <= r.key_bytes_per_party[1]);
+    // Every key section counts once by kind and once by gate.
+    for p in 0..2 {
+        let by_kind: u64 = r.breakdown.values().map(|b| b.key_bytes_per_party[p]).sum();
+        let by_gate: u64 = r
+            .keys_by_gate
+            .values()
+            .map(|g| g.key_bytes_per_party[p])
+            .sum();
+        assert_eq!(by_gate, by_kind, "party {p}");
+    }
+    assert!(r.keys_by_gate.values().all(|g| g.elements > 0));
+    for gate in ["gelu", "nexp", "recip", "rsqrt", "max", "matrix product"] {
+        assert!(
+            r.keys_by_gate.contains_key(gate),
+            "no {gate} in {:?}",
+            r.keys_by_gate.keys()
+        );
+    }
+    assert!(r.keys_by_gate.keys().any(|k| k.starts_with("trunc, ")));
 }
 
 #[test]
