@@ -52,6 +52,7 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 
 use blake3::Hasher as Chain;
 
+mod direct;
 mod mapped;
 
 use crate::ledger::{Ledger, LedgerError};
@@ -278,7 +279,7 @@ fn io(path: &Path) -> impl Fn(std::io::Error) -> KeyFileError + '_ {
 
 /// Writes one party's key file.
 pub struct KeyWriter {
-    out: BufWriter<File>,
+    out: Out,
     path: PathBuf,
     next: u32,
     steps: u32,
@@ -287,8 +288,54 @@ pub struct KeyWriter {
     chain: [u8; 32],
     /// The open section's digest so far and its bytes still to come.
     open: Option<(Chain, u64)>,
-    /// Writes what has reached the file back to disk as the rest follows.
-    behind: WriteBehind,
+}
+
+/// Where a key file's bytes go: around the page cache where the file
+/// system allows ([`direct`]), else through it, written back as they
+/// come ([`WriteBehind`]).
+enum Out {
+    Direct(Box<direct::DirectOut>),
+    Cached(BufWriter<File>, WriteBehind),
+}
+
+impl Out {
+    /// `file` (just created), written directly if `direct` and the file
+    /// system allows, else through the page cache written back every
+    /// `every` bytes.
+    fn new(path: &Path, file: File, direct: bool, every: u64) -> Out {
+        let file = match direct {
+            true => match direct::DirectOut::open(path, file) {
+                Ok(d) => return Out::Direct(Box::new(d)),
+                Err(file) => file,
+            },
+            false => file,
+        };
+        let behind = WriteBehind::new(&file, every);
+        Out::Cached(BufWriter::with_capacity(1 << 20, file), behind)
+    }
+
+    fn write_all(&mut self, bytes: &[u8], written: u64) -> std::io::Result<()> {
+        match self {
+            Out::Direct(d) => d.write_all(bytes),
+            Out::Cached(out, behind) => {
+                out.write_all(bytes)?;
+                behind.wrote(written);
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes everything out and syncs the file.
+    fn finish(&mut self) -> std::io::Result<()> {
+        match self {
+            Out::Direct(d) => d.finish(),
+            Out::Cached(out, behind) => {
+                out.flush()?;
+                behind.finish()?;
+                out.get_ref().sync_all()
+            }
+        }
+    }
 }
 
 /// Bytes a key file gathers in the page cache before [`WriteBehind`] is
@@ -373,12 +420,27 @@ impl KeyWriter {
     /// Creates the file (mode 0600; never over an existing one) and writes
     /// the header.
     pub fn create(path: &Path, header: &Header) -> Result<KeyWriter, KeyFileError> {
-        KeyWriter::create_with(path, header, WRITE_BEHIND)
+        KeyWriter::create_with(path, header, false, WRITE_BEHIND)
     }
 
-    /// [`KeyWriter::create`], with the file written back every `every`
-    /// bytes.
-    fn create_with(path: &Path, header: &Header, every: u64) -> Result<KeyWriter, KeyFileError> {
+    /// [`KeyWriter::create`] for a file kept for later: written around the
+    /// page cache where the file system allows ([`direct`]), which spares
+    /// the dealer's CPU the kernel's copy and leaves no cached copy behind
+    /// (a server started soon after on the same machine then reads the
+    /// file from the disk).
+    pub fn create_direct(path: &Path, header: &Header) -> Result<KeyWriter, KeyFileError> {
+        KeyWriter::create_with(path, header, true, WRITE_BEHIND)
+    }
+
+    /// [`KeyWriter::create`], written directly if `direct` (and the file
+    /// system allows), else through the page cache and written back every
+    /// `every` bytes.
+    fn create_with(
+        path: &Path,
+        header: &Header,
+        direct: bool,
+        every: u64,
+    ) -> Result<KeyWriter, KeyFileError> {
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -390,8 +452,7 @@ impl KeyWriter {
                 },
                 _ => io(path)(e),
             })?;
-        let behind = WriteBehind::new(&file, every);
-        let mut out = BufWriter::with_capacity(1 << 20, file);
+        let mut out = Out::new(path, file, direct, every);
         let summary = serde_json::to_vec(&header.summary).map_err(|e| KeyFileError::Header {
             path: path.to_path_buf(),
             what: e.to_string(),
@@ -405,7 +466,7 @@ impl KeyWriter {
         h.extend_from_slice(&header.steps.to_le_bytes());
         h.extend_from_slice(&(summary.len() as u32).to_le_bytes());
         h.extend_from_slice(&summary);
-        out.write_all(&h).map_err(io(path))?;
+        out.write_all(&h, h.len() as u64).map_err(io(path))?;
         Ok(KeyWriter {
             out,
             path: path.to_path_buf(),
@@ -414,7 +475,6 @@ impl KeyWriter {
             bytes: h.len() as u64,
             chain: blake3::hash(&h).into(),
             open: None,
-            behind,
         })
     }
 
@@ -467,9 +527,9 @@ impl KeyWriter {
 
     fn put(&mut self, bytes: &[u8]) -> Result<(), KeyFileError> {
         self.bytes += bytes.len() as u64;
-        self.out.write_all(bytes).map_err(io(&self.path))?;
-        self.behind.wrote(self.bytes);
-        Ok(())
+        self.out
+            .write_all(bytes, self.bytes)
+            .map_err(io(&self.path))
     }
 
     fn overrun(&self) -> KeyFileError {
@@ -496,9 +556,7 @@ impl KeyWriter {
         t[..4].copy_from_slice(&END);
         t[4..].copy_from_slice(&self.steps.to_le_bytes());
         self.put(&t)?;
-        self.out.flush().map_err(io(&self.path))?;
-        self.behind.finish().map_err(io(&self.path))?;
-        self.out.get_ref().sync_all().map_err(io(&self.path))?;
+        self.out.finish().map_err(io(&self.path))?;
         Ok(self.bytes)
     }
 }
@@ -1263,12 +1321,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
     }
 
+    /// Written around the page cache: sections crossing the 8 MiB chunks
+    /// and ending off a block boundary read back whole, through either
+    /// path (where /tmp refuses `O_DIRECT`, through the page cache).
+    #[test]
+    fn a_directly_written_file_reads_back_whole() {
+        let d = tmp("direct");
+        let p = d.join("k.p0");
+        let mut w = KeyWriter::create_with(&p, &header(), true, WRITE_BEHIND).unwrap();
+        let big: Vec<u8> = (0..(9 << 20) + 12_345u32)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        w.section(0, big.len() as u64).unwrap();
+        for piece in big.chunks(3 << 20) {
+            w.write(piece).unwrap();
+        }
+        w.section(1, 5).unwrap();
+        w.write(b"tail!").unwrap();
+        let size = w.finish().unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), size);
+        let mut r = KeyReader::open(&p).unwrap();
+        assert_eq!(&*r.section(0, big.len() as u64).unwrap(), &big[..]);
+        assert_eq!(&*r.section(1, 5).unwrap(), b"tail!");
+        r.finish().unwrap();
+    }
+
     #[test]
     fn a_file_written_back_as_it_grows_reads_back_whole() {
         let d = tmp("behind");
         let p = d.join("k.p1");
         // Written back every 64 bytes: the syncer is nudged many times.
-        let mut w = KeyWriter::create_with(&p, &header(), 64).unwrap();
+        let mut w = KeyWriter::create_with(&p, &header(), false, 64).unwrap();
         let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         w.section(0, 1000).unwrap();
         for piece in payload.chunks(100) {
