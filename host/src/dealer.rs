@@ -85,39 +85,28 @@ pub fn key_paths(dir: &Path) -> [PathBuf; 2] {
     [dir.join("p0.keys"), dir.join("p1.keys")]
 }
 
+/// Who reads the key files, and so how they are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeysFor {
+    /// Servers that run now on this machine (`embed`, `generate`): through
+    /// the page cache, where they find the files.
+    Now,
+    /// A later query (`suffuse dealer`, the key pool): around the page
+    /// cache ([`KeyWriter::create_direct`]). BERT-base at 128 tokens: 20.1
+    /// → 8.5 s on 2 cores, the kernel's copy gone (docs/BACKENDS.md); a
+    /// server on the same machine then reads the keys from the disk.
+    Later,
+}
+
 /// Deals every step of `plan` into `dir/p0.keys` and `dir/p1.keys`, heavy
-/// operations on `fss`, for servers that run now on this machine: the
-/// files go through the page cache, where the servers find them.
+/// operations on `fss`, written for `keys_for`.
 pub fn deal(
     plan: &Plan,
     dir: &Path,
-    progress: bool,
+    (progress, keys_for): (bool, KeysFor),
     fss: &dyn BatchEval,
 ) -> Result<DealReport, DealerError> {
-    deal_with(plan, dir, progress, fss, false)
-}
-
-/// [`deal`] for key files kept for later (`suffuse dealer`, the key
-/// pool): written around the page cache ([`KeyWriter::create_direct`]).
-/// BERT-base at 128 tokens: 20.1 → 8.5 s on 2 cores, the kernel's copy
-/// gone (docs/BACKENDS.md); a server on the same machine then reads the
-/// keys from the disk.
-pub fn deal_to_disk(
-    plan: &Plan,
-    dir: &Path,
-    progress: bool,
-    fss: &dyn BatchEval,
-) -> Result<DealReport, DealerError> {
-    deal_with(plan, dir, progress, fss, true)
-}
-
-fn deal_with(
-    plan: &Plan,
-    dir: &Path,
-    progress: bool,
-    fss: &dyn BatchEval,
-    direct: bool,
-) -> Result<DealReport, DealerError> {
+    let direct = keys_for == KeysFor::Later;
     // Key files are secrets: the folder must be its owner's only.
     crate::private::private_dir(dir).map_err(|source| KeyFileError::Io {
         path: dir.to_path_buf(),
@@ -435,16 +424,16 @@ mod tests {
         let failing = FailsLater {
             left: AtomicUsize::new(3),
         };
-        assert!(deal(&plan, &d, false, &failing).is_err());
+        assert!(deal(&plan, &d, (false, KeysFor::Now), &failing).is_err());
         let left: Vec<_> = std::fs::read_dir(&d)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert!(left.is_empty(), "left behind: {left:?}");
-        let r = deal(&plan, &d, false, crate::backend::auto()).unwrap();
+        let r = deal(&plan, &d, (false, KeysFor::Now), crate::backend::auto()).unwrap();
         assert!(r.files.iter().all(|f| f.exists()));
         assert!(
-            deal(&plan, &d, false, crate::backend::auto()).is_err(),
+            deal(&plan, &d, (false, KeysFor::Now), crate::backend::auto()).is_err(),
             "overwrote"
         );
         let _ = std::fs::remove_dir_all(&d);

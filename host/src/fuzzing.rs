@@ -69,7 +69,7 @@ fn deal() -> Result<Fixture, String> {
     let model = tiny_model();
     let plan = bert::build(&model, 1, 2).map_err(|e| e.to_string())?;
     let dir = std::env::temp_dir().join(format!("suffuse-fuzz-{}", std::process::id()));
-    let dealt = dealer::deal(&plan, &dir, false, backend::auto());
+    let dealt = dealer::deal(&plan, &dir, (false, dealer::KeysFor::Now), backend::auto());
     let files = dealt.map_err(|e| e.to_string()).and_then(|d| {
         let read = |p: &Path| std::fs::read(p).map_err(|e| e.to_string());
         Ok([read(&d.files[0])?, read(&d.files[1])?])

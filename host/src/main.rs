@@ -773,7 +773,12 @@ fn dealer_command(args: DealerArgs, choice: Choice) -> Result<ExitCode> {
         };
         return deal_pool(&plan, &out, fill, &report_json, choice);
     }
-    let r = dealer::deal_to_disk(&plan, &out, true, backend::resolve(choice)?)?;
+    let r = dealer::deal(
+        &plan,
+        &out,
+        (true, dealer::KeysFor::Later),
+        backend::resolve(choice)?,
+    )?;
     eprintln!(
         "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
         plan.hash_hex(),

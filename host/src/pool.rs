@@ -385,7 +385,7 @@ pub fn deal_set(plan: &Plan, dir: &Path, fss: &dyn BatchEval) -> Result<DealRepo
     let lock = File::create(&lock_path)
         .and_then(|f| f.lock().map(|()| f))
         .map_err(io(&lock_path))?;
-    let dealt = dealer::deal_to_disk(plan, &temp, false, fss)
+    let dealt = dealer::deal(plan, &temp, (false, dealer::KeysFor::Later), fss)
         .map_err(PoolError::from)
         .and_then(|r| {
             std::fs::remove_file(&lock_path)

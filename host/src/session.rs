@@ -159,7 +159,7 @@ pub fn run_on(
             &temp.0
         }
     };
-    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
+    let deal = dealer::deal(&plan, dir, (opts.progress, dealer::KeysFor::Now), fss)?;
     let serve = local_serve(dir, opts.timeouts)?;
     let (served, query) = query_pair(model, &deal.files, batch, &serve, fss)?;
     let query = first_cause(served, query)?;
@@ -335,7 +335,7 @@ pub fn generate_on(
             &temp.0
         }
     };
-    let deal = dealer::deal(&plan, dir, opts.progress, fss)?;
+    let deal = dealer::deal(&plan, dir, (opts.progress, dealer::KeysFor::Now), fss)?;
     let serve = local_serve(dir, opts.timeouts)?;
     let (served, outcome) = serve_pair(model, &deal.files, &serve, fss, |addrs| {
         generate::query(

@@ -160,9 +160,14 @@ fn cls_pooling_and_tanh_gelu_are_bit_exact() {
 /// Deals keys for `model` into a folder.
 fn deal(model: &Model, seq: usize, name: &str) -> [PathBuf; 2] {
     let plan = bert::build(model, 1, seq).unwrap();
-    dealer::deal(&plan, &temp(name), false, backend::auto())
-        .unwrap()
-        .files
+    dealer::deal(
+        &plan,
+        &temp(name),
+        (false, dealer::KeysFor::Now),
+        backend::auto(),
+    )
+    .unwrap()
+    .files
 }
 
 #[test]
