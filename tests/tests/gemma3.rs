@@ -213,7 +213,7 @@ mod model {
     /// Qwen2's text. Per problem to `target/accuracy/gemma3-humaneval.json`;
     /// `SUFFUSE_HUMANEVAL_PROBLEMS=N` runs the first N problems only.
     #[test]
-    #[ignore = "20 minutes on 2 cores (1,164 s, 2026-11-28): cargo xtask accuracy runs it"]
+    #[ignore = "20 minutes on 2 cores (1,164 s, 2026-11-28): cargo xtask accuracy runs it; xtask ci its first 8 problems"]
     fn humaneval_teacher_forced_top1_agrees_with_the_float_oracle() {
         let m = model().expect("cargo xtask fetch-model gemma3-270m");
         let (agree, total, _) = decoders::humaneval(&m, "gemma3", "gemma-3-270m");
