@@ -44,6 +44,7 @@ mod one_round;
 pub mod protocol;
 pub mod relu;
 pub mod reluars;
+pub mod ring_lut;
 pub mod ring_relu;
 pub mod ring_suf;
 pub mod ring_trunc;

@@ -296,8 +296,6 @@ impl InverseSpec {
                 frac_in: self.frac_in,
                 k_in: self.k_in,
                 lo_bits: self.lo_bits,
-                frac_m: 12,
-                coeff_bits: 12,
                 frac_out: self.frac_out,
             },
         )

@@ -14,6 +14,7 @@ use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
 use crate::fss::Params;
 use crate::fss::Party;
+use crate::gate::ring_lut::RingLut;
 use crate::gate::ring_suf::RingSuf;
 use crate::gate::ring_trunc::RingTrunc;
 use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
@@ -85,6 +86,13 @@ pub enum Step {
         /// The truncation.
         gate: RingTrunc,
         /// Its input.
+        input: Lin,
+    },
+    /// A one-round table lookup ([`RingLut`]) at an affine index.
+    Lut {
+        /// The lookup.
+        gate: RingLut,
+        /// Its index.
         input: Lin,
     },
     /// A Beaver product of two affine values (one round).
@@ -162,6 +170,9 @@ impl Chain {
                 Step::Suf { gate, input } => {
                     gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
                 }
+                Step::Lut { gate, input } => {
+                    gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
+                }
                 Step::Mul { a, b } => self.lin_ok(a, s) && self.lin_ok(b, s),
             };
             if !ok {
@@ -196,7 +207,7 @@ impl Chain {
                         < match &self.steps[step] {
                             Step::Gate { gate, .. } => gate.outputs(),
                             Step::Suf { gate, .. } => gate.outputs(),
-                            Step::Trunc { .. } | Step::Mul { .. } => 1,
+                            Step::Trunc { .. } | Step::Lut { .. } | Step::Mul { .. } => 1,
                         }
             }
         }
@@ -207,7 +218,7 @@ impl Chain {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.outputs(),
             Step::Suf { gate, .. } => gate.outputs(),
-            Step::Trunc { .. } | Step::Mul { .. } => 1,
+            Step::Trunc { .. } | Step::Lut { .. } | Step::Mul { .. } => 1,
         }
     }
 
@@ -215,7 +226,7 @@ impl Chain {
     pub const fn step_rounds(&self, s: usize) -> usize {
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.schedule().1,
-            Step::Suf { .. } | Step::Trunc { .. } | Step::Mul { .. } => 1,
+            Step::Suf { .. } | Step::Trunc { .. } | Step::Lut { .. } | Step::Mul { .. } => 1,
         }
     }
 
@@ -246,6 +257,7 @@ impl Chain {
                 Step::Gate { gate, .. } => Some(gate.cost()),
                 Step::Trunc { gate, .. } => Some(gate.cost()),
                 Step::Suf { gate, .. } => Some(gate.cost()),
+                Step::Lut { gate, .. } => Some(gate.cost()),
                 Step::Mul { .. } => None,
             };
             match step {
@@ -275,6 +287,7 @@ impl Chain {
             Step::Gate { gate, .. } => gate.explicit_words(),
             Step::Trunc { gate, .. } => gate.explicit_words(),
             Step::Suf { gate, .. } => gate.explicit_words(),
+            Step::Lut { gate, .. } => gate.explicit_words(),
             Step::Mul { .. } => 1,
         }
     }
@@ -285,6 +298,7 @@ impl Chain {
         match &self.steps[s] {
             Step::Trunc { gate, .. } => gate.random_words(),
             Step::Suf { gate, .. } => gate.random_words(),
+            Step::Lut { gate, .. } => gate.random_words(),
             Step::Gate { .. } | Step::Mul { .. } => 0,
         }
     }
@@ -295,6 +309,7 @@ impl Chain {
             Step::Gate { gate, .. } if k < gate.compiled.key_count => Some(gate.key_params(k)),
             Step::Trunc { gate, .. } if k == 0 => Some(gate.key_params()),
             Step::Suf { gate, .. } if k < gate.key_count() => Some(gate.key_params()),
+            Step::Lut { gate, .. } if k == 0 => Some(gate.key_params()),
             _ => None,
         }
     }
@@ -309,6 +324,7 @@ impl Chain {
                 Step::Gate { gate, .. } => gate.scratch_words(n),
                 Step::Trunc { .. } => RingTrunc::scratch_words(n),
                 Step::Suf { gate, .. } => gate.scratch_words(n),
+                Step::Lut { gate, .. } => gate.scratch_words(n),
                 Step::Mul { .. } => 5 * n,
             };
             if w > step {
@@ -336,7 +352,9 @@ impl Chain {
         let (s, j) = self.locate(i);
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.round_bytes(gate.schedule().0[j], n),
-            Step::Trunc { .. } | Step::Suf { .. } => mpc::words_len(self.ring, n),
+            Step::Trunc { .. } | Step::Suf { .. } | Step::Lut { .. } => {
+                mpc::words_len(self.ring, n)
+            }
             Step::Mul { .. } => mpc::words_len(self.ring, 2 * n),
         }
     }
@@ -384,6 +402,9 @@ impl Chain {
                 }
                 Step::Suf { gate, input } => {
                     gate.reference(lin(&values, input), &mut values[s]);
+                }
+                Step::Lut { gate, input } => {
+                    values[s][0] = gate.reference(lin(&values, input));
                 }
                 Step::Mul { a, b } => {
                     values[s][0] = w.mul(lin(&values, a), lin(&values, b));
@@ -452,6 +473,14 @@ impl Chain {
                 dcf1,
                 explicit,
             ),
+            Step::Lut { gate, .. } => {
+                let [k0, ..] = dcf0;
+                let [k1, ..] = dcf1;
+                if !explicit.is_empty() {
+                    return Err(Error::BufferLength);
+                }
+                gate.deal(fss, step_seeds, None, first, count, k0, k1)
+            }
             Step::Mul { .. } => {
                 if explicit.len() != count {
                     return Err(Error::BufferLength);
@@ -526,11 +555,22 @@ trait OneRound {
     ) -> Result<u64, Error>;
     /// This party's share of the opening.
     fn open_step(&self, area: &mut [u64], x: &[u64], send: &mut [u8]) -> Result<(), Error>;
+    /// The peer's message: evaluates the keys and writes this party's
+    /// output shares (output-major) into `out`.
+    fn finish_step(
+        &self,
+        party: Party,
+        area: &mut [u64],
+        recv: &[u8],
+        with: (&PartyKeys<'_>, &dyn BatchEval),
+        out: &mut [u64],
+    ) -> Result<(), Error>;
 }
 
-/// Both one-round gates load with no pinned mask and open alike.
+/// The one-round gates load with no pinned mask and open alike; `$finish`
+/// closes the round and writes the outputs.
 macro_rules! one_round_step {
-    ($gate:ty, |$g:ident, $n:ident| $words:expr) => {
+    ($gate:ty, |$g:ident, $n:ident| $words:expr, $finish:expr) => {
         impl OneRound for $gate {
             fn area_words(&self, $n: usize) -> usize {
                 let $g = self;
@@ -551,12 +591,50 @@ macro_rules! one_round_step {
             fn open_step(&self, area: &mut [u64], x: &[u64], send: &mut [u8]) -> Result<(), Error> {
                 self.open(area, x, send)
             }
+
+            fn finish_step(
+                &self,
+                party: Party,
+                area: &mut [u64],
+                recv: &[u8],
+                (keys, fss): (&PartyKeys<'_>, &dyn BatchEval),
+                out: &mut [u64],
+            ) -> Result<(), Error> {
+                $finish(self, party, area, recv, (keys, fss), out)
+            }
         }
     };
 }
 
-one_round_step!(RingTrunc, |_g, n| RingTrunc::scratch_words(n));
-one_round_step!(RingSuf, |g, n| g.scratch_words(n));
+type Finish<G> = fn(
+    &G,
+    Party,
+    &mut [u64],
+    &[u8],
+    (&PartyKeys<'_>, &dyn BatchEval),
+    &mut [u64],
+) -> Result<(), Error>;
+
+const TRUNC_FINISH: Finish<RingTrunc> = |g, party, area, recv, (keys, fss), out| {
+    let keys = g.key_batch(party, keys)?;
+    g.close(area, recv, &keys, fss)?;
+    g.output(party, area, out)
+};
+
+const SUF_FINISH: Finish<RingSuf> = |g, party, area, recv, (keys, fss), out| {
+    g.close(party, area, recv, keys, fss)?;
+    g.output(area, out)
+};
+
+const LUT_FINISH: Finish<RingLut> = |g, party, area, recv, (keys, fss), out| {
+    let keys = g.key_batch(party, keys)?;
+    g.close(area, recv, &keys, fss)?;
+    g.output(area, out)
+};
+
+one_round_step!(RingTrunc, |_g, n| RingTrunc::scratch_words(n), TRUNC_FINISH);
+one_round_step!(RingSuf, |g, n| g.scratch_words(n), SUF_FINISH);
+one_round_step!(RingLut, |g, n| g.scratch_words(n), LUT_FINISH);
 
 /// One party's evaluation of a chain, a [`Protocol`].
 ///
@@ -808,41 +886,23 @@ impl<'a> ChainEval<'a> {
         gate.open_step(area, &self.values[at..at + n], send)
     }
 
-    /// Truncation step `s`, the peer's message: the carry key and this
-    /// party's output share.
-    fn finish_trunc(
+    /// One-round step `s` (a truncation, a SUF or a lookup), the peer's
+    /// message: its keys and this party's output shares (output-major, as
+    /// the values area holds them).
+    fn finish_one_round(
         &mut self,
         s: usize,
-        gate: &RingTrunc,
+        gate: &dyn OneRound,
         recv: &[u8],
         fss: &dyn BatchEval,
     ) -> Result<(), Error> {
         let n = self.n;
         let out_at = self.output_at(s);
-        let keys = gate.key_batch(self.party, &self.keys[s])?;
+        let outs = self.chain.outs(s);
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
-        let area = &mut area[..RingTrunc::scratch_words(n)];
-        gate.close(area, recv, &keys, fss)?;
-        gate.output(self.party, area, &mut self.values[out_at..out_at + n])
-    }
-
-    /// One-round SUF step `s`, the peer's message: its keys and this
-    /// party's output shares (output-major, as the values area holds them).
-    fn finish_suf(
-        &mut self,
-        s: usize,
-        gate: &RingSuf,
-        recv: &[u8],
-        fss: &dyn BatchEval,
-    ) -> Result<(), Error> {
-        let n = self.n;
-        let out_at = self.output_at(s);
-        let keys = self.keys[s];
-        let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
-        let area = &mut area[..gate.scratch_words(n)];
-        gate.close(self.party, area, recv, &keys, fss)?;
-        let outs = gate.outputs();
-        gate.output(area, &mut self.values[out_at..out_at + n * outs])
+        let area = &mut area[..gate.area_words(n)];
+        let out = &mut self.values[out_at..out_at + n * outs];
+        gate.finish_step(self.party, area, recv, (&self.keys[s], fss), out)
     }
 
     /// Mul step, second half: this party's share of the product.
@@ -901,6 +961,7 @@ impl Protocol for ChainEval<'_> {
             }
             Step::Trunc { gate, input } => self.prepare_one_round(s, gate, input, send),
             Step::Suf { gate, input } => self.prepare_one_round(s, gate, input, send),
+            Step::Lut { gate, input } => self.prepare_one_round(s, gate, input, send),
             Step::Mul { a, b } => self.prepare_mul(s, a, b, send),
         }
     }
@@ -915,8 +976,9 @@ impl Protocol for ChainEval<'_> {
         let (s, j) = self.chain.locate(round);
         let chain = self.chain;
         match &chain.steps[s] {
-            Step::Trunc { gate, .. } => self.finish_trunc(s, gate, recv, fss)?,
-            Step::Suf { gate, .. } => self.finish_suf(s, gate, recv, fss)?,
+            Step::Trunc { gate, .. } => self.finish_one_round(s, gate, recv, fss)?,
+            Step::Suf { gate, .. } => self.finish_one_round(s, gate, recv, fss)?,
+            Step::Lut { gate, .. } => self.finish_one_round(s, gate, recv, fss)?,
             Step::Gate { gate, .. } => {
                 if gate.bit_outputs() != 0 {
                     // Chains carry ring values only.

@@ -36,6 +36,7 @@ impl RowChain<'_> {
             ChainStep::Gate { gate, .. } => gate_bytes(gate, self.n(), party),
             ChainStep::Trunc { gate, .. } => RingShape::trunc(gate).bytes(self.n(), party),
             ChainStep::Suf { gate, .. } => RingShape::suf(gate).bytes(self.n(), party),
+            ChainStep::Lut { gate, .. } => RingShape::lut(gate).bytes(self.n(), party),
             ChainStep::Mul { .. } if party == Party::P1 => words_bytes(self.n()),
             ChainStep::Mul { .. } => 0,
         }
@@ -88,6 +89,12 @@ impl RowChain<'_> {
                         gate.derive_roots(h, party, &ss, 0, &mut roots)
                     })?
                 }
+                ChainStep::Lut { gate, .. } => {
+                    let ss = step_seed(h, seed, s);
+                    load_ring_material(RingShape::lut(gate), party, n, cur, |roots| {
+                        gate.derive_roots(h, party, &ss, 0, &mut roots[0])
+                    })?
+                }
                 ChainStep::Mul { .. } => Material::words(match party {
                     Party::P0 => Vec::new(),
                     Party::P1 => get_words(cur.take(words_bytes(n))?),
@@ -128,6 +135,9 @@ impl Step for RowChain<'_> {
                 }
                 ChainStep::Suf { gate, .. } => {
                     self.deal_one_round(fss, seeds, s, RingShape::suf(gate), &mut out)?;
+                }
+                ChainStep::Lut { gate, .. } => {
+                    self.deal_one_round(fss, seeds, s, RingShape::lut(gate), &mut out)?;
                 }
                 ChainStep::Mul { .. } => {
                     let mut ex = vec![0u64; n];

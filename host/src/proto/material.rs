@@ -6,6 +6,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Params;
 use suffuse_core::fss::Party;
+use suffuse_core::gate::ring_lut::RingLut;
 use suffuse_core::gate::ring_relu::RingRelu;
 use suffuse_core::gate::ring_suf::RingSuf;
 use suffuse_core::gate::ring_trunc::RingTrunc;
@@ -204,6 +205,16 @@ impl RingShape {
         RingShape {
             params: g.key_params(),
             keys: g.key_count(),
+            explicit: g.explicit_words(),
+            random: g.random_words(),
+        }
+    }
+
+    /// A one-round lookup's.
+    pub(super) fn lut(g: &RingLut) -> Self {
+        RingShape {
+            params: g.key_params(),
+            keys: 1,
             explicit: g.explicit_words(),
             random: g.random_words(),
         }

@@ -663,16 +663,12 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
         frac_in: FRAC,
         k_in: 23,
         lo_bits: FRAC,
-        frac_m: 12,
-        coeff_bits: 12,
         frac_out: 24,
     };
     let rsqrt = InverseScales {
         frac_in: 24,
         k_in: 44,
         lo_bits: 0,
-        frac_m: 12,
-        coeff_bits: 12,
         frac_out: 24,
     };
     for (name, kind, sc, lo, hi) in [
