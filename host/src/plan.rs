@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use suffuse_core::gate::Gate;
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::chain::{Chain, Lin, Source, Step};
-use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
+use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MaxTree, ONE_ROUND_TAIL};
 use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
@@ -279,7 +279,20 @@ pub struct InverseSpec {
     pub lo_bits: u32,
     /// Fraction bits of the output.
     pub frac_out: u32,
+    /// The table form (3 rounds; core's `inverse_table`) instead of the
+    /// spline form (5 rounds): where the chain has at most
+    /// [`TABLE_MAX_ROWS`] elements. Absent from the plan's serialized form
+    /// when false, so plans without it hash as before.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub table: bool,
 }
+
+/// The most elements an inverse chain takes in its table form: each
+/// element's lookup expands a DPF over 2^15–2^16 points, which a decode
+/// pass (one row per norm, one per head per softmax) pays easily and a
+/// prefill (BERT-base: 18,432 softmax rows) does not, by seconds
+/// (docs/PLAN.md).
+pub const TABLE_MAX_ROWS: usize = 32;
 
 impl InverseSpec {
     /// The core chain.
@@ -289,16 +302,16 @@ impl InverseSpec {
         } else {
             Inverse::Recip
         };
-        inverse(
-            kind,
-            RING,
-            InverseScales {
-                frac_in: self.frac_in,
-                k_in: self.k_in,
-                lo_bits: self.lo_bits,
-                frac_out: self.frac_out,
-            },
-        )
+        let scales = InverseScales {
+            frac_in: self.frac_in,
+            k_in: self.k_in,
+            lo_bits: self.lo_bits,
+            frac_out: self.frac_out,
+        };
+        match self.table {
+            true => inverse_table(kind, RING, scales),
+            false => inverse(kind, RING, scales),
+        }
     }
 }
 

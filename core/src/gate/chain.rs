@@ -314,6 +314,25 @@ impl Chain {
         }
     }
 
+    /// Words of step `s`'s public table: a lookup's
+    /// ([`RingLut::fill_table`]), which [`ChainEval::with_tables`] takes;
+    /// 0 for other steps.
+    pub const fn table_words(&self, s: usize) -> usize {
+        match &self.steps[s] {
+            Step::Lut { gate, .. } => gate.table_words(),
+            _ => 0,
+        }
+    }
+
+    /// Writes step `s`'s table ([`Chain::table_words`] words).
+    pub fn fill_table(&self, s: usize, table: &mut [u64]) -> Result<(), Error> {
+        match &self.steps[s] {
+            Step::Lut { gate, .. } => gate.fill_table(table),
+            _ if table.is_empty() => Ok(()),
+            _ => Err(Error::BufferLength),
+        }
+    }
+
     /// Scratch words an evaluator needs for `n` elements: the values area,
     /// then the step area.
     pub const fn scratch_words(&self, n: usize) -> usize {
@@ -562,7 +581,7 @@ trait OneRound {
         party: Party,
         area: &mut [u64],
         recv: &[u8],
-        with: (&PartyKeys<'_>, &dyn BatchEval),
+        with: (&PartyKeys<'_>, &dyn BatchEval, &[u64]),
         out: &mut [u64],
     ) -> Result<(), Error>;
 }
@@ -597,10 +616,10 @@ macro_rules! one_round_step {
                 party: Party,
                 area: &mut [u64],
                 recv: &[u8],
-                (keys, fss): (&PartyKeys<'_>, &dyn BatchEval),
+                with: (&PartyKeys<'_>, &dyn BatchEval, &[u64]),
                 out: &mut [u64],
             ) -> Result<(), Error> {
-                $finish(self, party, area, recv, (keys, fss), out)
+                $finish(self, party, area, recv, with, out)
             }
         }
     };
@@ -611,24 +630,24 @@ type Finish<G> = fn(
     Party,
     &mut [u64],
     &[u8],
-    (&PartyKeys<'_>, &dyn BatchEval),
+    (&PartyKeys<'_>, &dyn BatchEval, &[u64]),
     &mut [u64],
 ) -> Result<(), Error>;
 
-const TRUNC_FINISH: Finish<RingTrunc> = |g, party, area, recv, (keys, fss), out| {
+const TRUNC_FINISH: Finish<RingTrunc> = |g, party, area, recv, (keys, fss, _), out| {
     let keys = g.key_batch(party, keys)?;
     g.close(area, recv, &keys, fss)?;
     g.output(party, area, out)
 };
 
-const SUF_FINISH: Finish<RingSuf> = |g, party, area, recv, (keys, fss), out| {
+const SUF_FINISH: Finish<RingSuf> = |g, party, area, recv, (keys, fss, _), out| {
     g.close(party, area, recv, keys, fss)?;
     g.output(area, out)
 };
 
-const LUT_FINISH: Finish<RingLut> = |g, party, area, recv, (keys, fss), out| {
+const LUT_FINISH: Finish<RingLut> = |g, party, area, recv, (keys, fss, table), out| {
     let keys = g.key_batch(party, keys)?;
-    g.close(area, recv, &keys, fss)?;
+    g.close(area, recv, (&keys, table), fss)?;
     g.output(area, out)
 };
 
@@ -649,6 +668,8 @@ pub struct ChainEval<'a> {
     first: u64,
     n: usize,
     keys: [PartyKeys<'a>; MAX_STEPS],
+    /// Each lookup step's table.
+    tables: [&'a [u64]; MAX_STEPS],
     values: &'a mut [u64],
     /// The step area while no gate step holds it.
     free: Option<&'a mut [u64]>,
@@ -705,11 +726,20 @@ impl<'a> ChainEval<'a> {
             first,
             n,
             keys,
+            tables: [&[]; MAX_STEPS],
             values,
             free: Some(step),
             current: None,
             next: 0,
         })
+    }
+
+    /// Hands the evaluator each lookup step's table
+    /// ([`Chain::fill_table`]); steps without one take an empty slice.
+    #[must_use]
+    pub fn with_tables(mut self, tables: [&'a [u64]; MAX_STEPS]) -> Self {
+        self.tables = tables;
+        self
     }
 
     fn value_offset(&self, src: Source) -> usize {
@@ -902,7 +932,8 @@ impl<'a> ChainEval<'a> {
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
         let area = &mut area[..gate.area_words(n)];
         let out = &mut self.values[out_at..out_at + n * outs];
-        gate.finish_step(self.party, area, recv, (&self.keys[s], fss), out)
+        let with = (&self.keys[s], fss, self.tables[s]);
+        gate.finish_step(self.party, area, recv, with, out)
     }
 
     /// Mul step, second half: this party's share of the product.
@@ -1080,6 +1111,23 @@ pub(crate) mod testing {
         };
         let mut s0 = crate::gate::testing::dirty(chain.scratch_words(n), 0);
         let mut s1 = crate::gate::testing::dirty(chain.scratch_words(n), 1);
+        let tables: Vec<Vec<u64>> = (0..MAX_STEPS)
+            .map(|s| {
+                let mut t = vec![
+                    0u64;
+                    if s < chain.count {
+                        chain.table_words(s)
+                    } else {
+                        0
+                    }
+                ];
+                if s < chain.count {
+                    chain.fill_table(s, &mut t).unwrap();
+                }
+                t
+            })
+            .collect();
+        let tables: [&[u64]; MAX_STEPS] = core::array::from_fn(|s| &tables[s][..]);
         let mut e0 = ChainEval::new(
             chain,
             &aes,
@@ -1091,7 +1139,8 @@ pub(crate) mod testing {
             &x0,
             &mut s0,
         )
-        .unwrap();
+        .unwrap()
+        .with_tables(tables);
         let mut e1 = ChainEval::new(
             chain,
             &aes,
@@ -1103,7 +1152,8 @@ pub(crate) mod testing {
             &x1,
             &mut s1,
         )
-        .unwrap();
+        .unwrap()
+        .with_tables(tables);
         let serial = Serial::new();
         let len = crate::gate::protocol::max_send_len(&e0);
         let (mut b0, mut b1) = (vec![0u8; len], vec![0u8; len]);

@@ -1,37 +1,48 @@
-//! Reciprocal and reciprocal square root, by range reduction and a table.
+//! Reciprocal and reciprocal square root, by range reduction.
 //!
 //! A relative-error target over a wide range does not fit one fixed-point
 //! polynomial: the coefficients of 1/v on a far octave are too small for
-//! any common scale. So both are chains (see [`super::chain`]) of three
-//! one-round steps:
+//! any common scale. So both are chains (see [`super::chain`]), in two
+//! forms.
 //!
-//! 1. **Range reduction ([`RingSuf`]).** Intervals are the octaves
-//!    `[2^b, 2^(b+1))` of the integer input V, E = 0, 1, … counting them
-//!    (at most 47). Two ring outputs: the mantissa `M = V·2^(G−b)`, so
-//!    `m = M/2^G ∈ [1, 2)`, and the octave's row of the table less the
-//!    mantissa's leading one, `E·2^B − 2^B` (B the index's mantissa bits).
-//! 2. **Truncation ([`RingTrunc`])** of M to B fraction bits: `⌊m·2^B⌋`,
-//!    a gap LRS with its carry from a ring-output key.
-//! 3. **Lookup ([`RingLut`])** at `i = E·2^B + ⌊m·2^B⌋ − 2^B`: the table
-//!    holds, for every octave and mantissa bucket, the answer at the
-//!    bucket's middle (its only input where the bucket holds one integer
-//!    V), rounded to `frac_out` fraction bits ([`InverseTable`]), so the
-//!    output needs no product and no truncation.
+//! **The spline form ([`inverse`], 5 rounds):**
 //!
-//! Inputs below the first octave (V = 0 among them) read octave 0's first
-//! bucket. Accuracy (enforced by sweeps): the bucket is `2^-B` wide in m,
-//! so the relative error is at most `2^-(B+1)·|d ln g/dm| ≤ 2^-(B+1)`
-//! (1/v) or `2^-(B+2)` (1/√v), plus half a unit of the output: 2^-12 for
-//! both (B = 11 for 1/v, 10 for 1/√v). Cost: 3 rounds; per element one
-//! k_in-bit SUF (two ring-output keys), one truncation key and one L-bit
-//! DPF (L = 15 for a softmax denominator of 9 to 16 octaves, 16 for a
-//! norm's sum of squares), whose evaluation expands 2^L leaves: a form for
-//! per-row scalars.
+//! 1. **Range reduction (SUF).** Intervals are the octaves `[2^b, 2^(b+s))`
+//!    of the integer input V (s = 1 for 1/v, s = 2 for 1/√v, so that
+//!    `2^(−b/2)` is a power of two). The SUF has two ring outputs: the
+//!    mantissa `M = V·2^(G−b)`, so `m = M/2^G ∈ [1, 2^s)`, and the exponent
+//!    factor `F = 2^(H + e)` where the answer is `g(m)·2^e`.
+//! 2. **Truncation** of M to `FRAC_M` fraction bits (gap LRS).
+//! 3. **Mantissa spline** `g(m) = 1/m` or `1/√m` on `[1, 2^s)`
+//!    ([`super::splines::RECIP_MANTISSA`], [`super::splines::RSQRT_MANTISSA`]).
+//! 4. **Product** `g(m)·F` (Beaver).
+//! 5. **Truncation** to the output scale (gap ARS).
 //!
-//! The former chain, a degree-2 mantissa spline, a Beaver product by the
-//! exponent factor `2^(H+e)` and a final truncation (5 rounds; 9 with
-//! two-round gates), is kept as a test: its accuracy is the bar the table
-//! must meet.
+//! Every step takes one round: the range reduction and the spline are
+//! one-round SUFs ([`RingSuf`]), the truncations take their carry from a
+//! ring-output key ([`RingTrunc`]). The same chain with two-round gates
+//! and truncations (9 rounds, fewer key bytes) is its test oracle. Inputs
+//! below 1 ulp saturate to the value at V = 1. Accuracy (enforced by
+//! sweeps): relative error ≤ 2^-7 plus one unit of the output; rsqrt's
+//! spline is fitted to 2^-11, its chain within 3.4·10⁻⁴.
+//!
+//! **The table form ([`inverse_table`], 3 rounds):** the same range
+//! reduction with single octaves (s = 1 for both) and, as its second
+//! output, the octave's row of a table less the mantissa's leading one
+//! (`E·2^B − 2^B`, B the index's mantissa bits); the truncation of M to B
+//! fraction bits; then a one-round lookup ([`RingLut`]) at
+//! `i = E·2^B + ⌊m·2^B⌋ − 2^B` in a table that holds, for every octave and
+//! mantissa bucket, the answer at the bucket's middle (its only input
+//! where the bucket holds one integer V), rounded to `frac_out` fraction
+//! bits ([`InverseTable`]): no product, no final truncation. The relative
+//! error is at most `2^-(B+1)·|d ln g/dm|`, 2^-12 for both (B = 11 for
+//! 1/v, 10 for 1/√v), plus half a unit. The SUF has at most 47 octaves, so
+//! where `[2^lo_bits, 2^k_in)` holds more, the floor rises to
+//! `2^(k_in − 47)` (a smaller saturated value than the spline form's).
+//! The lookup expands an L-bit DPF over its whole domain per element
+//! (L = 15–16: tens of thousands of AES calls and products), so the
+//! planner takes this form only where a chain has few elements: a decode
+//! pass's norms and softmax denominators, where rounds are the cost.
 
 use crate::error::SufError;
 use crate::gate::chain::{Chain, Lin, Source, Step};
@@ -69,7 +80,6 @@ impl Inverse {
     /// The spline form's octave step s: m ∈ [1, 2^s), so that the exponent
     /// factor of 1/√v is a power of two. The table's octaves are single
     /// (s = 1) for both.
-    #[cfg(test)]
     const fn step(self) -> u32 {
         match self {
             Inverse::Recip => 1,
@@ -126,16 +136,18 @@ const fn isqrt(n: u128) -> u128 {
 
 /// The octaves of an inverse's input: their starts, every s bits from b0
 /// (`b ≡ f (mod s)`, so that the spline form's `e = (f − b)/s` is an
-/// integer). At most 47: the SUF's intervals, one below the first octave.
+/// integer, and at least `floor`). At most 47: the SUF's intervals, one
+/// below the first octave.
 struct Octaves {
     starts: [u32; MAX_INTERVALS],
     count: usize,
 }
 
 impl Octaves {
-    fn of(s: u32, sc: &InverseScales) -> Result<Octaves, SufError> {
+    fn of(s: u32, sc: &InverseScales, floor: u32) -> Result<Octaves, SufError> {
         let f = sc.frac_in;
-        let b0 = sc.lo_bits + (s - (sc.lo_bits % s + s - f % s) % s) % s;
+        let lo = sc.lo_bits.max(floor);
+        let b0 = lo + (s - (lo % s + s - f % s) % s) % s;
         if b0 >= sc.k_in {
             return Err(SufError::FixedPoint);
         }
@@ -242,12 +254,13 @@ impl InverseTable {
     }
 }
 
-/// The inverse as a chain; its output has `frac_out` fraction bits. Three
-/// one-round steps: 3 rounds.
-pub fn inverse(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Chain, SufError> {
+/// The inverse's table form as a chain; its output has `frac_out`
+/// fraction bits. Three one-round steps: 3 rounds.
+pub fn inverse_table(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Chain, SufError> {
     let n = ring.bits();
     let b_bits = kind.index_bits();
-    let oct = Octaves::of(1, &sc)?;
+    let most = u32::try_from(MAX_INTERVALS - 1).map_err(|_| SufError::Capacity)?;
+    let oct = Octaves::of(1, &sc, sc.k_in.saturating_sub(most))?;
     let g = oct.b_max() + 1; // M = V·2^(G−b) ≥ 2^G with G − b ≥ 1
     let k_m = g + 2;
     if k_m >= n || b_bits >= g || 2 * sc.frac_out + sc.frac_in + 3 > 124 {
@@ -291,11 +304,14 @@ pub fn inverse(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Chain, S
     Ok(chain)
 }
 
-/// The former chain (mantissa spline, product, truncation): the accuracy
-/// bar for the table, and a test of the chain machinery with every step
-/// kind.
-#[cfg(test)]
-pub(crate) mod spline_form {
+/// The inverse's spline form as a chain; its output has `frac_out`
+/// fraction bits. Every step takes one round: 5 rounds.
+pub fn inverse(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Chain, SufError> {
+    spline_form::chain(kind, ring, sc, spline_form::Form::OneRound)
+}
+
+/// The spline form (mantissa spline, product, truncation).
+mod spline_form {
     use super::*;
     use crate::gate::spline::Spline;
     use crate::gate::splines;
@@ -318,7 +334,9 @@ pub(crate) mod spline_form {
     /// How a chain's SUFs and truncations run.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(crate) enum Form {
-        /// Bit-output keys and a B2A round each ([`Gate`], [`trunc`]).
+        /// Bit-output keys and a B2A round each ([`Gate`], [`trunc`]): the
+        /// test oracle.
+        #[cfg_attr(not(test), allow(dead_code))]
         TwoRounds,
         /// Ring-output keys ([`RingSuf`], [`RingTrunc`]).
         OneRound,
@@ -369,7 +387,7 @@ pub(crate) mod spline_form {
         let n = ring.bits();
         let s = kind.step();
         let f = sc.frac_in;
-        let oct = Octaves::of(s, &sc)?;
+        let oct = Octaves::of(s, &sc, 0)?;
         let g = oct.b_max() + s;
         // F = 2^(H + (f − b)/s) must be an integer for every octave.
         let h = oct.b_max().saturating_sub(f).div_ceil(s);
@@ -471,7 +489,7 @@ mod tests {
     #[test]
     fn reciprocal_accuracy_over_the_softmax_range() {
         let sc = scales(12, 23, 12);
-        let chain = inverse(Inverse::Recip, Width::W64, sc).unwrap();
+        let chain = inverse_table(Inverse::Recip, Width::W64, sc).unwrap();
         let old = spline_chain(Inverse::Recip, Width::W64, sc, Form::OneRound).unwrap();
         // s ∈ [1, 1024) at f = 12.
         let range = (1 << 12, 1 << 22, 97);
@@ -485,7 +503,7 @@ mod tests {
     fn rsqrt_accuracy_over_a_variance_range() {
         for f in [12, 24, 25] {
             let sc = scales(f, 44, f - 8);
-            let chain = inverse(Inverse::Rsqrt, Width::W64, sc).unwrap();
+            let chain = inverse_table(Inverse::Rsqrt, Width::W64, sc).unwrap();
             let old = spline_chain(Inverse::Rsqrt, Width::W64, sc, Form::OneRound).unwrap();
             // v from 2^-8 (well above one ulp) to 2^(44 − f).
             let range = (1u64 << (f - 8), 1 << 44, (1u64 << 44) / 200_003 + 1);
@@ -503,14 +521,15 @@ mod tests {
     }
 
     /// The widest rsqrt the planner asks for (a norm's sum of squares at
-    /// 2^-24 checked at capacity, below 2^60 with its floor at 2^13): every
+    /// 2^-24 checked at capacity, below 2^60 with its floor at 2^12, which
+    /// the table form raises to 2^13 to hold 47 octaves): every
     /// octave, sampled, within 2^-12 relative plus half a unit of the
     /// output (which the planner bounds separately: near 2^60 the answer
     /// is about 2^-17.5, 90 units at 2^-24).
     #[test]
     fn rsqrt_accuracy_over_the_widest_planned_range() {
-        let sc = scales(24, 60, 13);
-        let chain = inverse(Inverse::Rsqrt, Width::W64, sc).unwrap();
+        let sc = scales(24, 60, 12);
+        let chain = inverse_table(Inverse::Rsqrt, Width::W64, sc).unwrap();
         let unit = 1.0 / crate::ring::pow2(sc.frac_out);
         for b in 13..59 {
             let stride = (1u64 << b) / 4093 + 1;
@@ -533,7 +552,7 @@ mod tests {
             (Inverse::Recip, scales(4, 16, 2), 2f64.powi(-12)),
             (Inverse::Rsqrt, scales(6, 18, 0), 2f64.powi(-12)),
         ] {
-            let chain = inverse(kind, Width::W64, sc).unwrap();
+            let chain = inverse_table(kind, Width::W64, sc).unwrap();
             let unit = 1.0 / crate::ring::pow2(sc.frac_out);
             let floor = 1u64 << sc.lo_bits;
             for v in 0..1u64 << sc.k_in {
@@ -555,9 +574,9 @@ mod tests {
         for (kind, sc) in [
             (Inverse::Recip, scales(12, 23, 12)),
             (Inverse::Rsqrt, scales(24, 44, 0)),
-            (Inverse::Rsqrt, scales(24, 60, 13)),
+            (Inverse::Rsqrt, scales(24, 60, 12)),
         ] {
-            let chain = inverse(kind, Width::W64, sc).unwrap();
+            let chain = inverse_table(kind, Width::W64, sc).unwrap();
             let mut xs: Vec<u64> = (0..200).map(|_| prg.next_u64() >> (64 - sc.k_in)).collect();
             // Octave edges, 0 and 1.
             for b in 0..sc.k_in {

@@ -27,7 +27,9 @@
 //! Online, each element expands the key over its whole domain (`2^L − 1`
 //! AES calls) and sums `2^L` products, so the form is for per-row scalars
 //! with a table of a few thousand to a few ten thousand entries: an
-//! inverse chain's final lookup ([`super::inverse`]).
+//! inverse chain's final lookup ([`super::inverse`]). The table is public
+//! and the same for every query, so the caller builds it once
+//! ([`RingLut::fill_table`]) and keeps it.
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
@@ -136,10 +138,25 @@ impl RingLut {
     }
 
     /// Scratch words an evaluator needs for `n` elements: the mask shares,
-    /// the opened values and the outputs, then the table and one chunk's
-    /// full domains.
+    /// the opened values and the outputs, then one chunk's full domains.
     pub const fn scratch_words(&self, n: usize) -> usize {
-        3 * n + (1 + self.chunk(n)) * self.entries()
+        3 * n + self.chunk(n) * self.entries()
+    }
+
+    /// Words of the table ([`RingLut::fill_table`]).
+    pub const fn table_words(&self) -> usize {
+        self.entries()
+    }
+
+    /// Writes the table, [`RingLut::table_words`] words.
+    pub fn fill_table(&self, table: &mut [u64]) -> Result<(), Error> {
+        if table.len() != self.entries() {
+            return Err(Error::BufferLength);
+        }
+        for (i, t) in (0u64..).zip(table.iter_mut()) {
+            *t = self.table.entry(self.ring, i);
+        }
+        Ok(())
     }
 
     /// Per-element costs (key bytes without the root, which is re-derived
@@ -235,8 +252,8 @@ impl RingLut {
     /// The element count of an area of `len` words.
     fn elements(&self, len: usize) -> Result<usize, Error> {
         // scratch_words is increasing in n; its first n terms are 3n plus
-        // at least two tables.
-        let mut n = len.saturating_sub(2 * self.entries()) / 3;
+        // at least one table's size.
+        let mut n = len.saturating_sub(self.entries()) / 3;
         while n > 0 && self.scratch_words(n) > len {
             n -= 1;
         }
@@ -256,29 +273,26 @@ impl RingLut {
         one_round::open(self.ring, r, x, &mut rest[..n], send)
     }
 
-    /// The peer's message: opens `î`, expands the keys over their domain
-    /// and leaves this party's output shares in the area.
+    /// The peer's message: opens `î`, expands the keys over their domain,
+    /// rotates `table` ([`RingLut::fill_table`]'s) onto them and leaves
+    /// this party's output shares in the area.
     pub fn close(
         &self,
         area: &mut [u64],
         recv: &[u8],
-        keys: &KeyBatch<'_>,
+        (keys, table): (&KeyBatch<'_>, &[u64]),
         backend: &dyn BatchEval,
     ) -> Result<(), Error> {
         let n = keys.count();
-        if area.len() != self.scratch_words(n) {
+        if area.len() != self.scratch_words(n) || table.len() != self.entries() {
             return Err(Error::BufferLength);
         }
         let (w, size, mask) = (self.ring, self.entries(), self.bits.mask());
-        let (head, tail) = area.split_at_mut(3 * n);
+        let (head, domains) = area.split_at_mut(3 * n);
         // The opened values overwrite the (spent) mask shares.
         let (opened, rest) = head.split_at_mut(n);
         let (mine, outs) = rest.split_at_mut(n);
         mpc::open_finish(w, mine, recv, opened)?;
-        let (table, domains) = tail.split_at_mut(size);
-        for (i, t) in (0u64..).zip(table.iter_mut()) {
-            *t = self.table.entry(w, i);
-        }
         let chunk = self.chunk(n);
         let mut at = 0;
         while at < n {
@@ -286,12 +300,18 @@ impl RingLut {
             let d = &mut domains[..m * size];
             backend.eval_full_domain(&keys.slice(at, at + m), d)?;
             for (e, de) in d.chunks_exact(size).enumerate() {
-                let u = opened[at + e] & mask;
-                let mut acc = 0u64;
-                for (j, dj) in (0u64..).zip(de) {
-                    let t = table[cast::usize_from_small_u64(u.wrapping_sub(j) & mask)];
-                    acc = acc.wrapping_add(t.wrapping_mul(*dj));
-                }
+                // Σ_j T[(u − j) mod 2^L]·D(j) as two runs over the table
+                // backwards: j ≤ u reads T[u..=0], j > u reads T[2^L−1..u].
+                // u is public, so the split is too.
+                let u = cast::usize_from_small_u64(opened[at + e] & mask);
+                let (low, high) = de.split_at(u + 1);
+                let dot = |t: &[u64], d: &[u64]| {
+                    t.iter()
+                        .rev()
+                        .zip(d)
+                        .fold(0u64, |a, (t, d)| a.wrapping_add(t.wrapping_mul(*d)))
+                };
+                let acc = dot(&table[..=u], low).wrapping_add(dot(&table[u + 1..], high));
                 outs[at + e] = w.reduce(acc);
             }
             at += m;
@@ -355,13 +375,16 @@ mod tests {
                 .unwrap();
         }
         let mut out = [vec![0u64; n], vec![0u64; n]];
+        let mut table = vec![0u64; g.table_words()];
+        g.fill_table(&mut table).unwrap();
         for p in 0..2 {
             let keys = if salt % 2 == 1 {
                 KeyBatch::split(g.key_params(), parties[p], &roots[p], &body[p]).unwrap()
             } else {
                 KeyBatch::new(g.key_params(), parties[p], &k[p]).unwrap()
             };
-            g.close(&mut area[p], &send[1 - p], &keys, &fss).unwrap();
+            g.close(&mut area[p], &send[1 - p], (&keys, &table), &fss)
+                .unwrap();
             g.output(&area[p], &mut out[p]).unwrap();
         }
         out[0]

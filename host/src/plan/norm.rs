@@ -19,26 +19,24 @@ struct Octaves {
     frac_out: u32,
 }
 
-/// For proven sums: at scale 2·FRAC, Σy² below 2^-15 saturates, i.e. rows
-/// whose values all agree to about 2^-7.5·√(1/d); the input is below 2^56
-/// (MiniLM's widest). The chain's octaves `[2^lo_bits, 2^k)` number at
-/// most 47 (core's `inverse`).
+/// For proven sums: at scale 2·FRAC, Σy² below 2^-16 saturates, i.e. rows
+/// whose values all agree to about 2^-8·√(1/d); the input is below 2^56
+/// (MiniLM's widest).
 const PROVEN: Octaves = Octaves {
     k: 56,
-    lo_bits: 9,
+    lo_bits: 8,
     frac_out: RSQRT_FRAC,
 };
 
 /// For sums checked at capacity (a deep residual stream): the widest input
-/// core's chain takes at 2·FRAC (its mantissa `M < 2^(k+1)` must fit the
-/// gap of a 64-bit truncation; at most 47 octaves), for which the floor
-/// rises to 2^-11, i.e. `‖y‖ < 2^-5.5`, far below any residual row. ρ gets
-/// 8 more fraction bits:
+/// core's chain takes at 2·FRAC (its mantissa `M < 2^(k+3)` and output
+/// product must fit 64 bits), for which the floor rises to 2^-12, i.e.
+/// `‖y‖ < 2^-6`, far below any residual row. ρ gets 8 more fraction bits:
 /// a row of norm 10⁵ (Gemma 3's first row) has ρ ≈ 10⁻⁵, which 2^-24 holds
 /// to 0.6 % only, and every channel of that row would carry it.
 const CAPPED: Octaves = Octaves {
     k: 60,
-    lo_bits: 13,
+    lo_bits: 12,
     frac_out: RSQRT_FRAC + 8,
 };
 
@@ -309,8 +307,8 @@ fn normalized(
     let y_scale = b.info(y).scale;
     let (yb, y_l2, octaves) = norm_input(yb, (y_l2, y_scale), d, eps);
     let (v, frac_in, v_max) = sum_of_squares(b, y, (&yb, y_l2), eps, octaves.k, name, l)?;
-    let rho_max = (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits).div_ceil(2))
-        + ulp(octaves.frac_out);
+    let rho_max =
+        (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
     let rho = b.tensor(
         format!("{name} 1/√Σy²"),
         rows,
@@ -326,6 +324,7 @@ fn normalized(
             k_in: bound::width(v_max, frac_in),
             lo_bits: octaves.lo_bits,
             frac_out: octaves.frac_out,
+            table: rows <= super::TABLE_MAX_ROWS,
         }),
         out: rho,
     });

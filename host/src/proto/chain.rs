@@ -3,11 +3,15 @@
 //! another in the section (a one-round step's ring-output keys, then P1's
 //! words), its multiplications' Beaver words for P1.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step as ChainStep, step_seed};
+use suffuse_core::gate::ring_lut::RingLut;
 use suffuse_core::gate::{DealScratch, PartyKeys};
 use suffuse_core::prg::Hasher;
 
@@ -18,6 +22,21 @@ use super::material::{
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
 use crate::net::{get_words, put_words};
+
+/// Lookup tables by gate: public, the same for every query, built once per
+/// process (a few hundred KB each, a handful per model).
+fn table(g: &RingLut) -> Result<Arc<Vec<u64>>, suffuse_core::Error> {
+    static TABLES: OnceLock<Mutex<HashMap<RingLut, Arc<Vec<u64>>>>> = OnceLock::new();
+    let cache = TABLES.get_or_init(Mutex::default);
+    if let Some(t) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(g) {
+        return Ok(t.clone());
+    }
+    let mut t = vec![0u64; g.table_words()];
+    g.fill_table(&mut t)?;
+    let t = Arc::new(t);
+    let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
+    Ok(map.entry(*g).or_insert(t).clone())
+}
 
 /// `Kind::Chain`: the chain `c` on every element of tensor `x`.
 pub(super) struct RowChain<'a> {
@@ -179,9 +198,17 @@ impl Step for RowChain<'_> {
             *k = m.party_keys();
         }
         let input = store.get(self.at.plan, self.x)?;
+        let mut tables: [Arc<Vec<u64>>; MAX_STEPS] = Default::default();
+        for (t, st) in tables.iter_mut().zip(&self.c.steps[..self.c.count]) {
+            if let ChainStep::Lut { gate, .. } = st {
+                *t = table(gate).map_err(core(step))?;
+            }
+        }
+        let tables = std::array::from_fn(|s| &tables[s][..]);
         on.with_area(self.c.scratch_words(n), |on, area| {
             let mut ev = ChainEval::new(self.c, h, on.party, *seed, 0, n, keys, input, area)
-                .map_err(core(step))?;
+                .map_err(core(step))?
+                .with_tables(tables);
             on.drive(step, &mut ev)
         })
     }
