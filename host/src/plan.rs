@@ -280,19 +280,17 @@ pub struct InverseSpec {
     /// Fraction bits of the output.
     pub frac_out: u32,
     /// The table form (3 rounds; core's `inverse_table`) instead of the
-    /// spline form (5 rounds): where the chain has at most
-    /// [`TABLE_MAX_ROWS`] elements. Absent from the plan's serialized form
-    /// when false, so plans without it hash as before.
+    /// spline form (5 rounds): in decode passes only. Each element's
+    /// lookup expands a DPF over 2^15–2^16 points, which a decode pass
+    /// (one row per norm, one per head per softmax) pays easily and a
+    /// prefill (BERT-base: 18,432 softmax rows) does not, by seconds
+    /// (docs/PLAN.md). Chosen by the pass's kind, never by its row count,
+    /// so that a row's value does not depend on the batch around it.
+    /// Absent from the plan's serialized form when false, so plans without
+    /// it hash as before.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub table: bool,
 }
-
-/// The most elements an inverse chain takes in its table form: each
-/// element's lookup expands a DPF over 2^15–2^16 points, which a decode
-/// pass (one row per norm, one per head per softmax) pays easily and a
-/// prefill (BERT-base: 18,432 softmax rows) does not, by seconds
-/// (docs/PLAN.md).
-pub const TABLE_MAX_ROWS: usize = 32;
 
 impl InverseSpec {
     /// The core chain.
@@ -1303,6 +1301,9 @@ pub struct Builder {
     lanes: Option<(usize, u8)>,
     /// Groups of lanes so far.
     groups: u32,
+    /// The current pass is a decode step: its inverse chains take the
+    /// table form.
+    decode: bool,
 }
 
 impl Builder {
@@ -1391,12 +1392,25 @@ impl Builder {
     /// Starts a client round trip: the operations that follow read its
     /// inputs `x` and `bias`.
     pub fn begin_pass(&mut self, x: usize, bias: usize) {
+        self.decode = false;
         self.passes.push(Pass {
             first_op: self.ops.len(),
             x,
             bias,
             output: usize::MAX,
         });
+    }
+
+    /// Marks the current pass as a decode step (one new row per
+    /// sequence), whose inverse chains take the table form
+    /// ([`InverseSpec::table`]).
+    pub fn decode_pass(&mut self) {
+        self.decode = true;
+    }
+
+    /// Whether the current pass is a decode step.
+    pub fn decoding(&self) -> bool {
+        self.decode
     }
 
     /// Ends the current round trip: `output` goes back to the client.

@@ -322,7 +322,7 @@ fn reciprocal_of_sums(
             k_in: bound::width(sum_max, e_scale),
             lo_bits: e_scale - 1,
             frac_out: RECIP_FRAC,
-            table: rows <= super::TABLE_MAX_ROWS,
+            table: b.decoding(),
         }),
         out: inv,
     });

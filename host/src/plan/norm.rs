@@ -324,7 +324,7 @@ fn normalized(
             k_in: bound::width(v_max, frac_in),
             lo_bits: octaves.lo_bits,
             frac_out: octaves.frac_out,
-            table: rows <= super::TABLE_MAX_ROWS,
+            table: b.decoding(),
         }),
         out: rho,
     });

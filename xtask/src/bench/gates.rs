@@ -26,7 +26,7 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, Lin, MAX_STEPS, Source, Step};
-use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
+use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree, ONE_ROUND_TAIL};
 use suffuse_core::gate::relu::{drelu, relu};
 use suffuse_core::gate::reluars::reluars;
@@ -782,8 +782,6 @@ pub fn run() -> Result<String> {
 
 /// Reciprocal and rsqrt: chains, at the sizes a BERT layer needs them.
 fn chain_records() -> Result<Vec<Record>> {
-    let n = Width::W64;
-    let err = |e: suffuse_core::SufError| anyhow!("{e}");
     let mut out = Vec::new();
     let count = 128 * 12 * 8;
     for (name, kind, sc, lo, hi, note) in [
@@ -814,10 +812,33 @@ fn chain_records() -> Result<Vec<Record>> {
             "variance at f = 24 in [2^-12, 2^20)",
         ),
     ] {
-        let chain = inverse(kind, n, sc).map_err(err)?;
-        if !wanted(name) {
-            continue;
+        for (name, table) in [(name.to_string(), false), (format!("{name}_table"), true)] {
+            chain_record(&mut out, (&name, table, kind), (sc, lo, hi), count, note)?;
         }
+    }
+    trunc_one_round_record(&mut out, count)?;
+    Ok(out)
+}
+
+/// One inverse chain's record: the spline form on `count` elements, the
+/// table form (the one decode passes run) on 256.
+fn chain_record(
+    out: &mut Vec<Record>,
+    (name, table, kind): (&str, bool, Inverse),
+    (sc, lo, hi): (InverseScales, u64, u64),
+    count: usize,
+    note: &str,
+) -> Result<()> {
+    let err = |e: suffuse_core::SufError| anyhow!("{e}");
+    let n = Width::W64;
+    if !wanted(name) {
+        return Ok(());
+    }
+    let (chain, count) = match table {
+        true => (inverse_table(kind, n, sc).map_err(err)?, 256),
+        false => (inverse(kind, n, sc).map_err(err)?, count),
+    };
+    {
         // Relative error over the range (strided sweep of the reference).
         let mut rel = 0.0f64;
         let stride = (hi - lo) / 400_000 + 1;
@@ -836,6 +857,13 @@ fn chain_records() -> Result<Vec<Record>> {
             out.push(rec);
         }
     }
+    Ok(())
+}
+
+/// The one-round truncation's record.
+fn trunc_one_round_record(out: &mut Vec<Record>, count: usize) -> Result<()> {
+    let err = |e: suffuse_core::SufError| anyhow!("{e}");
+    let n = Width::W64;
     // The one-round truncation that per-row scalars and the chains use, as
     // a one-step chain, beside `trunc_gap` (the same function in two
     // rounds).
@@ -859,7 +887,7 @@ fn chain_records() -> Result<Vec<Record>> {
             note,
         )?);
     }
-    Ok(out)
+    Ok(())
 }
 
 fn run_chain_bench(
@@ -941,8 +969,25 @@ fn run_chain_bench(
         }
         let mut scratch = vec![0u64; chain.scratch_words(n)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
+        let mut tables: Vec<Vec<u64>> = Vec::new();
+        for s in 0..MAX_STEPS {
+            let mut t = vec![
+                0u64;
+                if s < chain.count {
+                    chain.table_words(s)
+                } else {
+                    0
+                }
+            ];
+            if !t.is_empty() {
+                chain.fill_table(s, &mut t).map_err(|e| anyhow!("{e}"))?;
+            }
+            tables.push(t);
+        }
+        let tables = std::array::from_fn(|s| &tables[s][..]);
         let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &x, &mut scratch)
-            .map_err(|e| anyhow!("{e}"))?;
+            .map_err(|e| anyhow!("{e}"))?
+            .with_tables(tables);
         let start = Instant::now();
         let sent = drive(&mut ev, &cpu, &tx, &rx, None)?;
         let mut y = vec![0u64; n];
