@@ -333,6 +333,35 @@ impl Chain {
         }
     }
 
+    /// Words of every step's table together ([`Chain::fill_tables`]).
+    pub const fn tables_words(&self) -> usize {
+        let mut w = 0;
+        let mut s = 0;
+        while s < self.count {
+            w += self.table_words(s);
+            s += 1;
+        }
+        w
+    }
+
+    /// Writes every step's table into `store` ([`Chain::tables_words`]
+    /// words) and returns each step's, as [`ChainEval::with_tables`] takes
+    /// them (empty for steps without one).
+    pub fn fill_tables<'t>(&self, store: &'t mut [u64]) -> Result<[&'t [u64]; MAX_STEPS], Error> {
+        if store.len() != self.tables_words() {
+            return Err(Error::BufferLength);
+        }
+        let mut tables: [&[u64]; MAX_STEPS] = [&[]; MAX_STEPS];
+        let mut rest = store;
+        for (s, t) in tables.iter_mut().enumerate().take(self.count) {
+            let (mine, tail) = core::mem::take(&mut rest).split_at_mut(self.table_words(s));
+            self.fill_table(s, mine)?;
+            *t = mine;
+            rest = tail;
+        }
+        Ok(tables)
+    }
+
     /// Scratch words an evaluator needs for `n` elements: the values area,
     /// then the step area.
     pub const fn scratch_words(&self, n: usize) -> usize {
@@ -1111,23 +1140,8 @@ pub(crate) mod testing {
         };
         let mut s0 = crate::gate::testing::dirty(chain.scratch_words(n), 0);
         let mut s1 = crate::gate::testing::dirty(chain.scratch_words(n), 1);
-        let tables: Vec<Vec<u64>> = (0..MAX_STEPS)
-            .map(|s| {
-                let mut t = vec![
-                    0u64;
-                    if s < chain.count {
-                        chain.table_words(s)
-                    } else {
-                        0
-                    }
-                ];
-                if s < chain.count {
-                    chain.fill_table(s, &mut t).unwrap();
-                }
-                t
-            })
-            .collect();
-        let tables: [&[u64]; MAX_STEPS] = core::array::from_fn(|s| &tables[s][..]);
+        let mut store = vec![0u64; chain.tables_words()];
+        let tables = chain.fill_tables(&mut store).unwrap();
         let mut e0 = ChainEval::new(
             chain,
             &aes,

@@ -969,22 +969,8 @@ fn run_chain_bench(
         }
         let mut scratch = vec![0u64; chain.scratch_words(n)];
         let role = if p == 0 { Party::P0 } else { Party::P1 };
-        let mut tables: Vec<Vec<u64>> = Vec::new();
-        for s in 0..MAX_STEPS {
-            let mut t = vec![
-                0u64;
-                if s < chain.count {
-                    chain.table_words(s)
-                } else {
-                    0
-                }
-            ];
-            if !t.is_empty() {
-                chain.fill_table(s, &mut t).map_err(|e| anyhow!("{e}"))?;
-            }
-            tables.push(t);
-        }
-        let tables = std::array::from_fn(|s| &tables[s][..]);
+        let mut store = vec![0u64; chain.tables_words()];
+        let tables = chain.fill_tables(&mut store).map_err(|e| anyhow!("{e}"))?;
         let mut ev = ChainEval::new(chain, h, role, seeds[p], 0, n, keys, &x, &mut scratch)
             .map_err(|e| anyhow!("{e}"))?
             .with_tables(tables);

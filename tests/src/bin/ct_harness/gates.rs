@@ -18,7 +18,7 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::{GenBatch, KeyBatch, Party};
 use suffuse_core::gate::activation::{self, GeluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
-use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse};
+use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::relu;
 use suffuse_core::gate::select::{self, Select, SelectEval};
@@ -360,6 +360,9 @@ fn chain_case(
     }
     let x = secret_shares(chain.ring, xs, inputs);
     let want: Vec<u64> = xs.iter().map(|x| chain.reference(*x)).collect();
+    // Lookup tables are public.
+    let mut store = vec![0u64; chain.tables_words()];
+    let tables = chain.fill_tables(&mut store)?;
     for eval in &b.evals {
         let keys = |p: usize| {
             let mut k = [PartyKeys::default(); MAX_STEPS];
@@ -380,7 +383,8 @@ fn chain_case(
             keys(0),
             &x[0],
             &mut s0,
-        )?;
+        )?
+        .with_tables(tables);
         let mut p1 = ChainEval::new(
             chain,
             b.fss,
@@ -391,7 +395,8 @@ fn chain_case(
             keys(1),
             &x[1],
             &mut s1,
-        )?;
+        )?
+        .with_tables(tables);
         run_pair(&mut p0, &mut p1, &Declassify(*eval))?;
         let [o0, o1] = outputs(&p0, &p1)?;
         let got: Vec<u64> = o0
@@ -684,6 +689,11 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
         let chain = inverse(kind, ring, sc)?;
         let xs: Vec<u64> = (0..N).map(|_| lo + inputs.next() % (hi - lo)).collect();
         chain_case(name, &chain, &xs, b, inputs, &mut stats)?;
+        // The table form (decode passes) on a few elements: each expands
+        // a DPF over its whole domain.
+        let table = inverse_table(kind, ring, sc)?;
+        let name = format!("{name}, table form");
+        chain_case(&name, &table, &xs[..4], b, inputs, &mut stats)?;
     }
     max_case(b, inputs, &mut stats)?;
     select_case(b, inputs, &mut stats)?;
