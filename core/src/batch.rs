@@ -186,6 +186,50 @@ pub trait BatchEval: Hasher + Sync {
     /// `out[i · 2^k + x] = Eval(keys.key(i), x)`.
     fn eval_full_domain(&self, keys: &KeyBatch<'_>, out: &mut [u64]) -> Result<EvalStats, Error>;
 
+    /// Reads a public table at masked indices: key i is a DPF over L bits
+    /// (`table.len() = 2^L`) and `points[i]` the opened index `u_i`, a
+    /// public value; `out[i] = Σ_j table[(u_i − j) mod 2^L]·Eval(key i, j)`
+    /// in Z_2^64 (the caller reduces to its ring). `domain` is scratch for
+    /// a whole number of keys' full domains. The points steer slices, so
+    /// they must be public; the default expands the keys chunk by chunk
+    /// with [`BatchEval::eval_full_domain`] and sums.
+    fn lookup(
+        &self,
+        keys: &KeyBatch<'_>,
+        (points, table): (&[u64], &[u64]),
+        domain: &mut [u64],
+        out: &mut [u64],
+    ) -> Result<EvalStats, Error> {
+        let (n, size) = (keys.count(), table.len());
+        let chunk = domain.len() / size.max(1);
+        if !size.is_power_of_two() || points.len() != n || out.len() != n || chunk == 0 {
+            return Err(Error::BufferLength);
+        }
+        let mask = crate::ring::cast::u64_from_usize(size - 1);
+        let mut stats = EvalStats::default();
+        let mut at = 0;
+        while at < n {
+            let m = chunk.min(n - at);
+            let d = &mut domain[..m * size];
+            stats.aes_calls += self.eval_full_domain(&keys.slice(at, at + m), d)?.aes_calls;
+            for (e, de) in d.chunks_exact(size).enumerate() {
+                // Σ_j T[(u − j) mod 2^L]·D(j) as two runs over the table
+                // backwards: j ≤ u reads T[u..=0], j > u reads T[2^L−1..u].
+                let u = crate::ring::cast::usize_from_small_u64(points[at + e] & mask);
+                let (low, high) = de.split_at(u + 1);
+                let dot = |t: &[u64], d: &[u64]| {
+                    t.iter()
+                        .rev()
+                        .zip(d)
+                        .fold(0u64, |a, (t, d)| a.wrapping_add(t.wrapping_mul(*d)))
+                };
+                out[at + e] = dot(&table[..=u], low).wrapping_add(dot(&table[u + 1..], high));
+            }
+            at += m;
+        }
+        Ok(stats)
+    }
+
     /// Runs `section` of a compiled Φ program over a batch for `party`
     /// ([`program::run`], whose contract this is): `out` gets the section's
     /// result, `cols` is at least [`Program::scratch_words`] words. The

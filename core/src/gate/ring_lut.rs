@@ -287,34 +287,16 @@ impl RingLut {
         if area.len() != self.scratch_words(n) || table.len() != self.entries() {
             return Err(Error::BufferLength);
         }
-        let (w, size, mask) = (self.ring, self.entries(), self.bits.mask());
+        let (w, size) = (self.ring, self.entries());
         let (head, domains) = area.split_at_mut(3 * n);
         // The opened values overwrite the (spent) mask shares.
         let (opened, rest) = head.split_at_mut(n);
         let (mine, outs) = rest.split_at_mut(n);
         mpc::open_finish(w, mine, recv, opened)?;
-        let chunk = self.chunk(n);
-        let mut at = 0;
-        while at < n {
-            let m = chunk.min(n - at);
-            let d = &mut domains[..m * size];
-            backend.eval_full_domain(&keys.slice(at, at + m), d)?;
-            for (e, de) in d.chunks_exact(size).enumerate() {
-                // Σ_j T[(u − j) mod 2^L]·D(j) as two runs over the table
-                // backwards: j ≤ u reads T[u..=0], j > u reads T[2^L−1..u].
-                // u is public, so the split is too.
-                let u = cast::usize_from_small_u64(opened[at + e] & mask);
-                let (low, high) = de.split_at(u + 1);
-                let dot = |t: &[u64], d: &[u64]| {
-                    t.iter()
-                        .rev()
-                        .zip(d)
-                        .fold(0u64, |a, (t, d)| a.wrapping_add(t.wrapping_mul(*d)))
-                };
-                let acc = dot(&table[..=u], low).wrapping_add(dot(&table[u + 1..], high));
-                outs[at + e] = w.reduce(acc);
-            }
-            at += m;
+        let domain = &mut domains[..self.chunk(n) * size];
+        backend.lookup(keys, (opened, table), domain, outs)?;
+        for o in outs.iter_mut() {
+            *o = w.reduce(*o);
         }
         Ok(())
     }
