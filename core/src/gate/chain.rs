@@ -325,7 +325,7 @@ impl Chain {
     }
 
     /// Writes step `s`'s table ([`Chain::table_words`] words).
-    pub fn fill_table(&self, s: usize, table: &mut [u64]) -> Result<(), Error> {
+    fn fill_table(&self, s: usize, table: &mut [u64]) -> Result<(), Error> {
         match &self.steps[s] {
             Step::Lut { gate, .. } => gate.fill_table(table),
             _ if table.is_empty() => Ok(()),

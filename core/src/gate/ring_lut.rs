@@ -104,11 +104,6 @@ impl RingLut {
         self.ring
     }
 
-    /// The table.
-    pub const fn table(&self) -> &Table {
-        &self.table
-    }
-
     /// The key's parameters: an L-bit DPF with output in the ring.
     pub const fn key_params(&self) -> Params {
         Params::new(Kind::Dpf, self.bits, Output::Ring(self.ring))
