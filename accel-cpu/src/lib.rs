@@ -27,7 +27,9 @@ use std::sync::OnceLock;
 
 use rayon::prelude::*;
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape, full_domain_each};
+use suffuse_core::batch::{
+    BatchEval, EvalStats, MatShape, full_domain_each, lookup_each, lookup_slots,
+};
 use suffuse_core::fss::{self, GEN_LANES, GenBatch, KeyBatch};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher};
 
@@ -309,6 +311,37 @@ impl BatchEval for CpuEval {
             out.par_chunks_mut(size)
                 .enumerate()
                 .map(|(i, o)| full_domain_each(aes, &keys.slice(i, i + 1), o).map(|s| s.aes_calls))
+                .try_reduce(|| 0, |a, b| Ok(a + b))
+        })?;
+        Ok(EvalStats { aes_calls: calls })
+    }
+
+    /// Sums each key's outputs tile by tile as they are made
+    /// ([`lookup_each`]), the keys split over the threads, each with its
+    /// own key's domain of `domain` as scratch.
+    fn lookup(
+        &self,
+        keys: &KeyBatch<'_>,
+        (points, table): (&[u64], &[u64]),
+        domain: &mut [u64],
+        out: &mut [u64],
+    ) -> Result<EvalStats, Error> {
+        let slots = lookup_slots(keys, (points, table), domain, out)?;
+        let (n, size) = (keys.count(), table.len());
+        if n == 0 {
+            return Ok(EvalStats::default());
+        }
+        let per = n.div_ceil(slots.min(n));
+        let aes = &self.aes;
+        let calls = self.install(|| {
+            out.par_chunks_mut(per)
+                .zip(domain.par_chunks_mut(size))
+                .enumerate()
+                .map(|(g, (o, d))| {
+                    let (at, end) = (g * per, g * per + o.len());
+                    let batch = keys.slice(at, end);
+                    lookup_each(aes, &batch, (&points[at..end], table), d, o).map(|s| s.aes_calls)
+                })
                 .try_reduce(|| 0, |a, b| Ok(a + b))
         })?;
         Ok(EvalStats { aes_calls: calls })

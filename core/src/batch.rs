@@ -192,7 +192,9 @@ pub trait BatchEval: Hasher + Sync {
     /// in Z_2^64 (the caller reduces to its ring). `domain` is scratch for
     /// a whole number of keys' full domains. The points steer slices, so
     /// they must be public; the default expands the keys chunk by chunk
-    /// with [`BatchEval::eval_full_domain`] and sums.
+    /// with [`BatchEval::eval_full_domain`] and sums (the test oracle, and
+    /// the form for a backend whose full domains are fast where they are
+    /// made); [`lookup_each`] sums each key's outputs as they are made.
     fn lookup(
         &self,
         keys: &KeyBatch<'_>,
@@ -201,11 +203,7 @@ pub trait BatchEval: Hasher + Sync {
         out: &mut [u64],
     ) -> Result<EvalStats, Error> {
         let (n, size) = (keys.count(), table.len());
-        let chunk = domain.len() / size.max(1);
-        if !size.is_power_of_two() || points.len() != n || out.len() != n || chunk == 0 {
-            return Err(Error::BufferLength);
-        }
-        let mask = crate::ring::cast::u64_from_usize(size - 1);
+        let chunk = lookup_slots(keys, (points, table), domain, out)?;
         let mut stats = EvalStats::default();
         let mut at = 0;
         while at < n {
@@ -213,17 +211,7 @@ pub trait BatchEval: Hasher + Sync {
             let d = &mut domain[..m * size];
             stats.aes_calls += self.eval_full_domain(&keys.slice(at, at + m), d)?.aes_calls;
             for (e, de) in d.chunks_exact(size).enumerate() {
-                // Σ_j T[(u − j) mod 2^L]·D(j) as two runs over the table
-                // backwards: j ≤ u reads T[u..=0], j > u reads T[2^L−1..u].
-                let u = crate::ring::cast::usize_from_small_u64(points[at + e] & mask);
-                let (low, high) = de.split_at(u + 1);
-                let dot = |t: &[u64], d: &[u64]| {
-                    t.iter()
-                        .rev()
-                        .zip(d)
-                        .fold(0u64, |a, (t, d)| a.wrapping_add(t.wrapping_mul(*d)))
-                };
-                out[at + e] = dot(&table[..=u], low).wrapping_add(dot(&table[u + 1..], high));
+                out[at + e] = crate::dpf::table_dot(table, points[at + e], 0, de);
             }
             at += m;
         }
@@ -374,6 +362,47 @@ pub fn matmul_reference(
         }
     }
     Ok(())
+}
+
+/// Checks [`BatchEval::lookup`]'s buffers (a power-of-two table, a point
+/// and an output per key, scratch for at least one domain) and returns how
+/// many keys' domains the scratch holds.
+pub fn lookup_slots(
+    keys: &KeyBatch<'_>,
+    (points, table): (&[u64], &[u64]),
+    domain: &[u64],
+    out: &[u64],
+) -> Result<usize, Error> {
+    let (n, size) = (keys.count(), table.len());
+    let slots = domain.len() / size.max(1);
+    if !size.is_power_of_two() || points.len() != n || out.len() != n || slots == 0 {
+        return Err(Error::BufferLength);
+    }
+    Ok(slots)
+}
+
+/// [`BatchEval::lookup`] one key at a time with [`crate::dpf::lookup`],
+/// which sums each tile of a key's outputs while it is in cache; `domain`
+/// is one key's full domain (`table.len()` words) of scratch. Shared by
+/// evaluators that parallelise across keys.
+pub fn lookup_each<H: Hasher + ?Sized>(
+    aes: &H,
+    keys: &KeyBatch<'_>,
+    (points, table): (&[u64], &[u64]),
+    domain: &mut [u64],
+    out: &mut [u64],
+) -> Result<EvalStats, Error> {
+    if points.len() != keys.count() || out.len() != keys.count() {
+        return Err(Error::BufferLength);
+    }
+    let (p, party) = (keys.params(), keys.party());
+    let mut stats = EvalStats::default();
+    for (i, (u, o)) in points.iter().zip(out.iter_mut()).enumerate() {
+        let (share, calls) = crate::dpf::lookup(aes, &p, party, keys.key(i), (*u, table), domain)?;
+        *o = share;
+        stats.aes_calls += calls;
+    }
+    Ok(stats)
 }
 
 /// Full-domain evaluation of every key of a batch into consecutive blocks of

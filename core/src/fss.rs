@@ -684,17 +684,53 @@ fn ct_eq(a: u64, b: u64) -> u64 {
     ((d | d.wrapping_neg()) >> 63) ^ 1
 }
 
+/// Levels expanded per tile of [`full_domain`]: a subtree of `2^TILE`
+/// leaves fits one hash chunk.
+const TILE: u32 = HASH_CHUNK.trailing_zeros();
+
 /// Evaluates one DPF key at every point of its domain:
 /// `out[x] = Eval(key, x)` for `x < 2^k` (k ≤ 40). Returns the AES calls made.
-///
-/// Expands the tree breadth first inside `out` itself (a level of `2^l`
-/// seeds fits in `2^(l+1) ≤ 2^k` words), so it needs no scratch memory.
 pub fn full_domain<H: Hasher + ?Sized>(
     aes: &H,
     params: &Params,
     party: Party,
     key: KeyRef<'_>,
     out: &mut [u64],
+) -> Result<u64, Error> {
+    full_domain_tiles(aes, params, party, key, (out, Tiles::InPlace), |_, _| {})
+}
+
+/// Where [`full_domain_tiles`] writes each tile of outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tiles {
+    /// At its own place: `out` ends up as the whole domain.
+    InPlace,
+    /// Every tile into the same window at the end of `out`, which stays in
+    /// the first-level cache: for callers that consume each tile in
+    /// `visit` and need no domain afterwards.
+    Window,
+}
+
+/// [`full_domain`], handing each tile of outputs to `visit` as soon as it
+/// is written, while it is still in cache: `visit(x0, tile)` with `tile`
+/// the outputs at `x0..x0 + tile.len()`, tiles in descending order of `x0`.
+///
+/// The top `levels − TILE` levels expand breadth first inside `out` itself
+/// (a level of `2^l` seeds fits in `2^(l+1) ≤ 2^k` words), so it needs no
+/// scratch memory; then each of those seeds' subtrees of at most `2^TILE`
+/// leaves expands in two local chunks and writes its leaves' outputs, from
+/// the last subtree to the first, so that a subtree's outputs overwrite
+/// only seeds already read. The window of [`Tiles::Window`] is the last
+/// tile's place: the top level's seeds lie below it whenever there is more
+/// than one tile (`2^(top+1) + 2^(tile+ν) ≤ 2^(top+tile+ν)` for `top ≥ 1`
+/// and `tile + ν ≥ 1`, as `k ≥ 1` makes it).
+pub fn full_domain_tiles<H: Hasher + ?Sized>(
+    aes: &H,
+    params: &Params,
+    party: Party,
+    key: KeyRef<'_>,
+    (out, tiles): (&mut [u64], Tiles),
+    mut visit: impl FnMut(usize, &[u64]),
 ) -> Result<u64, Error> {
     let p = params;
     if p.kind != Kind::Dpf {
@@ -707,77 +743,155 @@ pub fn full_domain<H: Hasher + ?Sized>(
     if k > 40 || cast::u64_from_usize(out.len()) != 1u64 << k {
         return Err(Error::BufferLength);
     }
-    let store = |out: &mut [u64], i: usize, b: Block| {
-        out[2 * i] = b.low64();
-        out[2 * i + 1] = b.high64();
-    };
-    let load = |out: &[u64], i: usize| -> Block {
-        Block::from_bytes(
-            ((u128::from(out[2 * i + 1]) << 64) | u128::from(out[2 * i])).to_le_bytes(),
-        )
-    };
-    store(out, 0, Block::read(key.root));
+    let tile = p.levels().min(TILE);
+    let top = p.levels() - tile;
+    store_seed(out, 0, Block::read(key.root));
+    let mut calls = expand_top(aes, p, key, top, out);
+    let width = 1usize << (tile + p.leaf_bits());
+    let mut chunks = [[Block::ZERO; HASH_CHUNK]; 2];
+    for i in (0..1usize << top).rev() {
+        chunks[0][0] = load_seed(out, i);
+        let place = match tiles {
+            Tiles::InPlace => i,
+            Tiles::Window => (1usize << top) - 1,
+        };
+        let tile_out = &mut out[place * width..(place + 1) * width];
+        calls += expand_tile(aes, p, party, key, (top, tile), &mut chunks, tile_out);
+        visit(i * width, tile_out);
+    }
+    Ok(calls)
+}
 
+/// Seed `i` of a breadth-first level kept in `out` (two words a seed).
+#[inline(always)]
+fn load_seed(out: &[u64], i: usize) -> Block {
+    Block::from_bytes(((u128::from(out[2 * i + 1]) << 64) | u128::from(out[2 * i])).to_le_bytes())
+}
+
+#[inline(always)]
+fn store_seed(out: &mut [u64], i: usize, b: Block) {
+    out[2 * i] = b.low64();
+    out[2 * i + 1] = b.high64();
+}
+
+/// Expands the root (seed 0 of `out`) breadth first down to level `top`,
+/// in place; returns the AES calls.
+fn expand_top<H: Hasher + ?Sized>(
+    aes: &H,
+    p: &Params,
+    key: KeyRef<'_>,
+    top: u32,
+    out: &mut [u64],
+) -> u64 {
     let mut calls = 0;
     let mut seeds = [Block::ZERO; HASH_CHUNK];
     let mut h = [Block::ZERO; HASH_CHUNK];
-    for level in 0..p.levels() {
+    for level in 0..top {
         let cw = Block::read(&key.body[p.body_cw_offset(level)..]);
-        let nodes = 1usize << level;
         // Descending chunks: children 2i, 2i+1 overwrite only nodes ≥ i,
         // which are already read.
-        let mut end = nodes;
+        let mut end = 1usize << level;
         while end > 0 {
             let start = end.saturating_sub(HASH_CHUNK);
             let n = end - start;
             for (j, s) in seeds[..n].iter_mut().enumerate() {
-                *s = load(out, start + j);
+                *s = load_seed(out, start + j);
             }
             h[..n].copy_from_slice(&seeds[..n]);
             calls += aes.hash_many(Domain::Tree, &mut h[..n]);
             for j in (0..n).rev() {
-                let s = seeds[j];
-                let left = h[j] ^ (cw & Block::mask(s.lsb()));
-                let i = start + j;
-                store(out, 2 * i + 1, left ^ s);
-                store(out, 2 * i, left);
+                let (left, right) = children(seeds[j], h[j], cw);
+                store_seed(out, 2 * (start + j) + 1, right);
+                store_seed(out, 2 * (start + j), left);
             }
             end = start;
         }
     }
+    calls
+}
 
-    let leaves = 1usize << p.levels();
-    let per_leaf = 1usize << p.leaf_bits();
-    let lane_bits = p.lane_bits();
-    let lcw = Block::read(&key.body[p.body_leaf_offset()..]);
-    let sign = party.index();
-    let mut end = leaves;
-    while end > 0 {
-        let start = end.saturating_sub(HASH_CHUNK);
-        let n = end - start;
-        for (j, s) in seeds[..n].iter_mut().enumerate() {
-            *s = load(out, start + j);
-        }
+/// A node's children from its seed `s`, its hash `h` and the level's
+/// correction word: `left = h ⊕ t·CW`, `right = left ⊕ s`.
+#[inline(always)]
+fn children(s: Block, h: Block, cw: Block) -> (Block, Block) {
+    let left = h ^ (cw & Block::mask(s.lsb()));
+    (left, left ^ s)
+}
+
+/// Expands the seed in `chunks[0][0]`, a node at level `top`, through the
+/// last `tile` levels and writes its `2^tile` leaves' outputs to `out`,
+/// with `chunks` as its seeds' and hashes' scratch; returns the AES calls.
+fn expand_tile<H: Hasher + ?Sized>(
+    aes: &H,
+    p: &Params,
+    party: Party,
+    key: KeyRef<'_>,
+    (top, tile): (u32, u32),
+    [seeds, h]: &mut [[Block; HASH_CHUNK]; 2],
+    out: &mut [u64],
+) -> u64 {
+    let mut calls = 0;
+    for t in 0..tile {
+        let cw = Block::read(&key.body[p.body_cw_offset(top + t)..]);
+        let n = 1usize << t;
         h[..n].copy_from_slice(&seeds[..n]);
-        calls += aes.hash_many(Domain::Leaf, &mut h[..n]);
+        calls += aes.hash_many(Domain::Tree, &mut h[..n]);
         for j in (0..n).rev() {
-            let t = seeds[j].lsb();
-            let base = (start + j) * per_leaf;
-            for lane in (0..per_leaf).rev() {
-                let lane32 = cast::u32_from_small_u64(cast::u64_from_usize(lane));
-                out[base + lane] = match p.output {
-                    Output::Bit => (h[j] ^ (lcw & Block::mask(t))).bit(lane32),
-                    Output::Ring(w) => {
-                        let v = h[j]
-                            .lane(lane_bits, lane32)
-                            .wrapping_add(lcw.lane(lane_bits, lane32) & word_mask(t));
-                        let neg = 0u64.wrapping_sub(sign);
-                        w.reduce((v ^ neg).wrapping_add(sign))
-                    }
-                };
+            let (left, right) = children(seeds[j], h[j], cw);
+            seeds[2 * j + 1] = right;
+            seeds[2 * j] = left;
+        }
+    }
+    let n = 1usize << tile;
+    h[..n].copy_from_slice(&seeds[..n]);
+    calls += aes.hash_many(Domain::Leaf, &mut h[..n]);
+    let lcw = Block::read(&key.body[p.body_leaf_offset()..]);
+    write_leaves(p, party, lcw, (&seeds[..n], &h[..n]), out);
+    calls
+}
+
+/// Each leaf's outputs, `per_leaf` consecutive words per leaf: the leaf
+/// block `H_leaf(s) ⊕ t·LCW` (bits) or `lane(H_leaf(s)) + t·lane(LCW)`
+/// (ring, negated at P1).
+fn write_leaves(
+    p: &Params,
+    party: Party,
+    lcw: Block,
+    (seeds, h): (&[Block], &[Block]),
+    out: &mut [u64],
+) {
+    let per_leaf = 1usize << p.leaf_bits();
+    let sign = party.index();
+    let neg = 0u64.wrapping_sub(sign);
+    match p.output {
+        Output::Ring(w) if p.lane_bits() == 64 => {
+            let conv = |v: u64| w.reduce((v ^ neg).wrapping_add(sign));
+            let (lo, hi) = (lcw.low64(), lcw.high64());
+            for ((s, h), o) in seeds.iter().zip(h).zip(out.chunks_exact_mut(2)) {
+                let m = word_mask(s.lsb());
+                o[0] = conv(h.low64().wrapping_add(lo & m));
+                o[1] = conv(h.high64().wrapping_add(hi & m));
             }
         }
-        end = start;
+        Output::Ring(w) => {
+            let lane_bits = p.lane_bits();
+            for ((s, h), o) in seeds.iter().zip(h).zip(out.chunks_exact_mut(per_leaf)) {
+                let m = word_mask(s.lsb());
+                for (lane, o) in (0u32..).zip(o.iter_mut()) {
+                    let v = h
+                        .lane(lane_bits, lane)
+                        .wrapping_add(lcw.lane(lane_bits, lane) & m);
+                    *o = w.reduce((v ^ neg).wrapping_add(sign));
+                }
+            }
+        }
+        Output::Bit => {
+            for ((s, h), o) in seeds.iter().zip(h).zip(out.chunks_exact_mut(per_leaf)) {
+                let b = *h ^ (lcw & Block::mask(s.lsb()));
+                for (lane, o) in (0u32..).zip(o.iter_mut()) {
+                    *o = b.bit(lane);
+                }
+            }
+        }
     }
-    Ok(calls)
 }

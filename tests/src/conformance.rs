@@ -15,7 +15,10 @@
 //! * [`LARGE_QUERIES`]-query batches for a few shapes, which cross every
 //!   lane and rayon chunk boundary, including keys whose points straddle two
 //!   chunks;
-//! * full-domain DPF evaluation for k ∈ [`FULL_DOMAINS`];
+//! * full-domain DPF evaluation for k ∈ [`FULL_DOMAINS`], and the table
+//!   lookup on it ([`BatchEval::lookup`]) for the ring-output keys, against
+//!   `Serial`'s default (expand, then sum), with scratch for one, two and
+//!   every key's domain;
 //! * buffer-length errors and full-domain requests on DCF keys;
 //! * seed expansion ([`Hasher::hash_many`]) in every domain at
 //!   [`HASH_LENGTHS`] blocks, against the `aes` crate;
@@ -619,7 +622,58 @@ fn check_full_domain_case(
             let expected = &case.expected[party_index(party)][..count * size];
             in_both_layouts(&keys, &what, |keys, what| {
                 compare_full_domain(eval, keys, expected, what, report);
+                if matches!(params.output(), Output::Ring(_)) {
+                    compare_lookup(eval, keys, what, report);
+                }
             });
+        }
+    }
+}
+
+/// [`BatchEval::lookup`] on `keys` against `Serial`'s (the trait's default:
+/// every domain expanded, then summed), at indices 0, 2^k − 1, one above
+/// the domain and uniform words, with scratch for one key's domain, two,
+/// and every key's.
+fn compare_lookup(eval: &dyn BatchEval, keys: &KeyBatch<'_>, what: &str, report: &mut Report) {
+    let (n, bits) = (keys.count(), keys.params().domain().bits());
+    let size = 1usize << bits;
+    let mut rng = Prg::with_stream(b"conformance lut\0", u64_from(n) << 8 | u64::from(bits));
+    let table: Vec<u64> = (0..size).map(|_| rng.next_u64()).collect();
+    let points: Vec<u64> = (0..n)
+        .map(|i| match i % 4 {
+            0 => 0,
+            1 => u64_from(size - 1),
+            2 => u64_from(size),
+            _ => rng.next_u64(),
+        })
+        .collect();
+    let mut expected = vec![UNWRITTEN; n];
+    let mut scratch = vec![0u64; size.max(n * size)];
+    if let Err(e) = Serial::new().lookup(keys, (&points, &table), &mut scratch, &mut expected) {
+        return report.fail(format!("{what}: Serial's lookup failed: {e:?}"));
+    }
+    for slots in [1, 2, n.max(1)] {
+        let mut out = vec![UNWRITTEN; n];
+        let domain = &mut scratch[..slots.min(n.max(1)) * size];
+        report.calls += 1;
+        let stats = match guarded(|| eval.lookup(keys, (&points, &table), domain, &mut out)) {
+            Ok(Ok(stats)) => stats,
+            Ok(Err(e)) => return report.fail(format!("{what}: lookup returned error {e:?}")),
+            Err(panic) => return report.fail(format!("{what}: lookup panicked: {panic}")),
+        };
+        report.outputs += n;
+        if let Some(i) = (0..n).find(|&i| out[i] != expected[i]) {
+            report.fail(format!(
+                "{what}: lookup with {slots} domain(s) of scratch differs at key {i}: Serial {:#x}, got {:#x}",
+                expected[i], out[i]
+            ));
+        }
+        let predicted = keys.params().aes_per_full_domain() * u64_from(n);
+        if stats.aes_calls != predicted {
+            report.fail(format!(
+                "{what}: lookup reported {} AES calls, Params::aes_per_full_domain predicts {predicted}",
+                stats.aes_calls
+            ));
         }
     }
 }

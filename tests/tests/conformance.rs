@@ -185,6 +185,8 @@ enum Fault {
     ShiftsSplitRoots,
     /// The same, in full-domain evaluation only.
     ShiftsSplitRootsInFullDomain,
+    /// Reads the lookup table one entry off (`(u − α + 1) mod 2^L`).
+    LooksUpOneOff,
 }
 
 impl Hasher for Faulty {
@@ -251,6 +253,20 @@ impl BatchEval for Faulty {
         let mut shifted = Default::default();
         let planted = Fault::ShiftsSplitRootsInFullDomain;
         Serial::new().eval_full_domain(&self.maybe_shifted(planted, keys, &mut shifted)?, out)
+    }
+
+    fn lookup(
+        &self,
+        keys: &KeyBatch<'_>,
+        (points, table): (&[u64], &[u64]),
+        domain: &mut [u64],
+        out: &mut [u64],
+    ) -> Result<EvalStats, suffuse_core::Error> {
+        let mut rotated = table.to_vec();
+        if let Fault::LooksUpOneOff = self.fault {
+            rotated.rotate_left(1);
+        }
+        Serial::new().lookup(keys, (points, &rotated), domain, out)
     }
 
     fn eval_phi(
@@ -354,6 +370,7 @@ fn harness_catches_planted_faults() {
         Fault::AcceptsLongProduct,
         Fault::ShiftsSplitRoots,
         Fault::ShiftsSplitRootsInFullDomain,
+        Fault::LooksUpOneOff,
     ] {
         let report = conformance::run(&Faulty { fault });
         assert!(!report.passed(), "the harness missed {fault:?}");

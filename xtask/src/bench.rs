@@ -10,6 +10,7 @@ mod e2e;
 mod floors;
 mod gates;
 mod linalg;
+mod lookup;
 mod net;
 mod relay;
 mod serve;
@@ -48,6 +49,11 @@ const BENCHES: &[Bench] = &[
         name: "linalg",
         about: "matrix products mod 2^64 in transformer shapes, 1 and 2 threads",
         run: linalg::run,
+    },
+    Bench {
+        name: "lookup",
+        about: "full-domain DPF evaluation and the table lookup on it, L = 8 to 16 bits, against the AES floor",
+        run: lookup::run,
     },
     Bench {
         name: "net",
