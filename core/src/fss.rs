@@ -748,13 +748,13 @@ pub fn full_domain_tiles<H: Hasher + ?Sized>(
     let tile = p.levels().min(TILE);
     let top = p.levels() - tile;
     store_seed(out, 0, Block::read(key.root));
-    let mut calls = expand_top(aes, p, key, top, out);
+    let mut chunks = [[Block::ZERO; HASH_CHUNK]; 2];
+    let mut calls = expand_top(aes, p, key, (top, out), &mut chunks);
     // Each tile: `group` consecutive seeds of level `top` and their
     // subtrees, at most a hash chunk of leaves.
     let group = (1usize << top).min(HASH_CHUNK >> tile);
     let count = (1usize << top) / group;
     let width = group << (tile + p.leaf_bits());
-    let mut chunks = [[Block::ZERO; HASH_CHUNK]; 2];
     for i in (0..count).rev() {
         for (g, s) in chunks[0][..group].iter_mut().enumerate() {
             *s = load_seed(out, i * group + g);
@@ -791,17 +791,16 @@ fn store_seed(out: &mut [u64], i: usize, b: Block) {
 }
 
 /// Expands the root (seed 0 of `out`) breadth first down to level `top`,
-/// in place; returns the AES calls.
+/// in place, with `chunks` as the seeds' and hashes' scratch; returns the
+/// AES calls.
 fn expand_top<H: Hasher + ?Sized>(
     aes: &H,
     p: &Params,
     key: KeyRef<'_>,
-    top: u32,
-    out: &mut [u64],
+    (top, out): (u32, &mut [u64]),
+    [seeds, h]: &mut [[Block; HASH_CHUNK]; 2],
 ) -> u64 {
     let mut calls = 0;
-    let mut seeds = [Block::ZERO; HASH_CHUNK];
-    let mut h = [Block::ZERO; HASH_CHUNK];
     for level in 0..top {
         let cw = Block::read(&key.body[p.body_cw_offset(level)..]);
         // Descending chunks: children 2i, 2i+1 overwrite only nodes ≥ i,
