@@ -719,13 +719,14 @@ pub enum Tiles {
 ///
 /// The top `levels − TILE` levels expand breadth first inside `out` itself
 /// (a level of `2^l` seeds fits in `2^(l+1) ≤ 2^k` words), so it needs no
-/// scratch memory; then each of those seeds' subtrees of at most `2^TILE`
-/// leaves expands in two local chunks and writes its leaves' outputs, from
-/// the last subtree to the first, so that a subtree's outputs overwrite
-/// only seeds already read. The window of [`Tiles::Window`] is the last
-/// tile's place: the top level's seeds lie below it whenever there is more
-/// than one tile (`2^(top+1) + 2^(tile+ν) ≤ 2^(top+tile+ν)` for `top ≥ 1`
-/// and `tile + ν ≥ 1`, as `k ≥ 1` makes it).
+/// scratch memory beyond two chunks of blocks on the stack. Then the seeds
+/// of that level go through the last `TILE` levels in tiles of `group`
+/// consecutive seeds, their subtrees in lockstep, from the last tile to
+/// the first: a tile of `group` seeds writes `group·2^(TILE+ν) ≥
+/// 2·group` words, so [`Tiles::InPlace`] overwrites only seeds already
+/// read. [`Tiles::Window`]'s window is the last tile's place; where there
+/// is more than one tile (`top > TILE`, `group = 2^(6 − TILE)`), the
+/// seeds' `2^(top+1)` words end below it.
 pub fn full_domain_tiles<H: Hasher + ?Sized>(
     aes: &H,
     params: &Params,
