@@ -764,7 +764,7 @@ impl<'a> ChainEval<'a> {
     }
 
     /// Hands the evaluator each lookup step's table
-    /// ([`Chain::fill_table`]); steps without one take an empty slice.
+    /// ([`Chain::fill_tables`]); steps without one take an empty slice.
     #[must_use]
     pub fn with_tables(mut self, tables: [&'a [u64]; MAX_STEPS]) -> Self {
         self.tables = tables;
