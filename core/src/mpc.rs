@@ -3,7 +3,7 @@
 //! sends) and `finish` (what it computes from the peer's message).
 //!
 //! Messages are bit-packed: ring words at their width
-//! ([`wire::pack`](crate::wire::pack)), bits eight to a byte. Sizes are
+//! ([`crate::wire::pack`]), bits eight to a byte. Sizes are
 //! `const fn`s of the shape, so buffers are allocated by the caller.
 //!
 //! * **Open.** Each party sends its share; both add. Used for masked values

@@ -311,8 +311,8 @@ impl Suf {
     };
 
     /// One interval covering the whole domain, with zero polynomials, no
-    /// bit outputs and no predicates. Build on it with [`Suf::split_at`],
-    /// [`Suf::set_poly`] and friends, all usable in `const` items.
+    /// bit outputs and no predicates. Build on it with [`Suf::piecewise`],
+    /// [`Suf::with_pred`] and friends, all usable in `const` items.
     pub const fn new(ring: Width, domain: Domain, frac: u32, arith: usize, degree: usize) -> Suf {
         let mut s = Suf::EMPTY;
         s.reset(ring, domain, frac, arith, degree);

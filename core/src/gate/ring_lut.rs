@@ -244,14 +244,17 @@ impl RingLut {
         one_round::mask_shares(h, self.ring, (seed, SLOT_MASK), mask, first, &mut area[..n])
     }
 
-    /// The element count of an area of `len` words.
+    /// The element count of an area of `len` words: `len = 3n + c·E` with
+    /// `c = min(n, chunk)` and `E` entries, so `n = len / (3 + E)` below a
+    /// chunk and `(len − chunk·E) / 3` from one on.
     fn elements(&self, len: usize) -> Result<usize, Error> {
-        // scratch_words is increasing in n; its first n terms are 3n plus
-        // at least one table's size.
-        let mut n = len.saturating_sub(self.entries()) / 3;
-        while n > 0 && self.scratch_words(n) > len {
-            n -= 1;
-        }
+        let (e, full) = (self.entries(), self.chunk(usize::MAX));
+        let small = len / (3 + e);
+        let n = if small < full {
+            small
+        } else {
+            len.saturating_sub(full * e) / 3
+        };
         if self.scratch_words(n) != len {
             return Err(Error::BufferLength);
         }
@@ -407,6 +410,33 @@ mod tests {
                         "ring {ring}, L {bits}, mask {mask:#x}, i {x}"
                     );
                     assert_eq!(*y, table.entry(w, *x));
+                }
+            }
+        }
+    }
+
+    /// An area's length gives back its element count on both sides of a
+    /// chunk, and any other length is refused.
+    #[test]
+    fn element_counts_from_area_lengths() {
+        for bits in [1, 6, 14, 16] {
+            let table = Table::Affine { mul: 1, add: 0 };
+            let g = RingLut::new(Width::W64, Width::of(bits), table).unwrap();
+            let full = g.chunk(usize::MAX);
+            for n in (0..3 * full + 2).chain([1000, 4097]) {
+                let len = g.scratch_words(n);
+                assert_eq!(g.elements(len), Ok(n), "L = {bits}, n = {n}");
+                if n > 0 {
+                    assert_eq!(
+                        g.elements(len + 1),
+                        Err(Error::BufferLength),
+                        "L = {bits}, n = {n} + 1 word"
+                    );
+                    assert_eq!(
+                        g.elements(len - 1),
+                        Err(Error::BufferLength),
+                        "L = {bits}, n = {n} − 1 word"
+                    );
                 }
             }
         }

@@ -3,7 +3,7 @@
 //!
 //! The per-element interpreter ([`Plan::entries`] and the contribution
 //! walk) looks up B2A slots, Beaver slots, binomials and coefficient rows
-//! for every element. Here those lookups happen once, in [`Program::new`];
+//! for every element. Here those lookups happen once, in [`Program::init`];
 //! what remains is a straight-line program over *columns* of [`BLOCK`]
 //! elements (struct of arrays), each operation a loop over one block that
 //! the compiler vectorizes. The program is plain data — no trait objects,
