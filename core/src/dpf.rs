@@ -94,10 +94,10 @@ pub fn table_dot(table: &[u64], u: u64, first: usize, d: &[u64]) -> u64 {
 
 /// One party's share of `table[(u − α) mod 2^L]` from its DPF key over L
 /// bits at `α` with payload 1 (`table.len() = 2^L`): `Σ_j table[(u − j)
-/// mod 2^L]·Eval(key, j)`, summed tile by tile as [`fss::full_domain_tiles`]
-/// writes the outputs into one window of `domain` (`2^L` words of
-/// scratch), so the domain never leaves the first-level cache. Returns the share and the AES
-/// calls made.
+/// mod 2^L]·Eval(key, j)`, summed tile by tile as the expansion of
+/// [`fss::full_domain`] writes the outputs into one window of `domain`
+/// (`2^L` words of scratch), so the domain never leaves the first-level
+/// cache. Returns the share and the AES calls made.
 pub fn lookup<H: Hasher + ?Sized>(
     aes: &H,
     params: &Params,

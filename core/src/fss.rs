@@ -704,7 +704,7 @@ pub fn full_domain<H: Hasher + ?Sized>(
 
 /// Where [`full_domain_tiles`] writes each tile of outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tiles {
+pub(crate) enum Tiles {
     /// At its own place: `out` ends up as the whole domain.
     InPlace,
     /// Every tile into the same window at the end of `out`, which stays in
@@ -727,7 +727,7 @@ pub enum Tiles {
 /// read. [`Tiles::Window`]'s window is the last tile's place; where there
 /// is more than one tile (`top > TILE`, `group = 2^(6 − TILE)`), the
 /// seeds' `2^(top+1)` words end below it.
-pub fn full_domain_tiles<H: Hasher + ?Sized>(
+pub(crate) fn full_domain_tiles<H: Hasher + ?Sized>(
     aes: &H,
     params: &Params,
     party: Party,
