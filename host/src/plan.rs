@@ -1301,9 +1301,6 @@ pub struct Builder {
     lanes: Option<(usize, u8)>,
     /// Groups of lanes so far.
     groups: u32,
-    /// The current pass is a decode step: its inverse chains take the
-    /// table form.
-    decode: bool,
 }
 
 impl Builder {
@@ -1392,7 +1389,6 @@ impl Builder {
     /// Starts a client round trip: the operations that follow read its
     /// inputs `x` and `bias`.
     pub fn begin_pass(&mut self, x: usize, bias: usize) {
-        self.decode = false;
         self.passes.push(Pass {
             first_op: self.ops.len(),
             x,
@@ -1401,16 +1397,12 @@ impl Builder {
         });
     }
 
-    /// Marks the current pass as a decode step (one new row per
-    /// sequence), whose inverse chains take the table form
-    /// ([`InverseSpec::table`]).
-    pub fn decode_pass(&mut self) {
-        self.decode = true;
-    }
-
-    /// Whether the current pass is a decode step.
+    /// Whether the current pass is a decode step (one new row per
+    /// sequence): every pass after a plan's first, as
+    /// [`Shape::decode_steps`] counts them. Its inverse chains take the
+    /// table form ([`InverseSpec::table`]).
     pub fn decoding(&self) -> bool {
-        self.decode
+        self.passes.len() > 1
     }
 
     /// Ends the current round trip: `output` goes back to the client.

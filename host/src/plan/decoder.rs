@@ -158,9 +158,6 @@ fn plan_with(
         )?;
         first.get_or_insert((x, bias));
         b.begin_pass(x, bias);
-        if pass > 0 {
-            b.decode_pass();
-        }
         let at = Position {
             first: ctx - rows,
             rows,
