@@ -156,7 +156,7 @@ fn a_two_layer_slice_runs_securely_bit_exact() {
 /// The fixture's greedy continuations (the chat question, a HumanEval
 /// prompt), compared as far as the float margins are decisive.
 #[test]
-#[ignore = "minutes per prompt on 2 cores: cargo xtask accuracy (not in CI)"]
+#[ignore = "4 minutes on 2 cores (235 s, 2026-11-28): cargo xtask accuracy, and xtask ci's sampled accuracy step"]
 fn greedy_tokens_equal_the_float_oracle() {
     let Some(m) = model() else { return };
     decoders::check_greedy(&m, &fixture().common);
