@@ -135,6 +135,40 @@ impl Block {
         Block(acc)
     }
 
+    /// The block whose bits `i < a` are set, for a secret `a < 128`
+    /// (`a`'s higher bits are ignored): `Σ_j a_j·2^j` ones, each set bit
+    /// `j` of `a` growing the run by `2^j` through a select, so neither a
+    /// branch nor a shift by `a` is taken. Equals
+    /// `from_lanes(1, |i| [i < a])`, which costs 128 steps.
+    #[inline]
+    pub const fn below(a: u64) -> Block {
+        let mut run = 0u128;
+        let mut j = 0;
+        while j < 7 {
+            let w = 1u32 << j;
+            let grown = (run << w) | ((1u128 << w) - 1);
+            let m = Block::mask((a >> j) & 1).0;
+            run = (grown & m) | (run & !m);
+            j += 1;
+        }
+        Block(run)
+    }
+
+    /// The block with only bit `a` set, for a secret `a < 128` (`a`'s
+    /// higher bits are ignored): bit 0 moved by `2^j` for each set bit `j`,
+    /// by selects as in [`Block::below`].
+    #[inline]
+    pub const fn unit(a: u64) -> Block {
+        let mut one = 1u128;
+        let mut j = 0;
+        while j < 7 {
+            let m = Block::mask((a >> j) & 1).0;
+            one = ((one << (1u32 << j)) & m) | (one & !m);
+            j += 1;
+        }
+        Block(one)
+    }
+
     /// Constant-time equality.
     pub fn ct_eq(&self, other: &Block) -> Choice {
         use subtle::ConstantTimeEq;
@@ -475,6 +509,19 @@ impl rand_core::TryCryptoRng for Prg {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn below_and_unit_equal_their_lane_forms() {
+        for a in 0..128u64 {
+            let below = Block::from_lanes(1, |i| u64::from(u64::from(i) < a));
+            let unit = Block::from_lanes(1, |i| u64::from(u64::from(i) == a));
+            assert_eq!(Block::below(a).to_bytes(), below.to_bytes(), "a = {a}");
+            assert_eq!(Block::unit(a).to_bytes(), unit.to_bytes(), "a = {a}");
+            // Bits of `a` from 7 up are ignored.
+            assert_eq!(Block::below(a | 0x380).to_bytes(), below.to_bytes());
+            assert_eq!(Block::unit(a | 0x380).to_bytes(), unit.to_bytes());
+        }
+    }
 
     #[test]
     fn hash_many_matches_hash() {

@@ -285,7 +285,16 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
         };
         let [g0, g1] = g[j];
         let lcw = match p.output {
-            Output::Bit => g0 ^ g1 ^ Block::from_lanes(1, payload_bit),
+            // The payload block in closed form (128 lane steps were half
+            // of the dealer's key generation).
+            Output::Bit => {
+                g0 ^ g1
+                    ^ if dcf {
+                        Block::below(a_lo)
+                    } else {
+                        Block::unit(a_lo)
+                    }
+            }
             Output::Ring(w) => {
                 let flip = st.s[j][0].lsb() ^ 1;
                 let beta = st.beta[j];
