@@ -10,7 +10,13 @@
 //! at a time; the file's last partial block goes through the ordinary
 //! handle the file was created with, which then syncs the whole file.
 //!
-//! The buffer is carved out of a plain `Vec` at an aligned offset (no
+//! A chunk goes to the disk from a thread of its own while the next one
+//! gathers in a second buffer, so the writer's hashing and copying overlap
+//! the device (BERT-base at 128 tokens: the P1 writer's copy, hash, wipe
+//! and blocking writes in one thread had set the dealer's pace, 13.3 s
+//! against 11.0 s online; docs/BACKENDS.md, twenty-sixth session).
+//!
+//! Each buffer is carved out of a plain `Vec` at an aligned offset (no
 //! custom allocation) and wiped when the writer is dropped: it holds key
 //! bytes.
 
@@ -18,6 +24,8 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
 
 use zeroize::Zeroize;
 
@@ -28,25 +36,125 @@ const ALIGN: usize = 4096;
 /// Bytes gathered before a direct write.
 const CHUNK: usize = 8 << 20;
 
-/// The writer: a second handle on the file opened with `O_DIRECT`, the
-/// handle the file was created with, and the buffer.
+/// A buffer of [`CHUNK`] bytes starting at an aligned address.
+struct Aligned {
+    raw: Vec<u8>,
+    /// Where the aligned part starts in `raw`.
+    start: usize,
+}
+
+impl Aligned {
+    fn new() -> Aligned {
+        let raw = vec![0u8; CHUNK + ALIGN];
+        let start = (ALIGN - raw.as_ptr() as usize % ALIGN) % ALIGN;
+        Aligned { raw, start }
+    }
+
+    fn bytes(&self, n: usize) -> &[u8] {
+        &self.raw[self.start..self.start + n]
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + CHUNK]
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        self.raw.zeroize();
+    }
+}
+
+/// A chunk to write: the buffer, its first `n` bytes, at this offset.
+type Job = (Aligned, usize, u64);
+
+/// The thread that writes chunks directly, one at a time, and hands each
+/// buffer back with the outcome.
+struct Device {
+    jobs: Option<SyncSender<Job>>,
+    done: Receiver<(Aligned, io::Result<()>)>,
+    thread: Option<JoinHandle<()>>,
+    /// A chunk is on its way and its buffer not yet back.
+    busy: bool,
+}
+
+impl Device {
+    fn start(direct: File) -> io::Result<Device> {
+        let (jobs, queue) = sync_channel::<Job>(1);
+        let (back, done) = sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("key-file-write".into())
+            .spawn(move || {
+                for (buf, n, at) in queue {
+                    let wrote = direct.write_all_at(buf.bytes(n), at);
+                    if back.send((buf, wrote)).is_err() {
+                        return;
+                    }
+                }
+            })?;
+        Ok(Device {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+            busy: false,
+        })
+    }
+
+    /// Waits for the chunk on its way, if any: its buffer, or its error.
+    fn wait(&mut self) -> io::Result<Option<Aligned>> {
+        if !self.busy {
+            return Ok(None);
+        }
+        self.busy = false;
+        let (buf, wrote) = self.done.recv().map_err(|_| stopped())?;
+        wrote.map(|()| Some(buf))
+    }
+
+    fn send(&mut self, job: Job) -> io::Result<()> {
+        let jobs = self.jobs.as_ref().ok_or_else(stopped)?;
+        jobs.send(job).map_err(|_| stopped())?;
+        self.busy = true;
+        Ok(())
+    }
+}
+
+impl Drop for Device {
+    fn drop(&mut self) {
+        // Hang up, take back (and so wipe) a buffer still on its way, and
+        // let the thread end.
+        self.jobs = None;
+        let _ = self.wait();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn stopped() -> io::Error {
+    io::Error::other("the key file's write thread stopped")
+}
+
+/// The writer: the direct handle (the thread writes through a clone of
+/// it), the handle the file was created with, the buffer being gathered,
+/// a spare, and the thread writing the other chunk.
 pub(super) struct DirectOut {
     direct: File,
     plain: File,
-    raw: Vec<u8>,
-    /// Where the aligned buffer starts in `raw`.
-    start: usize,
+    buf: Aligned,
+    /// The second buffer, once made, while it is not on its way.
+    spare: Option<Aligned>,
     /// Bytes gathered.
     len: usize,
     /// The file offset of the buffer's first byte.
     at: u64,
+    device: Device,
 }
 
 impl DirectOut {
     /// Opens `path` (just created, empty, as `plain`) a second time for
     /// direct writes; gives `plain` back when the file system refuses
-    /// `O_DIRECT` (tmpfs, some network file systems), and the caller
-    /// writes through the page cache.
+    /// `O_DIRECT` (tmpfs, some network file systems), or no thread can be
+    /// started, and the caller writes through the page cache.
     pub(super) fn open(path: &Path, plain: File) -> Result<DirectOut, File> {
         let Ok(flags) = i32::try_from(rustix::fs::OFlags::DIRECT.bits()) else {
             return Err(plain);
@@ -58,64 +166,63 @@ impl DirectOut {
         else {
             return Err(plain);
         };
-        let raw = vec![0u8; CHUNK + ALIGN];
-        let start = (ALIGN - raw.as_ptr() as usize % ALIGN) % ALIGN;
+        let Ok(device) = direct.try_clone().and_then(Device::start) else {
+            return Err(plain);
+        };
         Ok(DirectOut {
             direct,
             plain,
-            raw,
-            start,
+            buf: Aligned::new(),
+            spare: None,
             len: 0,
             at: 0,
+            device,
         })
     }
 
-    /// Appends `bytes`, writing each chunk out as it fills.
+    /// Appends `bytes`, handing each chunk to the write thread as it fills.
     pub(super) fn write_all(&mut self, mut bytes: &[u8]) -> io::Result<()> {
         while !bytes.is_empty() {
             let n = (CHUNK - self.len).min(bytes.len());
-            let at = self.start + self.len;
-            self.raw[at..at + n].copy_from_slice(&bytes[..n]);
+            let len = self.len;
+            self.buf.bytes_mut()[len..len + n].copy_from_slice(&bytes[..n]);
             self.len += n;
             bytes = &bytes[n..];
             if self.len == CHUNK {
-                self.write_out(CHUNK)?;
+                self.hand_off()?;
             }
         }
         Ok(())
     }
 
-    /// Writes the first `n` gathered bytes (whole blocks) directly and
-    /// moves the rest to the buffer's front.
-    fn write_out(&mut self, n: usize) -> io::Result<()> {
-        debug_assert!(n.is_multiple_of(ALIGN) && n <= self.len);
-        let start = self.start;
-        self.direct
-            .write_all_at(&self.raw[start..start + n], self.at)?;
-        self.at += n as u64;
-        self.raw.copy_within(start + n..start + self.len, start);
-        self.len -= n;
+    /// Sends the full buffer to the thread and goes on in the other one
+    /// (made on first use, else back from the chunk before).
+    fn hand_off(&mut self) -> io::Result<()> {
+        if let Some(back) = self.device.wait()? {
+            self.spare = Some(back);
+        }
+        let next = self.spare.take().unwrap_or_else(Aligned::new);
+        let full = std::mem::replace(&mut self.buf, next);
+        self.device.send((full, CHUNK, self.at))?;
+        self.at += CHUNK as u64;
+        self.len = 0;
         Ok(())
     }
 
-    /// Writes what is left (whole blocks directly, the last partial block
-    /// through the plain handle) and syncs the file.
+    /// Waits for the chunk on its way, writes what is left (whole blocks
+    /// directly, the last partial block through the plain handle) and
+    /// syncs the file.
     pub(super) fn finish(&mut self) -> io::Result<()> {
-        let whole = self.len - self.len % ALIGN;
-        if whole > 0 {
-            self.write_out(whole)?;
+        if let Some(back) = self.device.wait()? {
+            self.spare = Some(back);
         }
-        let start = self.start;
+        let whole = self.len - self.len % ALIGN;
+        let left = self.buf.bytes(self.len);
+        self.direct.write_all_at(&left[..whole], self.at)?;
         self.plain
-            .write_all_at(&self.raw[start..start + self.len], self.at)?;
+            .write_all_at(&left[whole..], self.at + whole as u64)?;
         self.at += self.len as u64;
         self.len = 0;
         self.plain.sync_all()
-    }
-}
-
-impl Drop for DirectOut {
-    fn drop(&mut self) {
-        self.raw.zeroize();
     }
 }
