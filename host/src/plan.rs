@@ -1301,6 +1301,10 @@ pub struct Builder {
     lanes: Option<(usize, u8)>,
     /// Groups of lanes so far.
     groups: u32,
+    /// A layer's weights and biases decoded to reals for its bound, kept
+    /// between layers so that their pages are zeroed once per build, not
+    /// once per layer (`plan::linear::real_weights_of`).
+    reals: (Vec<f64>, Vec<f64>),
 }
 
 impl Builder {

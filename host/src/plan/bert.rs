@@ -21,6 +21,8 @@
 //! padded key's exponent lands in nExp's zero tail: its probability is
 //! exactly 0, and nothing overflows.
 
+use rayon::prelude::*;
+
 use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::linear::{linear_to_frac, real_weights};
@@ -198,8 +200,9 @@ fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
     let d = norm.gain.len();
     let dh = d / heads;
     let outs = enc.outputs;
-    let mut worst = 0.0f64;
-    for h in 0..heads {
+    // Heads are independent: each is bounded on its own thread and the
+    // largest taken, the same number in any order.
+    let head = |h: usize| {
         let (a, cq, eq) = norm.project(&w, &bias, outs, h * dh..(h + 1) * dh);
         let (bm, ck, ek) = norm.project(&w, &bias, outs, d + h * dh..d + (h + 1) * dh);
         let ga = bound::gram(&a, d, dh);
@@ -225,8 +228,12 @@ fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
         // Input rounding plus the QKV truncation's floor.
         let rq = eq + (dh as f64).sqrt() * ulp(FRAC);
         let rk = ek + (dh as f64).sqrt() * ulp(FRAC);
-        worst = worst.max(main + qm * rk + rq * km + rq * rk);
-    }
+        main + qm * rk + rq * km + rq * rk
+    };
+    let worst = (0..heads)
+        .into_par_iter()
+        .map(head)
+        .reduce(|| 0.0, f64::max);
     worst * (1.0 + 1e-6)
 }
 

@@ -93,12 +93,15 @@ pub(super) fn linear_product(
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
     let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
-        let (w, bias, outputs) = real_weights_of(b, enc);
+        let (mut w, mut bias) = std::mem::take(&mut b.reals);
+        let outputs = real_weights_of(b, enc, &mut w, &mut bias);
         let plain = bound::linear(xb, &w, &bias, outputs, group);
-        match norm {
+        let out = match norm {
             Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, outputs, group)),
             None => plain,
-        }
+        };
+        b.reals = (w, bias);
+        out
     };
     let xi = b.info(x).clone();
     if let Some(done) = reuse(b, x, &name, norm, group, layer)? {
@@ -211,16 +214,21 @@ fn encoded(
     )
 }
 
-/// A layer's weights and biases as reals, and its output count, decoded
-/// for one bound and dropped after it. They were once cached for the whole
-/// build, but that held an f64 copy of every layer (4 GB for
-/// Qwen2.5-Coder-0.5B) in each process while it planned; decode passes
-/// reuse their products' bounds (`reuse`) and rarely come back here.
-fn real_weights_of(b: &Builder, enc: &Enc) -> (Vec<f64>, Vec<f64>, usize) {
+/// A layer's weights and biases as reals into `w` and `bias` (cleared
+/// first, their memory reused), and its output count, for one bound. They
+/// were once cached for the whole build, but that held an f64 copy of
+/// every layer (4 GB for Qwen2.5-Coder-0.5B) in each process while it
+/// planned; decode passes reuse their products' bounds (`reuse`) and
+/// rarely come back here. Decoding into fresh vectors had the kernel zero
+/// every layer's pages (SmolLM2's planning: a fifth of its samples).
+fn real_weights_of(b: &Builder, enc: &Enc, w: &mut Vec<f64>, bias: &mut Vec<f64>) -> usize {
     let l = match enc {
         Enc::Built(i) => b.linear_ref(*i),
         Enc::New(l) => l,
     };
-    let (w, bias) = real_weights(l);
-    (w, bias, l.outputs)
+    w.clear();
+    w.extend(l.w.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)));
+    bias.clear();
+    bias.extend(l.b.iter().map(|v| fixed::decode(*v, l.bias_scale)));
+    l.outputs
 }
