@@ -1329,6 +1329,21 @@ impl Builder {
         Some(self.memo_linears.swap_remove(i))
     }
 
+    /// An earlier pass's encoding of layer `name` at any scale.
+    pub fn find_memo_named(&self, name: &str) -> Option<usize> {
+        self.memo_linears.iter().position(|l| l.name == name)
+    }
+
+    /// The earlier pass's encoding at `j` (from [`Builder::find_memo_named`]).
+    pub fn memo_ref(&self, j: usize) -> &EncodedLinear {
+        &self.memo_linears[j]
+    }
+
+    /// Takes the earlier pass's encoding at `j`.
+    pub fn take_memo_at(&mut self, j: usize) -> EncodedLinear {
+        self.memo_linears.swap_remove(j)
+    }
+
     /// Keeps an encoded layer for a later pass's [`Builder::take_memo`].
     pub fn keep_memo(&mut self, l: EncodedLinear) {
         self.memo_linears.push(l);
@@ -1443,6 +1458,11 @@ impl Builder {
         self.linears
             .iter()
             .position(|l| l.name == name && l.bias_scale == bias_scale)
+    }
+
+    /// A layer of this plan named `name`, at any scale.
+    pub fn find_linear_named(&self, name: &str) -> Option<usize> {
+        self.linears.iter().position(|l| l.name == name)
     }
 
     /// A linear layer.

@@ -19,21 +19,16 @@ pub(super) fn encode_linear(
 ) -> EncodedLinear {
     let inputs = parts.first().map_or(0, |p| p.inputs);
     let outputs: usize = parts.iter().map(|p| p.outputs).sum();
-    let bias_scale = in_scale + WEIGHT_FRAC;
     let mut w = vec![0u64; inputs * outputs];
-    let mut bias = Vec::with_capacity(outputs);
     let mut col = 0;
     for (pi, p) in parts.iter().enumerate() {
-        // Attention's 1/√d_h is folded into the query weights (part 0 of a
-        // fused QKV layer).
-        let s = if pi == 0 { query_scale } else { 1.0 };
+        let s = part_scale(pi, query_scale);
         for i in 0..inputs {
             for j in 0..p.outputs {
                 w[i * outputs + col + j] =
                     encode(f64::from(p.w[i * p.outputs + j]) * s, WEIGHT_FRAC);
             }
         }
-        bias.extend(p.b.iter().map(|v| encode(f64::from(*v) * s, bias_scale)));
         col += p.outputs;
     }
     EncodedLinear {
@@ -41,10 +36,29 @@ pub(super) fn encode_linear(
         inputs,
         outputs,
         w,
-        b: bias,
-        bias_scale,
+        b: encode_bias(parts, in_scale, query_scale),
+        bias_scale: in_scale + WEIGHT_FRAC,
         id: [0; 16],
     }
+}
+
+/// Attention's 1/√d_h is folded into the query weights and bias (part 0
+/// of a fused QKV layer).
+fn part_scale(part: usize, query_scale: f64) -> f64 {
+    if part == 0 { query_scale } else { 1.0 }
+}
+
+/// The biases of `parts` for an input at `in_scale`: the one part of an
+/// encoding that depends on it (the weights are at WEIGHT_FRAC whatever
+/// the input's scale).
+fn encode_bias(parts: &[&model::Linear], in_scale: u32, query_scale: f64) -> Vec<u64> {
+    let bias_scale = in_scale + WEIGHT_FRAC;
+    let mut bias = Vec::with_capacity(parts.iter().map(|p| p.outputs).sum());
+    for (pi, p) in parts.iter().enumerate() {
+        let s = part_scale(pi, query_scale);
+        bias.extend(p.b.iter().map(|v| encode(f64::from(*v) * s, bias_scale)));
+    }
+    bias
 }
 
 /// The real values of an encoded layer, for bounds.
@@ -128,9 +142,10 @@ pub(super) fn linear_product(
     let rows = b.info(x).rows;
     let scale = b.info(x).scale + WEIGHT_FRAC;
     b.at(Category::Linear, Some(layer));
-    let linear = match enc {
+    let linear = match materialize(b, enc) {
         Enc::Built(i) => i,
         Enc::New(enc) => b.linear_layer(enc),
+        Enc::Rebias { .. } => unreachable!("materialize encodes a rebias whole"),
     };
     let outputs = b.linear_ref(linear).outputs;
     let key = product_key(&name, scale, &b.info(x).bound, norm, group);
@@ -189,10 +204,70 @@ fn product_key(
 }
 
 /// A linear layer for [`linear_product`]: already in the plan, or
-/// encoded and not yet added (it may turn out to be at the wrong scale).
+/// encoded and not yet added (it may turn out to be at the wrong scale),
+/// or another scale's encoding of it with this scale's bias: its weights
+/// are the same at every scale, which is all a bound needs, and it is
+/// encoded whole ([`materialize`]) only if it is used.
 enum Enc {
     Built(usize),
     New(EncodedLinear),
+    Rebias {
+        from: Source,
+        b: Vec<u64>,
+        bias_scale: u32,
+    },
+}
+
+/// Where a [`Enc::Rebias`] finds the weights: a layer of this plan, or an
+/// earlier build's encoding not yet taken (its index is good until the
+/// next `take_memo`).
+#[derive(Clone, Copy)]
+enum Source {
+    Built(usize),
+    Memo(usize),
+}
+
+impl Enc {
+    /// The weights, the bias, its scale and the output count.
+    fn parts<'e>(&'e self, b: &'e Builder) -> (&'e [u64], &'e [u64], u32, usize) {
+        let whole = |l: &'e EncodedLinear| (&l.w[..], &l.b[..], l.bias_scale, l.outputs);
+        match self {
+            Enc::Built(i) => whole(b.linear_ref(*i)),
+            Enc::New(l) => whole(l),
+            Enc::Rebias {
+                from,
+                b: bias,
+                bias_scale,
+            } => {
+                let l = match from {
+                    Source::Built(i) => b.linear_ref(*i),
+                    Source::Memo(j) => b.memo_ref(*j),
+                };
+                (&l.w[..], &bias[..], *bias_scale, l.outputs)
+            }
+        }
+    }
+}
+
+/// A [`Enc::Rebias`] encoded whole: an earlier build's encoding taken and
+/// given the new bias (its weights move), or a copy of this plan's layer
+/// with it. Other encodings as they are.
+fn materialize(b: &mut Builder, enc: Enc) -> Enc {
+    let Enc::Rebias {
+        from,
+        b: bias,
+        bias_scale,
+    } = enc
+    else {
+        return enc;
+    };
+    let mut l = match from {
+        Source::Memo(j) => b.take_memo_at(j),
+        Source::Built(i) => b.linear_ref(i).clone(),
+    };
+    l.b = bias;
+    l.bias_scale = bias_scale;
+    Enc::New(l)
 }
 
 /// The layer `name` encoded for an input at `in_scale`: from this plan,
@@ -208,10 +283,26 @@ fn encoded(
     if let Some(i) = b.find_linear(name, scale) {
         return Enc::Built(i);
     }
-    Enc::New(
-        b.take_memo(name, scale)
-            .unwrap_or_else(|| encode_linear(name.to_string(), parts, in_scale, query_scale)),
-    )
+    if let Some(l) = b.take_memo(name, scale) {
+        return Enc::New(l);
+    }
+    let from = b
+        .find_linear_named(name)
+        .map(Source::Built)
+        .or_else(|| b.find_memo_named(name).map(Source::Memo));
+    match from {
+        Some(from) => Enc::Rebias {
+            from,
+            b: encode_bias(parts, in_scale, query_scale),
+            bias_scale: scale,
+        },
+        None => Enc::New(encode_linear(
+            name.to_string(),
+            parts,
+            in_scale,
+            query_scale,
+        )),
+    }
 }
 
 /// A layer's weights and biases as reals into `w` and `bias` (cleared
@@ -222,13 +313,10 @@ fn encoded(
 /// rarely come back here. Decoding into fresh vectors had the kernel zero
 /// every layer's pages (SmolLM2's planning: a fifth of its samples).
 fn real_weights_of(b: &Builder, enc: &Enc, w: &mut Vec<f64>, bias: &mut Vec<f64>) -> usize {
-    let l = match enc {
-        Enc::Built(i) => b.linear_ref(*i),
-        Enc::New(l) => l,
-    };
+    let (lw, lb, bias_scale, outputs) = enc.parts(b);
     w.clear();
-    w.extend(l.w.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)));
+    w.extend(lw.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)));
     bias.clear();
-    bias.extend(l.b.iter().map(|v| fixed::decode(*v, l.bias_scale)));
-    l.outputs
+    bias.extend(lb.iter().map(|v| fixed::decode(*v, bias_scale)));
+    outputs
 }
