@@ -20,7 +20,7 @@
 //! that context. Context 512 is not a case: its prefill alone needs keys
 //! this machine's disk and memory cannot hold (see docs/DECODERS.md).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
@@ -339,7 +339,7 @@ pub fn run() -> Result<String> {
     Ok(serde_json::to_string_pretty(&records)?)
 }
 
-fn embed(bin: &Path, model: &str, case: &Case, report: &PathBuf) -> Result<Report> {
+fn embed(bin: &Path, model: &str, case: &Case, report: &Path) -> Result<Report> {
     let tokens = case.tokens.to_string();
     let path = report.to_string_lossy();
     let mut cmd = std::process::Command::new(bin);
@@ -369,20 +369,8 @@ fn embed(bin: &Path, model: &str, case: &Case, report: &PathBuf) -> Result<Repor
             case.text,
         ]),
     };
-    let out = command::capture(&mut cmd)?;
-    if !out.status.success() {
-        bail!(
-            "{} failed ({}):\n{}",
-            case.name,
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = std::fs::read(report).with_context(|| format!("reading {}", report.display()))?;
-    let value: Value = serde_json::from_slice(&text)?;
-    let Value::Object(map) = value else {
-        bail!("{}: the report is not a JSON object", report.display());
-    };
+    succeeded(case.name, &command::capture(&mut cmd)?)?;
+    let map = read_report(report)?;
     let got = map.get("tokens").and_then(Value::as_u64);
     if got != Some(case.tokens as u64) {
         bail!("{}: ran {got:?} tokens, wanted {}", case.name, case.tokens);
@@ -390,6 +378,27 @@ fn embed(bin: &Path, model: &str, case: &Case, report: &PathBuf) -> Result<Repor
     if map.get("bit_exact") != Some(&Value::Bool(true)) {
         bail!("{}: the secure output is not bit-exact", case.name);
     }
+    Ok(map)
+}
+
+/// Fails, with the command's own error output, unless it succeeded.
+fn succeeded(what: &str, out: &std::process::Output) -> Result<()> {
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// A `--report-json` file, which must hold a JSON object.
+fn read_report(path: &Path) -> Result<Report> {
+    let text = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let Value::Object(map) = serde_json::from_slice(&text)? else {
+        bail!("{}: the report is not a JSON object", path.display());
+    };
     Ok(map)
 }
 
@@ -412,22 +421,11 @@ fn deal(bin: &Path, model: &str, case: &Case, scratch: &Path, run: &Report) -> R
     }
     cmd.arg("--out").arg(&out).arg("--report-json").arg(&report);
     println!("{} dealer", case.name);
-    let status = command::capture(&mut cmd);
+    let ran = command::capture(&mut cmd);
     let removed = std::fs::remove_dir_all(&out);
-    let status = status?;
-    if !status.status.success() {
-        bail!(
-            "{}: the dealer failed ({}):\n{}",
-            case.name,
-            status.status,
-            String::from_utf8_lossy(&status.stderr)
-        );
-    }
+    succeeded(&format!("{}'s dealer", case.name), &ran?)?;
     removed.with_context(|| format!("removing {}", out.display()))?;
-    let text = std::fs::read(&report).with_context(|| format!("reading {}", report.display()))?;
-    let Value::Object(dealt) = serde_json::from_slice(&text)? else {
-        bail!("{}: the report is not a JSON object", report.display());
-    };
+    let dealt = read_report(&report)?;
     if dealt.get("plan_hash") != run.get("plan_hash") {
         bail!("{}: the dealer's plan is not the run's", case.name);
     }
