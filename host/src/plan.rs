@@ -46,8 +46,11 @@ use bound::Bound;
 /// version 1 no longer match. 3: the chains' range reduction and mantissa
 /// spline run in one round each (`RingSuf`), 7 → 5 rounds per chain, and
 /// operations carry their lane where independent steps share rounds
-/// ([`Lane`]).
-pub const PLAN_VERSION: u32 = 4;
+/// ([`Lane`]). 4: decoders open q/k/v once and keep the cache's masks
+/// across passes ([`Kind::Open`]). 5: the servers exchange roles step by
+/// step so that their key files are the same size (`crate::proto::role`):
+/// the same sections go to the other server's file.
+pub const PLAN_VERSION: u32 = 5;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to
@@ -981,6 +984,9 @@ pub struct Plan {
     pub last_use: Vec<usize>,
     /// The plan's hash.
     pub hash: [u8; 32],
+    /// Per operation: whether the two servers exchange roles in its step
+    /// (`crate::proto::role`), derived from the plan on first use.
+    pub swapped: std::sync::OnceLock<Vec<bool>>,
 }
 
 impl Plan {
@@ -1692,6 +1698,7 @@ impl Builder {
             normalize,
             last_use,
             hash,
+            swapped: std::sync::OnceLock::new(),
         })
     }
 }

@@ -188,14 +188,60 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
     })
 }
 
-/// Bytes of step `op`'s key section for `party`.
-pub fn section_len(plan: &Plan, op: usize, party: Party) -> u64 {
-    16 + resolve(plan, op).map_or(0, |s| s.body_len(party)) as u64
+/// The role (P0 or P1) that `server` plays in step `op`.
+///
+/// A step's P1 section is its P0 section plus P1's explicit words (P0
+/// expands its share of the dealer's words from its seed), so with fixed
+/// roles one server's key file was 16–22 % larger than the other's. The
+/// servers therefore exchange roles step by step: going through the
+/// steps in order, a step's roles are exchanged where that makes the
+/// larger of the two files so far smaller, which keeps them within one
+/// step's words of each other at every step (a decode pass as well as the
+/// whole file). Both servers and the dealer derive the assignment from
+/// the plan alone. Each step is the same two-party protocol whichever
+/// server plays which role: its inputs and outputs are additive shares
+/// (an opening's mask shares are two shares of the whole mask, which
+/// every later step takes as a whole), and local operations keep the
+/// servers' own roles (server P0 adds public terms).
+pub fn role(plan: &Plan, op: usize, server: Party) -> Party {
+    let swapped = plan.swapped.get_or_init(|| balance(plan));
+    match swapped.get(op) {
+        Some(true) => server.other(),
+        _ => server,
+    }
 }
 
-/// Deals step `op` with the per-party seeds; `emit` receives both parties'
-/// section bytes in order, in pieces (the seed first). Large gates are
-/// dealt chunk by chunk so that memory stays bounded. `opened` holds the
+/// Per operation, whether its step's roles are exchanged (see [`role`]).
+fn balance(plan: &Plan) -> Vec<bool> {
+    let mut total = [0u64; 2];
+    (0..plan.ops.len())
+        .map(|op| {
+            if plan.step_of[op].is_none() {
+                return false;
+            }
+            let [p0, p1] = [Party::P0, Party::P1].map(|p| role_len(plan, op, p));
+            let swap = (total[0] + p1).max(total[1] + p0) < (total[0] + p0).max(total[1] + p1);
+            let [a, b] = if swap { [p1, p0] } else { [p0, p1] };
+            total = [total[0] + a, total[1] + b];
+            swap
+        })
+        .collect()
+}
+
+/// Bytes of step `op`'s key section for the role `role`.
+fn role_len(plan: &Plan, op: usize, role: Party) -> u64 {
+    16 + resolve(plan, op).map_or(0, |s| s.body_len(role)) as u64
+}
+
+/// Bytes of step `op`'s key section in `server`'s key file.
+pub fn section_len(plan: &Plan, op: usize, server: Party) -> u64 {
+    role_len(plan, op, role(plan, op, server))
+}
+
+/// Deals step `op` with the per-role seeds (P0's, P1's); `emit` receives
+/// both servers' section bytes (server P0's, server P1's: each its role's,
+/// [`role`]) in order, in pieces (the seed first). Large gates are dealt
+/// chunk by chunk so that memory stays bounded. `opened` holds the
 /// dealer's view of the opened tensors so far: [`dealt_mask`] of each
 /// opening step, moved by the layout operations since.
 pub fn deal(
@@ -206,9 +252,16 @@ pub fn deal(
     opened: &Store,
     emit: &mut Emit<'_>,
 ) -> Result<(), DealError> {
-    emit([seeds[0].to_vec(), seeds[1].to_vec()])?;
+    let swapped = role(plan, op, Party::P0) == Party::P1;
+    let mut to_servers = |mut parts: [Vec<u8>; 2]| {
+        if swapped {
+            parts.swap(0, 1);
+        }
+        emit(parts)
+    };
+    to_servers([seeds[0].to_vec(), seeds[1].to_vec()])?;
     match resolve(plan, op) {
-        Some(s) => s.deal(fss, seeds, opened, emit),
+        Some(s) => s.deal(fss, seeds, opened, &mut to_servers),
         None => Ok(()),
     }
 }
@@ -220,7 +273,8 @@ pub fn dealt_mask(plan: &Plan, op: usize, seeds: &[[u8; 16]; 2]) -> Option<Vec<u
     resolve(plan, op)?.mask(seeds)
 }
 
-/// Runs step `op` with its key section; writes the output share.
+/// Runs step `op` with its key section, as the role `on.party` (the
+/// server) plays in it ([`role`]); writes the output share.
 pub fn run(
     plan: &Plan,
     op: usize,
@@ -236,8 +290,11 @@ pub fn run(
     let Some(s) = resolve(plan, op) else {
         return Ok(());
     };
-    let out = s.run(on, &seed, &mut cur, store)?;
-    store.set(plan, plan.ops[op].kind.output(), out)?;
+    let server = on.party;
+    on.party = role(plan, op, server);
+    let out = s.run(on, &seed, &mut cur, store);
+    on.party = server;
+    store.set(plan, plan.ops[op].kind.output(), out?)?;
     Ok(())
 }
 
@@ -392,5 +449,51 @@ impl<'a> Online<'a> {
         let mut y = vec![0u64; ev.output_len()];
         ev.output(&mut y).map_err(core(step))?;
         Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every step's two sections go one to each server, and the servers'
+    /// files stay within one step's difference of each other after every
+    /// step (so a decode pass is balanced, not only the whole file).
+    #[test]
+    fn the_servers_exchange_roles_to_keep_their_key_files_even() {
+        let plan = crate::fuzzing::plan();
+        let steps: Vec<usize> = (0..plan.ops.len())
+            .filter(|op| plan.step_of[*op].is_some())
+            .collect();
+        let lens = |op: usize| [Party::P0, Party::P1].map(|r| role_len(&plan, op, r));
+        let widest = steps
+            .iter()
+            .map(|op| lens(*op)[1].abs_diff(lens(*op)[0]))
+            .max()
+            .unwrap_or(0);
+        assert!(widest > 0, "no step with explicit words to balance");
+        let (mut total, mut swapped) = ([0u64; 2], 0);
+        for &op in &steps {
+            let roles = [Party::P0, Party::P1].map(|s| role(&plan, op, s));
+            assert_ne!(
+                roles[0], roles[1],
+                "step at op {op}: both servers in one role"
+            );
+            swapped += usize::from(roles[0] == Party::P1);
+            for (s, server) in [Party::P0, Party::P1].into_iter().enumerate() {
+                let len = section_len(&plan, op, server);
+                assert_eq!(len, lens(op)[usize::from(roles[s] == Party::P1)]);
+                total[s] += len;
+            }
+            assert!(
+                total[0].abs_diff(total[1]) <= widest,
+                "{total:?} after op {op}"
+            );
+        }
+        assert!(
+            swapped > 0 && swapped < steps.len(),
+            "{swapped} of {} swapped",
+            steps.len()
+        );
     }
 }
