@@ -193,16 +193,16 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
 /// A step's P1 section is its P0 section plus P1's explicit words (P0
 /// expands its share of the dealer's words from its seed), so with fixed
 /// roles one server's key file was 16–22 % larger than the other's. The
-/// servers therefore exchange roles step by step: going through the
+/// servers therefore exchange roles step by step: going through a pass's
 /// steps in order, a step's roles are exchanged where that makes the
-/// larger of the two files so far smaller, which keeps them within one
-/// step's words of each other at every step (a decode pass as well as the
-/// whole file). Both servers and the dealer derive the assignment from
-/// the plan alone. Each step is the same two-party protocol whichever
-/// server plays which role: its inputs and outputs are additive shares
-/// (an opening's mask shares are two shares of the whole mask, which
-/// every later step takes as a whole), and local operations keep the
-/// servers' own roles (server P0 adds public terms).
+/// larger of the two servers' bytes so far in the pass smaller, which
+/// keeps them within one step's words of each other at every step of
+/// every pass. Both servers and the dealer derive the assignment from the
+/// plan alone. Each step is the same two-party protocol whichever server
+/// plays which role: its inputs and outputs are additive shares (an
+/// opening's mask shares are two shares of the whole mask, which every
+/// later step takes as a whole), and local operations keep the servers'
+/// own roles (server P0 adds public terms).
 pub fn role(plan: &Plan, op: usize, server: Party) -> Party {
     let swapped = plan.swapped.get_or_init(|| balance(plan));
     match swapped.get(op) {
@@ -212,10 +212,16 @@ pub fn role(plan: &Plan, op: usize, server: Party) -> Party {
 }
 
 /// Per operation, whether its step's roles are exchanged (see [`role`]).
+/// Each pass is balanced on its own: a decode pass's small steps would
+/// otherwise make up for the prefill's last difference, and one pass's
+/// keys would lean to one server.
 fn balance(plan: &Plan) -> Vec<bool> {
     let mut total = [0u64; 2];
     (0..plan.ops.len())
         .map(|op| {
+            if plan.passes.iter().any(|p| p.first_op == op) {
+                total = [0, 0];
+            }
             if plan.step_of[op].is_none() {
                 return false;
             }
@@ -457,31 +463,45 @@ mod tests {
     use super::*;
 
     /// Every step's two sections go one to each server, and the servers'
-    /// files stay within one step's difference of each other after every
-    /// step (so a decode pass is balanced, not only the whole file).
+    /// bytes within a pass stay within one step's difference of each other
+    /// after every step (so a decode pass is balanced, not only the whole
+    /// file): an encoder's plan and a decoder's with four passes.
     #[test]
     fn the_servers_exchange_roles_to_keep_their_key_files_even() {
-        let plan = crate::fuzzing::plan();
+        let decoder = crate::model::Decoder::builtin("tiny-llama").unwrap();
+        let generation = crate::plan::decoder::Generation {
+            prompt: 8,
+            steps: 3,
+        };
+        let decoding = crate::plan::decoder::build(&decoder, generation).unwrap();
+        assert_eq!(decoding.passes.len(), 4);
+        for plan in [crate::fuzzing::plan(), decoding] {
+            even_within_every_pass(&plan);
+        }
+    }
+
+    fn even_within_every_pass(plan: &Plan) {
         let steps: Vec<usize> = (0..plan.ops.len())
             .filter(|op| plan.step_of[*op].is_some())
             .collect();
-        let lens = |op: usize| [Party::P0, Party::P1].map(|r| role_len(&plan, op, r));
+        let lens = |op: usize| [Party::P0, Party::P1].map(|r| role_len(plan, op, r));
         let widest = steps
             .iter()
             .map(|op| lens(*op)[1].abs_diff(lens(*op)[0]))
             .max()
             .unwrap_or(0);
         assert!(widest > 0, "no step with explicit words to balance");
-        let (mut total, mut swapped) = ([0u64; 2], 0);
+        let pass_of = |op: usize| plan.passes.iter().filter(|p| p.first_op <= op).count();
+        let (mut total, mut swapped, mut pass) = ([0u64; 2], 0, 0);
         for &op in &steps {
-            let roles = [Party::P0, Party::P1].map(|s| role(&plan, op, s));
-            assert_ne!(
-                roles[0], roles[1],
-                "step at op {op}: both servers in one role"
-            );
+            if pass_of(op) != pass {
+                (total, pass) = ([0, 0], pass_of(op));
+            }
+            let roles = [Party::P0, Party::P1].map(|s| role(plan, op, s));
+            assert_ne!(roles[0], roles[1], "op {op}: both servers in one role");
             swapped += usize::from(roles[0] == Party::P1);
             for (s, server) in [Party::P0, Party::P1].into_iter().enumerate() {
-                let len = section_len(&plan, op, server);
+                let len = section_len(plan, op, server);
                 assert_eq!(len, lens(op)[usize::from(roles[s] == Party::P1)]);
                 total[s] += len;
             }
@@ -490,10 +510,7 @@ mod tests {
                 "{total:?} after op {op}"
             );
         }
-        assert!(
-            swapped > 0 && swapped < steps.len(),
-            "{swapped} of {} swapped",
-            steps.len()
-        );
+        let n = steps.len();
+        assert!(swapped > 0 && swapped < n, "{swapped} of {n} swapped");
     }
 }
