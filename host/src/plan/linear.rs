@@ -160,10 +160,10 @@ pub(super) fn linear_product(
 
 /// The scale a linear layer's input (at `scale`, `cols` wide) is
 /// truncated to when the product, bounded by `max_abs`, does not fit the
-/// ring at the input's scale. A truncation's key is a comparison over the bits it
-/// drops (about 16 bytes a bit), and the caller truncates the product to
-/// FRAC afterwards: the bits the input keeps above FRAC are dropped again
-/// from the product. So where the input is wider than the product (a gated
+/// ring at the input's scale. A truncation's key is a comparison over the
+/// bits it drops (about 16 bytes a bit), and the caller truncates the
+/// product to FRAC afterwards: the bits the input keeps above FRAC are
+/// dropped again from the product. So where the input is wider than the product (a gated
 /// MLP's 1,536 products into its 576 outputs), it keeps as many bits as
 /// the ring allows (one bit of margin for the truncation's rounding), and
 /// the wide tensor's truncation drops fewer bits: SmolLM2's 1,536 gated
