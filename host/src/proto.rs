@@ -192,7 +192,7 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
 ///
 /// A step's P1 section is its P0 section plus P1's explicit words (P0
 /// expands its share of the dealer's words from its seed), so with fixed
-/// roles one server's key file was 16–22 % larger than the other's. The
+/// roles one server's key file was 17–22 % larger than the other's. The
 /// servers therefore exchange roles step by step: going through a pass's
 /// steps in order, a step's roles are exchanged where that makes the
 /// larger of the two servers' bytes so far in the pass smaller, which
