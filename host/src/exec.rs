@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use suffuse_core::batch::{BatchEval, MatShape, Resident};
 use zeroize::Zeroize;
 
-use crate::plan::{Kind, Plan};
+use crate::plan::{EncodedLinear, Kind, Plan, RopeTables};
 
 mod layout;
 
@@ -169,6 +169,12 @@ pub fn run_local(
 ) -> Result<(), ExecError> {
     let t = &plan.tensors;
     let out = match &plan.ops[i].kind {
+        Kind::Linear {
+            x,
+            linear,
+            rope: Some(fold),
+            ..
+        } => rotated_linear(plan, *x, &plan.linears[*linear], fold, store, constants)?,
         Kind::Linear { x, linear, .. } => linear_layer(plan, *x, *linear, store, constants, la)?,
         Kind::Add { a, b, .. } => {
             let (a, b) = (store.get(plan, *a)?, store.get(plan, *b)?);
@@ -267,6 +273,57 @@ fn linear_layer(
         });
     }
     Ok(y)
+}
+
+/// `x·W` (`+ b` with `constants`) of linear layer `l` with RoPE folded in
+/// ([`RopeTables`]): row `r` takes the weights and bias rotated by row `r`'s
+/// angles. Each row's weights are rotated as the row's product consumes
+/// them, on the CPU whatever the backend (a decode pass has one row; a
+/// prefill's rows each take their own weights, so no product is shared).
+fn rotated_linear(
+    plan: &Plan,
+    x: usize,
+    l: &EncodedLinear,
+    fold: &RopeTables,
+    store: &Store,
+    constants: bool,
+) -> Result<Vec<u64>, ExecError> {
+    Ok(rotated_product(store.get(plan, x)?, l, fold, constants))
+}
+
+/// The rows `xs` (`[rows × l.inputs]`) times `l`'s weights with `fold`
+/// applied row by row, `+ b` (rotated) with `constants`.
+fn rotated_product(xs: &[u64], l: &EncodedLinear, fold: &RopeTables, constants: bool) -> Vec<u64> {
+    let (k, n) = (l.inputs.max(1), l.outputs.max(1));
+    let half = fold.head_dim / 2;
+    let pairs: Vec<(usize, usize, usize)> = fold.pairs().collect();
+    let mut y = vec![0u64; xs.len() / k * n];
+    y.par_chunks_mut(n)
+        .zip(xs.par_chunks(k))
+        .enumerate()
+        .for_each(|(r, (out, xr))| {
+            let angles = |i: usize| (fold.cos[r * half + i], fold.sin[r * half + i]);
+            for (xj, w) in xr.iter().zip(l.w.chunks_exact(n)) {
+                for &(a, b, i) in &pairs {
+                    let (wa, wb) = fold.rotate((w[a], w[b]), angles(i));
+                    out[a] = out[a].wrapping_add(xj.wrapping_mul(wa));
+                    out[b] = out[b].wrapping_add(xj.wrapping_mul(wb));
+                }
+                for (o, wc) in out[fold.rotated..].iter_mut().zip(&w[fold.rotated..]) {
+                    *o = o.wrapping_add(xj.wrapping_mul(*wc));
+                }
+            }
+            if constants && l.b.len() == n {
+                let mut bias = l.b.clone();
+                for &(a, b, i) in &pairs {
+                    (bias[a], bias[b]) = fold.rotate((l.b[a], l.b[b]), angles(i));
+                }
+                for (o, c) in out.iter_mut().zip(&bias) {
+                    *o = o.wrapping_add(*c);
+                }
+            }
+        });
+    y
 }
 
 /// `x·gain + offset` per column (the offset with `constants` only).
@@ -391,5 +448,162 @@ pub fn matmul_shape(
         n,
         transpose_b,
         accumulate,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fixed::{WEIGHT_FRAC, decode, encode};
+
+    /// A small layer: 3 inputs, two heads of 4 rotated columns and 2 more.
+    fn layer(seed: u64) -> EncodedLinear {
+        let (inputs, outputs) = (3, 10);
+        let mut state = seed;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
+        };
+        EncodedLinear {
+            name: "test".into(),
+            inputs,
+            outputs,
+            w: (0..inputs * outputs)
+                .map(|_| encode(next(), WEIGHT_FRAC))
+                .collect(),
+            b: (0..outputs)
+                .map(|_| encode(next(), 2 * WEIGHT_FRAC))
+                .collect(),
+            bias_scale: 2 * WEIGHT_FRAC,
+            id: [0; 16],
+        }
+    }
+
+    fn fold(rows: &[(f64, f64)], adjacent: bool) -> RopeTables {
+        let enc = |v: f64| encode(v, 16);
+        let (cos, sin) = rows
+            .iter()
+            .flat_map(|&(c, s)| [(enc(c), enc(s)), (enc(c * 0.5), enc(s * 0.5))])
+            .unzip();
+        RopeTables {
+            rotated: 8,
+            head_dim: 4,
+            adjacent,
+            cos,
+            sin,
+            frac: 16,
+        }
+    }
+
+    fn plain(xs: &[u64], l: &EncodedLinear) -> Vec<u64> {
+        let shape = MatShape {
+            batches: 1,
+            m: xs.len() / l.inputs,
+            k: l.inputs,
+            n: l.outputs,
+            transpose_b: false,
+            accumulate: false,
+        };
+        let mut y = vec![0; shape.m * l.outputs];
+        suffuse_core::batch::matmul_reference(&shape, xs, &l.w, &mut y).unwrap();
+        for row in y.chunks_mut(l.outputs) {
+            for (v, b) in row.iter_mut().zip(&l.b) {
+                *v = v.wrapping_add(*b);
+            }
+        }
+        y
+    }
+
+    /// The identity rotation gives the plain product and a quarter turn
+    /// its pairs swapped with one sign, bit for bit; both pair styles.
+    #[test]
+    fn exact_turns_are_exact() {
+        let l = layer(1);
+        let xs: Vec<u64> = [0.5, -1.25, 2.0, 1.0, 0.75, -0.5]
+            .iter()
+            .map(|v| encode(*v, WEIGHT_FRAC))
+            .collect();
+        let p = plain(&xs, &l);
+        for adjacent in [true, false] {
+            let mut f = fold(&[(1.0, 0.0), (1.0, 0.0)], adjacent);
+            f.cos.iter_mut().for_each(|c| *c = 1 << 16);
+            f.sin.iter_mut().for_each(|s| *s = 0);
+            assert_eq!(rotated_product(&xs, &l, &f, true), p);
+            f.cos.iter_mut().for_each(|c| *c = 0);
+            f.sin.iter_mut().for_each(|s| *s = 1 << 16);
+            let q = rotated_product(&xs, &l, &f, true);
+            for r in 0..2 {
+                let (pr, qr) = (&p[r * 10..r * 10 + 10], &q[r * 10..r * 10 + 10]);
+                for (a, b, _) in f.pairs() {
+                    assert_eq!(qr[a], pr[b].wrapping_neg());
+                    assert_eq!(qr[b], pr[a]);
+                }
+                assert_eq!(qr[8..], pr[8..]);
+            }
+        }
+    }
+
+    /// Shares: the product of a sharing is a sharing of the product (the
+    /// rotated bias added once).
+    #[test]
+    fn shares_add_up() {
+        let l = layer(2);
+        let f = fold(&[(0.6, 0.8), (-0.28, 0.96)], true);
+        let xs: Vec<u64> = (0..6).map(|i| encode(i as f64 * 0.3 - 0.7, 12)).collect();
+        let x0: Vec<u64> = (0..6u64)
+            .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .collect();
+        let x1: Vec<u64> = xs
+            .iter()
+            .zip(&x0)
+            .map(|(x, a)| x.wrapping_sub(*a))
+            .collect();
+        let y0 = rotated_product(&x0, &l, &f, true);
+        let y1 = rotated_product(&x1, &l, &f, false);
+        let sum: Vec<u64> = y0
+            .iter()
+            .zip(&y1)
+            .map(|(a, b)| a.wrapping_add(*b))
+            .collect();
+        assert_eq!(sum, rotated_product(&xs, &l, &f, true));
+    }
+
+    /// Against the real rotation of the real product: off by at most the
+    /// planner's allowance, `2^-(WEIGHT_FRAC+1)·Σ|x|` plus one unit, beyond
+    /// the tables' own rounding (the same encoded angles on both sides).
+    #[test]
+    fn folded_weights_stay_within_the_planned_error() {
+        for seed in 0..50 {
+            let l = layer(seed);
+            let angle = seed as f64 * 0.37;
+            let f = fold(
+                &[(angle.cos(), angle.sin()), (angle.sin(), -angle.cos())],
+                seed % 2 == 0,
+            );
+            let xr = [0.5 + seed as f64 * 0.01, -1.25, 2.0, -1.0, 0.75, 1.5];
+            let xs: Vec<u64> = xr.iter().map(|v| encode(*v, WEIGHT_FRAC)).collect();
+            let p = plain(&xs, &l);
+            let q = rotated_product(&xs, &l, &f, true);
+            let scale = 2 * WEIGHT_FRAC;
+            for r in 0..2 {
+                let l1: f64 = xr[r * 3..r * 3 + 3].iter().map(|v| v.abs()).sum();
+                let allowed =
+                    0.5 * 2f64.powi(-(WEIGHT_FRAC as i32)) * l1 + 2f64.powi(-(scale as i32));
+                for (a, b, i) in f.pairs() {
+                    let c = decode(f.cos[r * 2 + i], 16);
+                    let s = decode(f.sin[r * 2 + i], 16);
+                    let (pa, pb) = (decode(p[r * 10 + a], scale), decode(p[r * 10 + b], scale));
+                    for (col, want) in [(a, c * pa - s * pb), (b, s * pa + c * pb)] {
+                        let got = decode(q[r * 10 + col], scale);
+                        assert!(
+                            (got - want).abs() <= allowed,
+                            "seed {seed} row {r} col {col}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

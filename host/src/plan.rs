@@ -49,8 +49,10 @@ use bound::Bound;
 /// ([`Lane`]). 4: decoders open q/k/v once and keep the cache's masks
 /// across passes ([`Kind::Open`]). 5: the servers exchange roles step by
 /// step so that their key files are the same size (`crate::proto::role`):
-/// the same sections go to the other server's file.
-pub const PLAN_VERSION: u32 = 5;
+/// the same sections go to the other server's file. 6: a decoder's decode
+/// passes fold RoPE into the query/key weights ([`RopeTables`]), so their
+/// q/k/v truncation drops 12 bits instead of 28.
+pub const PLAN_VERSION: u32 = 6;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to
@@ -349,16 +351,78 @@ impl Band {
     }
 }
 
+/// RoPE's tables and where they apply: the first `rotated` columns (whole
+/// heads of `head_dim`), each pair `(a, b)` of a head turned by row `r`'s
+/// angles. [`Kind::Rope`] turns a product's values (`(a·c − b·s, a·s +
+/// b·c)` at `frac` more fraction bits); [`Kind::Linear`] folds them into
+/// the weights: row `r` takes the weights and the bias `(c·W_a − s·W_b,
+/// s·W_a + c·W_b)`, each rotated word rounded back to its own scale (half
+/// up), so the product stays at the input's scale plus the weights' and
+/// the truncation after it drops `frac` bits fewer.
+#[derive(Clone, Debug, Serialize)]
+pub struct RopeTables {
+    /// Columns rotated (queries and keys).
+    pub rotated: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Pairs `(2i, 2i+1)` (GGUF) instead of `(i, i + d_h/2)` (HF).
+    pub adjacent: bool,
+    /// `cos` per row and frequency, `[rows × d_h/2]`, at `frac`.
+    pub cos: Vec<u64>,
+    /// `sin` likewise.
+    pub sin: Vec<u64>,
+    /// Fraction bits of the tables.
+    pub frac: u32,
+}
+
+impl RopeTables {
+    /// The largest weight or bias word (in magnitude) a fold takes: the
+    /// rotation's sums then stay below 2^(WORD_BITS + frac + 1),
+    /// inside i64.
+    pub const WORD_BITS: u32 = 44;
+
+    /// The columns paired in one head, with their frequency index.
+    pub fn pairs(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        let half = self.head_dim / 2;
+        (0..self.rotated / self.head_dim.max(1)).flat_map(move |h| {
+            (0..half).map(move |i| {
+                let (a, b) = if self.adjacent {
+                    (2 * i, 2 * i + 1)
+                } else {
+                    (i, i + half)
+                };
+                (h * self.head_dim + a, h * self.head_dim + b, i)
+            })
+        })
+    }
+
+    /// `(c·a − s·b, s·a + c·b)`, each rounded half up from `frac` more
+    /// fraction bits; `a` and `b` below 2^[`Self::WORD_BITS`] in magnitude.
+    pub fn rotate(&self, (a, b): (u64, u64), (c, s): (u64, u64)) -> (u64, u64) {
+        let (a, b, c, s) = (a as i64, b as i64, c as i64, s as i64);
+        let half = 1i64 << (self.frac - 1);
+        (
+            ((c * a - s * b + half) >> self.frac) as u64,
+            ((s * a + c * b + half) >> self.frac) as u64,
+        )
+    }
+}
+
 /// One operation.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Kind {
-    /// `out = x·W + b` with linear layer `linear` of the plan (local).
+    /// `out = x·W + b` with linear layer `linear` of the plan (local);
+    /// with `rope`, row `r` takes `W` and `b` rotated by row `r`'s angles
+    /// ([`RopeTables`]).
     Linear {
         /// Input `[rows × inputs]`.
         x: usize,
         /// Index into [`Plan::linears`].
         linear: usize,
+        /// RoPE folded into the weights, row by row.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rope: Option<Box<RopeTables>>,
         /// Output `[rows × outputs]`.
         out: usize,
     },
@@ -567,18 +631,9 @@ pub enum Kind {
     Rope {
         /// Input.
         x: usize,
-        /// Columns rotated (queries and keys).
-        rotated: usize,
-        /// Width of one head.
-        head_dim: usize,
-        /// Pairs `(2i, 2i+1)` (GGUF) instead of `(i, i + d_h/2)` (HF).
-        adjacent: bool,
-        /// `cos` per row and frequency, `[rows × d_h/2]`, at `frac`.
-        cos: Vec<u64>,
-        /// `sin` likewise.
-        sin: Vec<u64>,
-        /// Fraction bits of the tables.
-        frac: u32,
+        /// The tables and the columns they turn.
+        #[serde(flatten)]
+        tables: RopeTables,
         /// Output.
         out: usize,
     },
@@ -1213,6 +1268,13 @@ pub enum PlanError {
         /// The operation's output.
         tensor: String,
     },
+    /// RoPE asked to fold into something other than the linear layer
+    /// just written, or into weights too wide for the fold's arithmetic.
+    #[error("RoPE cannot fold into the weights behind {tensor}")]
+    RopeFold {
+        /// The product.
+        tensor: String,
+    },
     /// A gate could not be built.
     #[error("building the gate for {tensor} ({spec}): {error}")]
     Gate {
@@ -1313,6 +1375,25 @@ pub struct Builder {
     reals: (Vec<f64>, Vec<f64>),
 }
 
+/// The limit of a tensor with `bound` at `scale`: the bound with the
+/// margin, as an integer, or the error if it does not fit the ring.
+fn limit_of(name: &str, bound: &Bound, scale: u32) -> Result<u64, PlanError> {
+    let max = bound.max_abs();
+    let bits = bound::width(max, scale);
+    // 62 bits leaves room for the one-bit slack of gap truncation and
+    // for sums of two bounded tensors.
+    if bits > 62 || !max.is_finite() {
+        return Err(PlanError::RangeExceedsRing {
+            tensor: name.to_string(),
+            bound: max,
+            scale,
+            bits,
+        });
+    }
+    // Below 2^62 by the width check.
+    Ok(((max * bound::MARGIN * fixed::pow2(scale)).ceil() + 2.0) as u64)
+}
+
 impl Builder {
     /// A builder that reuses an earlier pass's encoded layers and bounds.
     pub fn with_memo(
@@ -1385,30 +1466,53 @@ impl Builder {
         bound: Bound,
     ) -> Result<usize, PlanError> {
         let name = name.into();
-        let max = bound.max_abs();
-        let bits = bound::width(max, scale);
-        // 62 bits leaves room for the one-bit slack of gap truncation and
-        // for sums of two bounded tensors.
-        if bits > 62 || !max.is_finite() {
-            return Err(PlanError::RangeExceedsRing {
-                tensor: name,
-                bound: max,
-                scale,
-                bits,
-            });
-        }
-        let limit = (max * bound::MARGIN * fixed::pow2(scale)).ceil() + 2.0;
+        let limit = limit_of(&name, &bound, scale)?;
         self.tensors.push(TensorInfo {
             name,
             rows,
             cols,
             scale,
             bound,
-            // Below 2^62 by the width check.
-            limit: limit as u64,
+            limit,
             paired: false,
         });
         Ok(self.tensors.len() - 1)
+    }
+
+    /// Folds RoPE into the linear layer that wrote `y`, the last
+    /// operation ([`RopeTables`]); `bound` is the rotated product's. The
+    /// layer's words must fit the fold's arithmetic.
+    pub fn fold_rope(&mut self, y: usize, fold: RopeTables, bound: Bound) -> Result<(), PlanError> {
+        let wide = |w: &u64| (*w as i64).unsigned_abs() >> RopeTables::WORD_BITS != 0;
+        let fits = match self.ops.last().map(|op| &op.kind) {
+            Some(Kind::Linear {
+                linear,
+                rope: None,
+                out,
+                ..
+            }) if *out == y => {
+                let l = &self.linears[*linear];
+                !l.w.iter().chain(&l.b).any(wide)
+            }
+            _ => false,
+        };
+        let t = &self.tensors[y];
+        let limit = limit_of(&t.name, &bound, t.scale)?;
+        match self.ops.last_mut() {
+            Some(Op {
+                kind: Kind::Linear { rope, .. },
+                ..
+            }) if fits => *rope = Some(Box::new(fold)),
+            _ => {
+                return Err(PlanError::RopeFold {
+                    tensor: t.name.clone(),
+                });
+            }
+        }
+        let t = &mut self.tensors[y];
+        t.limit = limit;
+        t.bound = bound;
+        Ok(())
     }
 
     /// Starts a client round trip: the operations that follow read its
@@ -1721,6 +1825,49 @@ mod tests {
                 .unwrap();
         }
         (b, t)
+    }
+
+    /// RoPE folds only into the linear layer just written, once, and only
+    /// into words its arithmetic holds; a refused fold changes nothing.
+    #[test]
+    fn rope_folds_only_into_the_last_linear_layer() {
+        let fold = || RopeTables {
+            rotated: 2,
+            head_dim: 2,
+            adjacent: true,
+            cos: vec![1 << 16; 2],
+            sin: vec![0; 2],
+            frac: 16,
+        };
+        let (mut b, [x, y, z]) = three();
+        let linear = b.linear_layer(EncodedLinear {
+            name: "l".into(),
+            inputs: 2,
+            outputs: 2,
+            w: vec![1, 2, 3, 1 << RopeTables::WORD_BITS],
+            b: vec![0, 0],
+            bias_scale: 2 * fixed::FRAC,
+            id: [0; 16],
+        });
+        b.push(Kind::Linear {
+            x,
+            linear,
+            rope: None,
+            out: y,
+        });
+        let wide = b.fold_rope(y, fold(), Bound::uniform(2, 2.0));
+        assert!(matches!(wide, Err(PlanError::RopeFold { .. })), "{wide:?}");
+        b.linears[linear].w[3] = 4;
+        let before = b.tensors[y].limit;
+        b.push(Kind::Square { x, out: z });
+        let not_last = b.fold_rope(y, fold(), Bound::uniform(2, 2.0));
+        assert!(matches!(not_last, Err(PlanError::RopeFold { .. })));
+        assert_eq!(b.tensors[y].limit, before);
+        b.ops.pop();
+        b.fold_rope(y, fold(), Bound::uniform(2, 2.0)).unwrap();
+        assert!(b.tensors[y].limit > before);
+        let again = b.fold_rope(y, fold(), Bound::uniform(2, 2.0));
+        assert!(matches!(again, Err(PlanError::RopeFold { .. })));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! causal triangles and RoPE. All linear over Z_2^64 (RoPE multiplies by
 //! public constants), so parties run them on shares unchanged.
 
-use crate::plan::{Band, Kind, Plan};
+use crate::plan::{Band, Kind, Plan, RopeTables};
 
 use super::{ExecError, Store};
 
@@ -26,25 +26,7 @@ pub(super) fn run(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<
             let band = band.unwrap_or(Band::causal(t[out].cols));
             get(x).map(|v| spread(v, t[out].cols, band, diagonal))
         }
-        Kind::Rope {
-            x,
-            rotated,
-            head_dim,
-            adjacent,
-            ref cos,
-            ref sin,
-            frac,
-            ..
-        } => get(x).map(|v| {
-            let shape = RopeShape {
-                cols: t[x].cols,
-                rotated,
-                head_dim,
-                adjacent,
-                frac,
-            };
-            rope(v, &shape, cos, sin)
-        }),
+        Kind::Rope { x, ref tables, .. } => get(x).map(|v| rope(v, t[x].cols, tables)),
         Kind::Heads {
             x,
             from,
@@ -116,39 +98,24 @@ fn spread(x: &[u64], keys: usize, band: Band, diagonal: bool) -> Vec<u64> {
     y
 }
 
-/// The geometry of a [`Kind::Rope`].
-struct RopeShape {
-    cols: usize,
-    rotated: usize,
-    head_dim: usize,
-    adjacent: bool,
-    frac: u32,
-}
-
 /// `(a, b) ↦ (a·cos − b·sin, a·sin + b·cos)` on every pair of the rotated
 /// heads; the other columns times `2^frac`.
-fn rope(x: &[u64], s: &RopeShape, cos: &[u64], sin: &[u64]) -> Vec<u64> {
-    let half = s.head_dim / 2;
+fn rope(x: &[u64], cols: usize, t: &RopeTables) -> Vec<u64> {
+    let half = t.head_dim / 2;
+    let pairs: Vec<(usize, usize, usize)> = t.pairs().collect();
     let mut y = x.to_vec();
-    for (r, row) in y.chunks_exact_mut(s.cols.max(1)).enumerate() {
+    for (r, row) in y.chunks_exact_mut(cols.max(1)).enumerate() {
         let (c, sn) = (
-            &cos[r * half..(r + 1) * half],
-            &sin[r * half..(r + 1) * half],
+            &t.cos[r * half..(r + 1) * half],
+            &t.sin[r * half..(r + 1) * half],
         );
-        for head in row[..s.rotated].chunks_exact_mut(s.head_dim.max(1)) {
-            for i in 0..half {
-                let (ia, ib) = if s.adjacent {
-                    (2 * i, 2 * i + 1)
-                } else {
-                    (i, i + half)
-                };
-                let (a, b) = (head[ia], head[ib]);
-                head[ia] = a.wrapping_mul(c[i]).wrapping_sub(b.wrapping_mul(sn[i]));
-                head[ib] = a.wrapping_mul(sn[i]).wrapping_add(b.wrapping_mul(c[i]));
-            }
+        for &(ia, ib, i) in &pairs {
+            let (a, b) = (row[ia], row[ib]);
+            row[ia] = a.wrapping_mul(c[i]).wrapping_sub(b.wrapping_mul(sn[i]));
+            row[ib] = a.wrapping_mul(sn[i]).wrapping_add(b.wrapping_mul(c[i]));
         }
-        for v in &mut row[s.rotated..] {
-            *v = v.wrapping_shl(s.frac);
+        for v in &mut row[t.rotated..] {
+            *v = v.wrapping_shl(t.frac);
         }
     }
     y
@@ -257,17 +224,18 @@ mod tests {
     fn rope_styles_pair_different_columns() {
         // cos = 0, sin = 1 (at scale 0): (a, b) ↦ (−b, a).
         let x = [1u64, 2, 3, 4, 7];
-        let shape = |adjacent| RopeShape {
-            cols: 5,
+        let tables = |adjacent| RopeTables {
             rotated: 4,
             head_dim: 4,
             adjacent,
+            cos: vec![0, 0],
+            sin: vec![1, 1],
             frac: 0,
         };
         let neg = |v: u64| v.wrapping_neg();
-        let y = rope(&x, &shape(true), &[0, 0], &[1, 1]);
+        let y = rope(&x, 5, &tables(true));
         assert_eq!(y, [neg(2), 1, neg(4), 3, 7]);
-        let y = rope(&x, &shape(false), &[0, 0], &[1, 1]);
+        let y = rope(&x, 5, &tables(false));
         assert_eq!(y, [neg(3), neg(4), 1, 2, 7]);
     }
 }

@@ -31,7 +31,7 @@ use super::bound::{self, Bound, NormForm};
 use super::linear::{linear_product, linear_to_frac};
 use super::norm::{normalize, normalize_stacked};
 use super::scale::{GELU_ERR, spline_width, truncate, ulp};
-use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
+use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
 use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, Norm, RopeStyle};
 use suffuse_core::gate::activation::{COEFF_BITS, GeluForm, gelu_spline, out_scale};
@@ -423,15 +423,22 @@ fn projections(
         inv_root
     };
     let (y, _) = linear_product(b, n, Some(form), name.clone(), &parts, query_scale, dh, l)?;
-    let rope_on = |b: &mut Builder, y, rotated, heads| {
-        let place = Rotation { theta, at, heads };
-        rope(b, model, y, rotated, place, l)
-    };
     let llama = cfg.architecture == Architecture::Llama;
-    let y = if llama && layer.qk_norm.is_none() {
-        rope_on(b, y, qw + kvw, 1)?
-    } else {
-        y
+    let place = Rotation {
+        theta,
+        at,
+        heads: 1,
+    };
+    // A decode pass folds RoPE into the weights (one row, so one set of
+    // rotated weights); other passes would rotate every row's weights on
+    // the CPU (docs/DECODERS.md), so they rotate the product.
+    let y = match (llama && layer.qk_norm.is_none(), b.decoding()) {
+        (false, _) => y,
+        (true, true) => {
+            fold_rope(b, model, y, qw + kvw, place)?;
+            y
+        }
+        (true, false) => rope(b, model, y, qw + kvw, place, l)?,
     };
     b.at(Category::Truncation, Some(l));
     let qkv = truncate(b, y, FRAC, name.clone())?;
@@ -545,8 +552,62 @@ struct Rotation {
     heads: usize,
 }
 
-/// RoPE on the first `rotated` columns of `y`: each pair's norm is kept,
-/// up to the tables' rounding.
+/// The RoPE tables of `place` for the first `rotated` columns,
+/// `[heads·rows × d_h/2]` at ROPE_FRAC.
+fn rope_tables(model: &Decoder, place: Rotation, rotated: usize) -> RopeTables {
+    let dh = model.config.head_dim;
+    let (mut cos, mut sin) = (Vec::new(), Vec::new());
+    for r in 0..place.at.rows {
+        let pos = (place.at.first + r) as f64;
+        for i in 0..dh / 2 {
+            let freq = f64::from(place.theta).powf(-2.0 * i as f64 / dh as f64);
+            let angle = pos * freq;
+            cos.push(encode(libm::cos(angle), ROPE_FRAC));
+            sin.push(encode(libm::sin(angle), ROPE_FRAC));
+        }
+    }
+    RopeTables {
+        rotated,
+        head_dim: dh,
+        adjacent: model.config.rope_style == RopeStyle::Adjacent,
+        cos: cos.repeat(place.heads),
+        sin: sin.repeat(place.heads),
+        frac: ROPE_FRAC,
+    }
+}
+
+/// The bound of `yb` with its first `rotated` columns turned by RoPE,
+/// each rotated value off by at most `extra` from the encoded rotation:
+/// a pair's norm is kept, up to the tables' rounding.
+fn rotated_bound(yb: &Bound, rotated: usize, model: &Decoder, extra: f64) -> Bound {
+    let dh = model.config.head_dim;
+    let half = dh / 2;
+    let adjacent = model.config.rope_style == RopeStyle::Adjacent;
+    // |c| + |s| rounding: the encoded rotation stretches a pair by at most
+    // 1 + 2^(1 − ROPE_FRAC).
+    let stretch = 1.0 + 2.0 * ulp(ROPE_FRAC);
+    let mut abs = yb.abs.clone();
+    for head in abs[..rotated].chunks_exact_mut(dh) {
+        for i in 0..half {
+            let (ia, ib) = if adjacent {
+                (2 * i, 2 * i + 1)
+            } else {
+                (i, i + half)
+            };
+            let m = head[ia].hypot(head[ib]) * stretch + extra;
+            head[ia] = m;
+            head[ib] = m;
+        }
+    }
+    let mut bound = Bound::from_abs(abs, dh);
+    for (g, old) in bound.l2.iter_mut().enumerate() {
+        *old = old.min(yb.group_l2(g) * stretch + (dh as f64).sqrt() * extra);
+    }
+    bound
+}
+
+/// RoPE on the first `rotated` columns of `y`: the product, at `y`'s
+/// scale plus ROPE_FRAC.
 fn rope(
     b: &mut Builder,
     model: &Decoder,
@@ -555,42 +616,9 @@ fn rope(
     place: Rotation,
     l: usize,
 ) -> Result<usize, PlanError> {
-    let cfg = &model.config;
-    let dh = cfg.head_dim;
-    let half = dh / 2;
-    let adjacent = cfg.rope_style == RopeStyle::Adjacent;
-    let (mut cos, mut sin) = (Vec::new(), Vec::new());
-    for r in 0..place.at.rows {
-        let pos = (place.at.first + r) as f64;
-        for i in 0..half {
-            let freq = f64::from(place.theta).powf(-2.0 * i as f64 / dh as f64);
-            let angle = pos * freq;
-            cos.push(encode(libm::cos(angle), ROPE_FRAC));
-            sin.push(encode(libm::sin(angle), ROPE_FRAC));
-        }
-    }
-    let (cos, sin) = (cos.repeat(place.heads), sin.repeat(place.heads));
+    let tables = rope_tables(model, place, rotated);
     let yi = b.info(y).clone();
-    // |c| + |s| rounding: the encoded rotation stretches a pair by at most
-    // 1 + 2^(1 − ROPE_FRAC).
-    let stretch = 1.0 + 2.0 * ulp(ROPE_FRAC);
-    let mut abs = yi.bound.abs.clone();
-    for head in abs[..rotated].chunks_exact_mut(dh) {
-        for i in 0..half {
-            let (ia, ib) = if adjacent {
-                (2 * i, 2 * i + 1)
-            } else {
-                (i, i + half)
-            };
-            let m = head[ia].hypot(head[ib]) * stretch;
-            head[ia] = m;
-            head[ib] = m;
-        }
-    }
-    let mut bound = Bound::from_abs(abs, dh);
-    for (g, old) in bound.l2.iter_mut().enumerate() {
-        *old = old.min(yi.bound.group_l2(g) * stretch);
-    }
+    let bound = rotated_bound(&yi.bound, rotated, model, 0.0);
     b.at(Category::Linear, Some(l));
     let out = b.tensor(
         format!("layer {l} rotated"),
@@ -599,17 +627,39 @@ fn rope(
         yi.scale + ROPE_FRAC,
         bound,
     )?;
-    b.push(Kind::Rope {
-        x: y,
-        rotated,
-        head_dim: dh,
-        adjacent,
-        cos,
-        sin,
-        frac: ROPE_FRAC,
-        out,
-    });
+    b.push(Kind::Rope { x: y, tables, out });
     Ok(out)
+}
+
+/// RoPE folded into the weights of the linear layer that just wrote `y`
+/// ([`RopeTables`]): `y` stays at its scale, so the truncation after it
+/// drops ROPE_FRAC bits fewer (16 of 28 for SmolLM2's q/k/v). Each rotated
+/// weight is rounded to WEIGHT_FRAC, off by at most half a unit, so a
+/// rotated value is off by at most `2^-(WEIGHT_FRAC+1)·Σ|x|` from the
+/// encoded rotation of the exact product, plus half a unit of `y`'s scale
+/// for the rotated bias.
+fn fold_rope(
+    b: &mut Builder,
+    model: &Decoder,
+    y: usize,
+    rotated: usize,
+    place: Rotation,
+) -> Result<(), PlanError> {
+    let tables = rope_tables(model, place, rotated);
+    // The layer's input as it took it (after any rescaling).
+    let x = match b.ops.last().map(|op| &op.kind) {
+        Some(Kind::Linear { x, out, .. }) if *out == y => *x,
+        _ => {
+            return Err(PlanError::RopeFold {
+                tensor: b.info(y).name.clone(),
+            });
+        }
+    };
+    let l1: f64 = b.info(x).bound.abs.iter().sum();
+    let yi = b.info(y).clone();
+    let extra = 0.5 * ulp(WEIGHT_FRAC) * l1 + ulp(yi.scale);
+    let bound = rotated_bound(&yi.bound, rotated, model, extra);
+    b.fold_rope(y, tables, bound)
 }
 
 /// Columns `from..from + count·dh` of `x` as `[count·rows × dh]`.

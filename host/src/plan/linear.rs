@@ -154,7 +154,12 @@ pub(super) fn linear_product(
     let key = product_key(&name, scale, &b.info(x).bound, norm, group);
     b.remember_product(key, out.clone());
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
-    b.push(Kind::Linear { x, linear, out: y });
+    b.push(Kind::Linear {
+        x,
+        linear,
+        rope: None,
+        out: y,
+    });
     Ok((y, linear))
 }
 
@@ -201,7 +206,12 @@ fn reuse(
     let outputs = b.linear_ref(linear).outputs;
     b.at(Category::Linear, Some(layer));
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
-    b.push(Kind::Linear { x, linear, out: y });
+    b.push(Kind::Linear {
+        x,
+        linear,
+        rope: None,
+        out: y,
+    });
     Ok(Some((y, linear)))
 }
 
