@@ -28,7 +28,7 @@ use std::sync::OnceLock;
 use rayon::prelude::*;
 use suffuse_core::Error;
 use suffuse_core::batch::{
-    BatchEval, EvalStats, MatShape, full_domain_each, lookup_each, lookup_slots,
+    BatchEval, EvalStats, MatShape, Turned, full_domain_each, lookup_each, lookup_slots,
 };
 use suffuse_core::fss::{self, GEN_LANES, GenBatch, KeyBatch};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, HASH_CHUNK, Hasher};
@@ -379,6 +379,23 @@ impl BatchEval for CpuEval {
                 .try_reduce(|| 0, |a, b| Ok(a + b))
         })?;
         Ok(EvalStats { aes_calls: calls })
+    }
+
+    fn turned_matmul(
+        &self,
+        t: &Turned<'_>,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), Error> {
+        t.check(a, b, c)?;
+        let (k, path) = (t.k, self.matrix);
+        self.install(|| {
+            c.par_chunks_mut(t.n.max(1))
+                .enumerate()
+                .for_each(|(i, ci)| path.turned_row(t, i, &a[i * k..(i + 1) * k], b, ci));
+        });
+        Ok(())
     }
 
     fn matmul(&self, shape: &MatShape, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {

@@ -51,6 +51,7 @@
 use std::sync::OnceLock;
 
 use rayon::prelude::*;
+use suffuse_core::batch::Turned;
 
 /// Depth of one packed panel of `B`: `KC × NR` words stay in L1 while the
 /// slivers of `A` stream past.
@@ -517,6 +518,39 @@ struct Job<'a> {
 
 /// One task's part of `C`: its rows, each the segment of columns
 /// `col0..col0 + rows[i].len()` of row `row0 + i`.
+impl Path {
+    /// Row `i` of a product whose weights turn with each row
+    /// ([`Turned::row`]), compiled for this path's instructions: the
+    /// row's loop over its turned columns vectorises with them (eight
+    /// `vpmullq` lanes on AVX-512DQ).
+    #[allow(unsafe_code)]
+    pub fn turned_row(self, t: &Turned<'_>, i: usize, a: &[u64], b: &[u64], c: &mut [u64]) {
+        match self.0 {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a `Path(Kind::Avx512)` is only built by `available`,
+            // after checking AVX-512F and AVX-512DQ.
+            Kind::Avx512 => unsafe { turned_row_avx512(t, i, a, b, c) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a `Path(Kind::Avx2)` is only built by `available`,
+            // after checking AVX2.
+            Kind::Avx2 => unsafe { turned_row_avx2(t, i, a, b, c) },
+            Kind::Portable => t.row(i, a, b, c),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq")]
+fn turned_row_avx512(t: &Turned<'_>, i: usize, a: &[u64], b: &[u64], c: &mut [u64]) {
+    t.row(i, a, b, c);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn turned_row_avx2(t: &Turned<'_>, i: usize, a: &[u64], b: &[u64], c: &mut [u64]) {
+    t.row(i, a, b, c);
+}
+
 struct Tile<'c> {
     row0: usize,
     col0: usize,

@@ -266,3 +266,52 @@ fn overflowing_shapes_are_errors() {
     );
     let _: &dyn std::error::Error = &e;
 }
+
+/// Every path's turned row ([`Path::turned_row`]) against core's row loop
+/// ([`suffuse_core::batch::turned_reference`]): both pairings, widths
+/// around the vector lengths, weights up to 2^44 and factors up to 2^17
+/// of either sign (the rounding at both signs), and garbage in `c`.
+#[test]
+fn turned_rows_match_the_reference_on_every_path() {
+    use suffuse_core::batch::{Pairing, Turned, turned_reference};
+    let mut rng = Rng::seeded(9);
+    let signed = |rng: &mut Rng, bits: u32| {
+        ((rng.next() >> (64 - bits)) as i64 - (1i64 << (bits - 1))) as u64
+    };
+    for (m, k, n, turned, pairing) in [
+        (1, 1, 2, 2, Pairing::Adjacent),
+        (2, 9, 17, 16, Pairing::Adjacent),
+        (3, 33, 30, 30, Pairing::Adjacent),
+        (2, 65, 72, 64, Pairing::Halves(16)),
+        (4, 7, 40, 36, Pairing::Halves(6)),
+        (1, 129, 24, 0, Pairing::Halves(8)),
+    ] {
+        let a = rng.words(m * k);
+        let b: Vec<u64> = (0..k * n).map(|_| signed(&mut rng, 45)).collect();
+        let own: Vec<u64> = (0..m * turned).map(|_| signed(&mut rng, 18)).collect();
+        let other: Vec<u64> = (0..m * turned).map(|_| signed(&mut rng, 18)).collect();
+        let t = Turned {
+            m,
+            k,
+            n,
+            turned,
+            pairing,
+            own: &own,
+            other: &other,
+            frac: 16,
+        };
+        let mut want = vec![0; m * n];
+        turned_reference(&t, &a, &b, &mut want).expect("reference");
+        for path in Path::available() {
+            let mut c = rng.words(m * n);
+            for (i, ci) in c.chunks_exact_mut(n).enumerate() {
+                path.turned_row(&t, i, &a[i * k..(i + 1) * k], &b, ci);
+            }
+            assert!(
+                c == want,
+                "{} m={m} k={k} n={n} turned={turned} {pairing:?}",
+                path.name()
+            );
+        }
+    }
+}

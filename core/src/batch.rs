@@ -75,6 +75,147 @@ impl MatShape {
     }
 }
 
+/// A product whose weights turn with each row ([`BatchEval::turned_matmul`]):
+/// `C = A · B'_i` row by row, `A` is `m × k`, `B` is `k × n` and `C` is
+/// `m × n`, all row-major, where row `i`'s weights `B'_i` equal `B` except in
+/// the first `turned` columns, which come in pairs ([`Pairing`]): with `q`
+/// the column paired with `j`,
+///
+/// ```text
+/// B'_i[p][j] = (own[i][j]·B[p][j] + other[i][j]·B[p][q] + 2^(frac−1)) >> frac
+/// ```
+///
+/// in signed 64-bit arithmetic (an arithmetic shift: rounded half up).
+/// RoPE folded into a linear layer: `(own, other)` are a row's `(cos,
+/// −sin)` at a pair's first column and `(cos, sin)` at its second. The
+/// caller keeps `|own|, |other| ≤ 2^17` and the weights below 2^44 in
+/// magnitude, so no sum overflows.
+#[derive(Clone, Copy, Debug)]
+pub struct Turned<'a> {
+    /// Rows of `A` and `C`.
+    pub m: usize,
+    /// The inner dimension.
+    pub k: usize,
+    /// Columns of `B` and `C`.
+    pub n: usize,
+    /// Leading columns whose weights turn (at most `n`).
+    pub turned: usize,
+    /// Which columns are paired.
+    pub pairing: Pairing,
+    /// `[m × turned]`: each row's factor of a turned column's own word.
+    pub own: &'a [u64],
+    /// `[m × turned]`: each row's factor of its partner's word.
+    pub other: &'a [u64],
+    /// Fraction bits of the factors, rounded away (1 to 63).
+    pub frac: u32,
+}
+
+/// How [`Turned`] pairs its columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pairing {
+    /// `(2i, 2i + 1)`.
+    Adjacent,
+    /// `(i, i + w/2)` within each block of `w` columns.
+    Halves(usize),
+}
+
+impl Turned<'_> {
+    /// Checks the shape and slice lengths.
+    pub fn check(&self, a: &[u64], b: &[u64], c: &[u64]) -> Result<(), Error> {
+        let len = |r: usize, c: usize| r.checked_mul(c);
+        let want = [
+            len(self.m, self.k),
+            len(self.k, self.n),
+            len(self.m, self.n),
+            len(self.m, self.turned),
+            len(self.m, self.turned),
+        ];
+        let got = [a.len(), b.len(), c.len(), self.own.len(), self.other.len()];
+        let sizes = want.iter().zip(got).all(|(w, g)| *w == Some(g));
+        let block = match self.pairing {
+            Pairing::Adjacent => 2,
+            Pairing::Halves(w) => w,
+        };
+        let paired = block > 0 && block.is_multiple_of(2) && self.turned.is_multiple_of(block);
+        if sizes && paired && self.turned <= self.n && (1..64).contains(&self.frac) {
+            Ok(())
+        } else {
+            Err(Error::BufferLength)
+        }
+    }
+
+    /// One turned weight: `(own·w + other·v + 2^(frac−1)) >> frac`.
+    #[inline(always)]
+    pub fn turn(w: u64, v: u64, own: u64, other: u64, frac: u32) -> u64 {
+        let (w, v) = (w.cast_signed(), v.cast_signed());
+        let (own, other) = (own.cast_signed(), other.cast_signed());
+        let sum = own
+            .wrapping_mul(w)
+            .wrapping_add(other.wrapping_mul(v))
+            .wrapping_add(1 << (frac - 1));
+        (sum >> frac).cast_unsigned()
+    }
+
+    /// Row `i` of `C` from row `i` of `A` (`k` words): the loop every
+    /// backend's row kernel runs, written so that compilers vectorise it
+    /// (each pair's two columns side by side, or each block's two halves).
+    #[inline(always)]
+    pub fn row(&self, i: usize, a: &[u64], b: &[u64], c: &mut [u64]) {
+        let (n, t, frac) = (self.n.max(1), self.turned, self.frac);
+        let own = &self.own[i * t..(i + 1) * t];
+        let other = &self.other[i * t..(i + 1) * t];
+        c.fill(0);
+        let (turned, plain) = c.split_at_mut(t);
+        for (&x, w) in a.iter().zip(b.chunks_exact(n)) {
+            let (wt, wp) = w.split_at(t);
+            match self.pairing {
+                Pairing::Adjacent => {
+                    let pairs = turned.chunks_exact_mut(2).zip(wt.chunks_exact(2));
+                    let factors = own.chunks_exact(2).zip(other.chunks_exact(2));
+                    for ((o, w), (f, g)) in pairs.zip(factors) {
+                        o[0] = o[0]
+                            .wrapping_add(x.wrapping_mul(Self::turn(w[0], w[1], f[0], g[0], frac)));
+                        o[1] = o[1]
+                            .wrapping_add(x.wrapping_mul(Self::turn(w[1], w[0], f[1], g[1], frac)));
+                    }
+                }
+                Pairing::Halves(width) => {
+                    let blocks = turned.chunks_exact_mut(width).zip(wt.chunks_exact(width));
+                    let factors = own.chunks_exact(width).zip(other.chunks_exact(width));
+                    for ((o, w), (f, g)) in blocks.zip(factors) {
+                        let h = width / 2;
+                        let (o0, o1) = o.split_at_mut(h);
+                        let (w0, w1) = w.split_at(h);
+                        let (f0, f1) = f.split_at(h);
+                        let (g0, g1) = g.split_at(h);
+                        for j in 0..h {
+                            o0[j] = o0[j].wrapping_add(
+                                x.wrapping_mul(Self::turn(w0[j], w1[j], f0[j], g0[j], frac)),
+                            );
+                            o1[j] = o1[j].wrapping_add(
+                                x.wrapping_mul(Self::turn(w1[j], w0[j], f1[j], g1[j], frac)),
+                            );
+                        }
+                    }
+                }
+            }
+            for (o, wj) in plain.iter_mut().zip(wp) {
+                *o = o.wrapping_add(x.wrapping_mul(*wj));
+            }
+        }
+    }
+}
+
+/// [`BatchEval::turned_matmul`] one row after another: the reference every
+/// backend must match.
+pub fn turned_reference(t: &Turned<'_>, a: &[u64], b: &[u64], c: &mut [u64]) -> Result<(), Error> {
+    t.check(a, b, c)?;
+    for (i, ci) in c.chunks_exact_mut(t.n.max(1)).enumerate() {
+        t.row(i, &a[i * t.k..(i + 1) * t.k], b, ci);
+    }
+    Ok(())
+}
+
 /// One evaluation request of [`BatchEval::eval_many`]: `keys` at `points`,
 /// into `out`, as [`BatchEval::eval`] takes them.
 #[derive(Debug)]
@@ -259,6 +400,19 @@ pub trait BatchEval: Hasher + Sync {
         c: &mut [u64],
     ) -> Result<(), Error> {
         self.matmul(shape, a, b.words, c)
+    }
+
+    /// A product whose weights turn with each row ([`Turned`]);
+    /// [`Error::BufferLength`] if a slice does not match the shape. The
+    /// default is [`turned_reference`].
+    fn turned_matmul(
+        &self,
+        t: &Turned<'_>,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), Error> {
+        turned_reference(t, a, b, c)
     }
 }
 

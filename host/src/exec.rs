@@ -4,7 +4,7 @@
 //! offsets) are added once: by the reference, and by P0 only.
 
 use rayon::prelude::*;
-use suffuse_core::batch::{BatchEval, MatShape, Resident};
+use suffuse_core::batch::{BatchEval, MatShape, Pairing, Resident, Turned};
 use zeroize::Zeroize;
 
 use crate::plan::{EncodedLinear, Kind, Plan, RopeTables};
@@ -66,6 +66,12 @@ pub enum ExecError {
     MatMul {
         /// Its shape.
         shape: MatShape,
+        /// The backend's answer.
+        error: suffuse_core::Error,
+    },
+    /// The backend refused a product with RoPE folded into its weights.
+    #[error("rotated linear product: {error}")]
+    Turned {
         /// The backend's answer.
         error: suffuse_core::Error,
     },
@@ -174,7 +180,10 @@ pub fn run_local(
             linear,
             rope: Some(fold),
             ..
-        } => rotated_linear(plan, *x, &plan.linears[*linear], fold, store, constants)?,
+        } => {
+            let l = &plan.linears[*linear];
+            rotated_linear(plan, *x, l, fold, store, (constants, la))?
+        }
         Kind::Linear { x, linear, .. } => linear_layer(plan, *x, *linear, store, constants, la)?,
         Kind::Add { a, b, .. } => {
             let (a, b) = (store.get(plan, *a)?, store.get(plan, *b)?);
@@ -276,54 +285,95 @@ fn linear_layer(
 }
 
 /// `x·W` (`+ b` with `constants`) of linear layer `l` with RoPE folded in
-/// ([`RopeTables`]): row `r` takes the weights and bias rotated by row `r`'s
-/// angles. Each row's weights are rotated as the row's product consumes
-/// them, on the CPU whatever the backend (a decode pass has one row; a
-/// prefill's rows each take their own weights, so no product is shared).
+/// ([`RopeTables`]): row `r` takes the weights and bias rotated by row
+/// `r`'s angles, on `la` ([`BatchEval::turned_matmul`]).
 fn rotated_linear(
     plan: &Plan,
     x: usize,
     l: &EncodedLinear,
     fold: &RopeTables,
     store: &Store,
-    constants: bool,
+    (constants, la): (bool, &dyn BatchEval),
 ) -> Result<Vec<u64>, ExecError> {
-    Ok(rotated_product(store.get(plan, x)?, l, fold, constants))
+    rotated_product(store.get(plan, x)?, l, fold, constants, la)
 }
 
 /// The rows `xs` (`[rows × l.inputs]`) times `l`'s weights with `fold`
 /// applied row by row, `+ b` (rotated) with `constants`.
-fn rotated_product(xs: &[u64], l: &EncodedLinear, fold: &RopeTables, constants: bool) -> Vec<u64> {
-    let (k, n) = (l.inputs.max(1), l.outputs.max(1));
+fn rotated_product(
+    xs: &[u64],
+    l: &EncodedLinear,
+    fold: &RopeTables,
+    constants: bool,
+    la: &dyn BatchEval,
+) -> Result<Vec<u64>, ExecError> {
+    let (k, n, rot) = (l.inputs, l.outputs, fold.rotated);
+    let rows = xs.len() / k.max(1);
     let half = fold.head_dim / 2;
-    let pairs: Vec<(usize, usize, usize)> = fold.pairs().collect();
-    let mut y = vec![0u64; xs.len() / k * n];
-    y.par_chunks_mut(n)
-        .zip(xs.par_chunks(k))
-        .enumerate()
-        .for_each(|(r, (out, xr))| {
-            let angles = |i: usize| (fold.cos[r * half + i], fold.sin[r * half + i]);
-            for (xj, w) in xr.iter().zip(l.w.chunks_exact(n)) {
-                for &(a, b, i) in &pairs {
-                    let (wa, wb) = fold.rotate((w[a], w[b]), angles(i));
-                    out[a] = out[a].wrapping_add(xj.wrapping_mul(wa));
-                    out[b] = out[b].wrapping_add(xj.wrapping_mul(wb));
-                }
-                for (o, wc) in out[fold.rotated..].iter_mut().zip(&w[fold.rotated..]) {
-                    *o = o.wrapping_add(xj.wrapping_mul(*wc));
-                }
+    // Each rotated column's pair partner and frequency; a pair's words
+    // are `c·w_a − s·w_b` at its first column and `c·w_b + s·w_a` at its
+    // second. The other columns turn by the angle 0 (`c = 1`, `s = 0`),
+    // which multiplies them by 2^keep.
+    let mut partner: Vec<usize> = (0..n).collect();
+    let mut freq = vec![0; rot];
+    let mut first = vec![false; rot];
+    for (a, b, i) in fold.pairs() {
+        (partner[a], partner[b], freq[a], freq[b], first[a]) = (b, a, i, i, true);
+    }
+    let (mut own, mut other) = (Vec::with_capacity(rows * n), Vec::with_capacity(rows * n));
+    for r in 0..rows {
+        for c in 0..n {
+            let (cos, sin) = match c < rot {
+                true => (fold.cos[r * half + freq[c]], fold.sin[r * half + freq[c]]),
+                false => (1 << fold.frac, 0),
+            };
+            own.push(cos);
+            other.push(if c < rot && first[c] {
+                sin.wrapping_neg()
+            } else {
+                sin
+            });
+        }
+    }
+    let turned = Turned {
+        m: rows,
+        k,
+        n,
+        turned: n,
+        pairing: match fold.adjacent {
+            true => Pairing::Adjacent,
+            false => Pairing::Halves(fold.head_dim),
+        },
+        own: &own,
+        other: &other,
+        frac: fold.frac,
+    };
+    // The layer's words at `keep` more fraction bits, rotated and rounded
+    // to their own scale; or, without them, its words rounded to `keep`
+    // more fraction bits than their own.
+    let (w, bias, turned) = match l.fine.as_deref() {
+        Some(f) if f.keep == fold.keep => (&f.w, &f.b, turned),
+        _ => {
+            let coarse = Turned {
+                frac: fold.frac - fold.keep,
+                ..turned
+            };
+            (&l.w, &l.b, coarse)
+        }
+    };
+    let mut y = vec![0u64; rows * n];
+    la.turned_matmul(&turned, xs, w, &mut y)
+        .map_err(|error| ExecError::Turned { error })?;
+    if constants && bias.len() == n {
+        for (r, out) in y.chunks_exact_mut(n.max(1)).enumerate() {
+            for (c, o) in out.iter_mut().enumerate() {
+                let (f, g) = (own[r * n + c], other[r * n + c]);
+                let b = Turned::turn(bias[c], bias[partner[c]], f, g, turned.frac);
+                *o = o.wrapping_add(b);
             }
-            if constants && l.b.len() == n {
-                let mut bias = l.b.clone();
-                for &(a, b, i) in &pairs {
-                    (bias[a], bias[b]) = fold.rotate((l.b[a], l.b[b]), angles(i));
-                }
-                for (o, c) in out.iter_mut().zip(&bias) {
-                    *o = o.wrapping_add(*c);
-                }
-            }
-        });
-    y
+        }
+    }
+    Ok(y)
 }
 
 /// `x·gain + offset` per column (the offset with `constants` only).
@@ -456,9 +506,14 @@ mod tests {
     use super::*;
     use crate::fixed::{WEIGHT_FRAC, decode, encode};
 
-    /// A small layer: 3 inputs, two heads of 4 rotated columns and 2 more.
+    /// A small layer: 3 inputs, two heads of 4 rotated columns and one
+    /// more; with `keep`, its words at `keep` more fraction bits too.
     fn layer(seed: u64) -> EncodedLinear {
-        let (inputs, outputs) = (3, 10);
+        layer_kept(seed, None)
+    }
+
+    fn layer_kept(seed: u64, keep: Option<u32>) -> EncodedLinear {
+        let (inputs, outputs) = (3, 12);
         let mut state = seed;
         let mut next = || {
             state = state
@@ -466,22 +521,29 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
         };
+        let w: Vec<f64> = (0..inputs * outputs).map(|_| next()).collect();
+        let b: Vec<f64> = (0..outputs).map(|_| next()).collect();
+        let at =
+            |v: &[f64], frac: u32| -> Vec<u64> { v.iter().map(|x| encode(*x, frac)).collect() };
         EncodedLinear {
             name: "test".into(),
             inputs,
             outputs,
-            w: (0..inputs * outputs)
-                .map(|_| encode(next(), WEIGHT_FRAC))
-                .collect(),
-            b: (0..outputs)
-                .map(|_| encode(next(), 2 * WEIGHT_FRAC))
-                .collect(),
+            w: at(&w, WEIGHT_FRAC),
+            b: at(&b, 2 * WEIGHT_FRAC),
             bias_scale: 2 * WEIGHT_FRAC,
             id: [0; 16],
+            fine: keep.map(|keep| {
+                Box::new(crate::plan::Fine {
+                    keep,
+                    w: at(&w, WEIGHT_FRAC + keep),
+                    b: at(&b, 2 * WEIGHT_FRAC + keep),
+                })
+            }),
         }
     }
 
-    fn fold(rows: &[(f64, f64)], adjacent: bool) -> RopeTables {
+    fn fold(rows: &[(f64, f64)], adjacent: bool, keep: u32) -> RopeTables {
         let enc = |v: f64| encode(v, 16);
         let (cos, sin) = rows
             .iter()
@@ -494,7 +556,18 @@ mod tests {
             cos,
             sin,
             frac: 16,
+            keep,
         }
+    }
+
+    /// The folded product on this machine's backend, which must equal
+    /// core's reference row loop.
+    fn product(xs: &[u64], l: &EncodedLinear, f: &RopeTables, constants: bool) -> Vec<u64> {
+        let serial = suffuse_core::batch::Serial::new();
+        let want = rotated_product(xs, l, f, constants, &serial).unwrap();
+        let got = rotated_product(xs, l, f, constants, crate::backend::auto()).unwrap();
+        assert_eq!(got, want);
+        got
     }
 
     fn plain(xs: &[u64], l: &EncodedLinear) -> Vec<u64> {
@@ -517,7 +590,8 @@ mod tests {
     }
 
     /// The identity rotation gives the plain product and a quarter turn
-    /// its pairs swapped with one sign, bit for bit; both pair styles.
+    /// its pairs swapped with one sign, bit for bit, both times 2^keep;
+    /// both pair styles.
     #[test]
     fn exact_turns_are_exact() {
         let l = layer(1);
@@ -525,17 +599,17 @@ mod tests {
             .iter()
             .map(|v| encode(*v, WEIGHT_FRAC))
             .collect();
-        let p = plain(&xs, &l);
-        for adjacent in [true, false] {
-            let mut f = fold(&[(1.0, 0.0), (1.0, 0.0)], adjacent);
+        for (adjacent, keep) in [(true, 0), (false, 0), (true, 4), (false, 3)] {
+            let p: Vec<u64> = plain(&xs, &l).iter().map(|v| v << keep).collect();
+            let mut f = fold(&[(1.0, 0.0), (1.0, 0.0)], adjacent, keep);
             f.cos.iter_mut().for_each(|c| *c = 1 << 16);
             f.sin.iter_mut().for_each(|s| *s = 0);
-            assert_eq!(rotated_product(&xs, &l, &f, true), p);
+            assert_eq!(product(&xs, &l, &f, true), p);
             f.cos.iter_mut().for_each(|c| *c = 0);
             f.sin.iter_mut().for_each(|s| *s = 1 << 16);
-            let q = rotated_product(&xs, &l, &f, true);
+            let q = product(&xs, &l, &f, true);
             for r in 0..2 {
-                let (pr, qr) = (&p[r * 10..r * 10 + 10], &q[r * 10..r * 10 + 10]);
+                let (pr, qr) = (&p[r * 12..r * 12 + 12], &q[r * 12..r * 12 + 12]);
                 for (a, b, _) in f.pairs() {
                     assert_eq!(qr[a], pr[b].wrapping_neg());
                     assert_eq!(qr[b], pr[a]);
@@ -550,7 +624,7 @@ mod tests {
     #[test]
     fn shares_add_up() {
         let l = layer(2);
-        let f = fold(&[(0.6, 0.8), (-0.28, 0.96)], true);
+        let f = fold(&[(0.6, 0.8), (-0.28, 0.96)], true, 4);
         let xs: Vec<u64> = (0..6).map(|i| encode(i as f64 * 0.3 - 0.7, 12)).collect();
         let x0: Vec<u64> = (0..6u64)
             .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
@@ -560,49 +634,98 @@ mod tests {
             .zip(&x0)
             .map(|(x, a)| x.wrapping_sub(*a))
             .collect();
-        let y0 = rotated_product(&x0, &l, &f, true);
-        let y1 = rotated_product(&x1, &l, &f, false);
+        let y0 = product(&x0, &l, &f, true);
+        let y1 = product(&x1, &l, &f, false);
         let sum: Vec<u64> = y0
             .iter()
             .zip(&y1)
             .map(|(a, b)| a.wrapping_add(*b))
             .collect();
-        assert_eq!(sum, rotated_product(&xs, &l, &f, true));
+        assert_eq!(sum, product(&xs, &l, &f, true));
     }
 
     /// Against the real rotation of the real product: off by at most the
-    /// planner's allowance, `2^-(WEIGHT_FRAC+1)·Σ|x|` plus one unit, beyond
-    /// the tables' own rounding (the same encoded angles on both sides).
+    /// planner's allowance, `2^-(WEIGHT_FRAC+keep+1)·Σ|x|` plus one unit,
+    /// beyond the tables' own rounding (the same encoded angles on both
+    /// sides).
     #[test]
     fn folded_weights_stay_within_the_planned_error() {
         for seed in 0..50 {
             let l = layer(seed);
             let angle = seed as f64 * 0.37;
+            let keep = (seed % 5) as u32;
             let f = fold(
                 &[(angle.cos(), angle.sin()), (angle.sin(), -angle.cos())],
                 seed % 2 == 0,
+                keep,
             );
             let xr = [0.5 + seed as f64 * 0.01, -1.25, 2.0, -1.0, 0.75, 1.5];
             let xs: Vec<u64> = xr.iter().map(|v| encode(*v, WEIGHT_FRAC)).collect();
             let p = plain(&xs, &l);
-            let q = rotated_product(&xs, &l, &f, true);
+            let q = product(&xs, &l, &f, true);
             let scale = 2 * WEIGHT_FRAC;
             for r in 0..2 {
                 let l1: f64 = xr[r * 3..r * 3 + 3].iter().map(|v| v.abs()).sum();
-                let allowed =
-                    0.5 * 2f64.powi(-(WEIGHT_FRAC as i32)) * l1 + 2f64.powi(-(scale as i32));
+                let allowed = 0.5 * 2f64.powi(-((WEIGHT_FRAC + keep) as i32)) * l1
+                    + 2f64.powi(-((scale + keep) as i32));
                 for (a, b, i) in f.pairs() {
                     let c = decode(f.cos[r * 2 + i], 16);
                     let s = decode(f.sin[r * 2 + i], 16);
-                    let (pa, pb) = (decode(p[r * 10 + a], scale), decode(p[r * 10 + b], scale));
+                    let (pa, pb) = (decode(p[r * 12 + a], scale), decode(p[r * 12 + b], scale));
                     for (col, want) in [(a, c * pa - s * pb), (b, s * pa + c * pb)] {
-                        let got = decode(q[r * 10 + col], scale);
+                        let got = decode(q[r * 12 + col], scale + keep);
                         assert!(
                             (got - want).abs() <= allowed,
                             "seed {seed} row {r} col {col}: {got} vs {want}"
                         );
                     }
                 }
+                for col in 8..12 {
+                    assert_eq!(q[r * 12 + col], p[r * 12 + col] << keep);
+                }
+            }
+        }
+    }
+
+    /// With the layer's words at `keep` more fraction bits (as the planner
+    /// folds): within half a unit of those words per input of the exact
+    /// rotation of their own product, and the other columns exact.
+    #[test]
+    fn fine_words_stay_within_the_planned_error() {
+        for seed in 0..30 {
+            let keep = 4 + (seed % 5) as u32;
+            let l = layer_kept(seed, Some(keep));
+            let fine = l.fine.as_deref().unwrap();
+            let words = EncodedLinear {
+                w: fine.w.clone(),
+                b: fine.b.clone(),
+                fine: None,
+                ..l.clone()
+            };
+            let angle = seed as f64 * 0.61;
+            let f = fold(
+                &[(angle.cos(), angle.sin()), (angle.sin(), angle.cos())],
+                seed % 2 == 1,
+                keep,
+            );
+            let xr = [1.5, -0.25 - seed as f64 * 0.02, 0.5, 2.0, -1.75, 0.125];
+            let xs: Vec<u64> = xr.iter().map(|v| encode(*v, WEIGHT_FRAC)).collect();
+            let (p, q) = (plain(&xs, &words), product(&xs, &l, &f, true));
+            let scale = 2 * WEIGHT_FRAC + keep;
+            for r in 0..2 {
+                let l1: f64 = xr[r * 3..r * 3 + 3].iter().map(|v| v.abs()).sum();
+                let allowed = 0.5 * 2f64.powi(-((WEIGHT_FRAC + keep) as i32)) * l1
+                    + 2f64.powi(-(scale as i32));
+                for (a, b, i) in f.pairs() {
+                    let c = decode(f.cos[r * 2 + i], 16);
+                    let s = decode(f.sin[r * 2 + i], 16);
+                    let (pa, pb) = (decode(p[r * 12 + a], scale), decode(p[r * 12 + b], scale));
+                    for (col, want) in [(a, c * pa - s * pb), (b, s * pa + c * pb)] {
+                        let got = decode(q[r * 12 + col], scale);
+                        assert!((got - want).abs() <= allowed, "seed {seed} col {col}");
+                    }
+                }
+                assert_eq!(q[r * 12 + 8..r * 12 + 12], p[r * 12 + 8..r * 12 + 12]);
             }
         }
     }

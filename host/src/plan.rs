@@ -356,9 +356,11 @@ impl Band {
 /// angles. [`Kind::Rope`] turns a product's values (`(a·c − b·s, a·s +
 /// b·c)` at `frac` more fraction bits); [`Kind::Linear`] folds them into
 /// the weights: row `r` takes the weights and the bias `(c·W_a − s·W_b,
-/// s·W_a + c·W_b)`, each rotated word rounded back to its own scale (half
-/// up), so the product stays at the input's scale plus the weights' and
-/// the truncation after it drops `frac` bits fewer.
+/// s·W_a + c·W_b)`, each rotated word rounded (half up) to `keep` fraction
+/// bits more than its own, and every other column's words times
+/// `2^keep`. The product is then at the input's scale plus the weights'
+/// plus `keep`, where RoPE on the product adds `frac`: the truncation
+/// after it drops `frac − keep` bits fewer.
 #[derive(Clone, Debug, Serialize)]
 pub struct RopeTables {
     /// Columns rotated (queries and keys).
@@ -373,6 +375,14 @@ pub struct RopeTables {
     pub sin: Vec<u64>,
     /// Fraction bits of the tables.
     pub frac: u32,
+    /// Folded into weights: the fraction bits the rotated words keep
+    /// beyond the weights' own (below `frac`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub keep: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 impl RopeTables {
@@ -394,17 +404,6 @@ impl RopeTables {
                 (h * self.head_dim + a, h * self.head_dim + b, i)
             })
         })
-    }
-
-    /// `(c·a − s·b, s·a + c·b)`, each rounded half up from `frac` more
-    /// fraction bits; `a` and `b` below 2^[`Self::WORD_BITS`] in magnitude.
-    pub fn rotate(&self, (a, b): (u64, u64), (c, s): (u64, u64)) -> (u64, u64) {
-        let (a, b, c, s) = (a as i64, b as i64, c as i64, s as i64);
-        let half = 1i64 << (self.frac - 1);
-        (
-            ((c * a - s * b + half) >> self.frac) as u64,
-            ((s * a + c * b + half) >> self.frac) as u64,
-        )
     }
 }
 
@@ -936,6 +935,22 @@ pub struct EncodedLinear {
     /// which together determine the encoded weights.
     #[serde(skip)]
     pub id: [u8; 16],
+    /// Where RoPE is folded into this layer ([`RopeTables::keep`]): its
+    /// weights and bias encoded again at `keep` more fraction bits, which
+    /// the folded product reads instead of `w` and `b`.
+    #[serde(skip)]
+    pub fine: Option<Box<Fine>>,
+}
+
+/// A layer's words at `keep` more fraction bits ([`EncodedLinear::fine`]).
+#[derive(Clone, Debug)]
+pub struct Fine {
+    /// The extra fraction bits.
+    pub keep: u32,
+    /// `[inputs × outputs]` at `WEIGHT_FRAC + keep`.
+    pub w: Vec<u64>,
+    /// The bias at `bias_scale + keep`.
+    pub b: Vec<u64>,
 }
 
 impl EncodedLinear {
@@ -1480,10 +1495,20 @@ impl Builder {
     }
 
     /// Folds RoPE into the linear layer that wrote `y`, the last
-    /// operation ([`RopeTables`]); `bound` is the rotated product's. The
-    /// layer's words must fit the fold's arithmetic.
-    pub fn fold_rope(&mut self, y: usize, fold: RopeTables, bound: Bound) -> Result<(), PlanError> {
+    /// operation ([`RopeTables`]): `y`'s scale rises by `keep` and its
+    /// bound becomes `bound`, the rotated product's; the layer's words at
+    /// `keep` more fraction bits come from `fine` unless an earlier pass
+    /// made them. The layer's outputs must pair up and its words fit the
+    /// fold's arithmetic.
+    pub fn fold_rope(
+        &mut self,
+        y: usize,
+        fold: RopeTables,
+        bound: Bound,
+        fine: impl FnOnce() -> Fine,
+    ) -> Result<(), PlanError> {
         let wide = |w: &u64| (*w as i64).unsigned_abs() >> RopeTables::WORD_BITS != 0;
+        let block = if fold.adjacent { 2 } else { fold.head_dim };
         let fits = match self.ops.last().map(|op| &op.kind) {
             Some(Kind::Linear {
                 linear,
@@ -1492,12 +1517,27 @@ impl Builder {
                 ..
             }) if *out == y => {
                 let l = &self.linears[*linear];
-                !l.w.iter().chain(&l.b).any(wide)
+                let made = match &l.fine {
+                    Some(f) if f.keep == fold.keep => None,
+                    _ => Some(fine()),
+                };
+                let f = made.as_ref().or(l.fine.as_deref());
+                let paired = block > 0 && l.outputs.is_multiple_of(block);
+                let ok = f.is_some_and(|f| {
+                    let sized = f.w.len() == l.w.len() && f.b.len() == l.b.len();
+                    sized && !f.w.iter().chain(&f.b).any(wide)
+                });
+                let ok = ok && paired && fold.keep < fold.frac;
+                if let (true, Some(f)) = (ok, made) {
+                    self.linears[*linear].fine = Some(Box::new(f));
+                }
+                ok
             }
             _ => false,
         };
         let t = &self.tensors[y];
-        let limit = limit_of(&t.name, &bound, t.scale)?;
+        let scale = t.scale + fold.keep;
+        let limit = limit_of(&t.name, &bound, scale)?;
         match self.ops.last_mut() {
             Some(Op {
                 kind: Kind::Linear { rope, .. },
@@ -1510,8 +1550,7 @@ impl Builder {
             }
         }
         let t = &mut self.tensors[y];
-        t.limit = limit;
-        t.bound = bound;
+        (t.scale, t.limit, t.bound) = (scale, limit, bound);
         Ok(())
     }
 
@@ -1838,35 +1877,53 @@ mod tests {
             cos: vec![1 << 16; 2],
             sin: vec![0; 2],
             frac: 16,
+            keep: 4,
         };
         let (mut b, [x, y, z]) = three();
         let linear = b.linear_layer(EncodedLinear {
             name: "l".into(),
             inputs: 2,
             outputs: 2,
-            w: vec![1, 2, 3, 1 << RopeTables::WORD_BITS],
+            w: vec![1, 2, 3, 4],
             b: vec![0, 0],
             bias_scale: 2 * fixed::FRAC,
             id: [0; 16],
+            fine: None,
         });
+        let mut words = vec![16, 32, 48, 1 << RopeTables::WORD_BITS];
+        let fine = || Fine {
+            keep: 4,
+            w: vec![16, 32, 48, 64],
+            b: vec![0, 0],
+        };
         b.push(Kind::Linear {
             x,
             linear,
             rope: None,
             out: y,
         });
-        let wide = b.fold_rope(y, fold(), Bound::uniform(2, 2.0));
+        let wide = b.fold_rope(y, fold(), Bound::uniform(2, 2.0), || Fine {
+            keep: 4,
+            w: std::mem::take(&mut words),
+            b: vec![0, 0],
+        });
         assert!(matches!(wide, Err(PlanError::RopeFold { .. })), "{wide:?}");
-        b.linears[linear].w[3] = 4;
+        assert!(b.linears[linear].fine.is_none());
         let before = b.tensors[y].limit;
         b.push(Kind::Square { x, out: z });
-        let not_last = b.fold_rope(y, fold(), Bound::uniform(2, 2.0));
+        let not_last = b.fold_rope(y, fold(), Bound::uniform(2, 2.0), fine);
         assert!(matches!(not_last, Err(PlanError::RopeFold { .. })));
         assert_eq!(b.tensors[y].limit, before);
         b.ops.pop();
-        b.fold_rope(y, fold(), Bound::uniform(2, 2.0)).unwrap();
+        let too_many = RopeTables { keep: 16, ..fold() };
+        let kept = b.fold_rope(y, too_many, Bound::uniform(2, 2.0), fine);
+        assert!(matches!(kept, Err(PlanError::RopeFold { .. })));
+        b.fold_rope(y, fold(), Bound::uniform(2, 2.0), fine)
+            .unwrap();
         assert!(b.tensors[y].limit > before);
-        let again = b.fold_rope(y, fold(), Bound::uniform(2, 2.0));
+        assert_eq!(b.linears[linear].fine.as_ref().map(|f| f.keep), Some(4));
+        assert_eq!(b.tensors[y].scale, fixed::FRAC + 4);
+        let again = b.fold_rope(y, fold(), Bound::uniform(2, 2.0), fine);
         assert!(matches!(again, Err(PlanError::RopeFold { .. })));
     }
 

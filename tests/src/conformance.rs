@@ -31,7 +31,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::OnceLock;
 
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Resident, Serial, matmul_reference};
+use suffuse_core::batch::{
+    BatchEval, EvalStats, MatShape, Pairing, Resident, Serial, Turned, matmul_reference,
+    turned_reference,
+};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, Prg};
 use suffuse_core::ring::Width;
@@ -197,6 +200,7 @@ pub fn run_in(eval: &dyn BatchEval, scope: Scope) -> Report {
     check_hashes(eval, scope, &mut report);
     check_generation(eval, scope, &mut report);
     check_matmul(eval, scope, &mut report);
+    check_turned(eval, &mut report);
     report
 }
 
@@ -264,17 +268,9 @@ fn check_phi(eval: &dyn BatchEval, gate: &suffuse_core::gate::Gate, report: &mut
             let mut want = vec![UNWRITTEN; n * width];
             program::run(prog, section, party, &input, &mut want, &mut cols).unwrap();
             let mut got = vec![UNWRITTEN; n * width];
-            report.calls += 1;
-            match guarded(|| eval.eval_phi(prog, section, party, &input, &mut got, &mut cols)) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    report.fail(format!("{what}: returned error {e:?}"));
-                    continue;
-                }
-                Err(panic) => {
-                    report.fail(format!("{what}: panicked: {panic}"));
-                    continue;
-                }
+            let call = || eval.eval_phi(prog, section, party, &input, &mut got, &mut cols);
+            if !called(report, &what, call) {
+                continue;
             }
             report.outputs += got.len();
             if let Some(q) = (0..got.len()).find(|&q| got[q] != want[q]) {
@@ -484,6 +480,23 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "non-string panic payload".to_owned())
     })
+}
+
+/// One call of the backend under test, counted: an error or a panic is
+/// recorded as a failure of `what`. True when it returned `Ok`.
+fn called(report: &mut Report, what: &str, f: impl FnOnce() -> Result<(), Error>) -> bool {
+    report.calls += 1;
+    match guarded(f) {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            report.fail(format!("{what}: returned error {e:?}"));
+            false
+        }
+        Err(panic) => {
+            report.fail(format!("{what}: panicked: {panic}"));
+            false
+        }
+    }
 }
 
 fn u64_from(n: usize) -> u64 {
@@ -1129,6 +1142,90 @@ fn check_matmul(eval: &dyn BatchEval, scope: Scope, report: &mut Report) {
         other => report.fail(format!(
             "matmul: a one word short: expected Err(BufferLength), got {other:?}"
         )),
+    }
+}
+
+/// Products whose weights turn with each row ([`BatchEval::turned_matmul`])
+/// against [`turned_reference`]: both pairings, no turned column, all
+/// columns turned, ragged widths past any vector length, the rounding at
+/// both signs (factors up to 2^17, weights up to 2^44), one and many rows;
+/// and the length checks.
+fn check_turned(eval: &dyn BatchEval, report: &mut Report) {
+    let mut rng = Prg::new(b"conformance turn");
+    let shapes = [
+        (1, 1, 2, 2, Pairing::Adjacent),
+        (3, 5, 9, 0, Pairing::Adjacent),
+        (2, 7, 18, 18, Pairing::Adjacent),
+        (5, 33, 70, 64, Pairing::Halves(8)),
+        (17, 65, 131, 96, Pairing::Halves(32)),
+        (1, 576, 960, 768, Pairing::Adjacent),
+        (9, 64, 100, 60, Pairing::Halves(6)),
+    ];
+    let small = |rng: &mut Prg, bits: u32| {
+        let v = (rng.next_u64() >> (64 - bits)) as i64 - (1i64 << (bits - 1));
+        v as u64
+    };
+    for (m, k, n, t, pairing) in shapes {
+        let a: Vec<u64> = (0..m * k).map(|_| rng.next_u64()).collect();
+        let b: Vec<u64> = (0..k * n).map(|_| small(&mut rng, 45)).collect();
+        let own: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 18)).collect();
+        let other: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 18)).collect();
+        let turned = Turned {
+            m,
+            k,
+            n,
+            turned: t,
+            pairing,
+            own: &own,
+            other: &other,
+            frac: 16,
+        };
+        let mut want = vec![0u64; m * n];
+        turned_reference(&turned, &a, &b, &mut want).unwrap();
+        let mut got: Vec<u64> = (0..m * n).map(|_| rng.next_u64()).collect();
+        let what = format!("turned_matmul m {m} k {k} n {n} turned {t} {pairing:?}");
+        if !called(report, &what, || {
+            eval.turned_matmul(&turned, &a, &b, &mut got)
+        }) {
+            continue;
+        }
+        report.outputs += m * n;
+        if let Some(i) = (0..m * n).find(|&i| want[i] != got[i]) {
+            report.fail(format!(
+                "{what}: entry {i} is {:#x}, the reference gives {:#x}",
+                got[i], want[i]
+            ));
+        }
+    }
+    // (what, turned, pairing, frac, words of c); a is 2 × 3, b 3 × 4.
+    let bad = [
+        ("c one word long", 2, Pairing::Adjacent, 16, 9),
+        ("odd turned columns", 1, Pairing::Adjacent, 16, 8),
+        ("turned past n", 6, Pairing::Adjacent, 16, 8),
+        ("a block that does not divide", 2, Pairing::Halves(4), 16, 8),
+        ("an odd block", 3, Pairing::Halves(3), 16, 8),
+        ("frac 0", 2, Pairing::Adjacent, 0, 8),
+    ];
+    for (what, turned, pairing, frac, lc) in bad {
+        let factors = vec![0u64; 2 * turned];
+        let t = Turned {
+            m: 2,
+            k: 3,
+            n: 4,
+            turned,
+            pairing,
+            own: &factors,
+            other: &factors,
+            frac,
+        };
+        let (a, b, mut c) = (vec![1u64; 6], vec![1u64; 12], vec![0u64; lc]);
+        report.calls += 1;
+        match guarded(|| eval.turned_matmul(&t, &a, &b, &mut c)) {
+            Ok(Err(Error::BufferLength)) => {}
+            other => report.fail(format!(
+                "turned_matmul: {what}: expected Err(BufferLength), got {other:?}"
+            )),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use suffuse_accel_cpu::{Backend, CpuEval};
-use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Serial};
+use suffuse_core::batch::{BatchEval, EvalStats, MatShape, Serial, Turned};
 use suffuse_core::fss::{GenBatch, KeyBatch, Party};
 use suffuse_core::phi::program::{self, Inputs, Program, Section};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes, Hasher};
@@ -187,6 +187,8 @@ enum Fault {
     ShiftsSplitRootsInFullDomain,
     /// Reads the lookup table one entry off (`(u − α + 1) mod 2^L`).
     LooksUpOneOff,
+    /// Turns each weight by its own factor only, dropping its partner's.
+    DropsTheTurnsCrossTerm,
 }
 
 impl Hasher for Faulty {
@@ -327,6 +329,24 @@ impl BatchEval for Faulty {
         };
         Serial::new().matmul(&shape, a, b, c)
     }
+
+    fn turned_matmul(
+        &self,
+        t: &Turned<'_>,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), suffuse_core::Error> {
+        let zeros = vec![0; t.other.len()];
+        let t = match self.fault {
+            Fault::DropsTheTurnsCrossTerm => Turned {
+                other: &zeros,
+                ..*t
+            },
+            _ => *t,
+        };
+        Serial::new().turned_matmul(&t, a, b, c)
+    }
 }
 
 impl Faulty {
@@ -371,6 +391,7 @@ fn harness_catches_planted_faults() {
         Fault::ShiftsSplitRoots,
         Fault::ShiftsSplitRootsInFullDomain,
         Fault::LooksUpOneOff,
+        Fault::DropsTheTurnsCrossTerm,
     ] {
         let report = conformance::run(&Faulty { fault });
         assert!(!report.passed(), "the harness missed {fault:?}");

@@ -231,6 +231,7 @@ mod tests {
             cos: vec![0, 0],
             sin: vec![1, 1],
             frac: 0,
+            keep: 0,
         };
         let neg = |v: u64| v.wrapping_neg();
         let y = rope(&x, 5, &tables(true));

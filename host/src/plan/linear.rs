@@ -5,12 +5,12 @@
 
 use super::bound::{self, Bound, NormForm};
 use super::scale::truncate;
-use super::{Builder, Category, EncodedLinear, Kind, PlanError, ProductKey};
+use super::{Builder, Category, EncodedLinear, Fine, Kind, PlanError, ProductKey};
 use crate::fixed::{self, FRAC, WEIGHT_FRAC, encode};
 use crate::model;
 
-/// Encodes a linear layer for an input at `in_scale`; `prescale` multiplies
-/// the weights and bias of the first `prescale.1` outputs by `prescale.0`.
+/// Encodes a linear layer for an input at `in_scale`; `query_scale`
+/// multiplies the weights and bias of the first part.
 pub(super) fn encode_linear(
     name: String,
     parts: &[&model::Linear],
@@ -19,27 +19,49 @@ pub(super) fn encode_linear(
 ) -> EncodedLinear {
     let inputs = parts.first().map_or(0, |p| p.inputs);
     let outputs: usize = parts.iter().map(|p| p.outputs).sum();
+    EncodedLinear {
+        name,
+        inputs,
+        outputs,
+        w: encode_weights(parts, query_scale, WEIGHT_FRAC),
+        b: encode_bias(parts, in_scale + WEIGHT_FRAC, query_scale),
+        bias_scale: in_scale + WEIGHT_FRAC,
+        id: [0; 16],
+        fine: None,
+    }
+}
+
+/// The layer's words at `keep` more fraction bits than [`encode_linear`]'s
+/// ([`Fine`]), for an input at `in_scale`.
+pub(super) fn encode_fine(
+    parts: &[&model::Linear],
+    in_scale: u32,
+    query_scale: f64,
+    keep: u32,
+) -> Fine {
+    Fine {
+        keep,
+        w: encode_weights(parts, query_scale, WEIGHT_FRAC + keep),
+        b: encode_bias(parts, in_scale + WEIGHT_FRAC + keep, query_scale),
+    }
+}
+
+/// The weights of `parts` side by side, `[inputs × outputs]` at `frac`.
+fn encode_weights(parts: &[&model::Linear], query_scale: f64, frac: u32) -> Vec<u64> {
+    let inputs = parts.first().map_or(0, |p| p.inputs);
+    let outputs: usize = parts.iter().map(|p| p.outputs).sum();
     let mut w = vec![0u64; inputs * outputs];
     let mut col = 0;
     for (pi, p) in parts.iter().enumerate() {
         let s = part_scale(pi, query_scale);
         for i in 0..inputs {
             for j in 0..p.outputs {
-                w[i * outputs + col + j] =
-                    encode(f64::from(p.w[i * p.outputs + j]) * s, WEIGHT_FRAC);
+                w[i * outputs + col + j] = encode(f64::from(p.w[i * p.outputs + j]) * s, frac);
             }
         }
         col += p.outputs;
     }
-    EncodedLinear {
-        name,
-        inputs,
-        outputs,
-        w,
-        b: encode_bias(parts, in_scale, query_scale),
-        bias_scale: in_scale + WEIGHT_FRAC,
-        id: [0; 16],
-    }
+    w
 }
 
 /// Attention's 1/√d_h is folded into the query weights and bias (part 0
@@ -48,11 +70,10 @@ fn part_scale(part: usize, query_scale: f64) -> f64 {
     if part == 0 { query_scale } else { 1.0 }
 }
 
-/// The biases of `parts` for an input at `in_scale`: the one part of an
-/// encoding that depends on it (the weights are at WEIGHT_FRAC whatever
-/// the input's scale).
-fn encode_bias(parts: &[&model::Linear], in_scale: u32, query_scale: f64) -> Vec<u64> {
-    let bias_scale = in_scale + WEIGHT_FRAC;
+/// The biases of `parts` at `bias_scale` (the input's scale plus the
+/// weights'): the one part of an encoding that depends on the input's
+/// scale.
+fn encode_bias(parts: &[&model::Linear], bias_scale: u32, query_scale: f64) -> Vec<u64> {
     let mut bias = Vec::with_capacity(parts.iter().map(|p| p.outputs).sum());
     for (pi, p) in parts.iter().enumerate() {
         let s = part_scale(pi, query_scale);
@@ -302,6 +323,8 @@ fn materialize(b: &mut Builder, enc: Enc) -> Enc {
     };
     l.b = bias;
     l.bias_scale = bias_scale;
+    // Its words at more fraction bits carry the old bias's scale.
+    l.fine = None;
     Enc::New(l)
 }
 
@@ -328,7 +351,7 @@ fn encoded(
     match from {
         Some(from) => Enc::Rebias {
             from,
-            b: encode_bias(parts, in_scale, query_scale),
+            b: encode_bias(parts, scale, query_scale),
             bias_scale: scale,
         },
         None => Enc::New(encode_linear(
