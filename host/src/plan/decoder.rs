@@ -580,8 +580,9 @@ fn rope_tables(model: &Decoder, place: Rotation, rotated: usize) -> RopeTables {
 }
 
 /// The bound of `yb` with its first `rotated` columns turned by RoPE,
-/// each rotated value off by at most `extra` from the encoded rotation:
-/// a pair's norm is kept, up to the tables' rounding.
+/// every value off by at most `extra` from the encoded rotation (or, in
+/// the other columns, from `yb`'s values): a pair's norm is kept, up to
+/// the tables' rounding.
 fn rotated_bound(yb: &Bound, rotated: usize, model: &Decoder, extra: f64) -> Bound {
     let dh = model.config.head_dim;
     let half = dh / 2;
@@ -602,6 +603,7 @@ fn rotated_bound(yb: &Bound, rotated: usize, model: &Decoder, extra: f64) -> Bou
             head[ib] = m;
         }
     }
+    abs[rotated..].iter_mut().for_each(|a| *a += extra);
     let mut bound = Bound::from_abs(abs, dh);
     for (g, old) in bound.l2.iter_mut().enumerate() {
         *old = old.min(yb.group_l2(g) * stretch + (dh as f64).sqrt() * extra);
@@ -637,11 +639,10 @@ fn rope(
 /// RoPE folded into the weights of the linear layer that just wrote `y`
 /// ([`RopeTables`]): `y` gains ROPE_KEEP fraction bits instead of
 /// ROPE_FRAC, so the truncation after it drops 12 bits fewer (16 instead
-/// of 28 for SmolLM2's q/k/v). Each rotated weight is rounded to
-/// WEIGHT_FRAC + ROPE_KEEP, off by at most half a unit, so a rotated
-/// value is off by at most `2^-(WEIGHT_FRAC+ROPE_KEEP+1)·Σ|x|` from the
-/// encoded rotation of the exact product, plus half a unit of `y`'s
-/// scale for the rotated bias.
+/// of 28 for SmolLM2's q/k/v). The product reads the layer's words at
+/// WEIGHT_FRAC + ROPE_KEEP (encoded again from the model's weights), each
+/// rotated word rounded to that scale; the bound allows for both against
+/// the product `y`'s bound was computed for.
 fn fold_rope(
     b: &mut Builder,
     model: &Decoder,
@@ -667,12 +668,13 @@ fn fold_rope(
     let yi = b.info(y).clone();
     // `y`'s bound is the coarse weights' product: the fine weights differ
     // from them by at most half a unit of each, and each rotated word is
-    // rounded once more, so a column's weights are off by a vector of
-    // entries below `off`: at most `off·Σ|x|`, or `off·√k·‖x‖`.
+    // rounded once more, so a column's weights (the values' columns too)
+    // are off by a vector of entries below `off`: at most `off·Σ|x|`, or
+    // `off·√k·‖x‖`; a bias word by less than a unit of the coarse scale.
     let off = 0.5 * ulp(WEIGHT_FRAC) + ulp(WEIGHT_FRAC + ROPE_KEEP);
     let l1: f64 = xi.bound.abs.iter().sum();
     let l2 = (xi.cols as f64).sqrt() * xi.bound.row_l2();
-    let extra = off * l1.min(l2) + ulp(yi.scale + ROPE_KEEP);
+    let extra = off * l1.min(l2) + ulp(yi.scale);
     let bound = rotated_bound(&yi.bound, rotated, model, extra);
     let words = || encode_fine(parts, xi.scale, query_scale, ROPE_KEEP);
     b.fold_rope(y, tables, bound, words)
