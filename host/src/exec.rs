@@ -312,8 +312,8 @@ fn rotated_product(
     let half = fold.head_dim / 2;
     // Each rotated column's pair partner and frequency; a pair's words
     // are `c·w_a − s·w_b` at its first column and `c·w_b + s·w_a` at its
-    // second. The other columns turn by the angle 0 (`c = 1`, `s = 0`),
-    // which multiplies them by 2^keep.
+    // second. The other columns turn by the angle 0 (`c = 1`, `s = 0`):
+    // the layer's fine words as they are, its own words times 2^keep.
     let mut partner: Vec<usize> = (0..n).collect();
     let mut freq = vec![0; rot];
     let mut first = vec![false; rot];

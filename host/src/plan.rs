@@ -49,9 +49,9 @@ use bound::Bound;
 /// ([`Lane`]). 4: decoders open q/k/v once and keep the cache's masks
 /// across passes ([`Kind::Open`]). 5: the servers exchange roles step by
 /// step so that their key files are the same size (`crate::proto::role`):
-/// the same sections go to the other server's file. 6: a decoder's decode
-/// passes fold RoPE into the query/key weights ([`RopeTables`]), so their
-/// q/k/v truncation drops 12 bits instead of 28.
+/// the same sections go to the other server's file. 6: a Llama-family
+/// decoder folds RoPE into its query/key weights ([`RopeTables`]), so its
+/// q/k/v truncation drops 16 bits instead of 28.
 pub const PLAN_VERSION: u32 = 6;
 
 /// The most sentences a plan takes in one run. Far above what one key set
@@ -356,11 +356,13 @@ impl Band {
 /// angles. [`Kind::Rope`] turns a product's values (`(a·c − b·s, a·s +
 /// b·c)` at `frac` more fraction bits); [`Kind::Linear`] folds them into
 /// the weights: row `r` takes the weights and the bias `(c·W_a − s·W_b,
-/// s·W_a + c·W_b)`, each rotated word rounded (half up) to `keep` fraction
-/// bits more than its own, and every other column's words times
-/// `2^keep`. The product is then at the input's scale plus the weights'
-/// plus `keep`, where RoPE on the product adds `frac`: the truncation
-/// after it drops `frac − keep` bits fewer.
+/// s·W_a + c·W_b)` from the layer's words at `keep` more fraction bits
+/// ([`EncodedLinear::fine`]), each rotated word rounded (half up) back to
+/// their scale, and the other columns' words as they are (without fine
+/// words: the layer's own, rotated words rounded to `keep` more fraction
+/// bits, the other columns' times `2^keep`). The product is then at the
+/// input's scale plus the weights' plus `keep`, where RoPE on the product
+/// adds `frac`: the truncation after it drops `frac − keep` bits fewer.
 #[derive(Clone, Debug, Serialize)]
 pub struct RopeTables {
     /// Columns rotated (queries and keys).
