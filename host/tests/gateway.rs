@@ -15,14 +15,14 @@ mod http;
 #[path = "gateway/stack.rs"]
 mod stack;
 
-use stack::{DECODER_KEYS, Pair, gateway, generated, pool, run, setup};
+use stack::{DECODER_KEYS, Pair, SEED, gateway, generated, pool, run, setup};
 
 fn chat(prompt: &str, extra: Value) -> Value {
     let mut body = json!({
         "model": "tiny-llama",
         "messages": [{"role": "user", "content": prompt}],
         "temperature": 0.8,
-        "seed": 7,
+        "seed": SEED,
     });
     for (k, v) in extra.as_object().unwrap() {
         body[k] = v.clone();

@@ -20,7 +20,7 @@ use serde_json::Value;
 #[allow(dead_code)]
 mod stack;
 
-use stack::{DECODER_KEYS, Pair, gateway, generated, pool, run, setup};
+use stack::{DECODER_KEYS, Pair, SEED, gateway, generated, pool, run, setup};
 
 /// The `openai` package's version, pinned.
 const OPENAI: &str = "openai==1.109.1";
@@ -92,7 +92,7 @@ fn the_openai_package_streams_completes_and_embeds_through_the_gateway() {
     let base = format!("http://{}/v1", gw.addr());
     let out = Command::new(python)
         .arg(script)
-        .args([&base, text])
+        .args([&base, text, &SEED.to_string()])
         .output()
         .unwrap();
     assert!(

@@ -7,7 +7,7 @@ import sys
 
 from openai import OpenAI
 
-base_url, embed_text = sys.argv[1], sys.argv[2]
+base_url, embed_text, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
 client = OpenAI(base_url=base_url, api_key="not-used")
 
 text, chunks, usage = "", 0, None
@@ -15,7 +15,7 @@ stream = client.chat.completions.create(
     model="tiny-llama",
     messages=[{"role": "user", "content": "hi there"}],
     temperature=0.8,
-    seed=7,
+    seed=seed,
     stream=True,
 )
 for chunk in stream:

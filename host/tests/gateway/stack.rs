@@ -175,7 +175,13 @@ pub fn gateway(dir: &Path, routes: &[(&str, &str)], extra: &[&str]) -> Proc {
 /// tiny-llama keys: prompt bucket 32, 8 new tokens.
 pub const DECODER_KEYS: [&str; 4] = ["--seq", "32", "--max-new-tokens", "8"];
 
-/// What `suffuse generate --chat` prints for `prompt` with seed 7 at
+/// The sampling seed of the gateway tests' chats: one whose 8 tokens for
+/// "hi there" (at temperature 0.8) do not reach eos with today's plans,
+/// so that a streamed chat ends by its length (7 did until RoPE was folded
+/// into the weights, which changed tiny-llama's function).
+pub const SEED: u64 = 8;
+
+/// What `suffuse generate --chat` prints for `prompt` with [`SEED`] at
 /// temperature 0.8, and the token ids it reports.
 pub fn generated(dir: &Path, prompt: &str) -> (String, Vec<u64>) {
     let report = dir.join("generate.json");
@@ -191,7 +197,7 @@ pub fn generated(dir: &Path, prompt: &str) -> (String, Vec<u64>) {
         "--temperature",
         "0.8",
         "--seed",
-        "7",
+        &SEED.to_string(),
         "--report-json",
         report.to_str().unwrap(),
         prompt,
