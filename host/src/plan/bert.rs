@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use super::attention;
 use super::bound::{self, Bound, NormForm};
-use super::linear::{linear_to_frac, real_weights};
+use super::linear::{Weights, linear_to_frac, real_weights};
 use super::norm::{norm_output, residual_norm};
 use super::scale::{GELU_ERR, spline_width, ulp};
 use super::{Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
@@ -262,8 +262,10 @@ fn encoder_layer(
         x,
         Some(x_norm),
         format!("layer {l} query/key/value"),
-        &[&layer.query, &layer.key, &layer.value],
-        1.0 / (dh as f64).sqrt(),
+        Weights::new(
+            &[&layer.query, &layer.key, &layer.value],
+            1.0 / (dh as f64).sqrt(),
+        ),
         dh,
         l,
     )?;
@@ -340,8 +342,7 @@ fn encoder_layer(
         om,
         None,
         format!("layer {l} attention output"),
-        &[&layer.attn_out],
-        1.0,
+        Weights::new(&[&layer.attn_out], 1.0),
         d,
         l,
     )?;
@@ -354,8 +355,7 @@ fn encoder_layer(
         x1,
         Some(&x1_norm),
         format!("layer {l} intermediate"),
-        &[&layer.ffn_in],
-        1.0,
+        Weights::new(&[&layer.ffn_in], 1.0),
         cfg.intermediate,
         l,
     )?;
@@ -390,8 +390,7 @@ fn encoder_layer(
         g,
         None,
         format!("layer {l} output"),
-        &[&layer.ffn_out],
-        1.0,
+        Weights::new(&[&layer.ffn_out], 1.0),
         d,
         l,
     )?;

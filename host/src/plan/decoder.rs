@@ -28,8 +28,8 @@ use std::sync::Arc;
 
 use super::attention::{self, Heads, PRODUCT_MAX_K};
 use super::bound::{self, Bound, NormForm};
-use super::linear::{encode_fine, linear_product, linear_to_frac};
-use super::norm::{normalize, normalize_stacked};
+use super::linear::{Folded, Weights, encode_fine, linear_product, linear_to_frac};
+use super::norm::{normalize, normalize_folded, normalize_stacked};
 use super::scale::{GELU_ERR, spline_width, truncate, ulp};
 use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
@@ -265,7 +265,7 @@ fn block(
 ) -> Result<(usize, f64), PlanError> {
     let cfg = &model.config;
     let centre = cfg.architecture == Architecture::Gpt2;
-    let (n1, n1_form) = normalize(
+    let (n1, n1_form, n1_fold) = normalize_folded(
         b,
         x,
         &layer.attn_norm,
@@ -274,7 +274,8 @@ fn block(
         centre,
     )?;
     let (window, theta) = cfg.attention_of(l);
-    let (q, k, v) = projections(b, model, (l, theta), layer, n1, &n1_form, at)?;
+    let n1 = (n1, &n1_form, &n1_fold);
+    let (q, k, v) = projections(b, model, (l, theta), layer, n1, at)?;
     let (kc, vc) = match cache.get(l) {
         Some(&(kp, vp)) => (
             append(b, kp, k, cfg.kv_heads, l, "keys")?,
@@ -340,8 +341,9 @@ fn block(
         what,
     )?;
     let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
-    let (n2, n2_form) = normalize(b, x1, &layer.mlp_norm, format!("layer {l} MLP"), l, centre)?;
-    let h = mlp(b, model, l, layer, n2, &n2_form)?;
+    let name = format!("layer {l} MLP");
+    let (n2, n2_form, n2_fold) = normalize_folded(b, x1, &layer.mlp_norm, name, l, centre)?;
+    let h = mlp(b, model, l, layer, (n2, &n2_form, &n2_fold))?;
     let what = (format!("layer {l} MLP output"), l);
     let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
@@ -389,7 +391,7 @@ fn block_output(
     (name, l): (String, usize),
 ) -> Result<usize, PlanError> {
     let Some(norm) = norm else {
-        let (y, _) = linear_to_frac(b, x, None, name, &[part], 1.0, width, l)?;
+        let (y, _) = linear_to_frac(b, x, None, name, Weights::new(&[part], 1.0), width, l)?;
         return Ok(y);
     };
     let xi = b.info(x).clone();
@@ -399,12 +401,24 @@ fn block_output(
     } else {
         x
     };
-    let (y, _) = linear_product(b, x, None, name.clone(), &[part], 1.0, width, l)?;
+    let (y, _) = linear_product(
+        b,
+        x,
+        None,
+        name.clone(),
+        Weights::new(&[part], 1.0),
+        width,
+        l,
+    )?;
     b.at(Category::Truncation, Some(l));
     let y = truncate(b, y, POST_NORM_FRAC.min(b.info(y).scale), name.clone())?;
     let name = name.replace(" output", " out");
     Ok(normalize(b, y, norm, name, l, false)?.0)
 }
+
+/// A pre-norm's output, its form for bounds, and the gains the layer
+/// after it folds in ([`normalize_folded`]).
+type Normed<'a> = (usize, &'a NormForm, &'a Folded);
 
 /// The queries, new keys and new values of a block, split into heads
 /// (`[heads·rows × d_h]`), RoPE applied (Llama family). `(l, theta)` is the
@@ -415,8 +429,7 @@ fn projections(
     model: &Decoder,
     (l, theta): (usize, f32),
     layer: &DecoderLayer,
-    n: usize,
-    form: &NormForm,
+    (n, form, fold): Normed<'_>,
     at: Position,
 ) -> Result<(usize, usize, usize), PlanError> {
     let cfg = &model.config;
@@ -433,14 +446,15 @@ fn projections(
     } else {
         inv_root
     };
-    let (y, _) = linear_product(b, n, Some(form), name.clone(), &parts, query_scale, dh, l)?;
+    let weights = Weights::new(&parts, query_scale).folding(Some(fold));
+    let (y, _) = linear_product(b, n, Some(form), name.clone(), weights, dh, l)?;
     if cfg.architecture == Architecture::Llama && layer.qk_norm.is_none() {
         let place = Rotation {
             theta,
             at,
             heads: 1,
         };
-        fold_rope(b, model, y, qw + kvw, place, (&parts, query_scale))?;
+        fold_rope(b, model, y, qw + kvw, place, weights)?;
     }
     b.at(Category::Truncation, Some(l));
     let qkv = truncate(b, y, FRAC, name.clone())?;
@@ -649,7 +663,7 @@ fn fold_rope(
     y: usize,
     rotated: usize,
     place: Rotation,
-    (parts, query_scale): (&[&crate::model::Linear], f64),
+    weights: Weights<'_>,
 ) -> Result<(), PlanError> {
     let tables = RopeTables {
         keep: ROPE_KEEP,
@@ -676,7 +690,7 @@ fn fold_rope(
     let l2 = (xi.cols as f64).sqrt() * xi.bound.row_l2();
     let extra = off * l1.min(l2) + ulp(yi.scale);
     let bound = rotated_bound(&yi.bound, rotated, model, extra);
-    let words = || encode_fine(parts, xi.scale, query_scale, ROPE_KEEP);
+    let words = || encode_fine(weights, xi.scale, ROPE_KEEP);
     b.fold_rope(y, tables, bound, words)
 }
 
@@ -763,8 +777,7 @@ fn mlp(
     model: &Decoder,
     l: usize,
     layer: &DecoderLayer,
-    n: usize,
-    form: &NormForm,
+    (n, form, fold): Normed<'_>,
 ) -> Result<usize, PlanError> {
     let cfg = &model.config;
     let inter = cfg.intermediate;
@@ -775,8 +788,7 @@ fn mlp(
                 n,
                 Some(form),
                 format!("layer {l} gate/up"),
-                &[gate, &layer.up],
-                1.0,
+                Weights::new(&[gate, &layer.up], 1.0).folding(Some(fold)),
                 inter,
                 l,
             )?;
@@ -808,8 +820,7 @@ fn mlp(
                 n,
                 Some(form),
                 format!("layer {l} intermediate"),
-                &[&layer.up],
-                1.0,
+                Weights::new(&[&layer.up], 1.0).folding(Some(fold)),
                 inter,
                 l,
             )?;
@@ -936,8 +947,7 @@ fn head(
         n,
         Some(&form),
         "LM head".into(),
-        &[head],
-        1.0,
+        Weights::new(&[head], 1.0),
         cfg.vocab_size,
         layer,
     )?;

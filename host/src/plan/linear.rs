@@ -9,22 +9,110 @@ use super::{Builder, Category, EncodedLinear, Fine, Kind, PlanError, ProductKey}
 use crate::fixed::{self, FRAC, WEIGHT_FRAC, encode};
 use crate::model;
 
-/// Encodes a linear layer for an input at `in_scale`; `query_scale`
-/// multiplies the weights and bias of the first part.
-pub(super) fn encode_linear(
-    name: String,
-    parts: &[&model::Linear],
-    in_scale: u32,
-    query_scale: f64,
-) -> EncodedLinear {
-    let inputs = parts.first().map_or(0, |p| p.inputs);
-    let outputs: usize = parts.iter().map(|p| p.outputs).sum();
+/// A layer's weights as the model holds them, and what their encoding
+/// folds in: attention's 1/√d_h into the first part (a fused QKV layer's
+/// queries), and the gains and shifts of the norm whose output the layer
+/// takes ([`Folded`]).
+#[derive(Clone, Copy)]
+pub(super) struct Weights<'a> {
+    pub parts: &'a [&'a model::Linear],
+    pub query_scale: f64,
+    pub fold: Option<&'a Folded>,
+}
+
+/// A pre-norm's per-channel gains `g` and shifts `β`, folded into the
+/// layer that alone takes the norm's output `a = g⊙t + β`:
+/// `a·W + b = t·(diag(g)·W) + (b + β·W)`, so the norm's output is `t`,
+/// which carries no gains and so no gains' fraction bits
+/// (`norm::normalize_folded`).
+pub(super) struct Folded {
+    pub gain: Vec<f64>,
+    pub shift: Vec<f64>,
+}
+
+impl<'a> Weights<'a> {
+    /// The parts with only 1/√d_h (`query_scale`) folded in.
+    pub(super) fn new(parts: &'a [&'a model::Linear], query_scale: f64) -> Self {
+        Weights {
+            parts,
+            query_scale,
+            fold: None,
+        }
+    }
+
+    /// With a norm's gains and shifts folded in as well.
+    pub(super) fn folding(self, fold: Option<&'a Folded>) -> Self {
+        Weights { fold, ..self }
+    }
+
+    fn inputs(&self) -> usize {
+        self.parts.first().map_or(0, |p| p.inputs)
+    }
+
+    fn outputs(&self) -> usize {
+        self.parts.iter().map(|p| p.outputs).sum()
+    }
+
+    /// Attention's 1/√d_h multiplies part 0 (the queries of a fused QKV
+    /// layer).
+    fn part_scale(&self, part: usize) -> f64 {
+        if part == 0 { self.query_scale } else { 1.0 }
+    }
+
+    /// The real weights, `[inputs × outputs]`, parts side by side, each
+    /// passed through `f` (encoded directly: an LM head's reals would be
+    /// a gigabyte).
+    fn map<T: Clone + Default>(&self, f: impl Fn(f64) -> T) -> Vec<T> {
+        let (inputs, outputs) = (self.inputs(), self.outputs());
+        let mut w = vec![T::default(); inputs * outputs];
+        let mut col = 0;
+        for (pi, p) in self.parts.iter().enumerate() {
+            let s = self.part_scale(pi);
+            for i in 0..inputs {
+                let g = self.fold.map_or(1.0, |f| f.gain[i]);
+                for j in 0..p.outputs {
+                    w[i * outputs + col + j] = f(f64::from(p.w[i * p.outputs + j]) * s * g);
+                }
+            }
+            col += p.outputs;
+        }
+        w
+    }
+
+    /// The real biases, parts side by side, the folded shifts' product
+    /// added.
+    fn biases(&self) -> Vec<f64> {
+        let mut bias = Vec::with_capacity(self.outputs());
+        for (pi, p) in self.parts.iter().enumerate() {
+            let s = self.part_scale(pi);
+            let shifted = |j: usize| -> f64 {
+                self.fold.map_or(0.0, |f| {
+                    f.shift
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, beta)| **beta != 0.0)
+                        .map(|(i, beta)| beta * f64::from(p.w[i * p.outputs + j]))
+                        .sum()
+                })
+            };
+            bias.extend(
+                p.b.iter()
+                    .enumerate()
+                    .map(|(j, v)| (f64::from(*v) + shifted(j)) * s),
+            );
+        }
+        bias
+    }
+}
+
+/// Encodes a linear layer for an input at `in_scale`.
+pub(super) fn encode_linear(name: String, w: Weights<'_>, in_scale: u32) -> EncodedLinear {
     EncodedLinear {
         name,
-        inputs,
-        outputs,
-        w: encode_weights(parts, query_scale, WEIGHT_FRAC),
-        b: encode_bias(parts, in_scale + WEIGHT_FRAC, query_scale),
+        inputs: w.inputs(),
+        outputs: w.outputs(),
+        w: encode_weights(w, WEIGHT_FRAC),
+        b: encode_bias(w, in_scale + WEIGHT_FRAC),
         bias_scale: in_scale + WEIGHT_FRAC,
         id: [0; 16],
         fine: None,
@@ -33,53 +121,27 @@ pub(super) fn encode_linear(
 
 /// The layer's words at `keep` more fraction bits than [`encode_linear`]'s
 /// ([`Fine`]), for an input at `in_scale`.
-pub(super) fn encode_fine(
-    parts: &[&model::Linear],
-    in_scale: u32,
-    query_scale: f64,
-    keep: u32,
-) -> Fine {
+pub(super) fn encode_fine(w: Weights<'_>, in_scale: u32, keep: u32) -> Fine {
     Fine {
         keep,
-        w: encode_weights(parts, query_scale, WEIGHT_FRAC + keep),
-        b: encode_bias(parts, in_scale + WEIGHT_FRAC + keep, query_scale),
+        w: encode_weights(w, WEIGHT_FRAC + keep),
+        b: encode_bias(w, in_scale + WEIGHT_FRAC + keep),
     }
 }
 
-/// The weights of `parts` side by side, `[inputs × outputs]` at `frac`.
-fn encode_weights(parts: &[&model::Linear], query_scale: f64, frac: u32) -> Vec<u64> {
-    let inputs = parts.first().map_or(0, |p| p.inputs);
-    let outputs: usize = parts.iter().map(|p| p.outputs).sum();
-    let mut w = vec![0u64; inputs * outputs];
-    let mut col = 0;
-    for (pi, p) in parts.iter().enumerate() {
-        let s = part_scale(pi, query_scale);
-        for i in 0..inputs {
-            for j in 0..p.outputs {
-                w[i * outputs + col + j] = encode(f64::from(p.w[i * p.outputs + j]) * s, frac);
-            }
-        }
-        col += p.outputs;
-    }
-    w
+/// The weights of `w`'s parts side by side, `[inputs × outputs]` at
+/// `frac`.
+fn encode_weights(w: Weights<'_>, frac: u32) -> Vec<u64> {
+    w.map(|v| encode(v, frac))
 }
 
-/// Attention's 1/√d_h is folded into the query weights and bias (part 0
-/// of a fused QKV layer).
-fn part_scale(part: usize, query_scale: f64) -> f64 {
-    if part == 0 { query_scale } else { 1.0 }
-}
-
-/// The biases of `parts` at `bias_scale` (the input's scale plus the
-/// weights'): the one part of an encoding that depends on the input's
-/// scale.
-fn encode_bias(parts: &[&model::Linear], bias_scale: u32, query_scale: f64) -> Vec<u64> {
-    let mut bias = Vec::with_capacity(parts.iter().map(|p| p.outputs).sum());
-    for (pi, p) in parts.iter().enumerate() {
-        let s = part_scale(pi, query_scale);
-        bias.extend(p.b.iter().map(|v| encode(f64::from(*v) * s, bias_scale)));
-    }
-    bias
+/// The biases at `bias_scale` (the input's scale plus the weights'): the
+/// one part of an encoding that depends on the input's scale.
+fn encode_bias(w: Weights<'_>, bias_scale: u32) -> Vec<u64> {
+    w.biases()
+        .into_iter()
+        .map(|v| encode(v, bias_scale))
+        .collect()
 }
 
 /// The real values of an encoded layer, for bounds.
@@ -97,18 +159,16 @@ pub(super) fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
 /// attention outputs) is multiplied as it is when the product still fits, so
 /// one truncation rescales both; otherwise it is truncated first. `norm`
 /// describes a LayerNorm-output input for a tighter bound.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn linear_to_frac(
     b: &mut Builder,
     x: usize,
     norm: Option<&NormForm>,
     name: String,
-    parts: &[&model::Linear],
-    query_scale: f64,
+    w: Weights<'_>,
     group: usize,
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
-    let (y, linear) = linear_product(b, x, norm, name.clone(), parts, query_scale, group, layer)?;
+    let (y, linear) = linear_product(b, x, norm, name.clone(), w, group, layer)?;
     b.at(Category::Truncation, Some(layer));
     Ok((truncate(b, y, FRAC, name)?, linear))
 }
@@ -116,14 +176,12 @@ pub(super) fn linear_to_frac(
 /// `x·W + b` at the product's scale, without the truncation: see
 /// [`linear_to_frac`]. A layer already encoded in this plan at the same
 /// scale (an earlier decode pass) is reused, not encoded again.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn linear_product(
     b: &mut Builder,
     x: usize,
     norm: Option<&NormForm>,
     name: String,
-    parts: &[&model::Linear],
-    query_scale: f64,
+    weights: Weights<'_>,
     group: usize,
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
@@ -143,7 +201,7 @@ pub(super) fn linear_product(
         return Ok(done);
     }
     let fits = |out: &Bound, scale: u32| bound::width(out.max_abs(), scale + WEIGHT_FRAC) <= 62;
-    let enc = encoded(b, &name, parts, xi.scale, query_scale);
+    let enc = encoded(b, &name, weights, xi.scale);
     let out = bound_of(b, &xi.bound, &enc);
     let (mut x, mut enc, mut out) = (x, enc, out);
     // Where the product does not fit the ring at the input's scale, the
@@ -159,7 +217,7 @@ pub(super) fn linear_product(
         b.at(Category::Truncation, Some(layer));
         x = truncate(b, x, to, format!("{} (rescaled)", xi.name))?;
         let ti = b.info(x).clone();
-        enc = encoded(b, &name, parts, ti.scale, query_scale);
+        enc = encoded(b, &name, weights, ti.scale);
         out = bound_of(b, &ti.bound, &enc);
         to = FRAC;
     }
@@ -330,13 +388,7 @@ fn materialize(b: &mut Builder, enc: Enc) -> Enc {
 
 /// The layer `name` encoded for an input at `in_scale`: from this plan,
 /// from an earlier pass's memo, or encoded now.
-fn encoded(
-    b: &mut Builder,
-    name: &str,
-    parts: &[&model::Linear],
-    in_scale: u32,
-    query_scale: f64,
-) -> Enc {
+fn encoded(b: &mut Builder, name: &str, w: Weights<'_>, in_scale: u32) -> Enc {
     let scale = in_scale + WEIGHT_FRAC;
     if let Some(i) = b.find_linear(name, scale) {
         return Enc::Built(i);
@@ -351,15 +403,10 @@ fn encoded(
     match from {
         Some(from) => Enc::Rebias {
             from,
-            b: encode_bias(parts, scale, query_scale),
+            b: encode_bias(w, scale),
             bias_scale: scale,
         },
-        None => Enc::New(encode_linear(
-            name.to_string(),
-            parts,
-            in_scale,
-            query_scale,
-        )),
+        None => Enc::New(encode_linear(name.to_string(), w, in_scale)),
     }
 }
 

@@ -4,7 +4,8 @@
 //! the decoders.
 
 use super::bound::{self, Bound, NormForm};
-use super::scale::{INVERSE_REL_ERR, truncate, truncate_scalar, ulp};
+use super::linear::Folded;
+use super::scale::{INVERSE_REL_ERR, truncate, truncate_reading, truncate_scalar, ulp};
 use super::{Builder, Category, ChainSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model;
@@ -244,6 +245,69 @@ pub(super) fn normalize(
     let (z, z_scale) = narrow_for_gains(b, (n.z, n.scale), &n.zb, &[norm], &name)?;
     let (a, form) = gained(b, (z, z_scale), &n, norm, &name)?;
     Ok((truncate(b, a, FRAC, format!("{name} LayerNorm"))?, form))
+}
+
+/// [`normalize`] for a pre-norm whose output only one linear layer
+/// takes: the gains `γ√d` and shifts `β` go into that layer's weights and
+/// bias ([`Folded`]), and the norm outputs `t = 2^s·z` at FRAC, `z = y·ρ`
+/// its normalized rows, `s` the power of two nearest the gains' RMS (so
+/// that `t` holds about as many significant bits as `γ√d·z` did, and the
+/// folded gains `γ√d/2^s` are near 1). `t` is `z`'s words read at a
+/// scale `s` lower, so the truncation drops `s` bits fewer than `z`'s
+/// scale less FRAC, and the gains' WEIGHT_FRAC bits are not there to drop:
+/// SmolLM2's norm outputs drop 29 bits instead of 44. Returns `t`, its
+/// form for the layer's bound, and what the layer folds in.
+pub(super) fn normalize_folded(
+    b: &mut Builder,
+    r: usize,
+    norm: &model::Norm,
+    name: String,
+    l: usize,
+    centre: bool,
+) -> Result<(usize, NormForm, Folded), PlanError> {
+    let n = normalized(b, r, norm.eps, &name, l, centre)?;
+    let d = n.zb.abs.len();
+    let root = (d as f64).sqrt();
+    let s = gain_shift(norm, n.scale);
+    let unit = pow2(s);
+    let tb = n.zb.scale(unit, ulp(FRAC));
+    let shift = n.scale - FRAC - s;
+    let t = truncate_reading(b, n.z, shift, (FRAC, tb), format!("{name} LayerNorm"))?;
+    let form = NormForm {
+        gain: vec![unit; d],
+        shift: vec![0.0; d],
+        zeta: n.z_l2,
+        delta: ulp(FRAC),
+    };
+    let folded = Folded {
+        gain: norm
+            .gamma
+            .iter()
+            .map(|g| f64::from(*g) * root / unit)
+            .collect(),
+        shift: norm.beta.iter().map(|v| f64::from(*v)).collect(),
+    };
+    Ok((t, form, folded))
+}
+
+/// The power of two `2^s` nearest the RMS of a norm's gains `γ√d`, at
+/// most `z_scale − FRAC − 1` (the truncation drops at least one bit).
+fn gain_shift(norm: &model::Norm, z_scale: u32) -> u32 {
+    let d = norm.gamma.len().max(1) as f64;
+    let rms = (norm
+        .gamma
+        .iter()
+        .map(|g| f64::from(*g) * f64::from(*g))
+        .sum::<f64>()
+        / d)
+        .sqrt();
+    let log = (rms * d.sqrt()).log2().round();
+    let top = z_scale.saturating_sub(FRAC + 1);
+    if log.is_finite() && log > 0.0 {
+        (log as u32).min(top)
+    } else {
+        0
+    }
 }
 
 /// RMSNorms of equal width and ε over the row blocks of one tensor

@@ -98,9 +98,34 @@ fn truncate_as(
     one_round: bool,
 ) -> Result<usize, PlanError> {
     let xi = b.info(x).clone();
-    let shift = xi.scale - to;
-    let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
     let out = b.tensor(name, xi.rows, xi.cols, to, xi.bound.floor_to(ulp(to)))?;
+    push_truncation(b, x, xi.scale - to, out, one_round);
+    Ok(out)
+}
+
+/// `x`'s words shifted right by `shift` bits (two rounds, as
+/// [`truncate`]) and read at `to` fraction bits, which need not be `x`'s
+/// scale less `shift`: a norm whose gains go into the next layer outputs
+/// `2^s·z` for its normalized rows `z` (`norm::normalize_folded`).
+/// `bound` is the output's, at `to`.
+pub(super) fn truncate_reading(
+    b: &mut Builder,
+    x: usize,
+    shift: u32,
+    (to, bound): (u32, bound::Bound),
+    name: String,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let out = b.tensor(name, xi.rows, xi.cols, to, bound)?;
+    push_truncation(b, x, shift, out, false);
+    Ok(out)
+}
+
+/// The truncation of `x` by `shift` bits into `out`, at the width `x`'s
+/// bound proves.
+fn push_truncation(b: &mut Builder, x: usize, shift: u32, out: usize, one_round: bool) {
+    let xi = b.info(x);
+    let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
     b.push(if one_round {
         Kind::Chain {
             x,
@@ -114,5 +139,4 @@ fn truncate_as(
             out,
         }
     });
-    Ok(out)
 }
