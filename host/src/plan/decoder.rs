@@ -265,16 +265,10 @@ fn block(
 ) -> Result<(usize, f64), PlanError> {
     let cfg = &model.config;
     let centre = cfg.architecture == Architecture::Gpt2;
-    let (n1, n1_form, n1_fold) = normalize_folded(
-        b,
-        x,
-        &layer.attn_norm,
-        format!("layer {l} attention"),
-        l,
-        centre,
-    )?;
+    let name = format!("layer {l} attention");
+    let (n1, n1_form, n1_fold) = pre_norm(b, layer, x, (&layer.attn_norm, name), l, centre)?;
     let (window, theta) = cfg.attention_of(l);
-    let n1 = (n1, &n1_form, &n1_fold);
+    let n1 = (n1, &n1_form, n1_fold.as_ref());
     let (q, k, v) = projections(b, model, (l, theta), layer, n1, at)?;
     let (kc, vc) = match cache.get(l) {
         Some(&(kp, vp)) => (
@@ -342,12 +336,36 @@ fn block(
     )?;
     let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
     let name = format!("layer {l} MLP");
-    let (n2, n2_form, n2_fold) = normalize_folded(b, x1, &layer.mlp_norm, name, l, centre)?;
-    let h = mlp(b, model, l, layer, (n2, &n2_form, &n2_fold))?;
+    let (n2, n2_form, n2_fold) = pre_norm(b, layer, x1, (&layer.mlp_norm, name), l, centre)?;
+    let h = mlp(b, model, l, layer, (n2, &n2_form, n2_fold.as_ref()))?;
     let what = (format!("layer {l} MLP output"), l);
     let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
     Ok((x2, score_abs))
+}
+
+/// A block's pre-norm, its gains folded into the layer after it where
+/// they fold ([`normalize_folded`]), except in a block with sandwich norms
+/// (Gemma 3): there a norm rescales the block's output to unit RMS, so a
+/// row whose products are nearly silent carries their absolute error up
+/// with it (see [`block_output`]), and the folded weights' rounding is
+/// such an error. With Gemma 3's norms folded, its logits' largest
+/// difference from the float oracle's top 32 went from at most 0.13 to
+/// 0.43 and its teacher-forced passage to 46 of 48.
+fn pre_norm(
+    b: &mut Builder,
+    layer: &DecoderLayer,
+    x: usize,
+    (norm, name): (&Norm, String),
+    l: usize,
+    centre: bool,
+) -> Result<(usize, NormForm, Option<Folded>), PlanError> {
+    if layer.post_norms.is_some() {
+        let (out, form) = normalize(b, x, norm, name, l, centre)?;
+        return Ok((out, form, None));
+    }
+    let (out, form, folded) = normalize_folded(b, x, norm, name, l, centre)?;
+    Ok((out, form, Some(folded)))
 }
 
 /// `out = x + a` at FRAC.
@@ -418,7 +436,7 @@ fn block_output(
 
 /// A pre-norm's output, its form for bounds, and the gains the layer
 /// after it folds in ([`normalize_folded`]).
-type Normed<'a> = (usize, &'a NormForm, &'a Folded);
+type Normed<'a> = (usize, &'a NormForm, Option<&'a Folded>);
 
 /// The queries, new keys and new values of a block, split into heads
 /// (`[heads·rows × d_h]`), RoPE applied (Llama family). `(l, theta)` is the
@@ -446,7 +464,7 @@ fn projections(
     } else {
         inv_root
     };
-    let weights = Weights::new(&parts, query_scale).folding(Some(fold));
+    let weights = Weights::new(&parts, query_scale).folding(fold);
     let (y, _) = linear_product(b, n, Some(form), name.clone(), weights, dh, l)?;
     if cfg.architecture == Architecture::Llama && layer.qk_norm.is_none() {
         let place = Rotation {
@@ -788,7 +806,7 @@ fn mlp(
                 n,
                 Some(form),
                 format!("layer {l} gate/up"),
-                Weights::new(&[gate, &layer.up], 1.0).folding(Some(fold)),
+                Weights::new(&[gate, &layer.up], 1.0).folding(fold),
                 inter,
                 l,
             )?;
@@ -820,7 +838,7 @@ fn mlp(
                 n,
                 Some(form),
                 format!("layer {l} intermediate"),
-                Weights::new(&[&layer.up], 1.0).folding(Some(fold)),
+                Weights::new(&[&layer.up], 1.0).folding(fold),
                 inter,
                 l,
             )?;

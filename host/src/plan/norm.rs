@@ -294,20 +294,25 @@ pub(super) fn normalize_folded(
 /// most `z_scale − FRAC − 1` (the truncation drops at least one bit).
 fn gain_shift(norm: &model::Norm, z_scale: u32) -> u32 {
     let d = norm.gamma.len().max(1) as f64;
-    let rms = (norm
-        .gamma
-        .iter()
-        .map(|g| f64::from(*g) * f64::from(*g))
-        .sum::<f64>()
-        / d)
-        .sqrt();
-    let log = (rms * d.sqrt()).log2().round();
+    let log = (gain_rms(norm) * d.sqrt()).log2().round();
     let top = z_scale.saturating_sub(FRAC + 1);
     if log.is_finite() && log > 0.0 {
         (log as u32).min(top)
     } else {
         0
     }
+}
+
+/// The RMS of a norm's gains.
+fn gain_rms(norm: &model::Norm) -> f64 {
+    let d = norm.gamma.len().max(1) as f64;
+    (norm
+        .gamma
+        .iter()
+        .map(|g| f64::from(*g) * f64::from(*g))
+        .sum::<f64>()
+        / d)
+        .sqrt()
 }
 
 /// RMSNorms of equal width and ε over the row blocks of one tensor
@@ -625,5 +630,150 @@ mod tests {
             .sum::<f64>()
             / d as f64;
         assert!((ms - 1.0).abs() < 1e-2, "mean square {ms}");
+    }
+
+    /// Seeded reals uniform in `[-r, r)`.
+    fn uniform(n: usize, r: f64, seed: u64) -> Vec<f64> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                r * (2.0 * unit - 1.0)
+            })
+            .collect()
+    }
+
+    /// A norm and the linear layer after it, the gains in the norm (the
+    /// old form, the oracle) and folded into the layer: the two outputs
+    /// differ only by their roundings after the shared normalized rows,
+    /// each within `tol` of the exact `(γ√d⊙z + β)·W + b` (the input's
+    /// floor, half a unit of each weight and gain, the bias's and the
+    /// output's rounding). LayerNorm with shifts and RMSNorm, gains
+    /// spread over two octaves.
+    #[test]
+    fn folded_gains_equal_the_gained_norm_within_its_rounding() {
+        use crate::plan::linear::{Weights, linear_to_frac};
+        let (d, outputs, rows) = (24, 8, 6);
+        for (centre, shift) in [(true, 0.05f32), (false, 0.0)] {
+            let mut n = norm(d, 0.4, shift);
+            n.gamma.iter_mut().enumerate().for_each(|(c, g)| {
+                *g = 0.4 + 0.05 * c as f32;
+            });
+            let w: Vec<f32> = uniform(d * outputs, 0.5, 7)
+                .iter()
+                .map(|v| *v as f32)
+                .collect();
+            let bias: Vec<f32> = uniform(outputs, 1.0, 9).iter().map(|v| *v as f32).collect();
+            let layer = model::Linear {
+                w: w.clone(),
+                b: bias.clone(),
+                inputs: d,
+                outputs,
+            };
+            let mut b = Builder::default();
+            let bound = Bound::uniform(d, 6.0);
+            let x = b.tensor("x", rows, d, FRAC, bound).unwrap();
+            let zero = b
+                .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
+                .unwrap();
+            b.begin_pass(x, zero);
+            let (g, g_form) = normalize(&mut b, x, &n, "gained".into(), 0, centre).unwrap();
+            let parts = [&layer];
+            let weights = Weights::new(&parts, 1.0);
+            let (yg, _) = linear_to_frac(
+                &mut b,
+                g,
+                Some(&g_form),
+                "gained layer".into(),
+                weights,
+                1,
+                0,
+            )
+            .unwrap();
+            let (t, t_form, folded) =
+                normalize_folded(&mut b, x, &n, "folded".into(), 0, centre).unwrap();
+            let weights = weights.folding(Some(&folded));
+            let (yf, _) = linear_to_frac(
+                &mut b,
+                t,
+                Some(&t_form),
+                "folded layer".into(),
+                weights,
+                1,
+                0,
+            )
+            .unwrap();
+            let out = b.stack_rows(&[yg, yf], "both".into()).unwrap();
+            b.end_pass(out);
+            let inputs = Inputs {
+                x,
+                bias: zero,
+                mask: None,
+            };
+            let plan = b
+                .finish(
+                    "fold",
+                    [0; 32],
+                    1,
+                    rows,
+                    d,
+                    inputs,
+                    out,
+                    0,
+                    Finish::AsIs,
+                    false,
+                )
+                .unwrap();
+            let xs = uniform(rows * d, 5.0, 11);
+            let mut given = Some(PassInputs {
+                x: xs.iter().map(|v| encode(*v, FRAC)).collect(),
+                bias: vec![0],
+            });
+            let mut next = |_: usize, _: &[Vec<u64>]| given.take();
+            let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
+            let (gained, folded_out) = outs[0].split_at(rows * outputs);
+            let unit = ulp(FRAC);
+            let root = (d as f64).sqrt();
+            let s = gain_shift(&n, 44);
+            for r in 0..rows {
+                let row: Vec<f64> = xs[r * d..(r + 1) * d]
+                    .iter()
+                    .map(|v| fixed::decode(encode(*v, FRAC), FRAC))
+                    .collect();
+                let mean = if centre {
+                    row.iter().sum::<f64>() / d as f64
+                } else {
+                    0.0
+                };
+                let y: Vec<f64> = row.iter().map(|v| v - mean).collect();
+                let norm2 = y.iter().map(|v| v * v).sum::<f64>() + d as f64 * f64::from(n.eps);
+                let z: Vec<f64> = y.iter().map(|v| 1.1 * v.abs() / norm2.sqrt()).collect();
+                for j in 0..outputs {
+                    let mut tol = 6.0 * unit;
+                    for (i, zi) in z.iter().enumerate() {
+                        let wij = f64::from(w[i * outputs + j]).abs();
+                        let g = f64::from(n.gamma[i]) * root;
+                        let a = g * zi + f64::from(n.beta[i]).abs();
+                        let folded_gain = folded.gain[i].abs();
+                        // Gained: a's floor, W's and the gain's rounding.
+                        tol += unit * (wij + 0.5 * a + 0.5 * zi * wij);
+                        // Folded: t's floor, the folded weight's rounding.
+                        tol += unit * (folded_gain * wij + 0.5 * zi * f64::from(1u32 << s));
+                    }
+                    let (vg, vf) = (gained[r * outputs + j], folded_out[r * outputs + j]);
+                    let diff = (fixed::decode(vg, FRAC) - fixed::decode(vf, FRAC)).abs();
+                    assert!(
+                        diff <= tol,
+                        "centre {centre}: row {r} output {j}: {diff} > {tol}"
+                    );
+                }
+            }
+            // And the fold is not a no-op: the norm's gains and shifts
+            // move the outputs far beyond that tolerance.
+            assert!(folded.gain.iter().any(|g| (g - 1.0).abs() > 0.1));
+        }
     }
 }
