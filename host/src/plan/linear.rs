@@ -59,19 +59,20 @@ impl<'a> Weights<'a> {
         if part == 0 { self.query_scale } else { 1.0 }
     }
 
-    /// The real weights, `[inputs × outputs]`, parts side by side, each
-    /// passed through `f` (encoded directly: an LM head's reals would be
-    /// a gigabyte).
-    fn map<T: Clone + Default>(&self, f: impl Fn(f64) -> T) -> Vec<T> {
+    /// The weights, `[inputs × outputs]`, parts side by side, encoded
+    /// at `frac` (one real at a time: an LM head's reals would be a
+    /// gigabyte).
+    fn encoded(&self, frac: u32) -> Vec<u64> {
         let (inputs, outputs) = (self.inputs(), self.outputs());
-        let mut w = vec![T::default(); inputs * outputs];
+        let mut w = vec![0u64; inputs * outputs];
         let mut col = 0;
         for (pi, p) in self.parts.iter().enumerate() {
             let s = self.part_scale(pi);
             for i in 0..inputs {
                 let g = self.fold.map_or(1.0, |f| f.gain[i]);
                 for j in 0..p.outputs {
-                    w[i * outputs + col + j] = f(f64::from(p.w[i * p.outputs + j]) * s * g);
+                    let real = f64::from(p.w[i * p.outputs + j]) * s * g;
+                    w[i * outputs + col + j] = encode(real, frac);
                 }
             }
             col += p.outputs;
@@ -111,7 +112,7 @@ pub(super) fn encode_linear(name: String, w: Weights<'_>, in_scale: u32) -> Enco
         name,
         inputs: w.inputs(),
         outputs: w.outputs(),
-        w: encode_weights(w, WEIGHT_FRAC),
+        w: w.encoded(WEIGHT_FRAC),
         b: encode_bias(w, in_scale + WEIGHT_FRAC),
         bias_scale: in_scale + WEIGHT_FRAC,
         id: [0; 16],
@@ -124,15 +125,9 @@ pub(super) fn encode_linear(name: String, w: Weights<'_>, in_scale: u32) -> Enco
 pub(super) fn encode_fine(w: Weights<'_>, in_scale: u32, keep: u32) -> Fine {
     Fine {
         keep,
-        w: encode_weights(w, WEIGHT_FRAC + keep),
+        w: w.encoded(WEIGHT_FRAC + keep),
         b: encode_bias(w, in_scale + WEIGHT_FRAC + keep),
     }
-}
-
-/// The weights of `w`'s parts side by side, `[inputs × outputs]` at
-/// `frac`.
-fn encode_weights(w: Weights<'_>, frac: u32) -> Vec<u64> {
-    w.map(|v| encode(v, frac))
 }
 
 /// The biases at `bias_scale` (the input's scale plus the weights'): the
