@@ -344,8 +344,8 @@ fn block(
     Ok((x2, score_abs))
 }
 
-/// A block's pre-norm, its gains folded into the layer after it where
-/// they fold ([`normalize_folded`]), except in a block with sandwich norms
+/// A block's pre-norm, its gains folded into the layer after it
+/// ([`normalize_folded`]), except in a block with sandwich norms
 /// (Gemma 3): there a norm rescales the block's output to unit RMS, so a
 /// row whose products are nearly silent carries their absolute error up
 /// with it (see [`block_output`]), and the folded weights' rounding is

@@ -735,9 +735,9 @@ mod tests {
             let mut next = |_: usize, _: &[Vec<u64>]| given.take();
             let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
             let (gained, folded_out) = outs[0].split_at(rows * outputs);
-            let unit = ulp(FRAC);
             let root = (d as f64).sqrt();
-            let s = gain_shift(&n, 44);
+            // The fold's 2^s, from its first gain.
+            let two_s = f64::from(n.gamma[0]) * root / folded.gain[0];
             for r in 0..rows {
                 let row: Vec<f64> = xs[r * d..(r + 1) * d]
                     .iter()
@@ -752,16 +752,16 @@ mod tests {
                 let norm2 = y.iter().map(|v| v * v).sum::<f64>() + d as f64 * f64::from(n.eps);
                 let z: Vec<f64> = y.iter().map(|v| 1.1 * v.abs() / norm2.sqrt()).collect();
                 for j in 0..outputs {
-                    let mut tol = 6.0 * unit;
+                    let mut tol = 6.0 * ulp(FRAC);
                     for (i, zi) in z.iter().enumerate() {
                         let wij = f64::from(w[i * outputs + j]).abs();
                         let g = f64::from(n.gamma[i]) * root;
                         let a = g * zi + f64::from(n.beta[i]).abs();
                         let folded_gain = folded.gain[i].abs();
                         // Gained: a's floor, W's and the gain's rounding.
-                        tol += unit * (wij + 0.5 * a + 0.5 * zi * wij);
+                        tol += ulp(FRAC) * (wij + 0.5 * a + 0.5 * zi * wij);
                         // Folded: t's floor, the folded weight's rounding.
-                        tol += unit * (folded_gain * wij + 0.5 * zi * f64::from(1u32 << s));
+                        tol += ulp(FRAC) * (folded_gain * wij + 0.5 * zi * two_s);
                     }
                     let (vg, vf) = (gained[r * outputs + j], folded_out[r * outputs + j]);
                     let diff = (fixed::decode(vg, FRAC) - fixed::decode(vf, FRAC)).abs();
