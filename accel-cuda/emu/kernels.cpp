@@ -33,6 +33,7 @@ std::function<void()> bind(void (*f)(A...), void** params) {
     X(suffuse_hash)        \
     X(suffuse_fss_gen)     \
     X(suffuse_matmul)      \
+    X(suffuse_turned_matmul) \
     X(suffuse_gather_keys)
 
 // Exported even when the library is built with hidden visibility (the race

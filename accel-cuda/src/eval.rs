@@ -7,7 +7,9 @@
 #![allow(unsafe_code)]
 
 use suffuse_core::Error;
-use suffuse_core::batch::{BatchEval, EvalJob, EvalStats, MatShape, Resident, full_domain_each};
+use suffuse_core::batch::{
+    BatchEval, EvalJob, EvalStats, MatShape, Resident, Turned, full_domain_each,
+};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 use zeroize::Zeroize;
@@ -513,7 +515,7 @@ pub(crate) enum Operand<'a> {
 }
 
 /// The grid of `bt` products of `m × n` outputs: one block per tile.
-fn matmul_dims(m: usize, n: usize, bt: usize) -> Dims {
+pub(crate) fn matmul_dims(m: usize, n: usize, bt: usize) -> Dims {
     let tiles = |x: usize| {
         u32::try_from(u64_of(x).div_ceil(u64::from(TILE)))
             .unwrap_or(u32::MAX)
@@ -700,6 +702,21 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
             return Ok(());
         }
         self.matmul_resident_device(shape, a, &b, c)
+            .map_err(|e| self.failed(e))
+    }
+
+    fn turned_matmul(
+        &self,
+        t: &Turned<'_>,
+        a: &[u64],
+        b: &[u64],
+        c: &mut [u64],
+    ) -> Result<(), Error> {
+        t.check(a, b, c)?;
+        if c.is_empty() {
+            return Ok(());
+        }
+        self.turned_matmul_device(t, a, b, c)
             .map_err(|e| self.failed(e))
     }
 }

@@ -29,19 +29,22 @@ pub enum Kernel {
     FssGen,
     /// Ring matrix products mod 2^64.
     Matmul,
+    /// Ring matrix products with RoPE folded into the weights row by row.
+    TurnedMatmul,
     /// Key bodies in device memory, transposed level-major.
     GatherKeys,
 }
 
 impl Kernel {
     /// Every kernel, in source order.
-    pub const ALL: [Kernel; 7] = [
+    pub const ALL: [Kernel; 8] = [
         Kernel::FssEval,
         Kernel::DpfLevel,
         Kernel::DpfLeaves,
         Kernel::Hash,
         Kernel::FssGen,
         Kernel::Matmul,
+        Kernel::TurnedMatmul,
         Kernel::GatherKeys,
     ];
 
@@ -54,6 +57,7 @@ impl Kernel {
             Kernel::Hash => "suffuse_hash",
             Kernel::FssGen => "suffuse_fss_gen",
             Kernel::Matmul => "suffuse_matmul",
+            Kernel::TurnedMatmul => "suffuse_turned_matmul",
             Kernel::GatherKeys => "suffuse_gather_keys",
         }
     }

@@ -50,6 +50,7 @@ mod resident;
 mod selftest;
 pub mod source;
 mod staged;
+mod turned;
 
 use std::sync::Mutex;
 
