@@ -11,8 +11,9 @@
 #   4. the device against the CPU emulator of the same kernels (and the CPU
 #      backend) on 2^20 random evaluations;
 #   5. the benchmarks: DCF at n = 50 with keys resident (1-bit and 64-bit
-#      payloads), key generation GPU against all CPU cores, CPU scaling
-#      2 -> 16 threads;
+#      payloads), key generation GPU against all CPU cores, a q/k/v product
+#      with RoPE in its weights (turned_matmul, SmolLM2's shape), CPU
+#      scaling 2 -> 16 threads;
 #   6. `suffuse embed` at MiniLM's and BERT-base's shapes at 128 tokens
 #      (generated weights: checkpoints do not fit the carry), --backend cuda
 #      against cpu: bit-exact against the reference, equal to each other,

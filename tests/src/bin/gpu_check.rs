@@ -10,9 +10,10 @@
 //!   all three must agree.
 //! * `bench`: DCF evaluation at n = 50 with keys resident on the device (bit
 //!   output and a 64-bit payload), the full `BatchEval::eval` path, key
-//!   generation on the GPU against the CPU backend on every core, and the
-//!   CPU backend's scaling from 2 to 16 threads; every timed result is
-//!   compared with the CPU backend's.
+//!   generation on the GPU against the CPU backend on every core, a q/k/v
+//!   product with RoPE folded into its weights (`turned_matmul`, SmolLM2's
+//!   shape at a 64-token prefill), and the CPU backend's scaling from 2 to
+//!   16 threads; every timed result is compared with the CPU backend's.
 //!
 //! With `--emulated` first, `emu-vs-device` and `bench` run on the CPU
 //! emulator instead of a device, at 1/256 of the sizes: how the bundle's
@@ -25,7 +26,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 use suffuse_accel_cpu::CpuEval;
 use suffuse_accel_cuda::{Code, CudaEval, Device, Launcher, layout, nvrtc};
-use suffuse_core::batch::BatchEval;
+use suffuse_core::batch::{BatchEval, Pairing, Turned};
 use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params, Party};
 use suffuse_core::prg::{Block, Prg};
 use suffuse_core::ring::Width;
@@ -221,12 +222,15 @@ fn bench<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<Value, String>
     }
     let (keygen, ok) = bench_gen(device, shift)?;
     passed &= ok;
+    let (turned, ok) = bench_turned(device, &cpu, shift)?;
+    passed &= ok;
     Ok(json!({
         "device": device.device_name(),
         "backend": device.name(),
         "passed": passed,
         "eval": results,
         "keygen": keygen,
+        "turned_matmul": turned,
         "cpu_scaling": cpu_scaling(shift)?,
         "peak_device_bytes": device.peak_memory(),
     }))
@@ -274,6 +278,54 @@ fn bench_eval<L: Launcher>(
             "full_path_phases_s": phases,
             "key_bytes": layout::offsets(&batch.params(), batch.count()).total * 8,
             "cpu_evals_per_s": per_second(points.len(), cpu_s),
+            "cpu_threads": rayon_threads(),
+            "equal_to_cpu": ok,
+        }),
+        ok,
+    ))
+}
+
+/// A q/k/v product with RoPE in its weights at SmolLM2's shape (576 inputs,
+/// 960 outputs, 768 turned in adjacent pairs; 64 rows, fewer by `shift`):
+/// the device's whole call, uploads included, against the CPU backend.
+fn bench_turned<L: Launcher>(
+    device: &CudaEval<L>,
+    cpu: &CpuEval,
+    shift: u32,
+) -> Result<(Value, bool), String> {
+    let (m, k, n, t) = ((64usize >> shift).max(1), 576, 960, 768);
+    let mut rng = Prg::new(b"gpu_check turn 1");
+    let small =
+        |rng: &mut Prg, bits: u32| (rng.next_u64() >> (64 - bits)).wrapping_sub(1 << (bits - 1));
+    let a: Vec<u64> = (0..m * k).map(|_| rng.next_u64()).collect();
+    let b: Vec<u64> = (0..k * n).map(|_| small(&mut rng, 30)).collect();
+    let own: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 17)).collect();
+    let other: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 17)).collect();
+    let turned = Turned {
+        m,
+        k,
+        n,
+        turned: t,
+        pairing: Pairing::Adjacent,
+        own: &own,
+        other: &other,
+        frac: 16,
+    };
+    let timed = |eval: &dyn BatchEval| -> Result<(f64, Vec<u64>), String> {
+        let mut c = vec![0u64; m * n];
+        let start = Instant::now();
+        eval.turned_matmul(&turned, &a, &b, &mut c)
+            .map_err(|e| e.to_string())?;
+        Ok((start.elapsed().as_secs_f64(), c))
+    };
+    let (cpu_s, want) = timed(cpu)?;
+    let (device_s, got) = timed(device)?;
+    let ok = got == want;
+    Ok((
+        json!({
+            "m": m, "k": k, "n": n, "turned": t,
+            "device_s": device_s,
+            "cpu_s": cpu_s,
             "cpu_threads": rayon_threads(),
             "equal_to_cpu": ok,
         }),
