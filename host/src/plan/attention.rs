@@ -62,8 +62,7 @@ impl Heads {
 /// Plans attention with scores bounded by `score_max` in magnitude and
 /// the additive key bias `bias` (`[bias rows × keys]`, rows spread evenly
 /// over the blocks; padding carries `−c`). Returns the heads' outputs
-/// `[blocks·queries × d_h]` at FRAC plus the reciprocal's fraction bits
-/// ([`recip_frac`]) and the score bound.
+/// `[blocks·queries × d_h]` at FRAC + RECIP_FRAC and the score bound.
 pub fn attend(
     b: &mut Builder,
     h: Heads,
@@ -175,7 +174,7 @@ pub fn attend(
     // The reciprocal of the row sums and the weighted values are
     // independent: two lanes whose rounds are shared.
     b.begin_lanes();
-    let (inv, inv_max, inv_frac) = reciprocal_of_sums(b, e, keys, &ex, l)?;
+    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, &ex, l)?;
     b.next_lane();
 
     // |Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|, truncated, then scaled by 1/Σe.
@@ -204,13 +203,12 @@ pub fn attend(
     b.at(Category::Softmax, Some(l));
     // |oᵢ| ≤ inv·Σⱼ|eᵢⱼ|·|vⱼ| ≤ (inv·Σe + inv·2L·|e_min|)·|v| + inv·ulp.
     let neg = (-ex.min).max(0.0);
-    let o_scale =
-        1.0 + INVERSE_REL_ERR + ulp(inv_frac) * sum_max + inv_max * 2.0 * keys as f64 * neg;
+    let o_scale = 1.0 + INVERSE_REL_ERR + inv_max * 2.0 * keys as f64 * neg;
     let o = b.tensor(
         format!("layer {l} attention heads"),
         rows,
         dh,
-        FRAC + inv_frac,
+        FRAC + RECIP_FRAC,
         vb.scale(o_scale, inv_max * ulp(FRAC)),
     )?;
     b.push(Kind::MulRows {
@@ -284,24 +282,15 @@ fn minus_row_max(
     Ok((z, z_abs))
 }
 
-/// The reciprocal's fraction bits for row sums up to `sum_max`: its unit
-/// at most 2^-13 of the smallest value it takes, `1/sum_max` (the
-/// chains' own error is 2^-12 relative at best), and at most RECIP_FRAC.
-/// Every bit below that would only be truncated after the next product.
-fn recip_frac(sum_max: f64) -> u32 {
-    let octaves = sum_max.max(1.0).log2().ceil() as u32;
-    (13 + octaves).min(RECIP_FRAC)
-}
-
-/// Row sums of the exponents `e` and their reciprocal; returns it, its
-/// bound and its fraction bits.
+/// Row sums of the exponents `e` and their reciprocal; returns it and its
+/// bound.
 fn reciprocal_of_sums(
     b: &mut Builder,
     e: usize,
     keys: usize,
     ex: &Exponents,
     l: usize,
-) -> Result<(usize, f64, u32), PlanError> {
+) -> Result<(usize, f64), PlanError> {
     let rows = b.info(e).rows;
     let e_scale = ex.scale;
     let neg = (-ex.min).max(0.0);
@@ -317,13 +306,12 @@ fn reciprocal_of_sums(
     // The max's own column contributes nExp(0) ≈ 1; the lowest octave of
     // the reciprocal starts at 1/2, below which it saturates.
     let sum_min = (ex.zero - (keys as f64 - 1.0) * neg).max(0.5);
-    let frac = recip_frac(sum_max);
-    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(frac);
+    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(RECIP_FRAC);
     let inv = b.tensor(
         format!("layer {l} 1/sum"),
         rows,
         1,
-        frac,
+        RECIP_FRAC,
         Bound::uniform(1, inv_max),
     )?;
     b.push(Kind::Chain {
@@ -333,12 +321,12 @@ fn reciprocal_of_sums(
             frac_in: e_scale,
             k_in: bound::width(sum_max, e_scale),
             lo_bits: e_scale - 1,
-            frac_out: frac,
+            frac_out: RECIP_FRAC,
             table: b.decoding(),
         }),
         out: inv,
     });
-    Ok((inv, inv_max, frac))
+    Ok((inv, inv_max))
 }
 
 /// Exponents `e = nExp(z)` as the weighted sum and the row sums use them:
@@ -462,25 +450,4 @@ fn spread(
         out,
     });
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The reciprocal's unit stays at most 2^-13 of its smallest value
-    /// `1/sum_max`, with no bit more, and never above RECIP_FRAC.
-    #[test]
-    fn the_reciprocals_unit_follows_the_largest_row_sum() {
-        for (sum_max, want) in [(0.5, 13), (1.0, 13), (17.2, 18), (65.1, 20), (128.0, 20)] {
-            assert_eq!(recip_frac(sum_max), want, "{sum_max}");
-        }
-        assert_eq!(recip_frac(128.5), 21);
-        assert_eq!(recip_frac(1e9), RECIP_FRAC);
-        for sum_max in [1.5, 3.0, 65.1, 100.0, 128.5, 2047.0] {
-            let f = recip_frac(sum_max);
-            assert!(ulp(f) * sum_max <= 1.0 / 8192.0, "{sum_max}: {f}");
-            assert!(ulp(f - 1) * sum_max > 1.0 / 8192.0, "{sum_max}: {f}");
-        }
-    }
 }

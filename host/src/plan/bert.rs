@@ -29,7 +29,7 @@ use super::linear::{Weights, linear_to_frac, real_weights};
 use super::norm::{norm_output, residual_norm};
 use super::scale::{GELU_ERR, spline_width, ulp};
 use super::{Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
-use crate::fixed::{FRAC, encode};
+use crate::fixed::{FRAC, RECIP_FRAC, encode};
 use crate::model::{self, Model, Pooling};
 use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale};
 use suffuse_core::gate::splines;
@@ -329,7 +329,7 @@ fn encoder_layer(
         format!("layer {l} attention"),
         n,
         d,
-        b.info(o).scale,
+        FRAC + RECIP_FRAC,
         merged,
     )?;
     b.push(Kind::MergeHeads {
