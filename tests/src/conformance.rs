@@ -1161,15 +1161,8 @@ fn check_turned(eval: &dyn BatchEval, report: &mut Report) {
         (1, 576, 960, 768, Pairing::Adjacent),
         (9, 64, 100, 60, Pairing::Halves(6)),
     ];
-    let small = |rng: &mut Prg, bits: u32| {
-        let v = (rng.next_u64() >> (64 - bits)) as i64 - (1i64 << (bits - 1));
-        v as u64
-    };
     for (m, k, n, t, pairing) in shapes {
-        let a: Vec<u64> = (0..m * k).map(|_| rng.next_u64()).collect();
-        let b: Vec<u64> = (0..k * n).map(|_| small(&mut rng, 45)).collect();
-        let own: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 18)).collect();
-        let other: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 18)).collect();
+        let [a, b, own, other] = turned_operands(&mut rng, [m, k, n, t]);
         let turned = Turned {
             m,
             k,
@@ -1227,6 +1220,23 @@ fn check_turned(eval: &dyn BatchEval, report: &mut Report) {
             )),
         }
     }
+}
+
+/// Random operands of a [`Turned`] product of shape `[m, k, n, turned]`
+/// at the edges of its contract: shares `a` (`m × k`), weights `b`
+/// (`k × n`) in `[−2^44, 2^44)`, and the two factor tables (`m × turned`)
+/// in `[−2^17, 2^17)`.
+pub fn turned_operands(rng: &mut Prg, [m, k, n, t]: [usize; 4]) -> [Vec<u64>; 4] {
+    let mut small = |count: usize, bits: u32| -> Vec<u64> {
+        (0..count)
+            .map(|_| (rng.next_u64() >> (64 - bits)).wrapping_sub(1 << (bits - 1)))
+            .collect()
+    };
+    let b = small(k * n, 45);
+    let own = small(m * t, 18);
+    let other = small(m * t, 18);
+    let a = (0..m * k).map(|_| rng.next_u64()).collect();
+    [a, b, own, other]
 }
 
 fn check_one_product(eval: &dyn BatchEval, shape: &MatShape, rng: &mut Prg, report: &mut Report) {

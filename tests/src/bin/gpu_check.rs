@@ -295,12 +295,7 @@ fn bench_turned<L: Launcher>(
 ) -> Result<(Value, bool), String> {
     let (m, k, n, t) = ((64usize >> shift).max(1), 576, 960, 768);
     let mut rng = Prg::new(b"gpu_check turn 1");
-    let small =
-        |rng: &mut Prg, bits: u32| (rng.next_u64() >> (64 - bits)).wrapping_sub(1 << (bits - 1));
-    let a: Vec<u64> = (0..m * k).map(|_| rng.next_u64()).collect();
-    let b: Vec<u64> = (0..k * n).map(|_| small(&mut rng, 30)).collect();
-    let own: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 17)).collect();
-    let other: Vec<u64> = (0..m * t).map(|_| small(&mut rng, 17)).collect();
+    let [a, b, own, other] = conformance::turned_operands(&mut rng, [m, k, n, t]);
     let turned = Turned {
         m,
         k,
