@@ -2,23 +2,30 @@
 //! SiLU and nExp.
 //!
 //! * Spec: the fixed-point spline itself ([`Spline::suf`]): input at `frac`
-//!   fractional bits, output at `out_scale = 2·frac + coeff_bits`. Its
-//!   distance to the real function is the accuracy statement below, and a
-//!   test sweeps every input of the range to enforce it.
-//! * SUF: one polynomial output, degree 2, with the pieces of
-//!   [`super::splines`]; the tails are `x` and `0` (activations) or
-//!   `1` and `0` (nExp). The pieces carry x⁺ folded in (x⁺ + δ(x)).
+//!   fractional bits, output at `out_scale = degree·frac + coeff_bits`.
+//!   Its distance to the real function is the accuracy statement below,
+//!   and a test sweeps every input of the range to enforce it.
+//! * SUF: one polynomial output with the pieces of [`super::splines`]:
+//!   degree 1 for GeLU's tanh form and SiLU, so their outputs carry
+//!   `frac + coeff_bits` fraction bits (24 at frac = 12), not `2·frac +
+//!   coeff_bits`; degree 2 for GeLU's erf form, the fine tanh form and
+//!   nExp (`cargo xtask fit` says why for each). The tails are `x` and `0`
+//!   (activations) or `1` and `0` (nExp). The pieces carry x⁺ folded in
+//!   (x⁺ + δ(x)).
 //! * Φ: the polynomial, in one of two forms ([`PolyMode`]). GeLU's is
-//!   Beaver-style: after the Boolean round the parties open `c₁ − a₁` and
-//!   `c₂ − a₂` and finish locally with dealer monomials `a₁r, a₂r, a₂r²,
-//!   r²` (3 rounds). SiLU's and nExp's take dealer monomials `ρ_t·r^j` for
-//!   every interval bit instead (2 rounds, 128 bits less per element, and
-//!   P1 holds 96–104 bytes more: `cargo xtask bench gates`, docs/GATES.md).
+//!   Beaver-style: after the Boolean round the parties open `c₁ − a₁` (and
+//!   `c₂ − a₂` at degree 2) and finish locally with dealer monomials
+//!   (`a₁r`, and `a₂r, a₂r², r²` at degree 2): 3 rounds. SiLU's and nExp's
+//!   take dealer monomials `ρ_t·r^j` for every interval bit instead (2
+//!   rounds, one word less sent per element, more explicit words for P1:
+//!   `cargo xtask bench gates`, docs/GATES.md).
 //! * Accuracy at frac = 12, coeff_bits = 12: GeLU |err| ≤ 2^-8 on all
-//!   inputs, SiLU |err| ≤ 2^-8, nExp |err| ≤ 2^-10 for z ≥ 0.
+//!   inputs, SiLU |err| ≤ 2^-8, nExp |err| ≤ 2^-10 for z ≥ 0. A degree-1
+//!   piece's slope is rounded in the piece's local variable `x − center`,
+//!   so its rounding error is at most `2^-13·h/2` for a piece of width h.
 //! * Cost at effective width k: one k-bit key (`16(k − 7) + 16` bytes), one
-//!   point per interior boundary plus one; 3 rounds and `n + b + 2n` bits
-//!   (opening, b boundary bits, two Beaver openings) Beaver-style, 2 rounds
+//!   point per interior boundary plus one; 3 rounds and `n + b + d·n` bits
+//!   (opening, b boundary bits, d Beaver openings) Beaver-style, 2 rounds
 //!   and `n + b` bits with dealer monomials.
 //!
 //! The output is left at `out_scale` on purpose: rescaling costs a
