@@ -28,7 +28,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use suffuse_core::gate::Gate;
-use suffuse_core::gate::activation::{self, GeluForm};
+use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
 use suffuse_core::gate::chain::{Chain, Lin, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MaxTree, ONE_ROUND_TAIL};
@@ -163,7 +163,8 @@ pub enum GateSpec {
         /// Bits dropped.
         shift: u32,
     },
-    /// GeLU at input scale [`fixed::FRAC`]; output at 2·FRAC + 12.
+    /// GeLU at input scale [`fixed::FRAC`]; output at 2·FRAC + 12, or
+    /// FRAC + 12 in the degree-1 form.
     Gelu {
         /// Effective input width.
         k: u32,
@@ -174,11 +175,20 @@ pub enum GateSpec {
         /// serialized form when false, so other plans hash as before.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         fine: bool,
+        /// The tanh form's degree-1 pieces ([`GeluForm::TanhLinear`]), in
+        /// decode passes. Absent when false, as `fine`.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        linear: bool,
     },
-    /// SiLU `x·σ(x)` at input scale FRAC; output at 2·FRAC + 12.
+    /// SiLU `x·σ(x)` at input scale FRAC; output at 2·FRAC + 12, or
+    /// FRAC + 12 in the degree-1 form.
     Silu {
         /// Effective input width.
         k: u32,
+        /// The degree-1 pieces ([`SiluForm::Linear`]), in decode passes.
+        /// Absent when false, so other plans hash as before.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        linear: bool,
     },
     /// e^(−z) for z ≥ 0 at input scale FRAC; output at 2·FRAC + 12.
     Nexp {
@@ -195,11 +205,16 @@ impl GateSpec {
             GateSpec::Trunc { k, shift } => {
                 trunc(RING, w(k)?, shift, Shift::Arithmetic, Range::Gap)?
             }
-            GateSpec::Gelu { k, tanh, fine } => {
-                activation::gelu(gelu_form(tanh, fine), RING, w(k)?, fixed::FRAC)?
-            }
+            GateSpec::Gelu {
+                k,
+                tanh,
+                fine,
+                linear,
+            } => activation::gelu(gelu_form(tanh, fine, linear), RING, w(k)?, fixed::FRAC)?,
             GateSpec::Nexp { k } => activation::nexp(RING, w(k)?, fixed::FRAC)?,
-            GateSpec::Silu { k } => activation::silu(RING, w(k)?, fixed::FRAC)?,
+            GateSpec::Silu { k, linear } => {
+                activation::silu(silu_form(linear), RING, w(k)?, fixed::FRAC)?
+            }
         };
         Ok(g)
     }
@@ -210,18 +225,28 @@ impl GateSpec {
             GateSpec::Trunc { k, .. }
             | GateSpec::Gelu { k, .. }
             | GateSpec::Nexp { k }
-            | GateSpec::Silu { k } => k,
+            | GateSpec::Silu { k, .. } => k,
         }
     }
 }
 
 /// The GeLU a [`GateSpec::Gelu`] names: the erf form, or the tanh form
-/// coarse or fine.
-pub fn gelu_form(tanh: bool, fine: bool) -> GeluForm {
-    match (tanh, fine) {
-        (false, _) => GeluForm::Erf,
-        (true, false) => GeluForm::Tanh,
-        (true, true) => GeluForm::TanhFine,
+/// coarse, fine or of degree 1 (fine wins: it is never linear).
+pub fn gelu_form(tanh: bool, fine: bool, linear: bool) -> GeluForm {
+    match (tanh, fine, linear) {
+        (false, _, _) => GeluForm::Erf,
+        (true, true, _) => GeluForm::TanhFine,
+        (true, false, false) => GeluForm::Tanh,
+        (true, false, true) => GeluForm::TanhLinear,
+    }
+}
+
+/// The SiLU a [`GateSpec::Silu`] names.
+pub fn silu_form(linear: bool) -> SiluForm {
+    if linear {
+        SiluForm::Linear
+    } else {
+        SiluForm::Quadratic
     }
 }
 
@@ -718,11 +743,15 @@ impl Kind {
         let label = match self {
             Kind::Gate { gate, .. } => match *gate {
                 GateSpec::Trunc { shift, .. } => format!("trunc, {shift} bits"),
-                GateSpec::Gelu { tanh, fine, .. } => match gelu_form(tanh, fine) {
+                GateSpec::Gelu {
+                    tanh, fine, linear, ..
+                } => match gelu_form(tanh, fine, linear) {
                     GeluForm::Erf => "gelu".to_string(),
                     GeluForm::Tanh => "gelu tanh".to_string(),
                     GeluForm::TanhFine => "gelu tanh, fine".to_string(),
+                    GeluForm::TanhLinear => "gelu tanh, degree 1".to_string(),
                 },
+                GateSpec::Silu { linear: true, .. } => "silu, degree 1".to_string(),
                 other => gate_name(&other).to_string(),
             },
             Kind::Chain { spec, .. } => match *spec {

@@ -113,11 +113,24 @@ fn targets() -> Vec<Target> {
             left: "Tail::Zero",
             right: "Tail::Identity",
         },
-        // Degree 1 (output at f + 12): the product after it truncates 12 bits
-        // fewer on the MLP's narrow output (docs/GATES.md).
         Target {
             name: "GELU_TANH",
             doc: "GeLU, tanh form (GPT-2). Target |error| ≤ 2^-8.",
+            f: gelu_tanh,
+            lo: -gelu_tanh_t,
+            hi: gelu_tanh_t,
+            degree: 2,
+            budget: 0.75 * 2f64.powi(-8),
+            error: Error::Absolute,
+            left: "Tail::Zero",
+            right: "Tail::Identity",
+        },
+        // Degree 1 (output at f + 12, so the product after it truncates 12
+        // bits fewer), for decode passes, where a row's key bytes count and
+        // its 13 pieces' extra DCF points do not (docs/GATES.md).
+        Target {
+            name: "GELU_TANH_LINEAR",
+            doc: "GeLU, tanh form, pieces of degree 1 (decode passes). Target |error| ≤ 2^-8.",
             f: gelu_tanh,
             lo: -gelu_tanh_t,
             hi: gelu_tanh_t,
@@ -141,14 +154,27 @@ fn targets() -> Vec<Target> {
             left: "Tail::Zero",
             right: "Tail::Identity",
         },
-        // Degree 1, as GELU_TANH: the gated product keeps 12 fraction bits
-        // fewer, 1,536 wide in SmolLM2 (docs/GATES.md). Fitted to 2/3 of
-        // the degree-2 budget (22 pieces instead of 17): at the same budget
-        // Qwen2.5-Coder's first 8 HumanEval problems fell from 1,135 to
-        // 1,132 of 1,145 teacher-forced positions; at this one 1,134.
         Target {
             name: "SILU",
             doc: "SiLU: x·σ(x). Target |error| ≤ 2^-8.",
+            f: silu,
+            lo: -silu_t,
+            hi: silu_t,
+            degree: 2,
+            budget: 0.75 * 2f64.powi(-8),
+            error: Error::Absolute,
+            left: "Tail::Zero",
+            right: "Tail::Identity",
+        },
+        // Degree 1, as GELU_TANH_LINEAR: the gated product keeps 12 fraction
+        // bits fewer, 1,536 wide in SmolLM2. Fitted to 2/3 of SILU's budget
+        // (22 pieces instead of 17): at the same budget Qwen2.5-Coder's
+        // first 8 HumanEval problems fell from 1,135 to 1,132 of 1,145
+        // teacher-forced positions; at this one 1,134 (both with every pass
+        // on degree 1).
+        Target {
+            name: "SILU_LINEAR",
+            doc: "SiLU, pieces of degree 1 (decode passes). Target |error| ≤ 2^-8.",
             f: silu,
             lo: -silu_t,
             hi: silu_t,
@@ -158,8 +184,8 @@ fn targets() -> Vec<Target> {
             left: "Tail::Zero",
             right: "Tail::Identity",
         },
-        // Degree 2: at degree 1 (22 pieces, the same target) SmolLM2's
-        // teacher-forced passage fell from 254 to 251 of 256.
+        // Degree 2: at degree 1 (22 pieces, the same target, in every pass)
+        // SmolLM2's teacher-forced passage fell from 254 to 251 of 256.
         Target {
             name: "NEXP",
             doc: "nExp: e^-z for z ≥ 0, 0 from z = 12 on (e^-12 < 2^-17), saturating at 1 below 0. Target |error| ≤ 2^-10.",

@@ -6,10 +6,10 @@
 //!   Its distance to the real function is the accuracy statement below,
 //!   and a test sweeps every input of the range to enforce it.
 //! * SUF: one polynomial output with the pieces of [`super::splines`]:
-//!   degree 1 for GeLU's tanh form and SiLU, so their outputs carry
-//!   `frac + coeff_bits` fraction bits (24 at frac = 12), not `2·frac +
-//!   coeff_bits`; degree 2 for GeLU's erf form, the fine tanh form and
-//!   nExp (`cargo xtask fit` says why for each). The tails are `x` and `0`
+//!   degree 2, except [`GeluForm::TanhLinear`] and [`SiluForm::Linear`],
+//!   of degree 1, whose outputs carry `frac + coeff_bits` fraction bits
+//!   (24 at frac = 12), not `2·frac + coeff_bits` (`cargo xtask fit` says
+//!   which and why). The tails are `x` and `0`
 //!   (activations) or `1` and `0` (nExp). The pieces carry x⁺ folded in
 //!   (x⁺ + δ(x)).
 //! * Φ: the polynomial, in one of two forms ([`PolyMode`]). GeLU's is
@@ -52,6 +52,21 @@ pub enum GeluForm {
     /// P1's key grows by 64 bytes per element, P0's not at all), for an
     /// MLP whose output a norm rescales to unit RMS (Gemma 3).
     TanhFine,
+    /// The tanh form with pieces of degree 1 (13 instead of 5): output at
+    /// `frac + coeff_bits`, so the product after it truncates `frac` bits
+    /// fewer; 2.1 times the DCF points, so decode passes take it.
+    TanhLinear,
+}
+
+/// Which SiLU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SiluForm {
+    /// Pieces of degree 2 (7): output at `2·frac + coeff_bits`.
+    Quadratic,
+    /// Pieces of degree 1 (22, fitted to 2/3 of the quadratic form's
+    /// error): output at `frac + coeff_bits`, for decode passes, as
+    /// [`GeluForm::TanhLinear`].
+    Linear,
 }
 
 /// Default coefficient precision: local coefficients rounded at
@@ -64,6 +79,15 @@ pub const fn gelu_spline(form: GeluForm) -> &'static Spline {
         GeluForm::Erf => &splines::GELU_ERF,
         GeluForm::Tanh => &splines::GELU_TANH,
         GeluForm::TanhFine => &splines::GELU_TANH_FINE,
+        GeluForm::TanhLinear => &splines::GELU_TANH_LINEAR,
+    }
+}
+
+/// The SiLU spline.
+pub const fn silu_spline(form: SiluForm) -> &'static Spline {
+    match form {
+        SiluForm::Quadratic => &splines::SILU,
+        SiluForm::Linear => &splines::SILU_LINEAR,
     }
 }
 
@@ -145,10 +169,10 @@ pub fn gelu_init(
 }
 
 /// SiLU, with dealer monomials (2 rounds).
-pub fn silu(ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
+pub fn silu(form: SiluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
     spline_gate_in(
         PolyMode::Monomials,
-        &splines::SILU,
+        silu_spline(form),
         ring,
         k,
         frac,
@@ -220,8 +244,12 @@ mod tests {
         assert!(e <= 2f64.powi(-8), "GeLU tanh error {e}");
         let e = max_error(&splines::GELU_TANH_FINE, gelu_tanh, 12, -64.0, 64.0);
         assert!(e <= 2f64.powi(-11), "fine GeLU tanh error {e}");
+        let e = max_error(&splines::GELU_TANH_LINEAR, gelu_tanh, 12, -64.0, 64.0);
+        assert!(e <= 2f64.powi(-8), "GeLU tanh, degree 1, error {e}");
         let e = max_error(&splines::SILU, silu, 12, -64.0, 64.0);
         assert!(e <= 2f64.powi(-8), "SiLU error {e}");
+        let e = max_error(&splines::SILU_LINEAR, silu, 12, -64.0, 64.0);
+        assert!(e <= 2f64.powi(-8), "SiLU, degree 1, error {e}");
         let e = max_error(&splines::NEXP, |z| libm::exp(-z), 12, 0.0, 64.0);
         assert!(e <= 2f64.powi(-10), "nExp error {e}");
     }
@@ -236,7 +264,9 @@ mod tests {
             (gelu_spline(GeluForm::Erf), 20),
             (gelu_spline(GeluForm::Tanh), 26),
             (gelu_spline(GeluForm::TanhFine), 22),
+            (gelu_spline(GeluForm::TanhLinear), 26),
             (&splines::SILU, 30),
+            (&splines::SILU_LINEAR, 18),
             (&splines::NEXP, 24),
         ] {
             let k = Width::of(k);
@@ -252,10 +282,12 @@ mod tests {
     fn small_ring_gelu_is_exact_against_its_spec() {
         // At f = 2 on Z_2^10 (knots snapped to the grid) the spline is a
         // small SUF we can sweep fully.
-        // The fine tanh form, at f = 3 on Z_2^12, keeps 9 or more intervals.
+        // The fine and the degree-1 tanh forms, at f = 3 on Z_2^12, keep 9
+        // or more intervals.
         for (spline, n, k, f, pieces) in [
             (&splines::GELU_ERF, 10, 8, 2, 5),
             (&splines::GELU_TANH_FINE, 12, 10, 3, 9),
+            (&splines::GELU_TANH_LINEAR, 12, 10, 3, 9),
         ] {
             let (n, k) = (Width::of(n), Width::of(k));
             let suf = spline.suf_snapped(n, f, 3).unwrap();
@@ -273,7 +305,7 @@ mod tests {
     #[test]
     fn dealer_monomial_splines_equal_the_beaver_form() {
         let (n, k) = (Width::of(12), Width::of(10));
-        for spline in [&splines::SILU, &splines::NEXP] {
+        for spline in [&splines::SILU, &splines::SILU_LINEAR, &splines::NEXP] {
             let suf = spline.suf_snapped(n, 2, 3).unwrap();
             let fast =
                 Gate::new(&suf, k, Phi::poly(n, PolyMode::Monomials), Input::Shares).unwrap();
@@ -289,7 +321,15 @@ mod tests {
             exhaustive_small(&fast, &|x| ([suf.eval_at(x, k).arith[0], 0], 0));
         }
         let w = Width::W64;
-        assert_eq!(super::silu(w, Width::of(26), 12).unwrap().cost().rounds, 2);
+        for form in [SiluForm::Quadratic, SiluForm::Linear] {
+            assert_eq!(
+                super::silu(form, w, Width::of(26), 12)
+                    .unwrap()
+                    .cost()
+                    .rounds,
+                2
+            );
+        }
         assert_eq!(nexp(w, Width::of(24), 12).unwrap().cost().rounds, 2);
     }
 
@@ -300,7 +340,18 @@ mod tests {
             (gelu(GeluForm::Erf, n, Width::of(26), 12).unwrap(), 26),
             (gelu(GeluForm::Tanh, n, Width::of(64), 12).unwrap(), 64),
             (gelu(GeluForm::TanhFine, n, Width::of(22), 12).unwrap(), 22),
-            (super::silu(n, Width::of(30), 12).unwrap(), 30),
+            (
+                gelu(GeluForm::TanhLinear, n, Width::of(26), 12).unwrap(),
+                26,
+            ),
+            (
+                super::silu(SiluForm::Quadratic, n, Width::of(30), 12).unwrap(),
+                30,
+            ),
+            (
+                super::silu(SiluForm::Linear, n, Width::of(18), 12).unwrap(),
+                18,
+            ),
             (nexp(n, Width::of(24), 12).unwrap(), 24),
         ] {
             let suf = gate.compiled.suf;
@@ -314,7 +365,7 @@ mod tests {
         #[test]
         fn gelu_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
             let n = Width::W64;
-            for (form, k) in [(GeluForm::Erf, 26), (GeluForm::TanhFine, 22)] {
+            for (form, k) in [(GeluForm::Erf, 26), (GeluForm::TanhFine, 22), (GeluForm::TanhLinear, 26)] {
                 let k = Width::of(k);
                 let gate = gelu(form, n, k, 12).unwrap();
                 let suf = gate.compiled.suf;
@@ -329,7 +380,11 @@ mod tests {
         #[test]
         fn monomial_splines_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
             let n = Width::W64;
-            for (gate, k) in [(nexp(n, Width::of(24), 12).unwrap(), 24), (super::silu(n, Width::of(26), 12).unwrap(), 26)] {
+            for (gate, k) in [
+                (nexp(n, Width::of(24), 12).unwrap(), 24),
+                (super::silu(SiluForm::Quadratic, n, Width::of(26), 12).unwrap(), 26),
+                (super::silu(SiluForm::Linear, n, Width::of(26), 12).unwrap(), 26),
+            ] {
                 let k = Width::of(k);
                 let suf = gate.compiled.suf;
                 let xs: std::vec::Vec<u64> = xs.iter().enumerate().map(|(i, x)| if i % 2 == 0 { n.from_signed((*x as i64) >> 44) } else { *x }).collect();

@@ -69,8 +69,73 @@ pub const GELU_ERF: Spline = Spline {
 };
 
 /// GeLU, tanh form (GPT-2). Target |error| ≤ 2^-8.
-/// 13 pieces of degree 1 on [-3.390625, 3.390625); fitted error 2.903e-3 (absolute).
+/// 5 pieces of degree 2 on [-3.390625, 3.390625); fitted error 2.910e-3 (absolute).
 pub const GELU_TANH: Spline = Spline {
+    degree: 2,
+    left: Tail::Zero,
+    right: Tail::Identity,
+    pieces: &[
+        SplinePiece {
+            lo: -3.390625,
+            hi: -1.078125,
+            center: -2.234375,
+            coeffs: [
+                -0.030661025507069697,
+                -0.0661481125511946,
+                -0.03541714653964429,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: -1.078125,
+            hi: -0.15625,
+            center: -0.6171875,
+            coeffs: [
+                -0.16556678669935646,
+                0.08406028943655297,
+                0.2613699916851817,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: -0.15625,
+            hi: 0.875,
+            center: 0.359375,
+            coeffs: [
+                0.2309011967315205,
+                0.7583524203449992,
+                0.3342239164306353,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 0.875,
+            hi: 1.984375,
+            center: 1.4296875,
+            coeffs: [
+                1.3194349658462876,
+                1.1136682022408895,
+                0.010891888066870751,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 1.984375,
+            hi: 3.390625,
+            center: 2.6875,
+            coeffs: [
+                2.678369584483177,
+                1.0308207586052898,
+                -0.029772941595018185,
+                0.0,
+            ],
+        },
+    ],
+};
+
+/// GeLU, tanh form, pieces of degree 1 (decode passes). Target |error| ≤ 2^-8.
+/// 13 pieces of degree 1 on [-3.390625, 3.390625); fitted error 2.903e-3 (absolute).
+pub const GELU_TANH_LINEAR: Spline = Spline {
     degree: 1,
     left: Tail::Zero,
     right: Tail::Identity,
@@ -310,8 +375,95 @@ pub const GELU_TANH_FINE: Spline = Spline {
 };
 
 /// SiLU: x·σ(x). Target |error| ≤ 2^-8.
-/// 22 pieces of degree 1 on [-9.15625, 9.15625); fitted error 1.951e-3 (absolute).
+/// 7 pieces of degree 2 on [-9.15625, 9.15625); fitted error 2.921e-3 (absolute).
 pub const SILU: Spline = Spline {
+    degree: 2,
+    left: Tail::Zero,
+    right: Tail::Identity,
+    pieces: &[
+        SplinePiece {
+            lo: -9.15625,
+            hi: -4.375,
+            center: -6.765625,
+            coeffs: [
+                -0.006707560200378893,
+                -0.009964532246911456,
+                -0.003669854974100375,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: -4.375,
+            hi: -1.8125,
+            center: -3.09375,
+            coeffs: [
+                -0.13612739672501617,
+                -0.08023011840410313,
+                -0.011110589400327685,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: -1.8125,
+            hi: -0.578125,
+            center: -1.1953125,
+            coeffs: [
+                -0.27778524294725004,
+                0.03312442667215542,
+                0.12266902337594739,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: -0.578125,
+            hi: 1.078125,
+            center: 0.25,
+            coeffs: [
+                0.14231317668682258,
+                0.6146251132090751,
+                0.22749802400340388,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 1.078125,
+            hi: 2.46875,
+            center: 1.7734375,
+            coeffs: [
+                1.5156186806909464,
+                1.062402040317582,
+                0.05087439418376455,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 2.46875,
+            hi: 6.328125,
+            center: 4.3984375,
+            coeffs: [
+                4.344367823570895,
+                1.0455212497002155,
+                -0.012874815913146747,
+                0.0,
+            ],
+        },
+        SplinePiece {
+            lo: 6.328125,
+            hi: 9.15625,
+            center: 7.7421875,
+            coeffs: [
+                7.738897851988143,
+                1.0034596281704904,
+                -0.0014166944824296568,
+                0.0,
+            ],
+        },
+    ],
+};
+
+/// SiLU, pieces of degree 1 (decode passes). Target |error| ≤ 2^-8.
+/// 22 pieces of degree 1 on [-9.15625, 9.15625); fitted error 1.951e-3 (absolute).
+pub const SILU_LINEAR: Spline = Spline {
     degree: 1,
     left: Tail::Zero,
     right: Tail::Identity,

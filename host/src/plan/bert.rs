@@ -363,11 +363,9 @@ fn encoder_layer(
     let hi = b.info(h).clone();
     let g_bound = hi.bound.scale(1.0, GELU_ERR);
     let tanh = matches!(cfg.activation, model::Activation::GeluTanh);
-    let spline = gelu_spline(if tanh {
-        suffuse_core::gate::activation::GeluForm::Tanh
-    } else {
-        suffuse_core::gate::activation::GeluForm::Erf
-    });
+    // A decode pass has one row: its key bytes count, its DCF points not.
+    let linear = tanh && b.decoding();
+    let spline = gelu_spline(super::gelu_form(tanh, false, linear));
     let g_scale = out_scale(spline, FRAC, COEFF_BITS);
     let g = b.tensor(
         format!("layer {l} GeLU"),
@@ -382,6 +380,7 @@ fn encoder_layer(
             k: bound::width(hi.bound.max_abs(), FRAC).max(spline_width(spline)),
             tanh,
             fine: false,
+            linear,
         },
         out: g,
     });

@@ -34,7 +34,7 @@ use super::scale::{GELU_ERR, spline_width, truncate, ulp};
 use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
 use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, Norm, RopeStyle};
-use suffuse_core::gate::activation::{COEFF_BITS, GeluForm, gelu_spline, out_scale};
+use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale, silu_spline};
 use suffuse_core::gate::splines;
 
 /// Fraction bits of RoPE's cos/sin tables.
@@ -817,15 +817,23 @@ fn mlp(
             // MLP is nearly silent (RMS 10⁻³ against 0.1) would carry the
             // coarse GeLU's absolute error (2^-8) up to unit RMS.
             let fine = layer.post_norms.is_some();
+            // A decode pass has one row: its key bytes count, the degree-1
+            // pieces' extra DCF points not (docs/GATES.md).
+            let linear = b.decoding() && !fine;
             let (spec, spline, what) = match cfg.block.activation {
-                GatedActivation::Silu => (GateSpec::Silu { k: 0 }, &splines::SILU, "SiLU"),
+                GatedActivation::Silu => (
+                    GateSpec::Silu { k: 0, linear },
+                    silu_spline(super::silu_form(linear)),
+                    "SiLU",
+                ),
                 GatedActivation::GeluTanh => (
                     GateSpec::Gelu {
                         k: 0,
                         tanh: true,
                         fine,
+                        linear,
                     },
-                    gelu_spline(super::gelu_form(true, fine)),
+                    gelu_spline(super::gelu_form(true, fine, linear)),
                     "GeLU",
                 ),
             };
@@ -842,16 +850,18 @@ fn mlp(
                 inter,
                 l,
             )?;
+            let linear = b.decoding();
             let spec = GateSpec::Gelu {
                 k: 0,
                 tanh: true,
                 fine: false,
+                linear,
             };
             activation(
                 b,
                 h,
                 spec,
-                gelu_spline(GeluForm::Tanh),
+                gelu_spline(super::gelu_form(true, false, linear)),
                 format!("layer {l} GeLU"),
                 l,
             )?
@@ -911,8 +921,15 @@ fn activation(
     let xi = b.info(x).clone();
     let k = bound::width(xi.bound.max_abs(), FRAC).max(spline_width(spline));
     let gate = match spec {
-        GateSpec::Silu { .. } => GateSpec::Silu { k },
-        GateSpec::Gelu { tanh, fine, .. } => GateSpec::Gelu { k, tanh, fine },
+        GateSpec::Silu { linear, .. } => GateSpec::Silu { k, linear },
+        GateSpec::Gelu {
+            tanh, fine, linear, ..
+        } => GateSpec::Gelu {
+            k,
+            tanh,
+            fine,
+            linear,
+        },
         other => other,
     };
     let out = b.tensor(

@@ -24,7 +24,7 @@ use suffuse_accel_cpu::CpuEval;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::activation::{self, GeluForm};
+use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, Lin, MAX_STEPS, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree, ONE_ROUND_TAIL};
@@ -666,13 +666,26 @@ pub fn run() -> Result<String> {
             note,
         )?);
         records.extend(spline_record(
-            "silu",
-            activation::silu(n, w, FRAC).map_err(err)?,
+            "gelu_tanh_linear",
+            activation::gelu(GeluForm::TanhLinear, n, w, FRAC).map_err(err)?,
             k,
-            &splines::SILU,
-            silu,
+            &splines::GELU_TANH_LINEAR,
+            gelu_tanh,
             note,
         )?);
+        for (name, form, spline) in [
+            ("silu", SiluForm::Quadratic, &splines::SILU),
+            ("silu_linear", SiluForm::Linear, &splines::SILU_LINEAR),
+        ] {
+            records.extend(spline_record(
+                name,
+                activation::silu(form, n, w, FRAC).map_err(err)?,
+                k,
+                spline,
+                silu,
+                note,
+            )?);
+        }
         let xs = inputs(n, k, ELEMENTS, 4);
         records.extend(measure(
             "relu",
