@@ -16,7 +16,7 @@ use suffuse_accel_cpu::linalg;
 use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::{GenBatch, KeyBatch, Party};
-use suffuse_core::gate::activation::{self, GeluForm};
+use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
@@ -657,6 +657,12 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
     let xs = signed_inputs(ring, k, inputs);
     let gelu = activation::gelu(GeluForm::Erf, ring, Width::of(k), FRAC)?;
     gate_case("gelu", &gelu, &xs, b, inputs, &mut stats)?;
+    // Decode passes' activations: pieces of degree 1, so other circuits
+    // (13 and 22 intervals; Beaver and dealer-monomial Φ).
+    let gelu = activation::gelu(GeluForm::TanhLinear, ring, Width::of(k), FRAC)?;
+    gate_case("gelu tanh, degree 1", &gelu, &xs, b, inputs, &mut stats)?;
+    let silu = activation::silu(SiluForm::Linear, ring, Width::of(k), FRAC)?;
+    gate_case("silu, degree 1", &silu, &xs, b, inputs, &mut stats)?;
     gate_case(
         "relu",
         &relu(ring, Width::of(k))?,
