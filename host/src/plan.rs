@@ -219,6 +219,23 @@ impl GateSpec {
         Ok(g)
     }
 
+    /// The same gate at input width `k`.
+    pub fn with_k(self, k: u32) -> GateSpec {
+        match self {
+            GateSpec::Trunc { shift, .. } => GateSpec::Trunc { k, shift },
+            GateSpec::Gelu {
+                tanh, fine, linear, ..
+            } => GateSpec::Gelu {
+                k,
+                tanh,
+                fine,
+                linear,
+            },
+            GateSpec::Silu { linear, .. } => GateSpec::Silu { k, linear },
+            GateSpec::Nexp { .. } => GateSpec::Nexp { k },
+        }
+    }
+
     /// The input width.
     pub fn k(&self) -> u32 {
         match *self {

@@ -27,11 +27,10 @@ use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::linear::{Weights, linear_to_frac, real_weights};
 use super::norm::{norm_output, residual_norm};
-use super::scale::{GELU_ERR, spline_width, ulp};
-use super::{Builder, Category, EncodedLinear, Finish, GateSpec, Inputs, Kind, Plan, PlanError};
+use super::scale::{Activation, activation, ulp};
+use super::{Builder, Category, EncodedLinear, Finish, Inputs, Kind, Plan, PlanError};
 use crate::fixed::{FRAC, RECIP_FRAC, encode};
 use crate::model::{self, Model, Pooling};
-use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale};
 use suffuse_core::gate::splines;
 
 /// Builds (or reuses) the plan for `batch` sentences padded to `seq` tokens.
@@ -359,31 +358,9 @@ fn encoder_layer(
         cfg.intermediate,
         l,
     )?;
-    b.at(Category::Gelu, Some(l));
-    let hi = b.info(h).clone();
-    let g_bound = hi.bound.scale(1.0, GELU_ERR);
     let tanh = matches!(cfg.activation, model::Activation::GeluTanh);
-    // A decode pass has one row: its key bytes count, its DCF points not.
-    let linear = tanh && b.decoding();
-    let spline = gelu_spline(super::gelu_form(tanh, false, linear));
-    let g_scale = out_scale(spline, FRAC, COEFF_BITS);
-    let g = b.tensor(
-        format!("layer {l} GeLU"),
-        hi.rows,
-        hi.cols,
-        g_scale,
-        g_bound,
-    )?;
-    b.push(Kind::Gate {
-        x: h,
-        gate: GateSpec::Gelu {
-            k: bound::width(hi.bound.max_abs(), FRAC).max(spline_width(spline)),
-            tanh,
-            fine: false,
-            linear,
-        },
-        out: g,
-    });
+    let act = Activation::Gelu { tanh };
+    let g = activation(b, h, (act, false), format!("layer {l} GeLU"), l)?;
     let (f, _) = linear_to_frac(
         b,
         g,

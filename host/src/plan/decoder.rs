@@ -30,11 +30,10 @@ use super::attention::{self, Heads, PRODUCT_MAX_K};
 use super::bound::{self, Bound, NormForm};
 use super::linear::{Folded, Weights, encode_fine, linear_product, linear_to_frac};
 use super::norm::{normalize, normalize_folded, normalize_stacked};
-use super::scale::{GELU_ERR, spline_width, truncate, ulp};
-use super::{Builder, Category, Finish, GateSpec, Inputs, Kind, Plan, PlanError, RopeTables};
+use super::scale::{Activation, activation, truncate, ulp};
+use super::{Builder, Category, Finish, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
 use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, Norm, RopeStyle};
-use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale, silu_spline};
 use suffuse_core::gate::splines;
 
 /// Fraction bits of RoPE's cos/sin tables.
@@ -799,6 +798,8 @@ fn mlp(
 ) -> Result<usize, PlanError> {
     let cfg = &model.config;
     let inter = cfg.intermediate;
+    // A sandwich norm rescales the MLP's output (Gemma 3).
+    let rescaled = layer.post_norms.is_some();
     let hidden = match &layer.gate {
         Some(gate) => {
             let (gu, _) = linear_to_frac(
@@ -813,31 +814,12 @@ fn mlp(
             b.at(Category::Linear, Some(l));
             let g = heads(b, gu, 0, 1, inter, format!("layer {l} gate"))?;
             let u = heads(b, gu, inter, 1, inter, format!("layer {l} up"))?;
-            // Where a sandwich norm rescales the MLP's output, a row whose
-            // MLP is nearly silent (RMS 10⁻³ against 0.1) would carry the
-            // coarse GeLU's absolute error (2^-8) up to unit RMS.
-            let fine = layer.post_norms.is_some();
-            // A decode pass has one row: its key bytes count, the degree-1
-            // pieces' extra DCF points not (docs/GATES.md).
-            let linear = b.decoding() && !fine;
-            let (spec, spline, what) = match cfg.block.activation {
-                GatedActivation::Silu => (
-                    GateSpec::Silu { k: 0, linear },
-                    silu_spline(super::silu_form(linear)),
-                    "SiLU",
-                ),
-                GatedActivation::GeluTanh => (
-                    GateSpec::Gelu {
-                        k: 0,
-                        tanh: true,
-                        fine,
-                        linear,
-                    },
-                    gelu_spline(super::gelu_form(true, fine, linear)),
-                    "GeLU",
-                ),
+            let (act, what) = match cfg.block.activation {
+                GatedActivation::Silu => (Activation::Silu, "SiLU"),
+                GatedActivation::GeluTanh => (Activation::Gelu { tanh: true }, "GeLU"),
             };
-            let s = activation(b, g, spec, spline, format!("layer {l} {what}"), l)?;
+            let name = format!("layer {l} {what}");
+            let s = activation(b, g, (act, rescaled), name, l)?;
             gated(b, s, u, l)?
         }
         None => {
@@ -850,21 +832,8 @@ fn mlp(
                 inter,
                 l,
             )?;
-            let linear = b.decoding();
-            let spec = GateSpec::Gelu {
-                k: 0,
-                tanh: true,
-                fine: false,
-                linear,
-            };
-            activation(
-                b,
-                h,
-                spec,
-                gelu_spline(super::gelu_form(true, false, linear)),
-                format!("layer {l} GeLU"),
-                l,
-            )?
+            let act = Activation::Gelu { tanh: true };
+            activation(b, h, (act, rescaled), format!("layer {l} GeLU"), l)?
         }
     };
     Ok(hidden)
@@ -906,41 +875,6 @@ fn gated(b: &mut Builder, s: usize, u: usize, l: usize) -> Result<usize, PlanErr
     )?;
     b.push(Kind::Mul { a: s, b: u, out: p });
     Ok(p)
-}
-
-/// A spline activation at the width its input's bound proves.
-fn activation(
-    b: &mut Builder,
-    x: usize,
-    spec: GateSpec,
-    spline: &suffuse_core::gate::spline::Spline,
-    name: String,
-    l: usize,
-) -> Result<usize, PlanError> {
-    b.at(Category::Gelu, Some(l));
-    let xi = b.info(x).clone();
-    let k = bound::width(xi.bound.max_abs(), FRAC).max(spline_width(spline));
-    let gate = match spec {
-        GateSpec::Silu { linear, .. } => GateSpec::Silu { k, linear },
-        GateSpec::Gelu {
-            tanh, fine, linear, ..
-        } => GateSpec::Gelu {
-            k,
-            tanh,
-            fine,
-            linear,
-        },
-        other => other,
-    };
-    let out = b.tensor(
-        name,
-        xi.rows,
-        xi.cols,
-        out_scale(spline, FRAC, COEFF_BITS),
-        xi.bound.scale(1.0, GELU_ERR),
-    )?;
-    b.push(Kind::Gate { x, gate, out });
-    Ok(out)
 }
 
 /// The logits of the last row (or of every row): `final_norm(x)·Wₕ` at
