@@ -19,6 +19,7 @@ pub mod bert;
 pub mod bound;
 pub mod decoder;
 mod linear;
+mod mlp;
 mod norm;
 mod scale;
 

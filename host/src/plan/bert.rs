@@ -26,8 +26,9 @@ use rayon::prelude::*;
 use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::linear::{Weights, linear_to_frac, real_weights};
+use super::mlp;
 use super::norm::{norm_output, residual_norm};
-use super::scale::{Activation, activation, ulp};
+use super::scale::ulp;
 use super::{Builder, Category, EncodedLinear, Finish, Inputs, Kind, Plan, PlanError};
 use crate::fixed::{FRAC, RECIP_FRAC, encode};
 use crate::model::{self, Model, Pooling};
@@ -135,8 +136,17 @@ fn plan_with(
     let mut h = x;
     let mut scores = 0.0f64;
     for (l, layer) in model.layers.iter().enumerate() {
-        let (out, out_norm, s) =
-            encoder_layer(&mut b, model, l, layer, h, &norm, bias, c, seq, batch)?;
+        let site = Site {
+            l,
+            layer,
+            x: h,
+            x_norm: &norm,
+            bias,
+            c,
+            seq,
+            batch,
+        };
+        let (out, out_norm, s) = encoder_layer(&mut b, model, &site)?;
         h = out;
         norm = out_norm;
         scores = scores.max(s);
@@ -236,20 +246,41 @@ fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
     worst * (1.0 + 1e-6)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn encoder_layer(
-    b: &mut Builder,
-    model: &Model,
+/// Where a layer runs: its index and weights, its input `x` and the
+/// input's norm form, the attention bias and its constant `c`, the shape.
+#[derive(Clone, Copy)]
+struct Site<'a> {
     l: usize,
-    layer: &model::Layer,
+    layer: &'a model::Layer,
     x: usize,
-    x_norm: &NormForm,
+    x_norm: &'a NormForm,
     bias: usize,
     c: f64,
     seq: usize,
     batch: usize,
-) -> Result<(usize, NormForm, f64), PlanError> {
+}
+
+/// A layer's self-attention up to its output projection: one fused
+/// q/k/v product split into heads, the scores bounded through the weights'
+/// bilinear form, softmax and the weighted values ([`attention::attend`]),
+/// the heads merged and projected. Returns the projection at FRAC and the
+/// worst score.
+fn encoder_attention(
+    b: &mut Builder,
+    model: &Model,
+    site: &Site<'_>,
+) -> Result<(usize, f64), PlanError> {
     let cfg = &model.config;
+    let Site {
+        l,
+        layer,
+        x,
+        x_norm,
+        bias,
+        c,
+        seq,
+        batch,
+    } = *site;
     let (d, heads) = (cfg.hidden, cfg.heads);
     let dh = d / heads;
     let n = batch * seq;
@@ -345,29 +376,33 @@ fn encoder_layer(
         d,
         l,
     )?;
+    Ok((a, score_abs))
+}
+
+/// One post-LN layer at `site`: attention, its residual and norm, the
+/// MLP, its residual and norm. Returns the output, its norm form and the
+/// layer's worst score.
+fn encoder_layer(
+    b: &mut Builder,
+    model: &Model,
+    site: &Site<'_>,
+) -> Result<(usize, NormForm, f64), PlanError> {
+    let cfg = &model.config;
+    let (l, layer, x) = (site.l, site.layer, site.x);
+    let (a, score_abs) = encoder_attention(b, model, site)?;
     let (x1, x1_norm) =
         residual_norm(b, x, a, &layer.attn_norm, format!("layer {l} attention"), l)?;
 
-    // Feed-forward.
-    let (h, _) = linear_to_frac(
-        b,
-        x1,
-        Some(&x1_norm),
-        format!("layer {l} intermediate"),
-        Weights::new(&[&layer.ffn_in], 1.0),
-        cfg.intermediate,
-        l,
-    )?;
     let tanh = matches!(cfg.activation, model::Activation::GeluTanh);
-    let act = Activation::Gelu { tanh };
-    let g = activation(b, h, (act, false), format!("layer {l} GeLU"), l)?;
+    let ffn_in = (&layer.ffn_in, cfg.intermediate);
+    let g = mlp::encoder_mlp(b, (x1, &x1_norm), ffn_in, tanh, l)?;
     let (f, _) = linear_to_frac(
         b,
         g,
         None,
         format!("layer {l} output"),
         Weights::new(&[&layer.ffn_out], 1.0),
-        d,
+        cfg.hidden,
         l,
     )?;
     let (out, out_norm) = residual_norm(b, x1, f, &layer.ffn_norm, format!("layer {l} output"), l)?;

@@ -26,14 +26,15 @@
 
 use std::sync::Arc;
 
-use super::attention::{self, Heads, PRODUCT_MAX_K};
-use super::bound::{self, Bound, NormForm};
-use super::linear::{Folded, Weights, encode_fine, linear_product, linear_to_frac};
+use super::attention::{self, Heads};
+use super::bound::{Bound, NormForm};
+use super::linear::{Folded, Normed, Weights, encode_fine, heads, linear_product, linear_to_frac};
+use super::mlp;
 use super::norm::{normalize, normalize_folded, normalize_stacked};
-use super::scale::{Activation, activation, truncate, ulp};
+use super::scale::{truncate, ulp};
 use super::{Builder, Category, Finish, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
-use crate::model::{Architecture, Decoder, DecoderLayer, GatedActivation, Norm, RopeStyle};
+use crate::model::{Architecture, Decoder, DecoderLayer, Norm, RopeStyle};
 use suffuse_core::gate::splines;
 
 /// Fraction bits of RoPE's cos/sin tables.
@@ -336,7 +337,7 @@ fn block(
     let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
     let name = format!("layer {l} MLP");
     let (n2, n2_form, n2_fold) = pre_norm(b, layer, x1, (&layer.mlp_norm, name), l, centre)?;
-    let h = mlp(b, model, l, layer, (n2, &n2_form, n2_fold.as_ref()))?;
+    let h = mlp::decoder_mlp(b, model, l, layer, (n2, &n2_form, n2_fold.as_ref()))?;
     let what = (format!("layer {l} MLP output"), l);
     let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
@@ -432,10 +433,6 @@ fn block_output(
     let name = name.replace(" output", " out");
     Ok(normalize(b, y, norm, name, l, false)?.0)
 }
-
-/// A pre-norm's output, its form for bounds, and the gains the layer
-/// after it folds in ([`normalize_folded`]).
-type Normed<'a> = (usize, &'a NormForm, Option<&'a Folded>);
 
 /// The queries, new keys and new values of a block, split into heads
 /// (`[heads·rows × d_h]`), RoPE applied (Llama family). `(l, theta)` is the
@@ -711,39 +708,6 @@ fn fold_rope(
     b.fold_rope(y, tables, bound, words)
 }
 
-/// Columns `from..from + count·dh` of `x` as `[count·rows × dh]`.
-fn heads(
-    b: &mut Builder,
-    x: usize,
-    from: usize,
-    count: usize,
-    dh: usize,
-    name: String,
-) -> Result<usize, PlanError> {
-    let xi = b.info(x).clone();
-    let cols = &xi.bound.abs[from..from + count * dh];
-    let abs: Vec<f64> = (0..dh)
-        .map(|c| (0..count).map(|h| cols[h * dh + c]).fold(0.0, f64::max))
-        .collect();
-    let l2 = if xi.bound.group == dh && from.is_multiple_of(dh) {
-        (0..count)
-            .map(|h| xi.bound.group_l2(from / dh + h))
-            .fold(0.0, f64::max)
-    } else {
-        f64::INFINITY
-    };
-    let mut hb = Bound::from_abs(abs, dh);
-    hb.l2[0] = hb.l2[0].min(l2);
-    let out = b.tensor(name, count * xi.rows, dh, xi.scale, hb)?;
-    b.push(Kind::Heads {
-        x,
-        from,
-        heads: count,
-        out,
-    });
-    Ok(out)
-}
-
 /// The cache of a layer grown by this pass's rows.
 fn append(
     b: &mut Builder,
@@ -786,95 +750,6 @@ fn repeat(b: &mut Builder, x: usize, heads: usize, times: usize) -> Result<usize
         out,
     });
     Ok(out)
-}
-
-/// The MLP of a block up to its down projection: the activations it takes.
-fn mlp(
-    b: &mut Builder,
-    model: &Decoder,
-    l: usize,
-    layer: &DecoderLayer,
-    (n, form, fold): Normed<'_>,
-) -> Result<usize, PlanError> {
-    let cfg = &model.config;
-    let inter = cfg.intermediate;
-    // A sandwich norm rescales the MLP's output (Gemma 3).
-    let rescaled = layer.post_norms.is_some();
-    let hidden = match &layer.gate {
-        Some(gate) => {
-            let (gu, _) = linear_to_frac(
-                b,
-                n,
-                Some(form),
-                format!("layer {l} gate/up"),
-                Weights::new(&[gate, &layer.up], 1.0).folding(fold),
-                inter,
-                l,
-            )?;
-            b.at(Category::Linear, Some(l));
-            let g = heads(b, gu, 0, 1, inter, format!("layer {l} gate"))?;
-            let u = heads(b, gu, inter, 1, inter, format!("layer {l} up"))?;
-            let (act, what) = match cfg.block.activation {
-                GatedActivation::Silu => (Activation::Silu, "SiLU"),
-                GatedActivation::GeluTanh => (Activation::Gelu { tanh: true }, "GeLU"),
-            };
-            let name = format!("layer {l} {what}");
-            let s = activation(b, g, (act, rescaled), name, l)?;
-            gated(b, s, u, l)?
-        }
-        None => {
-            let (h, _) = linear_to_frac(
-                b,
-                n,
-                Some(form),
-                format!("layer {l} intermediate"),
-                Weights::new(&[&layer.up], 1.0).folding(fold),
-                inter,
-                l,
-            )?;
-            let act = Activation::Gelu { tanh: true };
-            activation(b, h, (act, rescaled), format!("layer {l} GeLU"), l)?
-        }
-    };
-    Ok(hidden)
-}
-
-/// `SiLU(g) ⊙ u` with one Beaver product. SiLU's output comes at the
-/// spline's scale (FRAC + coefficient bits); where the product's proven
-/// bound would not fit the ring at that scale plus u's, SiLU's output is
-/// truncated first by just the bits that make it fit.
-fn gated(b: &mut Builder, s: usize, u: usize, l: usize) -> Result<usize, PlanError> {
-    let (si, ui) = (b.info(s).clone(), b.info(u).clone());
-    let abs_at = |sb: &Bound| -> Vec<f64> {
-        sb.abs
-            .iter()
-            .zip(&ui.bound.abs)
-            .map(|(a, c)| a * c)
-            .collect()
-    };
-    let max = |v: &[f64]| v.iter().fold(0.0f64, |m, a| m.max(*a));
-    let excess = bound::width(
-        max(&abs_at(&si.bound.floor_to(ulp(FRAC)))),
-        si.scale + ui.scale,
-    )
-    .saturating_sub(PRODUCT_MAX_K);
-    let (s, si) = if excess == 0 {
-        (s, si)
-    } else {
-        let to = si.scale.saturating_sub(excess).max(FRAC);
-        let st = truncate(b, s, to, format!("{} (narrowed)", si.name))?;
-        b.at(Category::Gelu, Some(l));
-        (st, b.info(st).clone())
-    };
-    let p = b.tensor(
-        format!("layer {l} gated"),
-        si.rows,
-        ui.cols,
-        si.scale + ui.scale,
-        Bound::from_abs(abs_at(&si.bound), ui.cols),
-    )?;
-    b.push(Kind::Mul { a: s, b: u, out: p });
-    Ok(p)
 }
 
 /// The logits of the last row (or of every row): `final_norm(x)·Wₕ` at

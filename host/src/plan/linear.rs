@@ -420,3 +420,40 @@ fn real_weights_of(b: &Builder, enc: &Enc, w: &mut Vec<f64>, bias: &mut Vec<f64>
     bias.extend(lb.iter().map(|v| fixed::decode(*v, bias_scale)));
     outputs
 }
+
+/// A pre-norm's output, its form for bounds, and the gains the layer
+/// after it folds in (`norm::normalize_folded`).
+pub(super) type Normed<'a> = (usize, &'a NormForm, Option<&'a Folded>);
+
+/// Columns `from..from + count·dh` of `x` as `[count·rows × dh]`.
+pub(super) fn heads(
+    b: &mut Builder,
+    x: usize,
+    from: usize,
+    count: usize,
+    dh: usize,
+    name: String,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let cols = &xi.bound.abs[from..from + count * dh];
+    let abs: Vec<f64> = (0..dh)
+        .map(|c| (0..count).map(|h| cols[h * dh + c]).fold(0.0, f64::max))
+        .collect();
+    let l2 = if xi.bound.group == dh && from.is_multiple_of(dh) {
+        (0..count)
+            .map(|h| xi.bound.group_l2(from / dh + h))
+            .fold(0.0, f64::max)
+    } else {
+        f64::INFINITY
+    };
+    let mut hb = Bound::from_abs(abs, dh);
+    hb.l2[0] = hb.l2[0].min(l2);
+    let out = b.tensor(name, count * xi.rows, dh, xi.scale, hb)?;
+    b.push(Kind::Heads {
+        x,
+        from,
+        heads: count,
+        out,
+    });
+    Ok(out)
+}

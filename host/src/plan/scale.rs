@@ -3,9 +3,9 @@
 //! truncation from one scale to another.
 
 use super::bound;
-use super::{Builder, Category, ChainSpec, GateSpec, Kind, PlanError};
+use super::{Builder, ChainSpec, GateSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, pow2};
-use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale, silu_spline};
+use suffuse_core::gate::activation::{COEFF_BITS, out_scale};
 use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 
@@ -23,10 +23,6 @@ pub(super) fn spline_width(spline: &Spline) -> u32 {
 pub(super) fn spline_scale() -> u32 {
     out_scale(&splines::NEXP, FRAC, COEFF_BITS)
 }
-
-/// Worst absolute error of the GeLU spline (core's accuracy test enforces
-/// 2^-8).
-const GELU_ERR: f64 = 1.0 / 256.0;
 
 /// Worst relative error of the reciprocal and rsqrt chains (core's tests
 /// enforce 2^-7), rounded up.
@@ -140,72 +136,4 @@ fn push_truncation(b: &mut Builder, x: usize, shift: u32, out: usize, one_round:
             out,
         }
     });
-}
-
-/// An MLP's activation, as a model names it.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Activation {
-    /// SiLU `x·σ(x)`.
-    Silu,
-    /// GeLU, erf (BERT) or tanh (GPT-2, Gemma 3).
-    Gelu {
-        /// The tanh form.
-        tanh: bool,
-    },
-}
-
-impl Activation {
-    /// The gate (its width left to the caller) and its spline.
-    fn gate(self, rescaled: bool, decoding: bool) -> (GateSpec, &'static Spline) {
-        let linear = decoding && !rescaled;
-        match self {
-            Activation::Silu => (
-                GateSpec::Silu { k: 0, linear },
-                silu_spline(super::silu_form(linear)),
-            ),
-            Activation::Gelu { tanh } => {
-                let (fine, linear) = (tanh && rescaled, tanh && linear);
-                let spec = GateSpec::Gelu {
-                    k: 0,
-                    tanh,
-                    fine,
-                    linear,
-                };
-                (spec, gelu_spline(super::gelu_form(tanh, fine, linear)))
-            }
-        }
-    }
-}
-
-/// The spline gate of `act` on `x` (at FRAC), at the width the input's
-/// bound proves, its output at the spline's scale. `rescaled`: a norm
-/// rescales the MLP's output, where a nearly silent row would carry the
-/// coarse spline's absolute error (2^-8) up to unit RMS, so the tanh GeLU
-/// takes its fine form. A decode pass has one row: its key bytes count,
-/// the degree-1 pieces' extra DCF points not (docs/GATES.md), so it takes
-/// the degree-1 SiLU and tanh GeLU, never with the fine form.
-pub(super) fn activation(
-    b: &mut Builder,
-    x: usize,
-    (act, rescaled): (Activation, bool),
-    name: String,
-    l: usize,
-) -> Result<usize, PlanError> {
-    b.at(Category::Gelu, Some(l));
-    let (spec, spline) = act.gate(rescaled, b.decoding());
-    let xi = b.info(x).clone();
-    let k = bound::width(xi.bound.max_abs(), FRAC).max(spline_width(spline));
-    let out = b.tensor(
-        name,
-        xi.rows,
-        xi.cols,
-        out_scale(spline, FRAC, COEFF_BITS),
-        xi.bound.scale(1.0, GELU_ERR),
-    )?;
-    b.push(Kind::Gate {
-        x,
-        gate: spec.with_k(k),
-        out,
-    });
-    Ok(out)
 }
