@@ -71,6 +71,15 @@ pub fn attend(
     c: f64,
     l: usize,
 ) -> Result<(usize, f64), PlanError> {
+    let (s, score_abs) = scores(b, h, score_max, l)?;
+    let (e, ex) = exponents(b, h, s, (bias, c), score_abs, l)?;
+    let o = weighted_values(b, h, e, &ex, l)?;
+    Ok((o, score_abs))
+}
+
+/// The scores `trunc(Q·Kᵀ)` at FRAC (the band's entries only, where there
+/// is one) and their proven bound.
+fn scores(b: &mut Builder, h: Heads, score_max: f64, l: usize) -> Result<(usize, f64), PlanError> {
     let (rows, keys) = (h.blocks * h.queries, h.keys);
     let band = h.band();
     let dh = b.info(h.q).cols;
@@ -100,6 +109,22 @@ pub fn attend(
     };
     let s = truncate(b, s2, FRAC, format!("layer {l} scores"))?;
     let score_abs = b.info(s).bound.max_abs();
+    Ok((s, score_abs))
+}
+
+/// The exponents `nExp(max(row) − s)` of the biased scores, narrowed for
+/// the weighted sum and spread back over the rows where there is a band:
+/// the tensor and its [`Exponents`] record.
+fn exponents(
+    b: &mut Builder,
+    h: Heads,
+    s: usize,
+    (bias, c): (usize, f64),
+    score_abs: f64,
+    l: usize,
+) -> Result<(usize, Exponents), PlanError> {
+    let (rows, keys) = (h.blocks * h.queries, h.keys);
+    let band = h.band();
 
     b.at(Category::Softmax, Some(l));
     let s = if let Some(band) = band {
@@ -171,10 +196,26 @@ pub fn attend(
     } else {
         ex.t
     };
+    Ok((e, ex))
+}
+
+/// `(E·V)·(1/Σe)` per row: the reciprocal of the row sums and the weighted
+/// values' product run in two lanes, then one row product; the heads'
+/// outputs at FRAC + RECIP_FRAC.
+fn weighted_values(
+    b: &mut Builder,
+    h: Heads,
+    e: usize,
+    ex: &Exponents,
+    l: usize,
+) -> Result<usize, PlanError> {
+    let (rows, keys) = (h.blocks * h.queries, h.keys);
+    let dh = b.info(h.q).cols;
+    let vb = b.info(h.v).bound.clone();
     // The reciprocal of the row sums and the weighted values are
     // independent: two lanes whose rounds are shared.
     b.begin_lanes();
-    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, &ex, l)?;
+    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, ex, l)?;
     b.next_lane();
 
     // |Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|, truncated, then scaled by 1/Σe.
@@ -216,7 +257,7 @@ pub fn attend(
         v: inv,
         out: o,
     });
-    Ok((o, score_abs))
+    Ok(o)
 }
 
 /// `z = max(row) − s` for the biased scores `sb`, with its bound.
