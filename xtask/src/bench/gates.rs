@@ -633,154 +633,16 @@ fn spline_record(
 
 /// Runs every gate bench; returns the JSON array.
 pub fn run() -> Result<String> {
-    let n = Width::W64;
-    let err = |e: suffuse_core::SufError| anyhow!("{e}");
     let mut records = Vec::new();
     print_header();
-    // BERT-class effective widths (f = 12): GeLU/SiLU inputs k = 26, matmul
-    // outputs before truncation k = 40, softmax exponent inputs k = 24.
-    for (k, note) in [(26u32, "BERT-class width"), (64, "full width")] {
-        let w = Width::of(k);
-        records.extend(spline_record(
-            "gelu",
-            activation::gelu(GeluForm::Erf, n, w, FRAC).map_err(err)?,
-            k,
-            &splines::GELU_ERF,
-            gelu_erf,
-            note,
-        )?);
-        records.extend(spline_record(
-            "gelu_tanh",
-            activation::gelu(GeluForm::Tanh, n, w, FRAC).map_err(err)?,
-            k,
-            &splines::GELU_TANH,
-            gelu_tanh,
-            note,
-        )?);
-        records.extend(spline_record(
-            "gelu_tanh_fine",
-            activation::gelu(GeluForm::TanhFine, n, w, FRAC).map_err(err)?,
-            k,
-            &splines::GELU_TANH_FINE,
-            gelu_tanh,
-            note,
-        )?);
-        records.extend(spline_record(
-            "gelu_tanh_linear",
-            activation::gelu(GeluForm::TanhLinear, n, w, FRAC).map_err(err)?,
-            k,
-            &splines::GELU_TANH_LINEAR,
-            gelu_tanh,
-            note,
-        )?);
-        for (name, form, spline) in [
-            ("silu", SiluForm::Quadratic, &splines::SILU),
-            ("silu_linear", SiluForm::Linear, &splines::SILU_LINEAR),
-        ] {
-            records.extend(spline_record(
-                name,
-                activation::silu(form, n, w, FRAC).map_err(err)?,
-                k,
-                spline,
-                silu,
-                note,
-            )?);
-        }
-        let xs = inputs(n, k, ELEMENTS, 4);
-        records.extend(measure(
-            "relu",
-            &relu(n, w).map_err(err)?,
-            k,
-            ELEMENTS,
-            &xs,
-            FRAC,
-            0.0,
-            note,
-        )?);
-        records.extend(measure(
-            "drelu",
-            &drelu(n, w).map_err(err)?,
-            k,
-            ELEMENTS,
-            &xs,
-            0,
-            0.0,
-            note,
-        )?);
-    }
-    for (k, note) in [(40u32, "BERT-class width"), (64, "full width")] {
-        let w = Width::of(k);
-        let xs = inputs(n, k, ELEMENTS, 5);
-        records.extend(measure(
-            "trunc",
-            &trunc(n, w, FRAC, Shift::Arithmetic, Range::Exact).map_err(err)?,
-            k,
-            ELEMENTS,
-            &xs,
-            FRAC,
-            0.0,
-            &format!("exact ARS, {note}"),
-        )?);
-        records.extend(measure(
-            "trunc_reduce",
-            &trunc(n, w, FRAC, Shift::Reduce, Range::Exact).map_err(err)?,
-            k,
-            ELEMENTS,
-            &xs,
-            FRAC,
-            0.0,
-            &format!("TR into Z_2^52, {note}"),
-        )?);
-        if k < 64 {
-            records.extend(measure(
-                "trunc_gap",
-                &trunc(n, w, FRAC, Shift::Arithmetic, Range::Gap).map_err(err)?,
-                k,
-                ELEMENTS,
-                &xs,
-                FRAC,
-                0.0,
-                &format!("ARS with one bit of slack, {note}"),
-            )?);
-            records.extend(measure(
-                "reluars",
-                &reluars(n, w, FRAC, Range::Gap).map_err(err)?,
-                k,
-                ELEMENTS,
-                &xs,
-                0,
-                0.0,
-                &format!("gap, {note}"),
-            )?);
-        } else {
-            records.extend(measure(
-                "reluars",
-                &reluars(n, w, FRAC, Range::Exact).map_err(err)?,
-                k,
-                ELEMENTS,
-                &xs,
-                0,
-                0.0,
-                &format!("exact, {note}"),
-            )?);
-        }
-    }
-    for (k, note) in [(24u32, "softmax range"), (64, "full width")] {
-        let gate = activation::nexp(n, Width::of(k), FRAC).map_err(err)?;
-        let out_scale = activation::out_scale(&splines::NEXP, FRAC, activation::COEFF_BITS);
-        let e = spline_error(&gate, |z| (-z).exp(), out_scale, 0.0, 32.0);
-        let mut prg = Prg::new(&[9; 16]);
-        let xs: Vec<u64> = (0..ELEMENTS)
-            .map(|_| (prg.next_u64() >> (64 - 18)).min((1 << (k - 1)) - 1))
-            .collect();
-        records.extend(measure(
-            "nexp", &gate, k, ELEMENTS, &xs, out_scale, e, note,
-        )?);
-    }
+    records.extend(activation_records()?);
+    records.extend(truncation_records()?);
+    records.extend(nexp_records()?);
+    let n = Width::W64;
     let xs = inputs(n, 20, ELEMENTS, 6);
     records.extend(measure(
         "extend",
-        &extend(n, Width::of(20), true).map_err(err)?,
+        &extend(n, Width::of(20), true).map_err(suf_err)?,
         20,
         ELEMENTS,
         &xs,
@@ -791,6 +653,126 @@ pub fn run() -> Result<String> {
     records.extend(chain_records()?);
     records.extend(max_record()?);
     serde_json::to_string_pretty(&records).context("serializing records")
+}
+
+fn suf_err(e: suffuse_core::SufError) -> anyhow::Error {
+    anyhow!("{e}")
+}
+
+/// The spline activations (every GeLU and SiLU form), ReLU and DReLU, at
+/// BERT-class width (k = 26, f = 12) and full width.
+fn activation_records() -> Result<Vec<Record>> {
+    let n = Width::W64;
+    let mut records = Vec::new();
+    for (k, note) in [(26u32, "BERT-class width"), (64, "full width")] {
+        let w = Width::of(k);
+        for (name, form, spline) in [
+            ("gelu", GeluForm::Erf, &splines::GELU_ERF),
+            ("gelu_tanh", GeluForm::Tanh, &splines::GELU_TANH),
+            (
+                "gelu_tanh_fine",
+                GeluForm::TanhFine,
+                &splines::GELU_TANH_FINE,
+            ),
+            (
+                "gelu_tanh_linear",
+                GeluForm::TanhLinear,
+                &splines::GELU_TANH_LINEAR,
+            ),
+        ] {
+            let real = if form == GeluForm::Erf {
+                gelu_erf
+            } else {
+                gelu_tanh
+            };
+            let gate = activation::gelu(form, n, w, FRAC).map_err(suf_err)?;
+            records.extend(spline_record(name, gate, k, spline, real, note)?);
+        }
+        for (name, form, spline) in [
+            ("silu", SiluForm::Quadratic, &splines::SILU),
+            ("silu_linear", SiluForm::Linear, &splines::SILU_LINEAR),
+        ] {
+            let gate = activation::silu(form, n, w, FRAC).map_err(suf_err)?;
+            records.extend(spline_record(name, gate, k, spline, silu, note)?);
+        }
+        let xs = inputs(n, k, ELEMENTS, 4);
+        for (name, gate, scale) in [
+            ("relu", relu(n, w).map_err(suf_err)?, FRAC),
+            ("drelu", drelu(n, w).map_err(suf_err)?, 0),
+        ] {
+            records.extend(measure(name, &gate, k, ELEMENTS, &xs, scale, 0.0, note)?);
+        }
+    }
+    Ok(records)
+}
+
+/// Truncations (exact ARS, TR, gap ARS) and ReluARS at the width of a
+/// BERT-class product (k = 40) and full width.
+fn truncation_records() -> Result<Vec<Record>> {
+    let n = Width::W64;
+    let mut records = Vec::new();
+    for (k, note) in [(40u32, "BERT-class width"), (64, "full width")] {
+        let w = Width::of(k);
+        let xs = inputs(n, k, ELEMENTS, 5);
+        let mut gates = vec![
+            (
+                "trunc",
+                trunc(n, w, FRAC, Shift::Arithmetic, Range::Exact).map_err(suf_err)?,
+                FRAC,
+                format!("exact ARS, {note}"),
+            ),
+            (
+                "trunc_reduce",
+                trunc(n, w, FRAC, Shift::Reduce, Range::Exact).map_err(suf_err)?,
+                FRAC,
+                format!("TR into Z_2^52, {note}"),
+            ),
+        ];
+        if k < 64 {
+            gates.push((
+                "trunc_gap",
+                trunc(n, w, FRAC, Shift::Arithmetic, Range::Gap).map_err(suf_err)?,
+                FRAC,
+                format!("ARS with one bit of slack, {note}"),
+            ));
+            gates.push((
+                "reluars",
+                reluars(n, w, FRAC, Range::Gap).map_err(suf_err)?,
+                0,
+                format!("gap, {note}"),
+            ));
+        } else {
+            gates.push((
+                "reluars",
+                reluars(n, w, FRAC, Range::Exact).map_err(suf_err)?,
+                0,
+                format!("exact, {note}"),
+            ));
+        }
+        for (name, gate, scale, what) in &gates {
+            records.extend(measure(name, gate, k, ELEMENTS, &xs, *scale, 0.0, what)?);
+        }
+    }
+    Ok(records)
+}
+
+/// nExp at the softmax's range (k = 24) and full width, with its error.
+fn nexp_records() -> Result<Vec<Record>> {
+    let n = Width::W64;
+    let mut records = Vec::new();
+    for (k, note) in [(24u32, "softmax range"), (64, "full width")] {
+        let gate = activation::nexp(n, Width::of(k), FRAC).map_err(suf_err)?;
+        let out_scale = activation::out_scale(&splines::NEXP, FRAC, activation::COEFF_BITS);
+        let e = spline_error(&gate, |z| (-z).exp(), out_scale, 0.0, 32.0);
+        let mut prg = Prg::new(&[9; 16]);
+        let xs: Vec<u64> = (0..ELEMENTS)
+            .map(|_| (prg.next_u64() >> (64 - 18)).min((1 << (k - 1)) - 1))
+            .collect();
+        records.extend(measure(
+            "nexp", &gate, k, ELEMENTS, &xs, out_scale, e, note,
+        )?);
+    }
+    Ok(records)
 }
 
 /// Reciprocal and rsqrt: chains, at the sizes a BERT layer needs them.
