@@ -52,6 +52,7 @@ pub mod select;
 pub mod spline;
 pub mod splines;
 pub mod trunc;
+pub mod trunc_open;
 pub mod width;
 
 pub use protocol::{Protocol, Traffic, run_pair};

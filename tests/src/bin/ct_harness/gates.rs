@@ -23,6 +23,7 @@ use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
 use suffuse_core::gate::relu::relu;
 use suffuse_core::gate::select::{self, Select, SelectEval};
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
+use suffuse_core::gate::trunc_open::TruncOpen;
 use suffuse_core::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::phi::program::{Inputs, Program, Section};
 use suffuse_core::prg::{Block, Domain, Hasher};
@@ -331,6 +332,95 @@ fn gate_case(
             };
             stats.compare(&format!("{name} ({}, Φ {path})", eval.name()), &got, &want);
         }
+    }
+    Ok(())
+}
+
+/// The truncation that opens its output (`TruncOpen`): `x = z + ⌊y/2^f⌋`
+/// opened under a fresh mask in the truncation's two rounds; each message
+/// is declassified as it leaves its party, and `E + A_e` is checked.
+fn trunc_open_case(
+    b: &Backends<'_>,
+    inputs: &mut PublicInputs,
+    stats: &mut GateStats,
+) -> HarnessResult<()> {
+    let ring = Width::W64;
+    let g = TruncOpen::new(ring, Width::of(40), FRAC)?;
+    let ys = signed_inputs(ring, 40, inputs);
+    let zs: Vec<u64> = (0..N).map(|_| inputs.next()).collect();
+    let want: Vec<u64> = ys
+        .iter()
+        .zip(&zs)
+        .map(|(y, z)| g.reference(*y, *z))
+        .collect();
+    let seeds = secret_seeds(inputs);
+    let len = g.key_params().key_len();
+    let dealt = Dealt::new(&[len], N, g.explicit_words(), |k0, k1, ex| {
+        g.deal(b.fss, seeds, None, 0, N, k0[0], k1[0], ex)
+            .map(|_| ())
+    })?;
+    let y = secret_shares(ring, &ys, inputs);
+    let z = secret_shares(ring, &zs, inputs);
+    let parties = [Party::P0, Party::P1];
+    for eval in &b.evals {
+        let backend = Declassify(*eval);
+        let mut areas = [
+            vec![0u64; TruncOpen::scratch_words(N)],
+            vec![0u64; TruncOpen::scratch_words(N)],
+        ];
+        let mut first = [
+            vec![0u8; mpc::words_len(ring, N)],
+            vec![0u8; mpc::words_len(ring, N)],
+        ];
+        for p in 0..2 {
+            let keys = dealt.keys(p);
+            g.load(
+                b.fss,
+                parties[p],
+                &seeds[p],
+                None,
+                0,
+                keys.explicit,
+                &mut areas[p],
+            )?;
+            g.open(&mut areas[p], &y[p], &mut first[p])?;
+            memcheck::declassify(first[p].as_mut_slice());
+        }
+        for p in 0..2 {
+            let batch = g.key_batch(parties[p], &dealt.keys(p))?;
+            g.close(&mut areas[p], &first[1 - p], &batch, &backend)?;
+        }
+        let mut second = [vec![0u8; g.second_len(N)], vec![0u8; g.second_len(N)]];
+        for p in 0..2 {
+            g.second(&mut areas[p], &z[p], &mut second[p])?;
+            memcheck::declassify(second[p].as_mut_slice());
+        }
+        for p in 0..2 {
+            g.finish(&mut areas[p], &second[1 - p])?;
+        }
+        let mut masks = [vec![0u64; N], vec![0u64; N]];
+        for p in 0..2 {
+            g.mask_shares(&areas[p], &mut masks[p])?;
+            memcheck::declassify(masks[p].as_mut_slice());
+        }
+        // E is public (an opening), but memcheck sees it computed from
+        // each party's own share of the message, which it keeps secret.
+        let mut opened = [g.opened(&areas[0])?.to_vec(), g.opened(&areas[1])?.to_vec()];
+        for o in &mut opened {
+            memcheck::declassify(o.as_mut_slice());
+        }
+        let got: Vec<u64> = (0..N)
+            .map(|i| ring.add(opened[0][i], ring.add(masks[0][i], masks[1][i])))
+            .collect();
+        stats.compare(&format!("trunc, opened ({})", eval.name()), &got, &want);
+        let same: Vec<u64> = (0..N)
+            .map(|i| u64::from(opened[0][i] == opened[1][i]))
+            .collect();
+        stats.compare(
+            &format!("trunc, opened: both open the same ({})", eval.name()),
+            &same,
+            &vec![1; N],
+        );
     }
     Ok(())
 }
@@ -679,6 +769,7 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
         let gate = trunc(ring, Width::of(40), FRAC, shift, Range::Exact)?;
         gate_case(name, &gate, &xs, b, inputs, &mut stats)?;
     }
+    trunc_open_case(b, inputs, &mut stats)?;
     let nexp = activation::nexp(ring, Width::of(24), FRAC)?;
     let xs: Vec<u64> = (0..N).map(|_| inputs.next() >> (64 - 18)).collect();
     gate_case("nexp", &nexp, &xs, b, inputs, &mut stats)?;
