@@ -221,7 +221,7 @@ impl GateSpec {
     }
 
     /// The same gate at input width `k`.
-    pub fn with_k(self, k: u32) -> GateSpec {
+    pub(crate) fn with_k(self, k: u32) -> GateSpec {
         match self {
             GateSpec::Trunc { shift, .. } => GateSpec::Trunc { k, shift },
             GateSpec::Gelu {

@@ -58,7 +58,7 @@ impl Activation {
 /// coarse spline's absolute error (2^-8) up to unit RMS, so the tanh GeLU
 /// takes its fine form. A decode pass has one row: its key bytes count,
 /// the degree-1 pieces' extra DCF points not (docs/GATES.md), so it takes
-/// the degree-1 SiLU and tanh GeLU, never with the fine form.
+/// the degree-1 SiLU and tanh GeLU, except where the output is rescaled.
 fn activation(
     b: &mut Builder,
     x: usize,
