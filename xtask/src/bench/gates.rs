@@ -34,8 +34,9 @@ use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::spline::Spline;
 use suffuse_core::gate::splines;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
+use suffuse_core::gate::trunc_open::TruncOpen;
 use suffuse_core::gate::width::extend;
-use suffuse_core::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
+use suffuse_core::gate::{Cost, DealScratch, Eval, Gate, PartyKeys, Protocol};
 use suffuse_core::phi::program::Section;
 use suffuse_core::prg::{Block, Hasher, Prg};
 use suffuse_core::ring::{Width, pow2};
@@ -72,6 +73,49 @@ struct Record {
     /// elements, compiled program and interpreter, on the same state.
     #[serde(skip_serializing_if = "Option::is_none")]
     phi_s: Option<[f64; 2]>,
+}
+
+/// One timed two-party run of a protocol that is not a plain gate: the
+/// slower party's online seconds, the dealing's seconds, one party's bytes.
+struct Timed {
+    online_s: f64,
+    gen_s: f64,
+    sent: usize,
+}
+
+impl Record {
+    /// A record from a protocol's `cost()` and one timed run over
+    /// `elements` elements.
+    fn of_run(
+        name: &str,
+        (w, k, elements): (Width, u32, usize),
+        cost: &Cost,
+        t: Timed,
+        (out_scale, max_rel_err): (u32, Option<f64>),
+        note: &str,
+    ) -> Record {
+        Record {
+            gate: name.to_string(),
+            n: w.bits(),
+            f: FRAC,
+            k,
+            elements,
+            online_elems_per_s: elements as f64 / t.online_s,
+            key_bytes_per_elem: cost.key_bytes_p1 as f64,
+            key_bytes_per_elem_p0: cost.key_bytes_p0 as f64,
+            aes_per_elem: cost.aes_online as f64,
+            rounds: cost.rounds,
+            comm_bits_per_elem: t.sent as f64 * 8.0 / elements as f64,
+            keygen_elems_per_s: elements as f64 / t.gen_s,
+            load_s: 0.0,
+            max_abs_err: 0.0,
+            max_rel_err,
+            out_scale,
+            note: note.to_string(),
+            interpreter_online_elems_per_s: None,
+            phi_s: None,
+        }
+    }
 }
 
 /// Gates whose Φ is also run by the interpreter, for comparison.
@@ -812,6 +856,7 @@ fn chain_records() -> Result<Vec<Record>> {
         }
     }
     trunc_one_round_record(&mut out, count)?;
+    out.extend(trunc_open_record(count)?);
     Ok(out)
 }
 
@@ -883,6 +928,108 @@ fn trunc_one_round_record(out: &mut Vec<Record>, count: usize) -> Result<()> {
         )?);
     }
     Ok(())
+}
+
+/// The truncation that opens its output (`TruncOpen`, not yet planned),
+/// beside `trunc_gap`: dealt on the CPU backend, both parties on one
+/// thread each over channels, the opened `E` plus the mask shares checked
+/// against the reference.
+fn trunc_open_record(count: usize) -> Result<Option<Record>> {
+    let name = "trunc_open";
+    if !wanted(name) {
+        return Ok(None);
+    }
+    let (w, k) = (Width::W64, 40u32);
+    let g = TruncOpen::new(w, Width::of(k), FRAC).map_err(suf_err)?;
+    let backend = CpuEval::new();
+    let seeds = [[0x41; 16], [0x42; 16]];
+    let len = g.key_params().key_len();
+    let (mut k0, mut k1) = (vec![0u8; count * len], vec![0u8; count * len]);
+    let mut explicit = vec![0u64; count * g.explicit_words()];
+    let start = Instant::now();
+    g.deal(
+        &backend,
+        seeds,
+        None,
+        0,
+        count,
+        &mut k0,
+        &mut k1,
+        &mut explicit,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
+    let gen_s = start.elapsed().as_secs_f64();
+    let ys = inputs(w, k, count, 8);
+    let zs = inputs(w, 64, count, 9);
+    let mut prg = Prg::new(&[13; 16]);
+    let share = |v: &[u64], prg: &mut Prg| -> [Vec<u64>; 2] {
+        let a: Vec<u64> = v.iter().map(|_| w.reduce(prg.next_u64())).collect();
+        let b = v.iter().zip(&a).map(|(x, a)| w.sub(*x, *a)).collect();
+        [a, b]
+    };
+    let (y, z) = (share(&ys, &mut prg), share(&zs, &mut prg));
+    let (to1, from0) = mpsc::channel::<Vec<u8>>();
+    let (to0, from1) = mpsc::channel::<Vec<u8>>();
+    let keys = [&k0, &k1];
+    let party = |p: usize,
+                 tx: mpsc::Sender<Vec<u8>>,
+                 rx: mpsc::Receiver<Vec<u8>>|
+     -> Result<(Vec<u64>, Vec<u64>, f64, usize)> {
+        let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
+        let role = if p == 0 { Party::P0 } else { Party::P1 };
+        let ex: &[u64] = if p == 1 { &explicit } else { &[] };
+        let pk = PartyKeys {
+            dcf: [keys[p], &[], &[]],
+            roots: [&[]; MAX_KEYS],
+            explicit: &[],
+        };
+        let batch = g.key_batch(role, &pk).map_err(|e| anyhow!("{e}"))?;
+        let mut area = vec![0u64; TruncOpen::scratch_words(count)];
+        let start = Instant::now();
+        let e = |e: suffuse_core::Error| anyhow!("{name}: {e}");
+        g.load(cpu.backend(), role, &seeds[p], None, 0, ex, &mut area)
+            .map_err(e)?;
+        let mut first = vec![0u8; suffuse_core::mpc::words_len(w, count)];
+        g.open(&mut area, &y[p], &mut first).map_err(e)?;
+        let sent = first.len() + g.second_len(count);
+        tx.send(first)?;
+        let recv = rx.recv()?;
+        g.close(&mut area, &recv, &batch, &cpu).map_err(e)?;
+        let mut second = vec![0u8; g.second_len(count)];
+        g.second(&mut area, &z[p], &mut second).map_err(e)?;
+        tx.send(second)?;
+        let recv = rx.recv()?;
+        g.finish(&mut area, &recv).map_err(e)?;
+        let mut masks = vec![0u64; count];
+        g.mask_shares(&area, &mut masks).map_err(e)?;
+        let opened = g.opened(&area).map_err(e)?.to_vec();
+        Ok((opened, masks, start.elapsed().as_secs_f64(), sent))
+    };
+    let (r0, r1) = std::thread::scope(|s| {
+        let a = s.spawn(|| party(0, to1, from1));
+        let b = s.spawn(|| party(1, to0, from0));
+        (a.join(), b.join())
+    });
+    let (e0, m0, t0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
+    let (e1, m1, t1, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
+    for i in 0..count {
+        let x = w.add(e0[i], w.add(m0[i], m1[i]));
+        if e0[i] != e1[i] || x != g.reference(ys[i], zs[i]) {
+            bail!(
+                "{name}: the opened output differs from the reference at y = {:#x}",
+                ys[i]
+            );
+        }
+    }
+    let timed = Timed {
+        online_s: t0.max(t1),
+        gen_s,
+        sent,
+    };
+    let note = "gap ARS plus an addend, output opened under A + e·D (not yet planned)";
+    let rec = Record::of_run(name, (w, k, count), &g.cost(), timed, (FRAC, None), note);
+    print_record(&rec);
+    Ok(Some(rec))
 }
 
 fn run_chain_bench(
@@ -987,28 +1134,20 @@ fn run_chain_bench(
             bail!("{name}: two-party output differs from the reference at x = {x:#x}");
         }
     }
-    let cost = chain.cost();
-    let rec = Record {
-        gate: name.to_string(),
-        n: w.bits(),
-        f: FRAC,
-        k,
-        elements: n,
-        online_elems_per_s: n as f64 / t0.max(t1),
-        key_bytes_per_elem: cost.key_bytes_p1 as f64,
-        key_bytes_per_elem_p0: cost.key_bytes_p0 as f64,
-        aes_per_elem: cost.aes_online as f64,
-        rounds: cost.rounds,
-        comm_bits_per_elem: sent as f64 * 8.0 / n as f64,
-        keygen_elems_per_s: n as f64 / gen_s,
-        load_s: 0.0,
-        max_abs_err: 0.0,
-        max_rel_err: Some(rel),
-        out_scale,
-        note: note.to_string(),
-        interpreter_online_elems_per_s: None,
-        phi_s: None,
+    let timed = Timed {
+        online_s: t0.max(t1),
+        gen_s,
+        sent,
     };
+    let shape = (w, k, n);
+    let rec = Record::of_run(
+        name,
+        shape,
+        &chain.cost(),
+        timed,
+        (out_scale, Some(rel)),
+        note,
+    );
     print_record(&rec);
     Ok(Some(rec))
 }
