@@ -52,7 +52,7 @@ use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::one_round::{self, GROUP};
-use crate::gate::{Cost, PartyKeys};
+use crate::gate::{Cost, PartyKeys, Protocol};
 use crate::mpc;
 use crate::prg::Hasher;
 use crate::ring::{Width, cast};
@@ -425,11 +425,140 @@ impl TruncOpen {
     }
 }
 
+impl TruncOpen {
+    /// One party's evaluator for `y.len()` elements from element index
+    /// `first`, a [`Protocol`]: its keys, its shares of the input `y` and
+    /// the addend `z`, and [`TruncOpen::scratch_words`] of scratch. `mask`
+    /// pins its mask shares (tests).
+    #[allow(clippy::too_many_arguments)]
+    pub fn eval<'a>(
+        &'a self,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        mask: Option<&[u64]>,
+        first: u64,
+        keys: PartyKeys<'a>,
+        (y, z): (&'a [u64], &'a [u64]),
+        scratch: &'a mut [u64],
+    ) -> Result<TruncOpenEval<'a>, Error> {
+        let batch = self.key_batch(party, &keys)?;
+        let n = y.len();
+        if batch.count() != n || z.len() != n || scratch.len() != Self::scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        self.load(h, party, seed, mask, first, keys.explicit, scratch)?;
+        Ok(TruncOpenEval {
+            gate: self,
+            party,
+            keys: batch,
+            y,
+            z,
+            area: scratch,
+            done: 0,
+        })
+    }
+}
+
+/// One party's side of a [`TruncOpen`] over a batch: round 1 opens `ŷ`,
+/// round 2 opens `e`, `W₀`, `W₁`. Its output is this party's share of
+/// `x = E + A_e` (P0 adds the public `E`); [`TruncOpenEval::opened`] and
+/// [`TruncOpenEval::mask_shares`] give the two parts.
+pub struct TruncOpenEval<'a> {
+    gate: &'a TruncOpen,
+    party: Party,
+    keys: KeyBatch<'a>,
+    y: &'a [u64],
+    z: &'a [u64],
+    area: &'a mut [u64],
+    /// Rounds finished.
+    done: usize,
+}
+
+impl core::fmt::Debug for TruncOpenEval<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("TruncOpenEval")
+            .field("gate", self.gate)
+            .field("party", &self.party)
+            .field("n", &self.y.len())
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TruncOpenEval<'_> {
+    /// The opened `E = x − A_e`, the same for both parties, once both
+    /// rounds are finished.
+    pub fn opened(&self) -> Result<&[u64], Error> {
+        if self.done != 2 {
+            return Err(Error::Unsupported);
+        }
+        self.gate.opened(self.area)
+    }
+
+    /// This party's shares of `A_e = A + e·D`, once both rounds are
+    /// finished.
+    pub fn mask_shares(&self, out: &mut [u64]) -> Result<(), Error> {
+        if self.done != 2 {
+            return Err(Error::Unsupported);
+        }
+        self.gate.mask_shares(self.area, out)
+    }
+}
+
+impl Protocol for TruncOpenEval<'_> {
+    fn rounds(&self) -> usize {
+        2
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        match round {
+            0 => mpc::words_len(self.gate.ring, self.y.len()),
+            1 => self.gate.second_len(self.y.len()),
+            _ => 0,
+        }
+    }
+
+    fn output_len(&self) -> usize {
+        self.y.len()
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        match (round, self.done) {
+            (0, 0) => self.gate.open(self.area, self.y, send),
+            (1, 1) => self.gate.second(self.area, self.z, send),
+            _ => Err(Error::Unsupported),
+        }
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], backend: &dyn BatchEval) -> Result<(), Error> {
+        match (round, self.done) {
+            (0, 0) => self.gate.close(self.area, recv, &self.keys, backend)?,
+            (1, 1) => self.gate.finish(self.area, recv)?,
+            _ => return Err(Error::Unsupported),
+        }
+        self.done += 1;
+        Ok(())
+    }
+
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        self.mask_shares(out)?;
+        if self.party == Party::P0 {
+            let w = self.gate.ring;
+            for (o, e) in out.iter_mut().zip(self.opened()?) {
+                *o = w.add(*o, *e);
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::batch::Serial;
     use crate::gate::one_round::testing::{Setup, bodies};
+    use crate::gate::protocol::{max_send_len, run_pair};
     use crate::prg::{FixedKeyAes, Prg};
     use proptest::prelude::*;
     use std::vec;
@@ -440,6 +569,8 @@ mod tests {
     struct Run {
         opened: [Vec<u64>; 2],
         masks: Vec<u64>,
+        /// The protocol's output shares, reconstructed: `x`.
+        outputs: Vec<u64>,
         a: Vec<u64>,
         d: Vec<u64>,
     }
@@ -461,57 +592,65 @@ mod tests {
         let mut prg = Prg::new(&[salt ^ 0x77; 16]);
         let z0: Vec<u64> = (0..n).map(|_| w.reduce(prg.next_u64())).collect();
         let z1: Vec<u64> = zs.iter().zip(&z0).map(|(z, a)| w.sub(*z, *a)).collect();
-        let split = salt % 2 == 1;
-        let parties = [Party::P0, Party::P1];
-        let mut areas: Vec<Vec<u64>> = vec![vec![0x5555; TruncOpen::scratch_words(n)]; 2];
-        let mut roots = [vec![0u8; 16 * n], vec![0u8; 16 * n]];
-        let whole = [&k0, &k1];
+        let odd = salt % 2 == 1;
         let kept = [bodies(&k0, len), bodies(&k1, len)];
-        let mut sends = [
-            vec![0u8; mpc::words_len(w, n)],
-            vec![0u8; mpc::words_len(w, n)],
-        ];
+        let mut roots = [vec![0u8; 16 * n], vec![0u8; 16 * n]];
+        let parties = [Party::P0, Party::P1];
         for b in 0..2 {
-            let ex: &[u64] = if b == 1 { &explicit } else { &[] };
-            let mask = pinned.map(|m| m[b]);
-            g.load(&aes, parties[b], &seeds[b], mask, 7, ex, &mut areas[b])
-                .unwrap();
             g.derive_roots(&aes, parties[b], &seeds[b], 7, &mut roots[b])
                 .unwrap();
-            g.open(&mut areas[b], &setup.x[b], &mut sends[b]).unwrap();
         }
-        for b in 0..2 {
-            let keys = match split {
-                false => PartyKeys {
-                    dcf: [whole[b], &[], &[]],
-                    roots: [&[]; 3],
-                    explicit: &[],
-                },
-                true => PartyKeys {
-                    dcf: [&kept[b], &[], &[]],
-                    roots: [&roots[b], &[], &[]],
-                    explicit: &[],
-                },
-            };
-            let batch = g.key_batch(parties[b], &keys).unwrap();
-            g.close(&mut areas[b], &sends[1 - b], &batch, &fss).unwrap();
-        }
-        let mut seconds = [vec![0u8; g.second_len(n)], vec![0u8; g.second_len(n)]];
-        for (b, z) in [&z0, &z1].into_iter().enumerate() {
-            g.second(&mut areas[b], z, &mut seconds[b]).unwrap();
-        }
-        for b in 0..2 {
-            g.finish(&mut areas[b], &seconds[1 - b]).unwrap();
-        }
+        let whole = [&k0, &k1];
+        let keys = |b: usize| PartyKeys {
+            dcf: [if odd { &kept[b] } else { whole[b] }, &[], &[]],
+            roots: [if odd { &roots[b][..] } else { &[] }, &[], &[]],
+            explicit: if b == 1 { &explicit } else { &[] },
+        };
+        // Scratch starts dirty: nothing may rely on zeroes.
+        let mut s0 = vec![0x5555; TruncOpen::scratch_words(n)];
+        let mut s1 = vec![u64::MAX; TruncOpen::scratch_words(n)];
+        let pin = |b: usize| pinned.map(|m| m[b]);
+        let mut e0 = g
+            .eval(
+                &aes,
+                Party::P0,
+                &seeds[0],
+                pin(0),
+                7,
+                keys(0),
+                (&setup.x[0], &z0),
+                &mut s0,
+            )
+            .unwrap();
+        let mut e1 = g
+            .eval(
+                &aes,
+                Party::P1,
+                &seeds[1],
+                pin(1),
+                7,
+                keys(1),
+                (&setup.x[1], &z1),
+                &mut s1,
+            )
+            .unwrap();
+        let max = max_send_len(&e0);
+        let (mut b0, mut b1) = (vec![0u8; max], vec![0u8; max]);
+        let traffic = run_pair(&mut e0, &mut e1, &fss, &mut b0, &mut b1).unwrap();
+        assert_eq!(traffic.rounds, 2);
         let (mut m0, mut m1) = (vec![0u64; n], vec![0u64; n]);
-        g.mask_shares(&areas[0], &mut m0).unwrap();
-        g.mask_shares(&areas[1], &mut m1).unwrap();
+        e0.mask_shares(&mut m0).unwrap();
+        e1.mask_shares(&mut m1).unwrap();
+        let (mut o0, mut o1) = (vec![0u64; n], vec![0u64; n]);
+        e0.output(&mut o0).unwrap();
+        e1.output(&mut o1).unwrap();
         let (mut a, mut d) = (vec![0u64; n], vec![0u64; n]);
         g.masks_of(&aes, [&seeds[0], &seeds[1]], 7, &mut a, &mut d)
             .unwrap();
         Run {
-            opened: [0, 1].map(|b| g.opened(&areas[b]).unwrap().to_vec()),
+            opened: [e0.opened().unwrap().to_vec(), e1.opened().unwrap().to_vec()],
             masks: m0.iter().zip(&m1).map(|(x, y)| w.add(*x, *y)).collect(),
+            outputs: o0.iter().zip(&o1).map(|(x, y)| w.add(*x, *y)).collect(),
             a,
             d,
         }
@@ -526,6 +665,7 @@ mod tests {
         for i in 0..ys.len() {
             let x = w.add(run.opened[0][i], run.masks[i]);
             assert_eq!(x, g.reference(ys[i], zs[i]), "y={} z={}", ys[i], zs[i]);
+            assert_eq!(run.outputs[i], x);
             let with_d = w.add(run.a[i], run.d[i]);
             assert!(run.masks[i] == run.a[i] || run.masks[i] == with_d);
         }
@@ -624,6 +764,32 @@ mod tests {
             Err(Error::BufferLength)
         );
         assert_eq!(g.finish(&mut area, &send), Err(Error::BufferLength));
+        // The evaluator: rounds out of order and outputs before the end.
+        let keys = PartyKeys {
+            dcf: [&k0, &[], &[]],
+            roots: [&[]; 3],
+            explicit: &[],
+        };
+        let (y, z) = ([1u64, 2], [0u64, 0]);
+        let mut e = g
+            .eval(
+                &aes,
+                Party::P0,
+                &seeds[0],
+                None,
+                0,
+                keys,
+                (&y, &z),
+                &mut area,
+            )
+            .unwrap();
+        let mut first = vec![0u8; e.send_len(0)];
+        let mut second = vec![0u8; e.send_len(1)];
+        assert_eq!(e.prepare(1, &mut second), Err(Error::Unsupported));
+        e.prepare(0, &mut first).unwrap();
+        e.finish(0, &first, &fss).unwrap();
+        assert_eq!(e.output(&mut [0, 0]), Err(Error::Unsupported));
+        assert_eq!(e.finish(0, &first, &fss), Err(Error::Unsupported));
     }
 
     /// One round more than the opening it replaces, one word more sent.
