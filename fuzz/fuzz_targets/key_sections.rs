@@ -1,9 +1,12 @@
 //! A party streaming its key file after a genuine v2 header: every section
 //! kind of a tiny encoder's plan (gates, reciprocal and rsqrt chains, the
-//! max tree, matrix, row and square triples), run against a peer that
-//! echoes, so the run goes as far as the keys allow.
+//! max tree, matrix, row and square triples) or of a tiny decoder's
+//! scoring plan (openings, truncations fused with a residual and its
+//! square), run against a peer that echoes, so the run goes as far as the
+//! keys allow.
 //!
-//! Byte 0: bit 0 picks the party; bit 1 the mode.
+//! Byte 0: bit 0 picks the party; bit 1 the mode; bit 2 the decoder's
+//! fixture.
 //! - raw: the rest is the file after its header, section headers, digests
 //!   and end marker included. Every byte is covered by a digest or a
 //!   marker, so the run succeeds exactly when the rest is the genuine file.
@@ -22,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else {
         return;
     };
-    let party = mode & 1;
+    let party = (mode & 1) | ((mode >> 1) & 2);
     if mode & 2 == 0 {
         raw(party, rest);
     } else {
@@ -39,7 +42,7 @@ fn raw(party: u8, rest: &[u8]) {
     match fuzzing::run_with_keys(party, file) {
         Ok(share) => {
             assert!(genuine, "an altered key file was accepted");
-            assert_eq!(share.len(), fuzzing::output_len());
+            assert_eq!(share.len(), fuzzing::output_len(party));
         }
         Err(e) => assert!(!genuine, "the genuine key file failed: {e:?}"),
     }
@@ -77,7 +80,7 @@ fn sealed(party: u8, mut edits: &[u8]) {
     }
     let result = fuzzing::run_with_keys(party, fuzzing::seal(party, &payloads));
     if let Ok(share) = &result {
-        assert_eq!(share.len(), fuzzing::output_len());
+        assert_eq!(share.len(), fuzzing::output_len(party));
     }
     if !edited {
         assert!(

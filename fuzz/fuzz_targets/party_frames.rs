@@ -36,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
             if script.iter().all(|op| op % 8 == 0) {
                 assert_eq!(share, echoed(party));
             }
-            assert_eq!(share.len(), fuzzing::output_len());
+            assert_eq!(share.len(), fuzzing::output_len(party));
         }
         Err(RunError::Header(e)) => panic!("genuine keys were refused: {e}"),
         Err(RunError::Party(_)) => {}

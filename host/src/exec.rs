@@ -140,7 +140,10 @@ impl Store {
     /// A store holding copies of the tensors operations `ops` read but do
     /// not write: what a lane of a group needs from before the group.
     pub fn for_ops(&self, plan: &Plan, ops: &[usize]) -> Result<Store, ExecError> {
-        let written: Vec<usize> = ops.iter().map(|&i| plan.ops[i].kind.output()).collect();
+        let written: Vec<usize> = ops
+            .iter()
+            .flat_map(|&i| plan.ops[i].kind.outputs())
+            .collect();
         let mut lane = Store::new(plan);
         for &i in ops {
             for t in plan.ops[i].kind.inputs() {

@@ -30,9 +30,15 @@ pub use checkpoint::{
 };
 pub use tls::{tls_client_hello, tls_client_reads, tls_server_reads};
 
-/// A one-layer encoder (hidden 8, 2 heads, 2 tokens), its plan and one key
-/// set dealt for it. Every section kind a party reads is in its plan:
-/// gates, the reciprocal and rsqrt chains, the max tree and the triples.
+/// A tiny model's plan and one key set dealt for it. Between them, the
+/// two fixtures hold every section kind a party reads: the encoder's
+/// (one layer, hidden 8, 2 heads, 2 tokens) gates, reciprocal and rsqrt
+/// chains, max tree and triples, and the decoder's (the built-in
+/// tiny-llama's scoring plan at 4 tokens) openings and fused truncations
+/// with their squares.
+///
+/// Every function below that takes `party` reads bit 0 as the party and
+/// bit 1 as the fixture: 0–1 the encoder's, 2–3 the decoder's.
 struct Fixture {
     plan: Arc<Plan>,
     files: [Vec<u8>; 2],
@@ -45,9 +51,35 @@ struct Layout {
     payloads: Vec<Range<usize>>,
 }
 
+/// The encoder's fixture (`party` bit 1 clear) or the decoder's.
+fn fixture_of(party: u8) -> &'static Fixture {
+    static ENCODER: OnceLock<Fixture> = OnceLock::new();
+    static DECODER: OnceLock<Fixture> = OnceLock::new();
+    let (cell, which) = match party & 2 {
+        0 => (&ENCODER, "encoder"),
+        _ => (&DECODER, "decoder"),
+    };
+    cell.get_or_init(|| {
+        let plan = match which {
+            "encoder" => bert::build(&tiny_model(), 1, 2).map_err(|e| e.to_string()),
+            _ => tiny_decoder_plan(),
+        };
+        plan.and_then(|plan| deal(plan, which))
+            .unwrap_or_else(|e| panic!("the {which} fuzz fixture: {e}"))
+    })
+}
+
+/// The encoder's fixture.
 fn fixture() -> &'static Fixture {
-    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
-    FIXTURE.get_or_init(|| deal().unwrap_or_else(|e| panic!("the fuzz fixture: {e}")))
+    fixture_of(0)
+}
+
+/// The built-in tiny-llama's scoring plan at 4 tokens: one pass, its
+/// queries, keys and values opened, its norms' squares fused into the
+/// residuals' truncations.
+fn tiny_decoder_plan() -> Result<Arc<Plan>, String> {
+    let model = crate::model::Decoder::builtin("tiny-llama").ok_or("no built-in tiny-llama")?;
+    crate::plan::decoder::build_scoring(&model, 4).map_err(|e| e.to_string())
 }
 
 /// The one-layer, 8-wide generated encoder every fuzz fixture is built
@@ -65,10 +97,9 @@ fn tiny_model() -> Model {
     Model::generated(config, 1)
 }
 
-fn deal() -> Result<Fixture, String> {
-    let model = tiny_model();
-    let plan = bert::build(&model, 1, 2).map_err(|e| e.to_string())?;
-    let dir = std::env::temp_dir().join(format!("suffuse-fuzz-{}", std::process::id()));
+fn deal(plan: Arc<Plan>, which: &str) -> Result<Fixture, String> {
+    let name = format!("suffuse-fuzz-{which}-{}", std::process::id());
+    let dir = std::env::temp_dir().join(name);
     let dealt = dealer::deal(&plan, &dir, (false, dealer::KeysFor::Now), backend::auto());
     let files = dealt.map_err(|e| e.to_string()).and_then(|d| {
         let read = |p: &Path| std::fs::read(p).map_err(|e| e.to_string());
@@ -102,20 +133,20 @@ fn layout(file: &[u8], plan: &Plan) -> Result<Layout, String> {
     Ok(Layout { header, payloads })
 }
 
-/// The dealt key file of `party` (0 or 1), whole.
+/// The dealt key file of `party` (bit 0; bit 1 picks the fixture), whole.
 pub fn key_file(party: u8) -> &'static [u8] {
-    &fixture().files[usize::from(party & 1)]
+    &fixture_of(party).files[usize::from(party & 1)]
 }
 
 /// The length of that file's header: the fuzzed bytes follow it.
 pub fn header_len(party: u8) -> usize {
-    fixture().layouts[usize::from(party & 1)].header
+    fixture_of(party).layouts[usize::from(party & 1)].header
 }
 
 /// The section payloads of that file, in step order.
 pub fn payloads(party: u8) -> Vec<&'static [u8]> {
     let p = usize::from(party & 1);
-    let f = fixture();
+    let f = fixture_of(party);
     f.layouts[p]
         .payloads
         .iter()
@@ -128,7 +159,8 @@ pub fn payloads(party: u8) -> Vec<&'static [u8]> {
 /// that the integrity check passes and the section parsers see the bytes.
 pub fn seal(party: u8, payloads: &[Vec<u8>]) -> Vec<u8> {
     let p = usize::from(party & 1);
-    let head = &fixture().files[p][..fixture().layouts[p].header];
+    let f = fixture_of(party);
+    let head = &f.files[p][..f.layouts[p].header];
     let mut out = head.to_vec();
     let mut chain: [u8; 32] = blake3::hash(head).into();
     for (step, payload) in (0u32..).zip(payloads) {
@@ -173,7 +205,7 @@ pub fn run_with_peer(party: u8, script: &[u8]) -> Result<Vec<u64>, RunError> {
 }
 
 fn run(party: u8, keys: Vec<u8>, peer: Box<dyn Peer>) -> Result<Vec<u64>, RunError> {
-    let f = fixture();
+    let f = fixture_of(party);
     let name = Path::new("<fuzzed key file>");
     let reader = KeyReader::from_bytes(name, keys).map_err(RunError::Header)?;
     let who = if party & 1 == 0 { Party::P0 } else { Party::P1 };
@@ -297,9 +329,9 @@ pub fn hidden() -> usize {
     fixture().plan.hidden
 }
 
-/// Words of the tiny plan's output share.
-pub fn output_len() -> usize {
-    let plan = &fixture().plan;
+/// Words of the output share of `party`'s fixture (bit 1).
+pub fn output_len(party: u8) -> usize {
+    let plan = &fixture_of(party).plan;
     plan.tensors[plan.output].len()
 }
 
@@ -307,14 +339,24 @@ pub fn output_len() -> usize {
 mod tests {
     use super::*;
 
+    /// The decoder's fixture holds the section kinds the encoder's lacks.
+    #[test]
+    fn the_decoder_fixture_opens_and_fuses() {
+        use crate::plan::Kind;
+        let plan = &fixture_of(2).plan;
+        let has = |f: fn(&Kind) -> bool| plan.ops.iter().any(|op| f(&op.kind));
+        assert!(has(|k| matches!(k, Kind::TruncSquare { .. })));
+        assert!(has(|k| matches!(k, Kind::Open { .. })));
+    }
+
     #[test]
     fn the_fixtures_run_and_an_altered_file_fails() {
-        for party in 0..2 {
+        for party in 0..4 {
             let genuine = key_file(party).to_vec();
             let share = run_with_keys(party, genuine.clone()).expect("genuine keys run");
-            assert_eq!(share.len(), output_len());
+            assert_eq!(share.len(), output_len(party));
             // A peer scripted to echo twice per round behaves as the echo.
-            let echoes = vec![0u8; 4 * fixture().plan.steps() + 8];
+            let echoes = vec![0u8; 4 * fixture_of(party).plan.steps() + 8];
             let scripted = run_with_peer(party, &echoes).expect("an echo script runs");
             assert_eq!(scripted, share);
             let resealed: Vec<Vec<u8>> = payloads(party).into_iter().map(<[u8]>::to_vec).collect();

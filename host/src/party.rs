@@ -853,7 +853,7 @@ fn run_group<'f>(
             Ok((lane_store, times)) => {
                 let outputs: Vec<usize> = times
                     .iter()
-                    .map(|(i, _, _)| plan.ops[*i].kind.output())
+                    .flat_map(|(i, _, _)| plan.ops[*i].kind.outputs())
                     .collect();
                 store.absorb(lane_store, &outputs);
                 took.extend(times);

@@ -35,6 +35,7 @@ use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table
 use suffuse_core::gate::max::{MaxTree, ONE_ROUND_TAIL};
 use suffuse_core::gate::ring_trunc::RingTrunc;
 use suffuse_core::gate::trunc::{Range, Shift, trunc};
+use suffuse_core::gate::trunc_open::TruncOpen;
 use suffuse_core::ring::Width;
 
 use crate::fixed::{self, RING};
@@ -627,6 +628,27 @@ pub enum Kind {
         /// The paired output.
         out: usize,
     },
+    /// `out = add + ⌊x/2^shift⌋` (a residual after the truncation
+    /// [`GateSpec::Trunc`] at effective width `k`) and `square = out²`
+    /// elementwise (step): the truncation's second round also opens `out`
+    /// under a fresh mask, so the square takes no round of its own (core's
+    /// `TruncOpen`, squared form). The planner makes it from a truncation,
+    /// the residual sum that alone reads it and that sum's square
+    /// ([`Builder::square`]).
+    TruncSquare {
+        /// The input truncated.
+        x: usize,
+        /// The addend.
+        add: usize,
+        /// Effective input width.
+        k: u32,
+        /// Bits dropped.
+        shift: u32,
+        /// The sum.
+        out: usize,
+        /// Its square.
+        square: usize,
+    },
     /// `out = x²` elementwise, Beaver squares (step).
     Square {
         /// Input.
@@ -750,6 +772,7 @@ impl Kind {
                 | Kind::MulRows { .. }
                 | Kind::Open { .. }
                 | Kind::Square { .. }
+                | Kind::TruncSquare { .. }
                 | Kind::Mul { .. }
         )
     }
@@ -781,6 +804,7 @@ impl Kind {
             Kind::MulRows { .. } => "row product".to_string(),
             Kind::Mul { .. } => "product".to_string(),
             Kind::Square { .. } => "square".to_string(),
+            Kind::TruncSquare { shift, .. } => format!("trunc and square, {shift} bits"),
             Kind::Open { .. } => "opening".to_string(),
             _ => return None,
         };
@@ -820,6 +844,7 @@ impl Kind {
             Kind::Add { a, b, .. } | Kind::MatMul { a, b, .. } | Kind::Mul { a, b, .. } => {
                 vec![a, b]
             }
+            Kind::TruncSquare { x, add, .. } => vec![x, add],
             Kind::Append { cache, new, .. } => vec![cache, new],
             Kind::AddBias { x, bias, .. } => vec![x, bias],
             Kind::RowMinus { v, x, .. }
@@ -858,7 +883,17 @@ impl Kind {
             | Kind::Unheads { out, .. }
             | Kind::Append { out, .. }
             | Kind::Repeat { out, .. }
+            | Kind::TruncSquare { out, .. }
             | Kind::Rows { out, .. } => out,
+        }
+    }
+
+    /// Tensors written: [`Kind::output`], and a [`Kind::TruncSquare`]'s
+    /// square after it.
+    pub fn outputs(&self) -> Vec<usize> {
+        match *self {
+            Kind::TruncSquare { out, square, .. } => vec![out, square],
+            _ => vec![self.output()],
         }
     }
 }
@@ -903,6 +938,8 @@ pub enum Built {
     Chain(Arc<Chain>),
     /// A comparison tree.
     Max(Arc<MaxTree>),
+    /// A truncation that opens its output (squared form).
+    TruncOpen(TruncOpen),
     /// A Beaver protocol: nothing to build.
     Beaver,
 }
@@ -955,6 +992,14 @@ impl BuiltCache {
                         .map(|t| t.one_round_tail(ONE_ROUND_TAIL))
                         .map_err(fail(format!("max over width {k}")))
                 })?)
+            }
+            Kind::TruncSquare { k, shift, .. } => {
+                let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
+                let g = TruncOpen::new(RING, w, *shift);
+                Built::TruncOpen(
+                    g.map_err(fail(format!("trunc by {shift} at width {k}")))?
+                        .squared(),
+                )
             }
             _ => Built::Beaver,
         })
@@ -1332,6 +1377,13 @@ pub enum PlanError {
         /// The operation's output.
         tensor: String,
     },
+    /// An operation reads a truncation that a fused step
+    /// ([`Kind::TruncSquare`]) took in, so that nothing writes it.
+    #[error("{tensor}: read after a fused step took in the truncation that wrote it")]
+    Fused {
+        /// The truncation's output.
+        tensor: String,
+    },
     /// RoPE asked to fold into something other than the linear layer
     /// just written, or into weights too wide for the fold's arithmetic.
     #[error("RoPE cannot fold into the weights behind {tensor}")]
@@ -1375,6 +1427,19 @@ fn check_pairs(tensors: &[TensorInfo], ops: &[Op]) -> Result<(), PlanError> {
         if !fine {
             return Err(PlanError::Paired {
                 tensor: tensors[op.kind.output()].name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// No operation reads a truncation's output that a fused step took in
+/// ([`Builder::square`]).
+fn check_fused(tensors: &[TensorInfo], ops: &[Op], fused: &[usize]) -> Result<(), PlanError> {
+    for op in ops {
+        if let Some(&t) = op.kind.inputs().iter().find(|t| fused.contains(t)) {
+            return Err(PlanError::Fused {
+                tensor: tensors[t].name.clone(),
             });
         }
     }
@@ -1433,6 +1498,8 @@ pub struct Builder {
     lanes: Option<(usize, u8)>,
     /// Groups of lanes so far.
     groups: u32,
+    /// Truncations' outputs that fused steps took in: nothing writes them.
+    fused: Vec<usize>,
     /// A layer's weights and biases decoded to reals for its bound, kept
     /// between layers so that their pages are zeroed once per build, not
     /// once per layer (`plan::linear::real_weights_of`).
@@ -1685,6 +1752,67 @@ impl Builder {
         });
     }
 
+    /// `out = x²` elementwise. Where `x` is the residual sum `add + t` just
+    /// pushed, and `t` the two-round truncation pushed just before it,
+    /// which nothing else has read, the three become one
+    /// [`Kind::TruncSquare`] (in the truncation's place, category and
+    /// layer): the square rides in the truncation's second round, one
+    /// round less. Otherwise a Beaver [`Kind::Square`] (one round).
+    pub fn square(&mut self, x: usize, out: usize) {
+        let Some((kind, t)) = self.fusable_square(x, out) else {
+            self.push(Kind::Square { x, out });
+            return;
+        };
+        self.ops.truncate(self.ops.len() - 1);
+        if let Some(op) = self.ops.last_mut() {
+            op.kind = kind;
+        }
+        self.fused.push(t);
+    }
+
+    /// The [`Kind::TruncSquare`] that [`Builder::square`] would make of the
+    /// last two operations and the truncated tensor it takes in, if they
+    /// qualify: outside lane groups, inside one pass, an input proven
+    /// within the gap truncation's range (`shift < k < 64`), plain tensors.
+    fn fusable_square(&self, x: usize, out: usize) -> Option<(Kind, usize)> {
+        let [.., trunc, sum] = self.ops.as_slice() else {
+            return None;
+        };
+        let start = self.ops.len() - 2;
+        let Kind::Add { a, b, out: r } = sum.kind else {
+            return None;
+        };
+        let Kind::Gate {
+            x: y,
+            gate: GateSpec::Trunc { k, shift },
+            out: t,
+        } = trunc.kind
+        else {
+            return None;
+        };
+        let add = match (a == t, b == t) {
+            (true, false) => b,
+            (false, true) => a,
+            _ => return None,
+        };
+        let passes = self.passes.last().is_none_or(|p| p.first_op <= start);
+        let alone = self.lanes.is_none() && trunc.lane.is_none() && sum.lane.is_none();
+        let plain = [y, add, t, r].iter().all(|&v| !self.tensors[v].paired);
+        let gap = 0 < shift && shift < k && k < RING.bits();
+        let fits = r == x && passes && alone && plain && gap;
+        fits.then_some((
+            Kind::TruncSquare {
+                x: y,
+                add,
+                k,
+                shift,
+                out: r,
+                square: out,
+            },
+            t,
+        ))
+    }
+
     /// `x` opened once under a fresh mask ([`Kind::Open`]): the paired
     /// tensor that later products read without opening it again.
     pub fn open(&mut self, x: usize, name: String) -> Result<usize, PlanError> {
@@ -1727,7 +1855,9 @@ impl Builder {
                     });
                 }
             }
-            writer.insert(op.kind.output(), lane_of(op));
+            for t in op.kind.outputs() {
+                writer.insert(t, lane_of(op));
+            }
         }
         let mut with_steps: Vec<u8> = ops
             .iter()
@@ -1818,6 +1948,7 @@ impl Builder {
             l.id = l.derive_id(&model_digest);
         }
         check_pairs(&self.tensors, &self.ops)?;
+        check_fused(&self.tensors, &self.ops, &self.fused)?;
         let mut step_of = Vec::with_capacity(self.ops.len());
         let mut built = Vec::with_capacity(self.ops.len());
         let mut cache = BuiltCache::default();
@@ -2149,6 +2280,113 @@ mod tests {
             assert!(opened_ahead.windows(2).all(|w| w[0] == w[1]), "{name}");
             assert!(!opened_ahead[0].is_empty());
         }
+    }
+
+    /// Every RMSNorm after a residual takes its squares from the residual's
+    /// truncation (a decoder's two norms per layer and the final one, but
+    /// the first layer's first, which reads the embeddings, and a prefill's
+    /// final norm, which reads the last row only), and nothing reads the
+    /// truncations it took in; GPT-2's LayerNorms centre their rows first
+    /// and keep the Beaver square.
+    #[test]
+    fn residual_norms_square_in_the_truncations_round() {
+        for (name, fused_per_layer) in [("tiny-llama", 2), ("tiny-gemma", 2), ("tiny-gpt2", 0)] {
+            let model = crate::model::Decoder::builtin(name).unwrap();
+            let shape = Shape {
+                batch: 1,
+                seq: 8,
+                decode_steps: 1,
+            };
+            let plan = build(&model, shape).unwrap();
+            let layers = model.layers.len();
+            for (i, pass) in plan.passes.iter().enumerate() {
+                let end = plan
+                    .passes
+                    .get(i + 1)
+                    .map_or(plan.ops.len(), |p| p.first_op);
+                let ops = &plan.ops[pass.first_op..end];
+                let fused = ops
+                    .iter()
+                    .filter(|op| matches!(op.kind, Kind::TruncSquare { .. }))
+                    .count();
+                let want = match (fused_per_layer, i) {
+                    (0, _) => 0,
+                    (f, 0) => f * layers - 1,
+                    (f, _) => f * layers,
+                };
+                assert_eq!(fused, want, "{name} pass {i}");
+            }
+            let read: std::collections::HashSet<usize> =
+                plan.ops.iter().flat_map(|op| op.kind.inputs()).collect();
+            for op in &plan.ops {
+                if let Kind::TruncSquare {
+                    x,
+                    add,
+                    out,
+                    square,
+                    ..
+                } = op.kind
+                {
+                    assert!(read.contains(&out) && read.contains(&square), "{name}");
+                    assert_eq!(plan.tensors[x].cols, plan.tensors[add].cols);
+                }
+            }
+        }
+    }
+
+    /// A square fuses with the truncation and residual just before it
+    /// only: not where another operation comes between, and a plan that
+    /// reads a truncation a fused step took in is refused.
+    #[test]
+    fn only_a_truncation_and_its_residual_just_before_fuse() {
+        // x, y, the truncation t of y, r = x + t, its square; `between`
+        // pushes an unrelated operation before the square.
+        let setup = |between: bool| {
+            let (mut b, [x, y, z]) = three();
+            let t = b
+                .tensor("t", 2, 2, fixed::FRAC, Bound::uniform(2, 1.0))
+                .unwrap();
+            let r = b
+                .tensor("r", 2, 2, fixed::FRAC, Bound::uniform(2, 2.0))
+                .unwrap();
+            let sq = b
+                .tensor("sq", 2, 2, 2 * fixed::FRAC, Bound::uniform(2, 4.0))
+                .unwrap();
+            b.push(Kind::Gate {
+                x: y,
+                gate: GateSpec::Trunc { k: 30, shift: 12 },
+                out: t,
+            });
+            b.push(Kind::Add { a: x, b: t, out: r });
+            if between {
+                b.push(Kind::Add { a: x, b: x, out: z });
+            }
+            b.square(r, sq);
+            (b, [x, y, t, r, sq])
+        };
+        let (mut b, [x, y, t, r, sq]) = setup(false);
+        assert_eq!(b.ops.len(), 1);
+        assert!(matches!(
+            b.ops[0].kind,
+            Kind::TruncSquare { x: xx, add, out, square, k: 30, shift: 12 }
+                if (xx, add, out, square) == (y, x, r, sq)
+        ));
+        let (apart, _) = setup(true);
+        assert_eq!(apart.ops.len(), 4);
+        assert!(matches!(apart.ops[3].kind, Kind::Square { .. }));
+        // A later reader of the truncation taken in.
+        let late = b
+            .tensor("late", 2, 2, fixed::FRAC, Bound::uniform(2, 2.0))
+            .unwrap();
+        b.push(Kind::Add {
+            a: t,
+            b: x,
+            out: late,
+        });
+        assert!(matches!(
+            check_fused(&b.tensors, &b.ops, &b.fused),
+            Err(PlanError::Fused { .. })
+        ));
     }
 
     static BEFORE: AtomicUsize = AtomicUsize::new(0);

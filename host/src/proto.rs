@@ -18,6 +18,7 @@
 //! | max | seed_b · per tree level: the same, for that level's ReLUs (a one-round level: both ring-output key bodies, no words) |
 //! | matmul, mulrows, square | seed_b · P1: its share of the triple's product (the rest is expanded from the seeds) |
 //! | open | seed_b (the mask share is expanded from it) |
+//! | truncation, residual and square | seed_b · per chunk: the carry keys' bodies, then P1's five words |
 
 mod beaver;
 mod chain;
@@ -25,6 +26,7 @@ mod gate;
 mod material;
 mod max;
 mod open;
+mod trunc_square;
 
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
@@ -149,7 +151,8 @@ trait Step {
         None
     }
     /// Runs the step as `on.party` from its section; returns its output
-    /// share.
+    /// share (a step with two outputs, [`Kind::outputs`], returns both,
+    /// one after the other).
     fn run(
         &self,
         on: &mut Online<'_>,
@@ -157,7 +160,8 @@ trait Step {
         cur: &mut Cursor<'_>,
         store: &Store,
     ) -> Result<Vec<u64>, ProtoError>;
-    /// The step on cleartext values, with the protocol's own algebra.
+    /// The step on cleartext values, with the protocol's own algebra (both
+    /// outputs, as [`Step::run`]).
     fn reference(&self, store: &Store, la: &dyn BatchEval) -> Result<Vec<u64>, ExecError>;
 }
 
@@ -184,6 +188,14 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
         }
         (Kind::Square { x, .. }, _) => Box::new(beaver::Square { at, x: *x }),
         (Kind::Open { x, .. }, _) => Box::new(open::Open { at, x: *x }),
+        (Kind::TruncSquare { x, add, .. }, Built::TruncOpen(g)) => {
+            Box::new(trunc_square::TruncSquare {
+                at,
+                g,
+                x: *x,
+                add: *add,
+            })
+        }
         _ => return None,
     })
 }
@@ -300,7 +312,27 @@ pub fn run(
     on.party = role(plan, op, server);
     let out = s.run(on, &seed, &mut cur, store);
     on.party = server;
-    store.set(plan, plan.ops[op].kind.output(), out?)?;
+    set_outputs(plan, op, store, out?)?;
+    Ok(())
+}
+
+/// Stores operation `op`'s outputs from `out`, which holds them one after
+/// the other.
+pub fn set_outputs(
+    plan: &Plan,
+    op: usize,
+    store: &mut Store,
+    mut out: Vec<u64>,
+) -> Result<(), ExecError> {
+    let outputs = plan.ops[op].kind.outputs();
+    for (i, &t) in outputs.iter().enumerate().rev() {
+        let at = match i {
+            0 => 0,
+            _ => out.len().saturating_sub(plan.tensors[t].words()),
+        };
+        let part = out.split_off(at);
+        store.set(plan, t, part)?;
+    }
     Ok(())
 }
 
@@ -442,6 +474,43 @@ impl<'a> Online<'a> {
                 LaneError::Net(error) => ProtoError::Net { step, error },
                 LaneError::Stopped => ProtoError::Lane { step },
             })
+    }
+
+    /// Runs several core protocols of one step side by side (a step's
+    /// chunks): each round sends every protocol's message in one frame.
+    fn drive_all<P: Protocol + Send>(
+        &mut self,
+        step: u32,
+        evs: &mut [P],
+    ) -> Result<(), ProtoError> {
+        use rayon::prelude::*;
+        let rounds = evs.first().map_or(0, |e| e.rounds());
+        for i in 0..rounds {
+            let lens: Vec<usize> = evs.iter().map(|e| e.send_len(i)).collect();
+            let mut send = vec![0u8; lens.iter().sum()];
+            let mut parts = Vec::with_capacity(evs.len());
+            let mut rest = send.as_mut_slice();
+            for l in &lens {
+                let (a, b) = rest.split_at_mut(*l);
+                parts.push(a);
+                rest = b;
+            }
+            (evs.par_iter_mut().zip(parts))
+                .try_for_each(|(ev, buf)| ev.prepare(i, buf))
+                .map_err(core(step))?;
+            let recv = self.exchange(step, &send)?;
+            let mut at = 0;
+            let mut theirs = Vec::with_capacity(evs.len());
+            for l in &lens {
+                theirs.push(&recv[at..at + l]);
+                at += l;
+            }
+            let fss = self.fss;
+            (evs.par_iter_mut().zip(theirs))
+                .try_for_each(|(ev, buf)| ev.finish(i, buf, fss))
+                .map_err(core(step))?;
+        }
+        Ok(())
     }
 
     /// Runs a core protocol's rounds over the link; returns its output.

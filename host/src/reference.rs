@@ -89,7 +89,9 @@ fn op(plan: &Plan, i: usize, store: &mut Store, la: &dyn BatchEval) -> Result<()
     } else {
         exec::run_local(plan, i, store, true, la)?;
     }
-    check(plan, store, plan.ops[i].kind.output())?;
+    for t in plan.ops[i].kind.outputs() {
+        check(plan, store, t)?;
+    }
     store.release_after(plan, i);
     Ok(())
 }
@@ -200,7 +202,7 @@ fn step(
     la: &dyn BatchEval,
 ) -> Result<(), ReferenceError> {
     if let Some(out) = proto::reference(plan, i, store, la)? {
-        store.set(plan, plan.ops[i].kind.output(), out)?;
+        proto::set_outputs(plan, i, store, out)?;
     }
     Ok(())
 }

@@ -16,8 +16,8 @@ use crate::ring::{Width, cast};
 pub(crate) const GROUP: usize = 64;
 
 /// Most PRF slots per element: a mask share, one block of words and a
-/// root per key.
-const MAX_SLOTS: usize = 2 + MAX_KEYS;
+/// root per key, or `TruncOpen`'s squared form (six slots).
+const MAX_SLOTS: usize = 3 + MAX_KEYS;
 
 /// A group of at most [`GROUP`] elements being dealt.
 pub(crate) struct Group<'a> {

@@ -1,9 +1,10 @@
 //! A gap truncation whose output comes out opened: both parties learn
 //! `E = z + ⌊y/2^f⌋ − A_e` for a fresh mask `A_e` they hold shares of, in
 //! the truncation's own two rounds. A product or a square that reads the
-//! output then needs no opening of its own (docs/PLAN.md, "Next:
-//! truncations that open their output"). Not yet planned: the plan's
-//! steps still truncate with [`super::trunc`] and open after it.
+//! output then needs no opening of its own (docs/PLAN.md, "Truncations
+//! that open their output"). The plan runs the squared form where an
+//! RMSNorm squares a residual just truncated (the host's
+//! `Kind::TruncSquare`); other truncations use [`super::trunc`].
 //!
 //! # Maths
 //!
@@ -47,6 +48,15 @@
 //! gap truncation followed by an opening, which sends `n + 1` and then
 //! `n`). The key is the gap truncation's f-bit bit-output DCF; P1 holds
 //! three explicit words.
+//!
+//! # The squared form
+//!
+//! [`TruncOpen::squared`] also gives each party its share of `x²` with no
+//! round of its own: `x² = E² + 2E·A_e + A_e²` and, `e` being a public
+//! bit, `A_e² = A² + e·(2AD + D²)`. The dealer shares `A²` and `2AD + D²`
+//! (P0's shares from PRF slot 5, P1's two more explicit words); P0 adds
+//! the public `E²`. An RMSNorm's sum of squares after a residual
+//! `x = x_prev + ⌊y/2^f⌋` is the use (docs/PLAN.md).
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
@@ -58,16 +68,18 @@ use crate::prg::Hasher;
 use crate::ring::{Width, cast};
 
 /// PRF slots of one element: the mask share and ρ's XOR share, the shares
-/// of `A` and `D`, P0's `[⌊r/2^f⌋]` and `[MSB(r)]`, P0's `[ρ]`, the root.
+/// of `A` and `D`, P0's `[⌊r/2^f⌋]` and `[MSB(r)]`, P0's `[ρ]`, the root,
+/// and in the squared form P0's `[A²]` and `[2AD + D²]`.
 const SLOTS: usize = 5;
 const SLOT_MASK: usize = 0;
 const SLOT_OWN: usize = 1;
 const SLOT_WORDS: usize = 2;
 const SLOT_RHO: usize = 3;
 const SLOT_ROOT: usize = 4;
+const SLOT_SQUARE: usize = 5;
 
 /// Scratch words per element.
-const AREA: usize = 15;
+const AREA: usize = 17;
 /// Scratch rows, `n` words each.
 const R: usize = 0;
 const HI: usize = 1;
@@ -82,6 +94,8 @@ const SEND: usize = 9; // two rows: round 1's share of ŷ, then W₀ and W₁;
 // row 11 holds this party's share of e.
 const OPENED: usize = 12; // two rows: W₀, W₁; then E in the first
 const E_OPEN: usize = 14;
+const SQ_A: usize = 15; // the squared form's [A²]
+const SQ_AD: usize = 16; // and [2AD + D²]
 
 /// A gap ARS by `f` bits at effective width `k` whose output is opened
 /// under a fresh mask.
@@ -90,6 +104,7 @@ pub struct TruncOpen {
     ring: Width,
     k: Width,
     f: u32,
+    squared: bool,
 }
 
 impl TruncOpen {
@@ -99,7 +114,31 @@ impl TruncOpen {
         if f == 0 || f >= k.bits() || k.bits() >= ring.bits() {
             return Err(SufError::FixedPoint);
         }
-        Ok(TruncOpen { ring, k, f })
+        Ok(TruncOpen {
+            ring,
+            k,
+            f,
+            squared: false,
+        })
+    }
+
+    /// The same truncation that also gives shares of `x²` (the module's
+    /// squared form): two more explicit words for P1.
+    pub const fn squared(self) -> TruncOpen {
+        TruncOpen {
+            squared: true,
+            ..self
+        }
+    }
+
+    /// Whether this is the squared form.
+    pub const fn is_squared(&self) -> bool {
+        self.squared
+    }
+
+    /// PRF slots per element.
+    const fn slots(&self) -> usize {
+        if self.squared { SLOTS + 1 } else { SLOTS }
     }
 
     /// The ring.
@@ -113,9 +152,9 @@ impl TruncOpen {
     }
 
     /// Explicit words P1 holds per element: its shares of `⌊r/2^f⌋`,
-    /// `MSB(r)` and ρ.
+    /// `MSB(r)` and ρ, and in the squared form of `A²` and `2AD + D²`.
     pub const fn explicit_words(&self) -> usize {
-        3
+        if self.squared { 5 } else { 3 }
     }
 
     /// Scratch words an evaluator needs for `n` elements.
@@ -133,8 +172,8 @@ impl TruncOpen {
             rounds: 2,
             comm_bits: 3 * bits + 1,
             key_bytes_p0: cw,
-            key_bytes_p1: cw + mpc::words_len(self.ring, 3),
-            aes_online: SLOTS - 1 + cast::usize_from_small_u64(p.aes_per_eval()),
+            key_bytes_p1: cw + mpc::words_len(self.ring, self.explicit_words()),
+            aes_online: self.slots() - 1 + cast::usize_from_small_u64(p.aes_per_eval()),
             dcf_points: 1,
         }
     }
@@ -144,6 +183,12 @@ impl TruncOpen {
     pub fn reference(&self, y: u64, z: u64) -> u64 {
         let t = self.k.to_signed(self.k.reduce(y)) >> self.f;
         self.ring.add(z, self.ring.from_signed(t))
+    }
+
+    /// The dealer's square terms of masks `A`, `D`: `A²` and `2AD + D²`,
+    /// so that `A_e² = A² + e·(2AD + D²)` for a bit `e`.
+    fn square_terms(w: Width, a: u64, d: u64) -> [u64; 2] {
+        [w.mul(a, a), w.mul(d, w.add(w.add(a, a), d))]
     }
 
     /// Deals `count` elements from element index `first`: both parties'
@@ -164,7 +209,8 @@ impl TruncOpen {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let len = params.key_len();
-        if key0.len() != count * len || key1.len() != count * len || explicit.len() != 3 * count {
+        let per = self.explicit_words();
+        if key0.len() != count * len || key1.len() != count * len || explicit.len() != per * count {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
@@ -172,17 +218,26 @@ impl TruncOpen {
         let betas = [1u64; GROUP];
         let mut alphas = [0u64; GROUP];
         let at = (first, count);
-        one_round::deal_groups(fss, w, (seeds, SLOTS), masks, at, |g| {
+        one_round::deal_groups(fss, w, (seeds, self.slots()), masks, at, |g| {
             for (e, &r) in g.masks.iter().enumerate() {
                 alphas[e] = lo.reduce(r);
                 let [m0, m1] = g.block(e, SLOT_MASK);
                 let rho = (m0.high64() ^ m1.high64()) & 1;
                 let words = g.block(e, SLOT_WORDS)[0];
                 let rho0 = g.block(e, SLOT_RHO)[0].low64();
-                let ex = &mut explicit[3 * (g.at + e)..3 * (g.at + e) + 3];
+                let ex = &mut explicit[per * (g.at + e)..per * (g.at + e) + per];
                 ex[0] = w.sub(r >> self.f, w.reduce(words.low64()));
                 ex[1] = w.sub(w.msb(r), w.reduce(words.high64()));
                 ex[2] = w.sub(rho, w.reduce(rho0));
+                if self.squared {
+                    let [o0, o1] = g.block(e, SLOT_OWN);
+                    let a = w.add(w.reduce(o0.low64()), w.reduce(o1.low64()));
+                    let d = w.add(w.reduce(o0.high64()), w.reduce(o1.high64()));
+                    let [a2, ad] = Self::square_terms(w, a, d);
+                    let sq0 = g.block(e, SLOT_SQUARE)[0];
+                    ex[3] = w.sub(a2, w.reduce(sq0.low64()));
+                    ex[4] = w.sub(ad, w.reduce(sq0.high64()));
+                }
             }
             g.generate(fss, params, SLOT_ROOT, (&alphas, &betas), &[], key0, key1)
         })
@@ -251,12 +306,14 @@ impl TruncOpen {
         if area.len() != Self::scratch_words(n) || mask.is_some_and(|m| m.len() != n) {
             return Err(Error::BufferLength);
         }
-        let explicit_len = if party == Party::P1 { 3 * n } else { 0 };
+        let per = self.explicit_words();
+        let explicit_len = if party == Party::P1 { per * n } else { 0 };
         if explicit.len() != explicit_len {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
-        let (own, _) = area.split_at_mut(7 * n);
+        let (own, rest) = area.split_at_mut(7 * n);
+        let (sq_a, sq_ad) = rest[(SQ_A - 7) * n..(SQ_AD + 1 - 7) * n].split_at_mut(n);
         let (r, rest) = own.split_at_mut(n);
         let (hi, rest) = rest.split_at_mut(n);
         let (msb, rest) = rest.split_at_mut(n);
@@ -282,10 +339,17 @@ impl TruncOpen {
                 calls += one_round::dealt_words(h, (w, party), at, first, &[], &mut [rho])?;
             }
             Party::P1 => {
-                for (i, ex) in explicit.chunks_exact(3).enumerate() {
+                for (i, ex) in explicit.chunks_exact(per).enumerate() {
                     (hi[i], msb[i], rho[i]) = (ex[0], ex[1], ex[2]);
+                    if self.squared {
+                        (sq_a[i], sq_ad[i]) = (ex[3], ex[4]);
+                    }
                 }
             }
+        }
+        if self.squared && party == Party::P0 {
+            let at = (seed, SLOT_SQUARE);
+            calls += one_round::dealt_words(h, (w, party), at, first, &[], &mut [sq_a, sq_ad])?;
         }
         Ok(calls)
     }
@@ -384,7 +448,8 @@ impl TruncOpen {
         let (head, tail) = area.split_at_mut(SEND * n);
         let (mine, rest) = tail.split_at_mut(2 * n);
         let (bits, rest) = rest.split_at_mut(n);
-        let (opened, e) = rest.split_at_mut(2 * n);
+        let (opened, rest) = rest.split_at_mut(2 * n);
+        let e = &mut rest[..n];
         let (rw, rb) = recv.split_at(mpc::words_len(w, 2 * n));
         mpc::open_finish(w, mine, rw, opened)?;
         mpc::open_bits_finish(bits, rb, e)?;
@@ -420,6 +485,31 @@ impl TruncOpen {
         let (a, d, e) = (row(A), row(D), row(E_OPEN));
         for i in 0..n {
             out[i] = w.add(a[i], w.mul(e[i], d[i]));
+        }
+        Ok(())
+    }
+
+    /// The squared form's shares of `x²` from a finished area:
+    /// `[A²] + e·[2AD + D²] + 2E·[A_e]`, P0 adding `E²`.
+    pub fn square_shares(&self, area: &[u64], party: Party, out: &mut [u64]) -> Result<(), Error> {
+        let n = out.len();
+        if !self.squared {
+            return Err(Error::Unsupported);
+        }
+        if area.len() != Self::scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        let w = self.ring;
+        let p0 = u64::from(party == Party::P0);
+        let row = |j: usize| &area[j * n..(j + 1) * n];
+        let (a, d, e, big_e) = (row(A), row(D), row(E_OPEN), row(OPENED));
+        let (sq_a, sq_ad) = (row(SQ_A), row(SQ_AD));
+        for i in 0..n {
+            let a_e = w.add(a[i], w.mul(e[i], d[i]));
+            let mask_sq = w.add(sq_a[i], w.mul(e[i], sq_ad[i]));
+            let cross = w.mul(w.add(big_e[i], big_e[i]), a_e);
+            let public = w.mul(p0, w.mul(big_e[i], big_e[i]));
+            out[i] = w.add(w.add(mask_sq, cross), public);
         }
         Ok(())
     }
@@ -504,6 +594,15 @@ impl TruncOpenEval<'_> {
         }
         self.gate.mask_shares(self.area, out)
     }
+
+    /// This party's shares of `x²` (the squared form), once both rounds
+    /// are finished.
+    pub fn square_shares(&self, out: &mut [u64]) -> Result<(), Error> {
+        if self.done != 2 {
+            return Err(Error::Unsupported);
+        }
+        self.gate.square_shares(self.area, self.party, out)
+    }
 }
 
 impl Protocol for TruncOpenEval<'_> {
@@ -571,6 +670,8 @@ mod tests {
         masks: Vec<u64>,
         /// The protocol's output shares, reconstructed: `x`.
         outputs: Vec<u64>,
+        /// The squared form's shares of `x²`, reconstructed (else empty).
+        squares: Vec<u64>,
         a: Vec<u64>,
         d: Vec<u64>,
     }
@@ -586,7 +687,7 @@ mod tests {
         let (seeds, pinned) = (setup.seeds, setup.pinned());
         let len = g.key_params().key_len();
         let (mut k0, mut k1) = (vec![0u8; n * len], vec![0u8; n * len]);
-        let mut explicit = vec![0u64; 3 * n];
+        let mut explicit = vec![0u64; g.explicit_words() * n];
         g.deal(&fss, seeds, pinned, 7, n, &mut k0, &mut k1, &mut explicit)
             .unwrap();
         let mut prg = Prg::new(&[salt ^ 0x77; 16]);
@@ -644,6 +745,19 @@ mod tests {
         let (mut o0, mut o1) = (vec![0u64; n], vec![0u64; n]);
         e0.output(&mut o0).unwrap();
         e1.output(&mut o1).unwrap();
+        let squares = match g.is_squared() {
+            true => {
+                let (mut q0, mut q1) = (vec![0u64; n], vec![0u64; n]);
+                e0.square_shares(&mut q0).unwrap();
+                e1.square_shares(&mut q1).unwrap();
+                q0.iter().zip(&q1).map(|(x, y)| w.add(*x, *y)).collect()
+            }
+            false => {
+                let mut q = [0u64];
+                assert_eq!(e0.square_shares(&mut q), Err(Error::Unsupported));
+                Vec::new()
+            }
+        };
         let (mut a, mut d) = (vec![0u64; n], vec![0u64; n]);
         g.masks_of(&aes, [&seeds[0], &seeds[1]], 7, &mut a, &mut d)
             .unwrap();
@@ -651,14 +765,16 @@ mod tests {
             opened: [e0.opened().unwrap().to_vec(), e1.opened().unwrap().to_vec()],
             masks: m0.iter().zip(&m1).map(|(x, y)| w.add(*x, *y)).collect(),
             outputs: o0.iter().zip(&o1).map(|(x, y)| w.add(*x, *y)).collect(),
+            squares,
             a,
             d,
         }
     }
 
     /// Checks a run against the spec on every input: both parties open the
-    /// same `E`, `E + A_e` is the truncation plus the addend, and `A_e` is
-    /// `A` or `A + D`, the dealer's masks.
+    /// same `E`, `E + A_e` is the truncation plus the addend, `A_e` is
+    /// `A` or `A + D`, the dealer's masks, and in the squared form the
+    /// squares are `x²`.
     fn check(g: &TruncOpen, ys: &[u64], zs: &[u64], run: &Run) {
         let w = g.ring();
         assert_eq!(run.opened[0], run.opened[1]);
@@ -668,6 +784,9 @@ mod tests {
             assert_eq!(run.outputs[i], x);
             let with_d = w.add(run.a[i], run.d[i]);
             assert!(run.masks[i] == run.a[i] || run.masks[i] == with_d);
+            if g.is_squared() {
+                assert_eq!(run.squares[i], w.mul(x, x), "y={} z={}", ys[i], zs[i]);
+            }
         }
     }
 
@@ -704,8 +823,15 @@ mod tests {
 
     #[test]
     fn opened_truncation_equals_its_spec_on_every_input_in_range() {
-        for (n, k, f) in [(8, 7, 3), (10, 8, 1), (9, 6, 5), (7, 6, 2)] {
+        let shapes = [
+            (8, 7, 3, false),
+            (10, 8, 1, true),
+            (9, 6, 5, false),
+            (7, 6, 2, true),
+        ];
+        for (n, k, f, squared) in shapes {
             let g = TruncOpen::new(Width::of(n), Width::of(k), f).unwrap();
+            let g = if squared { g.squared() } else { g };
             let ys = in_range(&g);
             let mut prg = Prg::new(&[n as u8; 16]);
             let zs: Vec<u64> = ys.iter().map(|_| g.ring.reduce(prg.next_u64())).collect();
@@ -719,12 +845,14 @@ mod tests {
     #[test]
     fn seeded_masks_give_the_same_values_and_both_mask_choices_occur() {
         let g = TruncOpen::new(Width::of(12), Width::of(9), 4).unwrap();
-        let ys = in_range(&g);
-        let zs = vec![0u64; ys.len()];
-        let out = run(&g, &ys, &zs, None, 3);
-        check(&g, &ys, &zs, &out);
-        let plain = out.masks.iter().zip(&out.a).filter(|(m, a)| m == a).count();
-        assert!(plain > 0 && plain < ys.len(), "e took one value only");
+        for g in [g, g.squared()] {
+            let ys = in_range(&g);
+            let zs = vec![0u64; ys.len()];
+            let out = run(&g, &ys, &zs, None, 3);
+            check(&g, &ys, &zs, &out);
+            let plain = out.masks.iter().zip(&out.a).filter(|(m, a)| m == a).count();
+            assert!(plain > 0 && plain < ys.len(), "e took one value only");
+        }
     }
 
     #[test]
@@ -754,6 +882,28 @@ mod tests {
         assert!(
             g.load(&aes, Party::P0, &seeds[0], None, 0, &ex, &mut area)
                 .is_err()
+        );
+        g.load(&aes, Party::P0, &seeds[0], None, 0, &[], &mut area)
+            .unwrap();
+        // The squared form takes five words per element, and only it
+        // gives squares.
+        let sq = g.squared();
+        assert_eq!(
+            sq.deal(&fss, seeds, None, 0, 2, &mut k0, &mut k1, &mut ex),
+            Err(Error::BufferLength)
+        );
+        let mut ex5 = vec![0u64; 10];
+        sq.deal(&fss, seeds, None, 0, 2, &mut k0, &mut k1, &mut ex5)
+            .unwrap();
+        assert!(
+            sq.load(&aes, Party::P1, &seeds[1], None, 0, &ex, &mut area)
+                .is_err()
+        );
+        sq.load(&aes, Party::P1, &seeds[1], None, 0, &ex5, &mut area)
+            .unwrap();
+        assert_eq!(
+            g.square_shares(&area, Party::P0, &mut [0, 0]),
+            Err(Error::Unsupported)
         );
         g.load(&aes, Party::P0, &seeds[0], None, 0, &[], &mut area)
             .unwrap();
@@ -792,6 +942,33 @@ mod tests {
         assert_eq!(e.finish(0, &first, &fss), Err(Error::Unsupported));
     }
 
+    /// The reference is the planned form's: the gap truncation gate's
+    /// output plus the addend (the host's fused step replaces a truncation
+    /// and the residual sum that reads it), on every input of a small
+    /// ring's gap range and on random 64-bit ones.
+    #[test]
+    fn reference_is_the_gap_truncation_plus_the_addend() {
+        use crate::gate::trunc::{Range, Shift, trunc};
+        let mut prg = Prg::new(&[21; 16]);
+        for (n, k, f) in [(10, 8, 3), (64, 40, 12), (64, 62, 36)] {
+            let (w, kw) = (Width::of(n), Width::of(k));
+            let g = TruncOpen::new(w, kw, f).unwrap();
+            let gate = trunc(w, kw, f, Shift::Arithmetic, Range::Gap).unwrap();
+            let ys: Vec<u64> = match n {
+                10 => in_range(&g),
+                _ => (0..4096)
+                    .map(|_| w.from_signed(kw.to_signed(kw.reduce(prg.next_u64()))))
+                    .collect(),
+            };
+            for y in ys {
+                let z = w.reduce(prg.next_u64());
+                let mut out = [0u64; 4];
+                gate.reference(y, &mut out);
+                assert_eq!(g.reference(y, z), w.add(z, out[0]), "y={y:#x} k={k} f={f}");
+            }
+        }
+    }
+
     /// One round more than the opening it replaces, one word more sent.
     #[test]
     fn cost_is_the_gap_truncations_key_and_one_more_word() {
@@ -811,6 +988,14 @@ mod tests {
         assert_eq!(c.comm_bits, t.comm_bits + 64 + 64);
         assert_eq!(c.key_bytes_p0, t.key_bytes_p0);
         assert_eq!(g.second_len(3), 6 * 8 + 1);
+        // The squared form: two more words for P1, none for P0, and the
+        // same messages.
+        let sq = g.squared().cost();
+        assert_eq!(sq.key_bytes_p1, c.key_bytes_p1 + 16);
+        assert_eq!(
+            (sq.key_bytes_p0, sq.comm_bits),
+            (c.key_bytes_p0, c.comm_bits)
+        );
     }
 
     proptest! {
@@ -823,9 +1008,11 @@ mod tests {
             k in 14u32..=63,
             f in 1u32..=13,
             seeded in any::<bool>(),
+            squared in any::<bool>(),
         ) {
             let (n, k) = (Width::W64, Width::of(k));
             let g = TruncOpen::new(n, k, f).unwrap();
+            let g = if squared { g.squared() } else { g };
             let inside: Vec<u64> = ys.iter().map(|y| n.from_signed(k.to_signed(k.reduce(*y)))).collect();
             let masks = if seeded { None } else { Some(&rs[..]) };
             let out = run(&g, &inside, &zs, masks, 5);
@@ -833,6 +1020,9 @@ mod tests {
             for i in 0..inside.len() {
                 let x = n.add(out.opened[0][i], out.masks[i]);
                 prop_assert_eq!(x, g.reference(inside[i], zs[i]), "y={} k={:?} f={}", inside[i], k, f);
+                if squared {
+                    prop_assert_eq!(out.squares[i], n.mul(x, x));
+                }
             }
         }
     }

@@ -765,8 +765,11 @@ fn head(
     let cfg = &model.config;
     let xi = b.info(x).clone();
     b.at(Category::Linear, None);
+    // A decode pass's one row is its last: no copy, so that the final
+    // norm's square can ride in the residual's truncation.
     let last = match which {
         Head::EveryRow => x,
+        Head::LastRow if rows == 1 => x,
         Head::LastRow => {
             let last = b.tensor(
                 format!("{} (last row)", xi.name),

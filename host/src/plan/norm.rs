@@ -150,7 +150,7 @@ fn sum_of_squares(
         scale,
         Bound::from_abs(yb.abs.iter().map(|a| a * a).collect(), d),
     )?;
-    b.push(Kind::Square { x: y, out: sq });
+    b.square(y, sq);
     let v = b.tensor(
         format!("{name} sum of squares"),
         rows,

@@ -8,7 +8,9 @@ use suffuse_core::fss::Party;
 use suffuse_core::gate::{Eval, Gate, Protocol, Round};
 use suffuse_core::prg::Hasher;
 
-use super::material::{DealBuffers, Material, chunks, deal_material, gate_bytes, load_material};
+use super::material::{
+    DealBuffers, Material, chunks, deal_chunks, deal_material, gate_bytes, load_material,
+};
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
 
@@ -32,26 +34,16 @@ impl Step for Scalar<'_> {
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let g = self.g;
-        let list: Vec<(usize, usize)> = chunks(self.at.plan.tensors[self.x].len()).collect();
-        // A window of chunks in parallel, written in order.
-        for window in list.chunks(2 * rayon::current_num_threads().max(1)) {
-            let parts: Vec<Result<[Vec<u8>; 2], suffuse_core::Error>> = window
-                .par_iter()
-                .map(|&(first, count)| {
-                    let mut out = [Vec::new(), Vec::new()];
-                    let mut buf = DealBuffers::new(fss, count, |m| g.deal_scratch_blocks(count, m));
-                    deal_material(g, count, &mut out, |k0, k1, ex| {
-                        let s = &mut buf.scratch();
-                        g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, s)
-                    })?;
-                    Ok(out)
-                })
-                .collect();
-            for p in parts {
-                emit(p.map_err(deal_core(self.at.step))?)?;
-            }
-        }
-        Ok(())
+        deal_chunks(self.at.plan.tensors[self.x].len(), emit, |first, count| {
+            let mut out = [Vec::new(), Vec::new()];
+            let mut buf = DealBuffers::new(fss, count, |m| g.deal_scratch_blocks(count, m));
+            deal_material(g, count, &mut out, |k0, k1, ex| {
+                let s = &mut buf.scratch();
+                g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, s)
+            })
+            .map_err(deal_core(self.at.step))?;
+            Ok(out)
+        })
     }
 
     fn run(

@@ -10,10 +10,13 @@ use suffuse_core::gate::ring_lut::RingLut;
 use suffuse_core::gate::ring_relu::RingRelu;
 use suffuse_core::gate::ring_suf::RingSuf;
 use suffuse_core::gate::ring_trunc::RingTrunc;
+use suffuse_core::gate::trunc_open::TruncOpen;
 use suffuse_core::gate::{DealScratch, Gate, PartyKeys};
 use suffuse_core::prg::{Block, Hasher};
 
-use super::{CHUNK, Cursor, DealError, ProtoError, core, deal_core};
+use rayon::prelude::*;
+
+use super::{CHUNK, Cursor, DealError, Emit, ProtoError, core, deal_core};
 use crate::net::{get_words, put_words};
 
 /// Bytes of P1's explicit words.
@@ -220,6 +223,17 @@ impl RingShape {
         }
     }
 
+    /// A truncation that opens its output (two rounds, the same layout:
+    /// its carry keys, P1's words, no fresh words).
+    pub(super) fn trunc_open(t: &TruncOpen) -> Self {
+        RingShape {
+            params: t.key_params(),
+            keys: 1,
+            explicit: t.explicit_words(),
+            random: 0,
+        }
+    }
+
     /// A one-round ReLU's.
     pub(super) fn relu(r: &RingRelu) -> Self {
         RingShape {
@@ -312,6 +326,27 @@ pub(super) fn load_ring_material<'s>(
         mat.explicit = get_words(cur.take(words_bytes(count * shape.explicit))?);
     }
     Ok(mat)
+}
+
+/// Deals `n` elements chunk by chunk ([`chunks`]) with `deal(first,
+/// count)`, which gives both parties' section bytes of one chunk: a window
+/// of chunks in parallel, emitted in order, so that memory stays bounded.
+pub(super) fn deal_chunks(
+    n: usize,
+    emit: &mut Emit<'_>,
+    deal: impl Fn(usize, usize) -> Result<[Vec<u8>; 2], DealError> + Sync,
+) -> Result<(), DealError> {
+    let list: Vec<(usize, usize)> = chunks(n).collect();
+    for window in list.chunks(2 * rayon::current_num_threads().max(1)) {
+        let parts: Vec<Result<[Vec<u8>; 2], DealError>> = window
+            .par_iter()
+            .map(|&(first, count)| deal(first, count))
+            .collect();
+        for p in parts {
+            emit(p?)?;
+        }
+    }
+    Ok(())
 }
 
 /// `(first, count)` of each chunk of `n` elements.

@@ -930,17 +930,20 @@ fn trunc_one_round_record(out: &mut Vec<Record>, count: usize) -> Result<()> {
     Ok(())
 }
 
-/// The truncation that opens its output (`TruncOpen`, not yet planned),
-/// beside `trunc_gap`: dealt on the CPU backend, both parties on one
-/// thread each over channels, their output shares (`E + A_e`) checked
-/// against the reference.
+/// The truncation that opens its output (`TruncOpen`, squared form, as a
+/// decoder's residual norms run it), beside `trunc_gap`: dealt on the CPU
+/// backend, both parties on one thread each over channels, their output
+/// shares (`E + A_e`) and their shares of its square checked against the
+/// reference.
 fn trunc_open_record(count: usize) -> Result<Option<Record>> {
     let name = "trunc_open";
     if !wanted(name) {
         return Ok(None);
     }
     let (w, k) = (Width::W64, 40u32);
-    let g = TruncOpen::new(w, Width::of(k), FRAC).map_err(suf_err)?;
+    let g = TruncOpen::new(w, Width::of(k), FRAC)
+        .map_err(suf_err)?
+        .squared();
     let backend = CpuEval::new();
     let seeds = [[0x41; 16], [0x42; 16]];
     let len = g.key_params().key_len();
@@ -974,7 +977,7 @@ fn trunc_open_record(count: usize) -> Result<Option<Record>> {
     let party = |p: usize,
                  tx: mpsc::Sender<Vec<u8>>,
                  rx: mpsc::Receiver<Vec<u8>>|
-     -> Result<(Vec<u64>, f64, usize)> {
+     -> Result<([Vec<u64>; 2], f64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let role = if p == 0 { Party::P0 } else { Party::P1 };
         let pk = PartyKeys {
@@ -997,9 +1000,11 @@ fn trunc_open_record(count: usize) -> Result<Option<Record>> {
             )
             .map_err(|e| anyhow!("{name}: {e}"))?;
         let sent = drive(&mut ev, &cpu, &tx, &rx, None)?;
-        let mut x = vec![0u64; count];
+        let (mut x, mut sq) = (vec![0u64; count], vec![0u64; count]);
         ev.output(&mut x).map_err(|e| anyhow!("{name}: {e}"))?;
-        Ok((x, start.elapsed().as_secs_f64(), sent))
+        ev.square_shares(&mut sq)
+            .map_err(|e| anyhow!("{name}: {e}"))?;
+        Ok(([x, sq], start.elapsed().as_secs_f64(), sent))
     };
     let (r0, r1) = std::thread::scope(|s| {
         let a = s.spawn(|| party(0, to1, from1));
@@ -1009,9 +1014,10 @@ fn trunc_open_record(count: usize) -> Result<Option<Record>> {
     let (x0, t0, sent) = r0.map_err(|_| anyhow!("party 0 panicked"))??;
     let (x1, t1, _) = r1.map_err(|_| anyhow!("party 1 panicked"))??;
     for i in 0..count {
-        if w.add(x0[i], x1[i]) != g.reference(ys[i], zs[i]) {
+        let x = g.reference(ys[i], zs[i]);
+        if w.add(x0[0][i], x1[0][i]) != x || w.add(x0[1][i], x1[1][i]) != w.mul(x, x) {
             bail!(
-                "{name}: the output differs from the reference at y = {:#x}",
+                "{name}: the output or its square differs from the reference at y = {:#x}",
                 ys[i]
             );
         }
@@ -1021,7 +1027,7 @@ fn trunc_open_record(count: usize) -> Result<Option<Record>> {
         gen_s,
         sent,
     };
-    let note = "gap ARS plus an addend, output opened under A + e·D (not yet planned)";
+    let note = "gap ARS plus an addend, output opened under A + e·D, and its square";
     let rec = Record::of_run(name, (w, k, count), &g.cost(), timed, (FRAC, None), note);
     print_record(&rec);
     Ok(Some(rec))

@@ -336,17 +336,18 @@ fn gate_case(
     Ok(())
 }
 
-/// The truncation that opens its output (`TruncOpen`): `x = z + ⌊y/2^f⌋`
-/// opened under a fresh mask in the truncation's two rounds; each message
-/// is declassified as it leaves its party, and the output shares
-/// (`E + A_e`) are checked.
+/// The truncation that opens its output (`TruncOpen`, squared form, as
+/// plans run it): `x = z + ⌊y/2^f⌋` opened under a fresh mask in the
+/// truncation's two rounds; each message is declassified as it leaves its
+/// party, and the output shares (`E + A_e`) and the shares of `x²` are
+/// checked.
 fn trunc_open_case(
     b: &Backends<'_>,
     inputs: &mut PublicInputs,
     stats: &mut GateStats,
 ) -> HarnessResult<()> {
     let ring = Width::W64;
-    let g = TruncOpen::new(ring, Width::of(40), FRAC)?;
+    let g = TruncOpen::new(ring, Width::of(40), FRAC)?.squared();
     let ys = signed_inputs(ring, 40, inputs);
     let zs: Vec<u64> = (0..N).map(|_| inputs.next()).collect();
     let want: Vec<u64> = ys
@@ -354,6 +355,7 @@ fn trunc_open_case(
         .zip(&zs)
         .map(|(y, z)| g.reference(*y, *z))
         .collect();
+    let squares: Vec<u64> = want.iter().map(|x| ring.mul(*x, *x)).collect();
     let seeds = secret_seeds(inputs);
     let len = g.key_params().key_len();
     let dealt = Dealt::new(&[len], N, g.explicit_words(), |k0, k1, ex| {
@@ -390,6 +392,13 @@ fn trunc_open_case(
         let [o0, o1] = outputs(&p0, &p1)?;
         let got: Vec<u64> = o0.iter().zip(&o1).map(|(a, b)| ring.add(*a, *b)).collect();
         stats.compare(&format!("trunc, opened ({})", eval.name()), &got, &want);
+        let (mut q0, mut q1) = (vec![0u64; N], vec![0u64; N]);
+        p0.square_shares(&mut q0)?;
+        p1.square_shares(&mut q1)?;
+        memcheck::declassify(q0.as_mut_slice());
+        memcheck::declassify(q1.as_mut_slice());
+        let got: Vec<u64> = q0.iter().zip(&q1).map(|(a, b)| ring.add(*a, *b)).collect();
+        stats.compare(&format!("trunc, squared ({})", eval.name()), &got, &squares);
     }
     Ok(())
 }
