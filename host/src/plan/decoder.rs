@@ -173,14 +173,18 @@ fn plan_with(
             first: ctx - rows,
             rows,
             ctx,
+            last_only: false,
         };
         let mut h = x;
         for (l, layer) in model.layers.iter().enumerate() {
+            let last = l + 1 == model.layers.len() && head_rows == Head::LastRow;
+            let at = at.last_only(last && layer.qk_norm.is_none());
             let (out, s) = block(&mut b, model, l, layer, h, bias, c, at, &mut cache)?;
             h = out;
             scores = scores.max(s);
         }
-        output = head(&mut b, model, &head_w, h, rows, head_rows)?;
+        let out_rows = b.info(h).rows;
+        output = head(&mut b, model, &head_w, h, out_rows, head_rows)?;
         b.end_pass(output);
     }
     let (x, bias) = first.unwrap_or_default();
@@ -204,12 +208,32 @@ fn plan_with(
 }
 
 /// Where a pass's rows sit: slots `first..first + rows` of a context of
-/// `ctx` keys.
+/// `ctx` keys; with `last_only`, a block whose output only the LM head's
+/// last row reads (a generation's last layer).
 #[derive(Clone, Copy, Debug)]
 struct Position {
     first: usize,
     rows: usize,
     ctx: usize,
+    last_only: bool,
+}
+
+impl Position {
+    /// This position for a block that computes its queries, attention and
+    /// MLP for the last row only, where `last` and the pass has several
+    /// rows: the keys and values of every row still join the cache, and
+    /// the rest of the block's rows would go unread.
+    fn last_only(self, last: bool) -> Position {
+        Position {
+            last_only: last && self.rows > 1,
+            ..self
+        }
+    }
+
+    /// Rows whose queries the block computes.
+    fn queries(&self) -> usize {
+        if self.last_only { 1 } else { self.rows }
+    }
 }
 
 /// The client's inputs: any token's embedding (plus any learned position),
@@ -293,9 +317,9 @@ fn block(
             k: kr,
             v: vr,
             blocks: cfg.heads,
-            queries: at.rows,
+            queries: at.queries(),
             keys: at.ctx,
-            causal: at.rows > 1,
+            causal: at.queries() > 1,
             window,
         },
         score_max,
@@ -315,7 +339,7 @@ fn block(
     }
     let om = b.tensor(
         format!("layer {l} attention"),
-        at.rows,
+        at.queries(),
         width,
         oi.scale,
         merged,
@@ -325,6 +349,12 @@ fn block(
         heads: cfg.heads,
         out: om,
     });
+    // The residual's rows, taken before the truncation that the norm's
+    // square fuses with.
+    let x = match at.last_only {
+        true => last_row(b, x, format!("layer {l} input (last row)"))?,
+        false => x,
+    };
     let post = layer.post_norms.as_ref();
     let what = (format!("layer {l} attention output"), l);
     let a = block_output(
@@ -342,6 +372,12 @@ fn block(
     let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
     Ok((x2, score_abs))
+}
+
+/// The last row of `x`.
+fn last_row(b: &mut Builder, x: usize, name: String) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    b.rows(x, (xi.rows - 1, 1), xi.bound, name)
 }
 
 /// A block's pre-norm, its gains folded into the layer after it
@@ -483,7 +519,11 @@ fn projections(
         b.at(Category::AttentionMatmul, Some(l));
         let qkv = b.open(qkv, format!("{name} (opened)"))?;
         b.at(Category::Linear, Some(l));
-        let q = heads(b, qkv, 0, cfg.heads, dh, format!("layer {l} queries"))?;
+        let queries = match at.last_only {
+            true => last_row(b, qkv, format!("{name} (opened, last row)"))?,
+            false => qkv,
+        };
+        let q = heads(b, queries, 0, cfg.heads, dh, format!("layer {l} queries"))?;
         let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
         return Ok((q, k, values(b, qkv)?));
     };
