@@ -2287,9 +2287,7 @@ mod tests {
     /// the first layer's first, which reads the embeddings), and nothing
     /// reads the truncations it took in; GPT-2's LayerNorms centre their
     /// rows first and keep the Beaver square. A prefill's last layer runs
-    /// its last row only, so its final norm fuses too, except with
-    /// Gemma's query and key norms, whose last layer keeps every row (its
-    /// final norm reads a copy of the last row).
+    /// its last row only, so its final norm fuses too.
     #[test]
     fn residual_norms_square_in_the_truncations_round() {
         for (name, fused_per_layer) in [("tiny-llama", 2), ("tiny-gemma", 2), ("tiny-gpt2", 0)] {
@@ -2311,19 +2309,13 @@ mod tests {
                     .iter()
                     .filter(|op| matches!(op.kind, Kind::TruncSquare { .. }))
                     .count();
-                let want = match (fused_per_layer, i, name) {
-                    (0, _, _) => 0,
-                    (f, 0, "tiny-gemma") => f * layers - 1,
-                    (f, _, _) => f * layers,
-                };
+                let want = fused_per_layer * layers;
                 assert_eq!(fused, want, "{name} pass {i}");
             }
-            // The prefill's last MLP: one row where the last layer runs its
-            // last row only (not with Gemma's query and key norms).
+            // The prefill's last MLP runs its last row only.
             let mlp = format!("layer {} MLP output product", layers - 1);
             let first = plan.tensors.iter().find(|t| t.name == mlp).unwrap();
-            let rows = if name == "tiny-gemma" { 8 } else { 1 };
-            assert_eq!(first.rows, rows, "{name}");
+            assert_eq!(first.rows, 1, "{name}");
             let read: std::collections::HashSet<usize> =
                 plan.ops.iter().flat_map(|op| op.kind.inputs()).collect();
             for op in &plan.ops {

@@ -180,8 +180,17 @@ fn a_prompt_over_its_bucket_is_refused_before_any_key_is_dealt() {
 /// full row of logits at the same scale.
 #[test]
 fn a_scoring_plans_last_row_is_the_prefills_logits() {
+    // A generation's prefill runs its last layer for the last row only;
+    // the scoring plan runs every row: the same logits on that row, with
+    // query and key norms (tiny-gemma) and with LayerNorm (tiny-gpt2).
+    for name in ["tiny-llama", "tiny-gemma", "tiny-gpt2"] {
+        last_row_equals_the_prefills_logits(name);
+    }
+}
+
+fn last_row_equals_the_prefills_logits(name: &str) {
     use suffuse_host::plan::decoder::{self as planner, Generation};
-    let model = Decoder::builtin("tiny-llama").unwrap();
+    let model = Decoder::builtin(name).unwrap();
     let prompt = [1u32, 60, 61, 62, 63, 64];
     let la = suffuse_host::backend::auto();
     let mut logits = Vec::new();
@@ -202,9 +211,9 @@ fn a_scoring_plans_last_row_is_the_prefills_logits() {
     }
     let vocab = model.config.vocab_size;
     let (last, every) = (&logits[0], &logits[1]);
-    assert_eq!(last.1, every.1);
-    assert_eq!(every.0.len(), 8 * vocab);
-    assert_eq!(last.0[..], every.0[7 * vocab..]);
+    assert_eq!(last.1, every.1, "{name}");
+    assert_eq!(every.0.len(), 8 * vocab, "{name}");
+    assert_eq!(last.0[..], every.0[7 * vocab..], "{name}");
 }
 
 /// Gemma 3's block (QK-norm, sandwich norms, GeGLU, scaled embeddings, two

@@ -178,7 +178,7 @@ fn plan_with(
         let mut h = x;
         for (l, layer) in model.layers.iter().enumerate() {
             let last = l + 1 == model.layers.len() && head_rows == Head::LastRow;
-            let at = at.last_only(last && layer.qk_norm.is_none());
+            let at = at.last_only(last);
             let (out, s) = block(&mut b, model, l, layer, h, bias, c, at, &mut cache)?;
             h = out;
             scores = scores.max(s);
@@ -233,6 +233,17 @@ impl Position {
     /// Rows whose queries the block computes.
     fn queries(&self) -> usize {
         if self.last_only { 1 } else { self.rows }
+    }
+
+    /// Where those rows sit.
+    fn query_position(self) -> Position {
+        let rows = self.queries();
+        Position {
+            first: self.first + self.rows - rows,
+            rows,
+            last_only: false,
+            ..self
+        }
     }
 }
 
@@ -564,42 +575,32 @@ fn qk_norm(
 ) -> Result<(usize, [Part; 2]), PlanError> {
     let cfg = &model.config;
     let dh = cfg.head_dim;
-    let stacked = cfg.heads + cfg.kv_heads;
-    let qk = heads(
-        b,
-        qkv,
-        0,
-        stacked,
-        dh,
-        format!("layer {l} queries and new keys"),
-    )?;
     let rows = b.info(qkv).rows;
-    let counts = [cfg.heads, cfg.kv_heads];
+    let qk = query_and_key_heads(b, qkv, model, l, at)?;
+    let counts = [cfg.heads * at.queries(), cfg.kv_heads * rows];
     let name = format!("layer {l} queries and keys");
-    let (normed, bounds) = normalize_stacked(
-        b,
-        qk,
-        &[(qn, counts[0] * rows), (kn, counts[1] * rows)],
-        &name,
-        l,
-    )?;
+    let (normed, bounds) = normalize_stacked(b, qk, &[(qn, counts[0]), (kn, counts[1])], &name, l)?;
     // Each block rotated on its own (RoPE is local) and with its own bound.
     let mut rotated = Vec::new();
     let mut first = 0;
-    for ((count, bound), what) in counts.iter().zip(bounds).zip(["queries", "keys"]) {
+    let blocks = [
+        (cfg.heads, at.query_position(), "queries"),
+        (cfg.kv_heads, at, "keys"),
+    ];
+    for ((count, bound), (heads, place, what)) in counts.iter().zip(bounds).zip(blocks) {
         let x = b.rows(
             normed,
-            (first, count * rows),
+            (first, *count),
             bound,
             format!("layer {l} normed {what}"),
         )?;
         let place = Rotation {
             theta,
-            at,
-            heads: *count,
+            at: place,
+            heads,
         };
         rotated.push(rope(b, model, x, dh, place, l)?);
-        first += count * rows;
+        first += count;
     }
     let floor = |b: &Builder, x: usize| b.info(x).bound.floor_to(ulp(FRAC));
     let (q_bound, k_bound) = (floor(b, rotated[0]), floor(b, rotated[1]));
@@ -607,9 +608,31 @@ fn qk_norm(
     let both = b.stack_rows(&rotated, name.clone())?;
     b.at(Category::Truncation, Some(l));
     let both = truncate(b, both, FRAC, name)?;
-    let q_rows = (0, counts[0] * rows);
-    let k_rows = (counts[0] * rows, counts[1] * rows);
+    let q_rows = (0, counts[0]);
+    let k_rows = (counts[0], counts[1]);
     Ok((both, [(q_rows, q_bound), (k_rows, k_bound)]))
+}
+
+/// The query heads (of the last row only, where the block computes that
+/// row alone) and the new key heads of `qkv`, stacked.
+fn query_and_key_heads(
+    b: &mut Builder,
+    qkv: usize,
+    model: &Decoder,
+    l: usize,
+    at: Position,
+) -> Result<usize, PlanError> {
+    let cfg = &model.config;
+    let (dh, name) = (cfg.head_dim, format!("layer {l} queries and new keys"));
+    if !at.last_only {
+        // Adjacent columns: one layout operation for both.
+        return heads(b, qkv, 0, cfg.heads + cfg.kv_heads, dh, name);
+    }
+    let last = last_row(b, qkv, format!("layer {l} query/key/value (last row)"))?;
+    let q = heads(b, last, 0, cfg.heads, dh, format!("layer {l} queries"))?;
+    let qw = cfg.heads * dh;
+    let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
+    b.stack_rows(&[q, k], name)
 }
 
 /// Where RoPE turns a tensor's rows: the base, the pass's positions, and
