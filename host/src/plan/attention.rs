@@ -295,18 +295,12 @@ fn minus_row_max(
     } else {
         sb
     };
-    let m = b.tensor(
-        format!("layer {l} row max"),
-        rows,
-        1,
-        FRAC,
-        Bound::uniform(1, m_abs),
-    )?;
-    b.push(Kind::Max {
-        x: max_in,
-        k: kmax,
-        out: m,
-    });
+    let m = match band {
+        Some(_) if h.queries == keys && keys > RAGGED_MIN => {
+            causal_max(b, max_in, h, (kmax, m_abs), l)?
+        }
+        _ => row_max(b, max_in, (kmax, m_abs), format!("layer {l} row max"))?,
+    };
     let z_abs = 2.0 * score_abs + c;
     let z = b.tensor(
         format!("layer {l} max − score"),
@@ -321,6 +315,84 @@ fn minus_row_max(
         out: z,
     });
     Ok((z, z_abs))
+}
+
+/// The maxima of `x`'s rows by a comparison tree over differences of
+/// width `k`, each below `m_abs`.
+fn row_max(
+    b: &mut Builder,
+    x: usize,
+    (k, m_abs): (u32, f64),
+    name: String,
+) -> Result<usize, PlanError> {
+    let rows = b.info(x).rows;
+    let m = b.tensor(name, rows, 1, FRAC, Bound::uniform(1, m_abs))?;
+    b.push(Kind::Max { x, k, out: m });
+    Ok(m)
+}
+
+/// The narrowest rows a causal max splits off ([`causal_max`]).
+const RAGGED_MIN: usize = 8;
+
+/// The row maxima of a prefill's causal (or banded) square blocks `x`
+/// (`[blocks·L × L]`, each row's keys after its own already replaced by
+/// its diagonal), tree by tree: row `i` sees keys `0..=i` only, so rows
+/// `L/2..L` take a tree over all `L` columns, rows `L/4..L/2` one over the
+/// first `L/2`, and so on down to [`RAGGED_MIN`] (`L(L−1)` comparisons per
+/// block become about two thirds of it). The same maxima, so the same
+/// values downstream; the trees run as lanes of one group, in the widest
+/// tree's rounds.
+fn causal_max(
+    b: &mut Builder,
+    x: usize,
+    h: Heads,
+    (k, m_abs): (u32, f64),
+    l: usize,
+) -> Result<usize, PlanError> {
+    let (keys, blocks) = (h.keys, h.blocks);
+    // (first row, rows, width) of each tree, widest first.
+    let mut groups = Vec::new();
+    let mut hi = keys;
+    while hi > RAGGED_MIN {
+        groups.push((hi / 2, hi - hi / 2, hi));
+        hi /= 2;
+    }
+    groups.push((0, hi, hi));
+    let mut inputs = Vec::with_capacity(groups.len());
+    for &(first, count, width) in &groups {
+        let mut parts = Vec::with_capacity(blocks);
+        for block in 0..blocks {
+            let name = format!("layer {l} rows {first}.. of block {block} for the max");
+            let bound = b.info(x).bound.clone();
+            let rows = b.rows(x, (block * keys + first, count), bound, name.clone())?;
+            parts.push(match width < keys {
+                true => super::linear::heads(b, rows, 0, 1, width, name)?,
+                false => rows,
+            });
+        }
+        inputs.push(b.stack_rows(&parts, format!("layer {l} rows {first}.. for the max"))?);
+    }
+    let mut maxima = Vec::with_capacity(groups.len());
+    b.begin_lanes();
+    for (i, (&(first, _, _), input)) in groups.iter().zip(&inputs).enumerate() {
+        if i > 0 {
+            b.next_lane();
+        }
+        let name = format!("layer {l} row max, rows {first}..");
+        maxima.push(row_max(b, *input, (k, m_abs), name)?);
+    }
+    b.end_lanes()?;
+    // Back to the rows' order: block by block, the narrowest tree's rows
+    // first.
+    let mut parts = Vec::with_capacity(blocks * groups.len());
+    for block in 0..blocks {
+        for (&(first, count, _), &m) in groups.iter().zip(&maxima).rev() {
+            let name = format!("layer {l} row max, rows {first}.. of block {block}");
+            let bound = Bound::uniform(1, m_abs);
+            parts.push(b.rows(m, (block * count, count), bound, name)?);
+        }
+    }
+    b.stack_rows(&parts, format!("layer {l} row max"))
 }
 
 /// Row sums of the exponents `e` and their reciprocal; returns it and its
@@ -491,4 +563,103 @@ fn spread(
         out,
     });
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Finish, Inputs};
+    use crate::reference::{self, PassInputs};
+
+    /// The causal max's trees give every row the maximum one tree over
+    /// the whole row gives (its keys after its own are copies of its
+    /// diagonal), for square blocks of 40 keys (trees of 40, 20, 10 and 10
+    /// columns) and of 16 (16 and 8), under the causal square and a band.
+    #[test]
+    fn causal_maxima_equal_the_whole_rows_maxima() {
+        for (keys, window) in [(40, None), (16, None), (16, Some(5))] {
+            check_causal_max(keys, window);
+        }
+    }
+
+    fn check_causal_max(keys: usize, window: Option<usize>) {
+        let (blocks, cols) = (3, 4);
+        let mut b = Builder::default();
+        let (rows, bound) = (blocks * keys, Bound::uniform(keys, 8.0));
+        let x = b.tensor("scores", rows, keys, FRAC, bound).unwrap();
+        let bias = b
+            .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
+            .unwrap();
+        b.begin_pass(x, bias);
+        let h = Heads {
+            q: x,
+            k: x,
+            v: x,
+            blocks,
+            queries: keys,
+            keys,
+            causal: true,
+            window,
+        };
+        let band = h.band().unwrap();
+        let packed = triangle(&mut b, x, band, "packed".into()).unwrap();
+        let spread = spread(&mut b, packed, [rows, keys], band, true, "spread".into()).unwrap();
+        let m_abs = 8.0;
+        let k = bound::width(2.0 * m_abs + 1.0, FRAC);
+        let ragged = causal_max(&mut b, spread, h, (k, m_abs), 0).unwrap();
+        let whole = row_max(&mut b, spread, (k, m_abs), "whole".into()).unwrap();
+        let out = b.stack_rows(&[ragged, whole], "both".into()).unwrap();
+        b.end_pass(out);
+        let inputs = Inputs {
+            x,
+            bias,
+            mask: None,
+        };
+        let plan = b
+            .finish(
+                "max",
+                [0; 32],
+                1,
+                keys,
+                cols,
+                inputs,
+                out,
+                0,
+                Finish::AsIs,
+                false,
+            )
+            .unwrap();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let xs: Vec<u64> = (0..rows * keys)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                fixed::encode(16.0 * unit - 8.0, FRAC)
+            })
+            .collect();
+        let mut given = Some(PassInputs {
+            x: xs.clone(),
+            bias: vec![0],
+        });
+        let mut next = |_: usize, _: &[Vec<u64>]| given.take();
+        let trees = plan
+            .ops
+            .iter()
+            .filter(|op| matches!(op.kind, Kind::Max { .. }))
+            .count();
+        assert_eq!(trees, if keys == 40 { 5 } else { 3 }, "keys {keys}");
+        let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
+        let (r, w) = outs[0].split_at(rows);
+        assert_eq!(r, w, "keys {keys}, window {window:?}");
+        // And they are the maxima over each row's band.
+        for (row, m) in w.iter().enumerate() {
+            let i = row % keys;
+            let lo = window.map_or(0, |w| (i + 1).saturating_sub(w));
+            let band = &xs[row * keys + lo..=row * keys + i];
+            let want = band.iter().map(|v| *v as i64).max().unwrap();
+            assert_eq!(*m as i64, want, "row {row}");
+        }
+    }
 }
