@@ -47,7 +47,7 @@
 //! Two rounds; `2n + 1` bits sent in the second (one more word than the
 //! gap truncation followed by an opening, which sends `n + 1` and then
 //! `n`). The key is the gap truncation's f-bit bit-output DCF; P1 holds
-//! three explicit words.
+//! three explicit words (five in the squared form below).
 //!
 //! # The squared form
 //!
