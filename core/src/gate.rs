@@ -41,6 +41,7 @@ pub mod chain;
 pub mod inverse;
 pub mod max;
 mod one_round;
+pub use one_round::SingleKey;
 pub mod protocol;
 pub mod relu;
 pub mod reluars;

@@ -1436,8 +1436,12 @@ fn check_pairs(tensors: &[TensorInfo], ops: &[Op]) -> Result<(), PlanError> {
 /// No operation reads a truncation's output that a fused step took in
 /// ([`Builder::square`]).
 fn check_fused(tensors: &[TensorInfo], ops: &[Op], fused: &[usize]) -> Result<(), PlanError> {
+    let mut taken = vec![false; tensors.len()];
+    for &t in fused {
+        taken[t] = true;
+    }
     for op in ops {
-        if let Some(&t) = op.kind.inputs().iter().find(|t| fused.contains(t)) {
+        if let Some(&t) = op.kind.inputs().iter().find(|t| taken[**t]) {
             return Err(PlanError::Fused {
                 tensor: tensors[t].name.clone(),
             });

@@ -17,7 +17,7 @@ use crate::fss::Party;
 use crate::gate::ring_lut::RingLut;
 use crate::gate::ring_suf::RingSuf;
 use crate::gate::ring_trunc::RingTrunc;
-use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol};
+use crate::gate::{DealScratch, Eval, Gate, PartyKeys, Protocol, SingleKey};
 use crate::mpc;
 use crate::prg::{Block, Domain, Hasher};
 use crate::ring::{Width, cast};

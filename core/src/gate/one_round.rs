@@ -146,6 +146,38 @@ pub(crate) fn deal_groups(
     Ok(calls)
 }
 
+/// A gate with one key per element, rooted at PRF slot
+/// [`SingleKey::ROOT_SLOT`] of the section's seed (a one-round truncation,
+/// a one-round lookup, a truncation that opens its output): its roots'
+/// re-derivation and its key batch, written once for all of them.
+pub trait SingleKey {
+    /// The PRF slot of each element's key root.
+    const ROOT_SLOT: usize;
+
+    /// The key's parameters.
+    fn single_key(&self) -> Params;
+
+    /// Writes each element's 16-byte key root, re-derived from `party`'s
+    /// `seed`, into `roots` (16 bytes per element): for keys whose bodies
+    /// stay where a key file was read. Returns the AES calls made.
+    fn derive_roots(
+        &self,
+        h: &dyn Hasher,
+        party: Party,
+        seed: &[u8; 16],
+        first: u64,
+        roots: &mut [u8],
+    ) -> Result<u64, Error> {
+        derive_roots(h, party, (seed, Self::ROOT_SLOT), first, &mut [roots])
+    }
+
+    /// One party's keys of `n` elements as a batch: whole keys where
+    /// `keys.roots[0]` is empty, else the roots and the bodies.
+    fn key_batch<'k>(&self, party: Party, keys: &PartyKeys<'k>) -> Result<KeyBatch<'k>, Error> {
+        key_batch(self.single_key(), party, keys, 0)
+    }
+}
+
 /// Writes the roots of keys `j = 0..roots.len()` (PRF slot `slot + j`),
 /// re-derived from `party`'s `seed`, into `roots[j]` (16 bytes per
 /// element): for keys whose bodies stay where a key file was read. Returns

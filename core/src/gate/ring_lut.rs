@@ -36,7 +36,7 @@ use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::inverse::InverseTable;
 use crate::gate::one_round::{self, GROUP};
-use crate::gate::{Cost, PartyKeys};
+use crate::gate::{Cost, SingleKey};
 use crate::mpc;
 use crate::prg::Hasher;
 use crate::ring::{Width, cast};
@@ -204,24 +204,6 @@ impl RingLut {
         })
     }
 
-    /// Writes each element's 16-byte key root, re-derived from `party`'s
-    /// `seed`, into `roots` (16 bytes per element).
-    pub fn derive_roots(
-        &self,
-        h: &dyn Hasher,
-        party: Party,
-        seed: &[u8; 16],
-        first: u64,
-        roots: &mut [u8],
-    ) -> Result<u64, Error> {
-        one_round::derive_roots(h, party, (seed, SLOT_ROOT), first, &mut [roots])
-    }
-
-    /// One party's keys of `n` elements as a batch.
-    pub fn key_batch<'k>(&self, party: Party, keys: &PartyKeys<'k>) -> Result<KeyBatch<'k>, Error> {
-        one_round::key_batch(self.key_params(), party, keys, 0)
-    }
-
     /// Fills the mask shares of an evaluation area
     /// ([`RingLut::scratch_words`]) for `n` elements from element index
     /// `first` (expanded from `seed`, or `mask` in tests); `explicit` must
@@ -307,6 +289,14 @@ impl RingLut {
         }
         out.copy_from_slice(&area[2 * n..3 * n]);
         Ok(())
+    }
+}
+
+impl SingleKey for RingLut {
+    const ROOT_SLOT: usize = SLOT_ROOT;
+
+    fn single_key(&self) -> Params {
+        self.key_params()
     }
 }
 

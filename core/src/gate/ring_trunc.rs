@@ -36,10 +36,13 @@ use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::one_round::{self, GROUP};
+
+#[cfg(test)]
+use crate::gate::PartyKeys;
 #[cfg(test)]
 use crate::gate::protocol::Protocol;
 use crate::gate::trunc::Shift;
-use crate::gate::{Cost, PartyKeys};
+use crate::gate::{Cost, SingleKey};
 use crate::mpc;
 use crate::prg::Hasher;
 use crate::ring::{Width, cast};
@@ -182,26 +185,6 @@ impl RingTrunc {
                 key1,
             )
         })
-    }
-
-    /// Writes each element's 16-byte key root, re-derived from `party`'s
-    /// `seed`, into `roots` (16 bytes per element): for keys whose bodies
-    /// stay where a key file was read.
-    pub fn derive_roots(
-        &self,
-        h: &dyn Hasher,
-        party: Party,
-        seed: &[u8; 16],
-        first: u64,
-        roots: &mut [u8],
-    ) -> Result<u64, Error> {
-        one_round::derive_roots(h, party, (seed, SLOT_ROOT), first, &mut [roots])
-    }
-
-    /// One party's keys of `n` elements as a batch: whole keys where
-    /// `keys.roots[0]` is empty, else the roots and the bodies.
-    pub fn key_batch<'k>(&self, party: Party, keys: &PartyKeys<'k>) -> Result<KeyBatch<'k>, Error> {
-        one_round::key_batch(self.key_params(), party, keys, 0)
     }
 
     /// Fills the first three parts of an evaluation area
@@ -384,6 +367,14 @@ impl Protocol for RingTruncEval<'_> {
             return Err(Error::Unsupported);
         }
         self.gate.output(self.party, self.scratch, out)
+    }
+}
+
+impl SingleKey for RingTrunc {
+    const ROOT_SLOT: usize = SLOT_ROOT;
+
+    fn single_key(&self) -> Params {
+        self.key_params()
     }
 }
 

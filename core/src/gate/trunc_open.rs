@@ -62,7 +62,7 @@ use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
 use crate::fss::{KeyBatch, Kind, Output, Params, Party};
 use crate::gate::one_round::{self, GROUP};
-use crate::gate::{Cost, PartyKeys, Protocol};
+use crate::gate::{Cost, PartyKeys, Protocol, SingleKey};
 use crate::mpc;
 use crate::prg::Hasher;
 use crate::ring::{Width, cast};
@@ -266,24 +266,6 @@ impl TruncOpen {
             });
         }
         Ok(calls)
-    }
-
-    /// Writes each element's 16-byte key root, re-derived from `party`'s
-    /// `seed`, into `roots` (16 bytes per element).
-    pub fn derive_roots(
-        &self,
-        h: &dyn Hasher,
-        party: Party,
-        seed: &[u8; 16],
-        first: u64,
-        roots: &mut [u8],
-    ) -> Result<u64, Error> {
-        one_round::derive_roots(h, party, (seed, SLOT_ROOT), first, &mut [roots])
-    }
-
-    /// One party's keys of `n` elements as a batch.
-    pub fn key_batch<'k>(&self, party: Party, keys: &PartyKeys<'k>) -> Result<KeyBatch<'k>, Error> {
-        one_round::key_batch(self.key_params(), party, keys, 0)
     }
 
     /// Fills an evaluation area ([`TruncOpen::scratch_words`]) for `n`
@@ -649,6 +631,14 @@ impl Protocol for TruncOpenEval<'_> {
             }
         }
         Ok(())
+    }
+}
+
+impl SingleKey for TruncOpen {
+    const ROOT_SLOT: usize = SLOT_ROOT;
+
+    fn single_key(&self) -> Params {
+        self.key_params()
     }
 }
 

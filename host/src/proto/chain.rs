@@ -12,7 +12,7 @@ use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS, Step as ChainStep, step_seed};
 use suffuse_core::gate::ring_lut::RingLut;
-use suffuse_core::gate::{DealScratch, PartyKeys};
+use suffuse_core::gate::{DealScratch, PartyKeys, SingleKey};
 use suffuse_core::prg::Hasher;
 
 use super::material::{

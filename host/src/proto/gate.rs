@@ -34,16 +34,18 @@ impl Step for Scalar<'_> {
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let g = self.g;
-        deal_chunks(self.at.plan.tensors[self.x].len(), emit, |first, count| {
-            let mut out = [Vec::new(), Vec::new()];
-            let mut buf = DealBuffers::new(fss, count, |m| g.deal_scratch_blocks(count, m));
-            deal_material(g, count, &mut out, |k0, k1, ex| {
-                let s = &mut buf.scratch();
-                g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, s)
-            })
-            .map_err(deal_core(self.at.step))?;
-            Ok(out)
-        })
+        deal_chunks(
+            self.at.plan.tensors[self.x].len(),
+            emit,
+            |first, count, out| {
+                let mut buf = DealBuffers::new(fss, count, |m| g.deal_scratch_blocks(count, m));
+                deal_material(g, count, out, |k0, k1, ex| {
+                    let s = &mut buf.scratch();
+                    g.deal(fss, seeds, None, first as u64, count, k0, k1, ex, s)
+                })
+                .map_err(deal_core(self.at.step))
+            },
+        )
     }
 
     fn run(

@@ -329,18 +329,22 @@ pub(super) fn load_ring_material<'s>(
 }
 
 /// Deals `n` elements chunk by chunk ([`chunks`]) with `deal(first,
-/// count)`, which gives both parties' section bytes of one chunk: a window
-/// of chunks in parallel, emitted in order, so that memory stays bounded.
+/// count, out)`, which appends both parties' section bytes of one chunk to
+/// `out`: a window of chunks in parallel, emitted in order, so that memory
+/// stays bounded.
 pub(super) fn deal_chunks(
     n: usize,
     emit: &mut Emit<'_>,
-    deal: impl Fn(usize, usize) -> Result<[Vec<u8>; 2], DealError> + Sync,
+    deal: impl Fn(usize, usize, &mut [Vec<u8>; 2]) -> Result<(), DealError> + Sync,
 ) -> Result<(), DealError> {
     let list: Vec<(usize, usize)> = chunks(n).collect();
     for window in list.chunks(2 * rayon::current_num_threads().max(1)) {
         let parts: Vec<Result<[Vec<u8>; 2], DealError>> = window
             .par_iter()
-            .map(|&(first, count)| deal(first, count))
+            .map(|&(first, count)| {
+                let mut out = [Vec::new(), Vec::new()];
+                deal(first, count, &mut out).map(|()| out)
+            })
             .collect();
         for p in parts {
             emit(p?)?;

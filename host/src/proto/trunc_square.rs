@@ -17,8 +17,8 @@
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::Protocol;
 use suffuse_core::gate::trunc_open::{TruncOpen, TruncOpenEval};
+use suffuse_core::gate::{Protocol, SingleKey};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
@@ -79,13 +79,11 @@ impl Step for TruncSquare<'_> {
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let (shape, step) = (self.shape(), self.at.step);
-        deal_chunks(self.n(), emit, |first, count| {
-            let mut out = [Vec::new(), Vec::new()];
-            deal_ring_material(shape, (step, count), &mut out, |k0, k1, ex, _| {
+        deal_chunks(self.n(), emit, |first, count, out| {
+            deal_ring_material(shape, (step, count), out, |k0, k1, ex, _| {
                 self.g
                     .deal(fss, seeds, None, first as u64, count, k0[0], k1[0], ex)
-            })?;
-            Ok(out)
+            })
         })
     }
 
