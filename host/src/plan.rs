@@ -427,8 +427,8 @@ pub struct RopeTables {
     pub keep: u32,
 }
 
-fn is_zero(v: &u32) -> bool {
-    *v == 0
+fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 impl RopeTables {
@@ -586,6 +586,10 @@ pub enum Kind {
         k: u32,
         /// Output `[rows × 1]`.
         out: usize,
+        /// Rows per causal block, or 0: row `r` then takes its first
+        /// `r % causal + 1` values only (`MaxTree::causal`).
+        #[serde(skip_serializing_if = "is_zero")]
+        causal: usize,
     },
     /// `batches` secret × secret products `[m×k]·[k×n]` with Beaver matrix
     /// triples (step).
@@ -963,7 +967,7 @@ fn shared<K: std::hash::Hash + Eq, V>(
 struct BuiltCache {
     gates: HashMap<GateSpec, Arc<Gate>>,
     chains: HashMap<ChainSpec, Arc<Chain>>,
-    trees: HashMap<(u32, usize), Arc<MaxTree>>,
+    trees: HashMap<(u32, usize, usize), Arc<MaxTree>>,
 }
 
 impl BuiltCache {
@@ -984,12 +988,16 @@ impl BuiltCache {
             Kind::Chain { spec, .. } => Built::Chain(shared(&mut self.chains, *spec, || {
                 spec.build().map_err(fail(format!("{spec:?}")))
             })?),
-            Kind::Max { x, k, .. } => {
+            Kind::Max { x, k, causal, .. } => {
                 let cols = tensors[*x].cols;
-                Built::Max(shared(&mut self.trees, (*k, cols), || {
+                Built::Max(shared(&mut self.trees, (*k, cols, *causal), || {
                     let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
                     MaxTree::new(RING, w, cols)
                         .map(|t| t.one_round_tail(ONE_ROUND_TAIL))
+                        .map(|t| match *causal {
+                            0 => t,
+                            period => t.causal(period),
+                        })
                         .map_err(fail(format!("max over width {k}")))
                 })?)
             }

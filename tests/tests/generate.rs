@@ -65,10 +65,11 @@ fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
 }
 
 /// A prompt of 12 tokens pads to 16 slots: the prefill's causal max runs
-/// as two trees (16 and 8 columns) in lanes of one group, and the servers
-/// stay bit-exact (tiny-llama, and tiny-gemma under its window).
+/// one causal tree (row `i` over its own `i + 1` keys, a tree over 16
+/// values' rounds), and the servers stay bit-exact (tiny-llama, and
+/// tiny-gemma under its window).
 #[test]
-fn a_prefill_of_16_slots_runs_its_causal_max_as_lanes_bit_exact() {
+fn a_prefill_of_16_slots_runs_its_causal_max_bit_exact() {
     let prompt: Vec<u32> = (40..52).collect();
     for name in ["tiny-llama", "tiny-gemma"] {
         let g = run(name, &prompt, 2, Sampling::default());

@@ -11,6 +11,14 @@
 //! last levels where [`MaxTree::one_round_tail`] asks for
 //! [`super::ring_relu`]'s one-round ReLU (few comparisons are left there,
 //! so its larger keys cost little).
+//!
+//! A causal tree ([`MaxTree::causal`]) takes rows of their own lengths:
+//! in every block of `period` rows, row `i` holds `i + 1` values (a causal
+//! attention block's query `i` sees keys `0..=i`), the rest of its stored
+//! row unread. Each row pairs its own values level by level (an odd one
+//! passes up), so a row of `n` values costs `n − 1` ReLUs, and a block of
+//! `L` rows `L(L−1)/2` in all; every row's tree ends within the levels of
+//! the longest, so the rounds are a tree over `L` values'.
 
 use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
@@ -34,6 +42,9 @@ pub struct MaxTree {
     pub ring: RingRelu,
     /// Levels at the end that use `ring`.
     pub tail: usize,
+    /// Rows per causal block (row `r` holds `min(len, r % period + 1)`
+    /// values), or 0: every row holds `len`.
+    pub period: usize,
 }
 
 impl MaxTree {
@@ -52,6 +63,7 @@ impl MaxTree {
                 len,
                 ring: one,
                 tail: 0,
+                period: 0,
             }),
             Err(e) => Err(e),
         }
@@ -66,6 +78,53 @@ impl MaxTree {
             self.levels()
         };
         self
+    }
+
+    /// The same tree over causal blocks of `period` rows (at least 1): in
+    /// each, row `i` takes its first `i + 1` values (at most `len`).
+    pub const fn causal(mut self, period: usize) -> MaxTree {
+        self.period = if period == 0 { 1 } else { period };
+        self
+    }
+
+    /// Values row `r` holds.
+    pub const fn row_len(&self, r: usize) -> usize {
+        if self.period == 0 {
+            return self.len;
+        }
+        let n = r % self.period + 1;
+        if n < self.len { n } else { self.len }
+    }
+
+    /// Values a row of `n` holds entering `level`.
+    const fn shrink(n: usize, level: usize) -> usize {
+        let mut cur = n;
+        let mut l = 0;
+        while l < level {
+            cur = cur / 2 + cur % 2;
+            l += 1;
+        }
+        cur
+    }
+
+    /// Values row `r` holds entering `level`.
+    pub const fn row_width(&self, r: usize, level: usize) -> usize {
+        Self::shrink(self.row_len(r), level)
+    }
+
+    /// ReLU instances at `level` over `rows` rows: `rows · pairs(level)`,
+    /// or each causal row's own pairs.
+    pub const fn count(&self, rows: usize, level: usize) -> usize {
+        if self.period == 0 {
+            return rows * self.pairs(level);
+        }
+        let mut n = 0;
+        let mut r = 0;
+        while r < rows {
+            n += self.row_width(r, level) / 2;
+            r += 1;
+        }
+        n
     }
 
     /// Whether `level` runs the one-round ReLU.
@@ -168,10 +227,10 @@ impl MaxTree {
     /// in groups of `group` (its widest level, see
     /// [`Gate::deal_scratch_blocks`]).
     pub const fn deal_scratch_blocks(&self, rows: usize, group: usize) -> usize {
-        self.relu.deal_scratch_blocks(rows * self.pairs(0), group)
+        self.relu.deal_scratch_blocks(self.count(rows, 0), group)
     }
 
-    /// Deals `level` for `rows` rows: ReLU keys for `rows · pairs(level)`
+    /// Deals `level` for `rows` rows: ReLU keys for `count(rows, level)`
     /// elements, seeded from the level's derived seeds; `scratch` is
     /// [`Gate::deal`]'s; `random` holds [`MaxTree::random_words`] fresh
     /// dealer words per ReLU (a one-round level's keys draw them).
@@ -195,7 +254,7 @@ impl MaxTree {
         if self.one_round(level) {
             let [a0, b0, _] = dcf0;
             let [a1, b1, _] = dcf1;
-            let count = rows * self.pairs(level);
+            let count = self.count(rows, level);
             return self
                 .ring
                 .deal(fss, s, None, random, 0, count, [a0, b0], [a1, b1]);
@@ -205,7 +264,7 @@ impl MaxTree {
             s,
             None,
             0,
-            rows * self.pairs(level),
+            self.count(rows, level),
             dcf0,
             dcf1,
             explicit,
@@ -215,7 +274,7 @@ impl MaxTree {
 
     /// Scratch words for `rows` rows.
     pub const fn scratch_words(&self, rows: usize) -> usize {
-        let n = rows * self.pairs(0);
+        let n = self.count(rows, 0);
         let (gate, one) = (self.relu.scratch_words(n), RingRelu::scratch_words(n));
         rows * self.len + n + if gate > one { gate } else { one }
     }
@@ -278,7 +337,7 @@ impl<'a> MaxEval<'a> {
         if values.len() != rows * tree.len || scratch.len() < tree.scratch_words(rows) {
             return Err(Error::BufferLength);
         }
-        let (head, relu) = scratch.split_at_mut(rows * tree.len + rows * tree.pairs(0));
+        let (head, relu) = scratch.split_at_mut(rows * tree.len + tree.count(rows, 0));
         head[..values.len()].copy_from_slice(values);
         Ok(MaxEval {
             tree,
@@ -294,23 +353,24 @@ impl<'a> MaxEval<'a> {
         })
     }
 
-    /// Writes `level`'s differences a − b of each pair, row by row (the
-    /// ReLU's input), after the values; returns where they start and how
-    /// many there are.
+    /// Writes `level`'s differences a − b of each row's pairs, row by row
+    /// (the ReLU's input), after the values; returns where they start and
+    /// how many there are.
     fn differences(&mut self, level: usize) -> (usize, usize) {
         let t = self.tree;
         let w = t.relu.ring();
         let cur = t.width_at(level);
-        let pairs = t.pairs(level);
         let diff_at = self.rows * t.len;
+        let mut at = diff_at;
         for r in 0..self.rows {
-            for p in 0..pairs {
+            for p in 0..t.row_width(r, level) / 2 {
                 let a = self.values[r * cur + 2 * p];
                 let b = self.values[r * cur + 2 * p + 1];
-                self.values[diff_at + r * pairs + p] = w.sub(a, b);
+                self.values[at] = w.sub(a, b);
+                at += 1;
             }
         }
-        (diff_at, self.rows * pairs)
+        (diff_at, at - diff_at)
     }
 
     /// Starts a two-round `level`: its ReLU evaluator takes the area.
@@ -338,7 +398,7 @@ impl<'a> MaxEval<'a> {
 
     /// Ends a two-round `level`: its ReLU outputs replace the differences.
     fn end_level(&mut self, level: usize) -> Result<(), Error> {
-        let n = self.rows * self.tree.pairs(level);
+        let n = self.tree.count(self.rows, level);
         let diff_at = self.rows * self.tree.len;
         let ev = self.current.take().ok_or(Error::Unsupported)?;
         // ReLU(a − b) over the differences, in place.
@@ -363,7 +423,7 @@ impl<'a> MaxEval<'a> {
     /// differences.
     fn close_level(&mut self, level: usize, recv: &[u8], fss: &dyn BatchEval) -> Result<(), Error> {
         let one = &self.tree.ring;
-        let n = self.rows * self.tree.pairs(level);
+        let n = self.tree.count(self.rows, level);
         let diff_at = self.rows * self.tree.len;
         let keys = one.key_batches(self.party, &self.keys[level])?;
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
@@ -375,22 +435,25 @@ impl<'a> MaxEval<'a> {
     }
 
     /// After `level`: max = b + ReLU(a − b) (the ReLUs where the
-    /// differences were); rows compact to the next width.
+    /// differences were); rows compact to the next width, each row's odd
+    /// value passing up.
     fn compact(&mut self, level: usize) {
         let t = self.tree;
         let w = t.relu.ring();
         let cur = t.width_at(level);
-        let pairs = t.pairs(level);
         let next_w = t.width_at(level + 1);
-        let diff_at = self.rows * t.len;
+        let mut at = self.rows * t.len;
         for r in 0..self.rows {
+            let width = t.row_width(r, level);
+            let pairs = width / 2;
             for p in 0..pairs {
                 let b = self.values[r * cur + 2 * p + 1];
-                let m = w.add(b, self.values[diff_at + r * pairs + p]);
+                let m = w.add(b, self.values[at]);
+                at += 1;
                 self.values[r * next_w + p] = m;
             }
-            if cur % 2 == 1 {
-                self.values[r * next_w + pairs] = self.values[r * cur + cur - 1];
+            if width % 2 == 1 {
+                self.values[r * next_w + pairs] = self.values[r * cur + width - 1];
             }
         }
     }
@@ -406,7 +469,7 @@ impl Protocol for MaxEval<'_> {
             return 0;
         }
         let (level, j) = self.tree.locate(round);
-        let n = self.rows * self.tree.pairs(level);
+        let n = self.tree.count(self.rows, level);
         let g = &self.tree.relu;
         if self.tree.one_round(level) {
             crate::mpc::words_len(g.ring(), n)
@@ -485,7 +548,7 @@ mod tests {
         type LevelStore = ([Vec<Vec<u8>>; 2], Vec<u64>);
         let mut store: Vec<LevelStore> = Vec::new();
         for l in 0..levels {
-            let n = rows * tree.pairs(l);
+            let n = tree.count(rows, l);
             let mk = || -> Vec<Vec<u8>> {
                 (0..MAX_KEYS)
                     .map(|k| vec![0u8; tree.key_params(l, k).map_or(0, |p| n * p.key_len())])
@@ -603,6 +666,56 @@ mod tests {
                 tree.rounds(),
                 2 * (usize::BITS - (len - 1).leading_zeros()) as usize
             );
+        }
+    }
+
+    /// A causal tree: row `r` of every block of `period` rows takes its
+    /// first `r % period + 1` values (at most `len`), whatever the rest of
+    /// its stored row holds; `n − 1` ReLUs for a row of `n`, in the rounds
+    /// of the tree over `len`, with and without one-round levels, and for
+    /// rows that end inside a block.
+    #[test]
+    fn causal_rows_take_their_own_lengths() {
+        let (n, k) = (Width::W64, Width::of(30));
+        let mut prg = Prg::new(&[5; 16]);
+        for (len, period, rows, tail) in [
+            (1, 1, 3, 0),
+            (2, 2, 4, 1),
+            (5, 5, 12, 0),
+            (8, 8, 16, 2),
+            (13, 13, 29, 3),
+            (16, 16, 16, 4),
+            (9, 4, 11, 1),
+            (33, 33, 33, 9),
+        ] {
+            let plain = MaxTree::new(n, k, len).unwrap().one_round_tail(tail);
+            let tree = MaxTree::new(n, k, len)
+                .unwrap()
+                .one_round_tail(tail)
+                .causal(period);
+            let values: Vec<u64> = (0..rows * len)
+                .map(|_| n.from_signed((prg.next_u64() as i64) >> 36))
+                .collect();
+            let got = run_max(&tree, rows, &values);
+            let mut relus = 0;
+            for r in 0..rows {
+                let own = (r % period + 1).min(len);
+                assert_eq!(tree.row_len(r), own);
+                relus += own - 1;
+                let want = values[r * len..r * len + own]
+                    .iter()
+                    .map(|v| n.to_signed(*v))
+                    .max()
+                    .unwrap();
+                assert_eq!(
+                    n.to_signed(got[r]),
+                    want,
+                    "len {len} period {period} row {r}"
+                );
+            }
+            let counted: usize = (0..tree.levels()).map(|l| tree.count(rows, l)).sum();
+            assert_eq!(counted, relus, "len {len} period {period}");
+            assert_eq!(tree.rounds(), plain.rounds());
         }
     }
 }

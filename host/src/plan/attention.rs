@@ -296,9 +296,7 @@ fn minus_row_max(
         sb
     };
     let m = match band {
-        Some(_) if h.queries == keys && keys > RAGGED_MIN => {
-            causal_max(b, max_in, h, (kmax, m_abs), l)?
-        }
+        Some(_) if h.queries == keys && keys > 1 => causal_max(b, max_in, h, (kmax, m_abs), l)?,
         _ => row_max(b, max_in, (kmax, m_abs), format!("layer {l} row max"))?,
     };
     let z_abs = 2.0 * score_abs + c;
@@ -327,21 +325,21 @@ fn row_max(
 ) -> Result<usize, PlanError> {
     let rows = b.info(x).rows;
     let m = b.tensor(name, rows, 1, FRAC, Bound::uniform(1, m_abs))?;
-    b.push(Kind::Max { x, k, out: m });
+    b.push(Kind::Max {
+        x,
+        k,
+        out: m,
+        causal: 0,
+    });
     Ok(m)
 }
 
-/// The narrowest rows a causal max splits off ([`causal_max`]).
-const RAGGED_MIN: usize = 8;
-
 /// The row maxima of a prefill's causal (or banded) square blocks `x`
 /// (`[blocks·L × L]`, each row's keys after its own already replaced by
-/// its diagonal), tree by tree: row `i` sees keys `0..=i` only, so rows
-/// `L/2..L` take a tree over all `L` columns, rows `L/4..L/2` one over the
-/// first `L/2`, and so on down to [`RAGGED_MIN`] (`L(L−1)` comparisons per
-/// block become about two thirds of it). The same maxima, so the same
-/// values downstream; the trees run as lanes of one group, in the widest
-/// tree's rounds.
+/// its diagonal): row `i` of a block sees keys `0..=i` only, so one causal
+/// tree (`MaxTree::causal`) takes each row's first `i + 1` values,
+/// `L(L−1)/2` comparisons per block where a tree over whole rows takes
+/// `L(L−1)`. The same maxima, in the rounds of a tree over `L` values.
 fn causal_max(
     b: &mut Builder,
     x: usize,
@@ -349,50 +347,16 @@ fn causal_max(
     (k, m_abs): (u32, f64),
     l: usize,
 ) -> Result<usize, PlanError> {
-    let (keys, blocks) = (h.keys, h.blocks);
-    // (first row, rows, width) of each tree, widest first.
-    let mut groups = Vec::new();
-    let mut hi = keys;
-    while hi > RAGGED_MIN {
-        groups.push((hi / 2, hi - hi / 2, hi));
-        hi /= 2;
-    }
-    groups.push((0, hi, hi));
-    let mut inputs = Vec::with_capacity(groups.len());
-    for &(first, count, width) in &groups {
-        let mut parts = Vec::with_capacity(blocks);
-        for block in 0..blocks {
-            let name = format!("layer {l} rows {first}.. of block {block} for the max");
-            let bound = b.info(x).bound.clone();
-            let rows = b.rows(x, (block * keys + first, count), bound, name.clone())?;
-            parts.push(match width < keys {
-                true => super::linear::heads(b, rows, 0, 1, width, name)?,
-                false => rows,
-            });
-        }
-        inputs.push(b.stack_rows(&parts, format!("layer {l} rows {first}.. for the max"))?);
-    }
-    let mut maxima = Vec::with_capacity(groups.len());
-    b.begin_lanes();
-    for (i, (&(first, _, _), input)) in groups.iter().zip(&inputs).enumerate() {
-        if i > 0 {
-            b.next_lane();
-        }
-        let name = format!("layer {l} row max, rows {first}..");
-        maxima.push(row_max(b, *input, (k, m_abs), name)?);
-    }
-    b.end_lanes()?;
-    // Back to the rows' order: block by block, the narrowest tree's rows
-    // first.
-    let mut parts = Vec::with_capacity(blocks * groups.len());
-    for block in 0..blocks {
-        for (&(first, count, _), &m) in groups.iter().zip(&maxima).rev() {
-            let name = format!("layer {l} row max, rows {first}.. of block {block}");
-            let bound = Bound::uniform(1, m_abs);
-            parts.push(b.rows(m, (block * count, count), bound, name)?);
-        }
-    }
-    b.stack_rows(&parts, format!("layer {l} row max"))
+    let rows = b.info(x).rows;
+    let name = format!("layer {l} row max");
+    let m = b.tensor(name, rows, 1, FRAC, Bound::uniform(1, m_abs))?;
+    b.push(Kind::Max {
+        x,
+        k,
+        out: m,
+        causal: h.keys,
+    });
+    Ok(m)
 }
 
 /// Row sums of the exponents `e` and their reciprocal; returns it and its
@@ -571,10 +535,10 @@ mod tests {
     use crate::plan::{Finish, Inputs};
     use crate::reference::{self, PassInputs};
 
-    /// The causal max's trees give every row the maximum one tree over
-    /// the whole row gives (its keys after its own are copies of its
-    /// diagonal), for square blocks of 40 keys (trees of 40, 20, 10 and 10
-    /// columns) and of 16 (16 and 8), under the causal square and a band.
+    /// The causal max's tree, each row over its own first `i + 1` keys,
+    /// gives every row the maximum one tree over the whole row gives (its
+    /// keys after its own are copies of its diagonal), for square blocks
+    /// of 40 and 16 keys, under the causal square and a band.
     #[test]
     fn causal_maxima_equal_the_whole_rows_maxima() {
         for (keys, window) in [(40, None), (16, None), (16, Some(5))] {
@@ -649,7 +613,7 @@ mod tests {
             .iter()
             .filter(|op| matches!(op.kind, Kind::Max { .. }))
             .count();
-        assert_eq!(trees, if keys == 40 { 5 } else { 3 }, "keys {keys}");
+        assert_eq!(trees, 2, "keys {keys}");
         let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
         let (r, w) = outs[0].split_at(rows);
         assert_eq!(r, w, "keys {keys}, window {window:?}");

@@ -33,8 +33,8 @@ impl Step for RowMax<'_> {
         let (tree, rows) = (self.t, self.rows());
         (0..tree.levels())
             .map(|l| match tree.one_round(l) {
-                true => RingShape::relu(&tree.ring).bytes(rows * tree.pairs(l), party),
-                false => gate_bytes(&tree.relu, rows * tree.pairs(l), party),
+                true => RingShape::relu(&tree.ring).bytes(tree.count(rows, l), party),
+                false => gate_bytes(&tree.relu, tree.count(rows, l), party),
             })
             .sum()
     }
@@ -47,12 +47,12 @@ impl Step for RowMax<'_> {
         emit: &mut Emit<'_>,
     ) -> Result<(), DealError> {
         let (tree, rows) = (self.t, self.rows());
-        let mut buf = DealBuffers::new(fss, rows * tree.pairs(0), |m| {
+        let mut buf = DealBuffers::new(fss, tree.count(rows, 0), |m| {
             tree.deal_scratch_blocks(rows, m)
         });
         for level in 0..tree.levels() {
             let mut out = [Vec::new(), Vec::new()];
-            let count = rows * tree.pairs(level);
+            let count = tree.count(rows, level);
             if tree.one_round(level) {
                 let shape = RingShape::relu(&tree.ring);
                 deal_ring_material(
@@ -87,7 +87,7 @@ impl Step for RowMax<'_> {
         let mut mats = Vec::with_capacity(tree.levels());
         for level in 0..tree.levels() {
             let ls = step_seed(h, seed, level);
-            let count = rows * tree.pairs(level);
+            let count = tree.count(rows, level);
             let party = on.party;
             mats.push(if tree.one_round(level) {
                 load_ring_material(RingShape::relu(&tree.ring), party, count, cur, |roots| {
@@ -112,13 +112,18 @@ impl Step for RowMax<'_> {
     }
 
     /// Inside the proven width every ReLU of a difference is exact, so the
-    /// tree computes the true maximum.
+    /// tree computes the true maximum of each row's values (a causal row's
+    /// first `MaxTree::row_len`).
     fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
         let cols = self.at.plan.tensors[self.x].cols;
         Ok(store
             .get(self.at.plan, self.x)?
             .chunks(cols.max(1))
-            .map(|row| row.iter().map(|v| *v as i64).max().unwrap_or(0) as u64)
+            .enumerate()
+            .map(|(r, row)| {
+                let own = &row[..self.t.row_len(r).min(row.len())];
+                own.iter().map(|v| *v as i64).max().unwrap_or(0) as u64
+            })
             .collect())
     }
 }

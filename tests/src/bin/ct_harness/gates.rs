@@ -489,20 +489,32 @@ fn chain_case(
     Ok(())
 }
 
-/// Row maxima of `rows` rows of `len` signed values.
+/// Row maxima of `rows` rows of `len` signed values, then of a causal
+/// block's rows (row `i` over its first `i + 1`).
 fn max_case(
     b: &Backends<'_>,
     inputs: &mut PublicInputs,
     stats: &mut GateStats,
 ) -> HarnessResult<()> {
-    let ring = Width::W64;
-    let (rows, len) = (3, 13);
+    let len = 13;
     // Two of its four levels in one round: both kinds of level run.
-    let tree = MaxTree::new(ring, Width::of(32), len)?.one_round_tail(2);
+    let tree = || MaxTree::new(Width::W64, Width::of(32), len).map(|t| t.one_round_tail(2));
+    max_tree_case(b, inputs, stats, &tree()?, 3)?;
+    max_tree_case(b, inputs, stats, &tree()?.causal(len), len + 3)
+}
+
+fn max_tree_case(
+    b: &Backends<'_>,
+    inputs: &mut PublicInputs,
+    stats: &mut GateStats,
+    tree: &MaxTree,
+    rows: usize,
+) -> HarnessResult<()> {
+    let (ring, len) = (tree.relu.ring(), tree.len);
     let seeds = secret_seeds(inputs);
     let mut dealt = Vec::new();
     for l in 0..tree.levels() {
-        let count = rows * tree.pairs(l);
+        let count = tree.count(rows, l);
         let lens: Vec<usize> = (0..MAX_KEYS)
             .map_while(|k| tree.key_params(l, k).map(|p| p.key_len()))
             .collect();
@@ -530,8 +542,10 @@ fn max_case(
     let v = secret_shares(ring, &values, inputs);
     let want: Vec<u64> = values
         .chunks(len)
-        .map(|r| {
-            r.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            r[..tree.row_len(i)]
+                .iter()
                 .copied()
                 .max_by_key(|v| ring.to_signed(*v))
                 .unwrap_or(0)
@@ -548,7 +562,7 @@ fn max_case(
         let mut s0 = vec![0u64; tree.scratch_words(rows)];
         let mut s1 = vec![0u64; tree.scratch_words(rows)];
         let mut p0 = MaxEval::new(
-            &tree,
+            tree,
             b.fss,
             Party::P0,
             seeds[0],
@@ -558,7 +572,7 @@ fn max_case(
             &mut s0,
         )?;
         let mut p1 = MaxEval::new(
-            &tree,
+            tree,
             b.fss,
             Party::P1,
             seeds[1],
@@ -570,7 +584,8 @@ fn max_case(
         run_pair(&mut p0, &mut p1, &Declassify(*eval))?;
         let [o0, o1] = outputs(&p0, &p1)?;
         let got: Vec<u64> = o0.iter().zip(&o1).map(|(a, c)| ring.add(*a, *c)).collect();
-        stats.compare(&format!("max tree ({})", eval.name()), &got, &want);
+        let kind = if tree.period == 0 { "" } else { "causal " };
+        stats.compare(&format!("{kind}max tree ({})", eval.name()), &got, &want);
     }
     Ok(())
 }
