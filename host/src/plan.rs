@@ -427,6 +427,10 @@ pub struct RopeTables {
     pub keep: u32,
 }
 
+fn is_standard_tail(v: &usize) -> bool {
+    *v == ONE_ROUND_TAIL
+}
+
 fn is_zero<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
 }
@@ -590,6 +594,10 @@ pub enum Kind {
         /// `r % causal + 1` values only (`MaxTree::causal`).
         #[serde(skip_serializing_if = "is_zero")]
         causal: usize,
+        /// The last levels that run in one round
+        /// (`MaxTree::one_round_tail`).
+        #[serde(skip_serializing_if = "is_standard_tail")]
+        tail: usize,
     },
     /// `batches` secret × secret products `[m×k]·[k×n]` with Beaver matrix
     /// triples (step).
@@ -967,7 +975,7 @@ fn shared<K: std::hash::Hash + Eq, V>(
 struct BuiltCache {
     gates: HashMap<GateSpec, Arc<Gate>>,
     chains: HashMap<ChainSpec, Arc<Chain>>,
-    trees: HashMap<(u32, usize, usize), Arc<MaxTree>>,
+    trees: HashMap<(u32, usize, usize, usize), Arc<MaxTree>>,
 }
 
 impl BuiltCache {
@@ -988,12 +996,14 @@ impl BuiltCache {
             Kind::Chain { spec, .. } => Built::Chain(shared(&mut self.chains, *spec, || {
                 spec.build().map_err(fail(format!("{spec:?}")))
             })?),
-            Kind::Max { x, k, causal, .. } => {
+            Kind::Max {
+                x, k, causal, tail, ..
+            } => {
                 let cols = tensors[*x].cols;
-                Built::Max(shared(&mut self.trees, (*k, cols, *causal), || {
+                Built::Max(shared(&mut self.trees, (*k, cols, *causal, *tail), || {
                     let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
                     MaxTree::new(RING, w, cols)
-                        .map(|t| t.one_round_tail(ONE_ROUND_TAIL))
+                        .map(|t| t.one_round_tail(*tail))
                         .map(|t| match *causal {
                             0 => t,
                             period => t.causal(period),
@@ -2291,6 +2301,60 @@ mod tests {
             }
             assert!(opened_ahead.windows(2).all(|w| w[0] == w[1]), "{name}");
             assert!(!opened_ahead[0].is_empty());
+        }
+    }
+
+    /// A decode pass truncates its scores in one round and runs one more
+    /// max level in one round than a prefill does; the prefill keeps the
+    /// two-round truncation and the standard tail.
+    #[test]
+    fn decode_passes_take_their_scores_and_max_in_fewer_rounds() {
+        for name in ["tiny-llama", "tiny-gpt2", "tiny-gemma"] {
+            let model = crate::model::Decoder::builtin(name).unwrap();
+            let shape = Shape {
+                batch: 1,
+                seq: 8,
+                decode_steps: 2,
+            };
+            let plan = build(&model, shape).unwrap();
+            for (i, pass) in plan.passes.iter().enumerate() {
+                let end = plan
+                    .passes
+                    .get(i + 1)
+                    .map_or(plan.ops.len(), |p| p.first_op);
+                let (mut scores, mut tails) = (Vec::new(), Vec::new());
+                for op in &plan.ops[pass.first_op..end] {
+                    match &op.kind {
+                        Kind::Max { tail, .. } => tails.push(*tail),
+                        Kind::Gate {
+                            out,
+                            gate: GateSpec::Trunc { .. },
+                            ..
+                        }
+                        | Kind::Chain {
+                            out,
+                            spec: ChainSpec::Trunc { .. },
+                            ..
+                        } if plan.tensors[*out].name.ends_with(" scores") => {
+                            scores.push(matches!(op.kind, Kind::Chain { .. }));
+                        }
+                        _ => {}
+                    }
+                }
+                let layers = model.layers.len();
+                assert_eq!(
+                    (scores.len(), tails.len()),
+                    (layers, layers),
+                    "{name} pass {i}"
+                );
+                let decoding = i > 0;
+                assert!(scores.iter().all(|one| *one == decoding), "{name} pass {i}");
+                let want = ONE_ROUND_TAIL + usize::from(decoding);
+                assert!(
+                    tails.iter().all(|t| *t == want),
+                    "{name} pass {i}: {tails:?}"
+                );
+            }
         }
     }
 

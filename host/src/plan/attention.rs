@@ -14,9 +14,12 @@
 //! (public), so the row sums and `E·V` see exact zeros there.
 
 use super::bound::{self, Bound};
-use super::scale::{INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, ulp};
+use super::scale::{
+    INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, truncate_decoding, ulp,
+};
 use super::{Band, Builder, Category, ChainSpec, GateSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, RECIP_FRAC};
+use suffuse_core::gate::max::ONE_ROUND_TAIL;
 use suffuse_core::gate::splines;
 
 /// The secret heads of one attention: `blocks` independent (query, key)
@@ -107,7 +110,7 @@ fn scores(b: &mut Builder, h: Heads, score_max: f64, l: usize) -> Result<(usize,
     } else {
         s2
     };
-    let s = truncate(b, s2, FRAC, format!("layer {l} scores"))?;
+    let s = truncate_decoding(b, s2, FRAC, format!("layer {l} scores"))?;
     let score_abs = b.info(s).bound.max_abs();
     Ok((s, score_abs))
 }
@@ -325,14 +328,29 @@ fn row_max(
 ) -> Result<usize, PlanError> {
     let rows = b.info(x).rows;
     let m = b.tensor(name, rows, 1, FRAC, Bound::uniform(1, m_abs))?;
+    // A decode pass has one row per head: its levels all take one round.
+    let tail = if b.decoding() {
+        DECODE_TAIL
+    } else {
+        ONE_ROUND_TAIL
+    };
     b.push(Kind::Max {
         x,
         k,
         out: m,
         causal: 0,
+        tail,
     });
     Ok(m)
 }
+
+/// One-round levels at the end of a decode pass's max tree: one more than
+/// a prefill's. A decode pass's rows are its heads (9 of 65 keys for
+/// SmolLM2 at context 64), so the fifth-last level's 8 ReLUs a row cost
+/// 2.1 MB more keys per token for 30 rounds fewer; the level above it
+/// would cost 4.2 MB, the one above that 8.4 (`docs/PLAN.md`, "One round
+/// in decode passes").
+const DECODE_TAIL: usize = 5;
 
 /// The row maxima of a prefill's causal (or banded) square blocks `x`
 /// (`[blocks·L × L]`, each row's keys after its own already replaced by
@@ -355,6 +373,7 @@ fn causal_max(
         k,
         out: m,
         causal: h.keys,
+        tail: ONE_ROUND_TAIL,
     });
     Ok(m)
 }

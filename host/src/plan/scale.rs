@@ -87,6 +87,20 @@ pub(super) fn truncate_scalar(
     truncate_as(b, x, to, name, true)
 }
 
+/// [`truncate`] in one round in a decode pass, in two elsewhere: a decode
+/// pass's tensor has one row per head where a prefill's has one per
+/// token, so the one-round form's larger keys cost little there
+/// (`docs/PLAN.md`, "One round in decode passes").
+pub(super) fn truncate_decoding(
+    b: &mut Builder,
+    x: usize,
+    to: u32,
+    name: String,
+) -> Result<usize, PlanError> {
+    let one_round = b.decoding();
+    truncate_as(b, x, to, name, one_round)
+}
+
 fn truncate_as(
     b: &mut Builder,
     x: usize,
