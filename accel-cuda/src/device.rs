@@ -352,7 +352,11 @@ impl Launcher for Device {
             let host = pinned.buffers[slot]
                 .as_mut_slice()
                 .map_err(driver("cuEventSynchronize"))?;
-            host[..chunk.len()].copy_from_slice(chunk);
+            // On every core: one thread copied at about 3.7 GB/s on the
+            // H200 machine, where the link takes several times that.
+            crate::par::zip_chunks(&mut host[..chunk.len()], 1 << 20, chunk, 1 << 20, |o, i| {
+                o.copy_from_slice(i);
+            });
             let at = base + (i * PINNED_BYTES) as u64;
             // SAFETY: `at` lies in `dst`, which holds all of `bytes`; the
             // pinned source stays untouched until `copied[slot]` completes,
