@@ -90,6 +90,9 @@ pub struct Device {
     /// Staged key sections travel on their own stream, beside the kernels.
     copies: Arc<CudaStream>,
     pinned: Mutex<Option<Pinned>>,
+    /// The pinned double buffers generated keys come back through
+    /// ([`Launcher::download_bytes`]), apart from the staging's.
+    pinned_down: Mutex<Option<[PinnedHostSlice<u8>; 2]>>,
     functions: Vec<CudaFunction>,
     name: String,
     multiprocessors: u32,
@@ -163,6 +166,7 @@ impl Device {
             stream,
             copies,
             pinned: Mutex::new(None),
+            pinned_down: Mutex::new(None),
             functions,
             name,
             multiprocessors: u32::try_from(multiprocessors).unwrap_or(1).max(1),
@@ -309,17 +313,78 @@ impl Launcher for Device {
         if dst.len() > src.num_bytes() {
             return Err(CudaError::Launch("download longer than its buffer"));
         }
-        if !dst.is_empty() {
-            let (at, _sync) = src.device_ptr(&self.stream);
-            // SAFETY: `at` addresses `src`, which holds at least `dst.len()`
-            // bytes; the copy is ordered after the stream's launches, and
-            // the synchronisation below ends it before `dst` is returned.
-            unsafe { cudarc::driver::result::memcpy_dtoh_async(dst, at, self.stream.cu_stream()) }
-                .map_err(driver("cuMemcpyDtoHAsync"))?;
+        if dst.is_empty() {
+            return Ok(());
         }
-        self.stream
-            .synchronize()
-            .map_err(driver("cuStreamSynchronize"))
+        // Through two pinned buffers: the copy engine fills one while the
+        // host's cores copy the other out. A copy straight into pageable
+        // memory ran at about 3 GB/s on the H200 machine.
+        let mut guard = self
+            .pinned_down
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            let alloc = || {
+                // SAFETY: plain pinned host memory, written (by the copy
+                // engine) before it is read.
+                unsafe { self.context.alloc_pinned::<u8>(PINNED_BYTES) }
+                    .map_err(driver("cuMemHostAlloc"))
+            };
+            *guard = Some([alloc()?, alloc()?]);
+        }
+        let Some(buffers) = guard.as_mut() else {
+            return Err(CudaError::Launch("pinned buffers missing"));
+        };
+        let (base, _sync) = src.device_ptr(&self.stream);
+        let len = dst.len();
+        let chunks = len.div_ceil(PINNED_BYTES);
+        let span = |i: usize| (i * PINNED_BYTES, len.min((i + 1) * PINNED_BYTES));
+        // Starts chunk i's copy into buffer i % 2; returns its event.
+        let start = |i: usize, buffers: &mut [PinnedHostSlice<u8>; 2]| {
+            let (a, b) = span(i);
+            let host = buffers[i % 2]
+                .as_mut_slice()
+                .map_err(driver("cuEventSynchronize"))?;
+            // SAFETY: `base + a` lies in `src`, which holds `dst.len()`
+            // bytes or more; the buffer is not read before the event
+            // recorded after the copy completes, and not written again
+            // before its bytes were copied out (the loop below).
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(
+                    &mut host[..b - a],
+                    base + a as u64,
+                    self.stream.cu_stream(),
+                )
+            }
+            .map_err(driver("cuMemcpyDtoHAsync"))?;
+            let done = self
+                .context
+                .new_event(None)
+                .map_err(driver("cuEventCreate"))?;
+            done.record(&self.stream).map_err(driver("cuEventRecord"))?;
+            Ok::<CudaEvent, CudaError>(done)
+        };
+        let mut pending = start(0, buffers)?;
+        for i in 0..chunks {
+            let next = match i + 1 < chunks {
+                true => Some(start(i + 1, buffers)?),
+                false => None,
+            };
+            pending
+                .synchronize()
+                .map_err(driver("cuEventSynchronize"))?;
+            let (a, b) = span(i);
+            let host = buffers[i % 2]
+                .as_slice()
+                .map_err(driver("cuEventSynchronize"))?;
+            crate::par::zip_chunks(&mut dst[a..b], 1 << 20, &host[..b - a], 1 << 20, |o, i| {
+                o.copy_from_slice(i);
+            });
+            if let Some(e) = next {
+                pending = e;
+            }
+        }
+        Ok(())
     }
 
     fn stage_bytes(&self, dst: &mut CudaSlice<u64>, bytes: &[u8]) -> Result<(), CudaError> {

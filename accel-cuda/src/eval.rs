@@ -329,14 +329,6 @@ impl<L: Launcher> CudaEval<L> {
         let p = batch.params();
         let len = p.key_len();
         let draws = p.gen_random_words();
-        // P0's keys land in `key0` by a plain copy from the device, P1's
-        // are copied from them: their pages are faulted in first, on every
-        // core and before the evaluator's lock is taken (a copy into
-        // untouched pages faults them one by one: 1.2 GB/s against 10 GB/s
-        // on the H200 machine). Both count as the download.
-        let t = std::time::Instant::now();
-        crate::par::chunks(key0, 1 << 20, |c| c.fill(0));
-        l.host_phase(Phase::Download, t);
         let mut st = self.lock();
         let aes = st.aes(l)?;
         let unit = 6 + draws + len.div_ceil(8) + 1;
@@ -382,7 +374,9 @@ impl<L: Launcher> CudaEval<L> {
                 // offsets passed, and the output buffer c·key_len bytes.
                 unsafe { l.launch(Kernel::FssGen, grid_line(l, c), &args) }?;
                 // The kernel wrote each key's bytes in order, so the words'
-                // little-endian bytes are P0's keys as they are.
+                // little-endian bytes are P0's keys as they are. The
+                // launcher copies them out on every core, which also faults
+                // in untouched pages in parallel.
                 l.download_bytes(&bufs[1], &mut key0[start * len..end * len])
             })?;
             start = end;
