@@ -114,6 +114,22 @@ fn driver(call: &'static str) -> impl Fn(DriverError) -> CudaError {
 }
 
 impl Device {
+    /// An event recorded on `stream` now: it completes when the stream's
+    /// work so far has.
+    fn recorded(&self, stream: &CudaStream) -> Result<CudaEvent, CudaError> {
+        let event = self
+            .context
+            .new_event(None)
+            .map_err(driver("cuEventCreate"))?;
+        event.record(stream).map_err(driver("cuEventRecord"))?;
+        Ok(event)
+    }
+
+    /// One pinned host buffer of [`PINNED_BYTES`].
+    fn pinned_buffer(&self) -> Result<PinnedHostSlice<u8>, CudaError> {
+        // SAFETY: plain pinned host memory, written before it is read.
+        unsafe { self.context.alloc_pinned::<u8>(PINNED_BYTES) }.map_err(driver("cuMemHostAlloc"))
+    }
     /// Opens device `ordinal` and loads the kernels from `code`.
     pub fn open(ordinal: usize, code: Code) -> Result<Device, CudaError> {
         // cudarc panics when a driver symbol is used without the library,
@@ -324,13 +340,7 @@ impl Launcher for Device {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {
-            let alloc = || {
-                // SAFETY: plain pinned host memory, written (by the copy
-                // engine) before it is read.
-                unsafe { self.context.alloc_pinned::<u8>(PINNED_BYTES) }
-                    .map_err(driver("cuMemHostAlloc"))
-            };
-            *guard = Some([alloc()?, alloc()?]);
+            *guard = Some([self.pinned_buffer()?, self.pinned_buffer()?]);
         }
         let Some(buffers) = guard.as_mut() else {
             return Err(CudaError::Launch("pinned buffers missing"));
@@ -357,12 +367,7 @@ impl Launcher for Device {
                 )
             }
             .map_err(driver("cuMemcpyDtoHAsync"))?;
-            let done = self
-                .context
-                .new_event(None)
-                .map_err(driver("cuEventCreate"))?;
-            done.record(&self.stream).map_err(driver("cuEventRecord"))?;
-            Ok::<CudaEvent, CudaError>(done)
+            self.recorded(&self.stream)
         };
         let mut pending = start(0, buffers)?;
         for i in 0..chunks {
@@ -393,13 +398,8 @@ impl Launcher for Device {
         }
         let mut guard = self.pinned.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {
-            let alloc = || {
-                // SAFETY: plain pinned host memory, written before it is read.
-                unsafe { self.context.alloc_pinned::<u8>(PINNED_BYTES) }
-                    .map_err(driver("cuMemHostAlloc"))
-            };
             *guard = Some(Pinned {
-                buffers: [alloc()?, alloc()?],
+                buffers: [self.pinned_buffer()?, self.pinned_buffer()?],
                 copied: [None, None],
                 next: 0,
             });
@@ -434,21 +434,10 @@ impl Launcher for Device {
                 )
             }
             .map_err(driver("cuMemcpyHtoDAsync"))?;
-            let copied = self
-                .context
-                .new_event(None)
-                .map_err(driver("cuEventCreate"))?;
-            copied
-                .record(&self.copies)
-                .map_err(driver("cuEventRecord"))?;
-            pinned.copied[slot] = Some(copied);
+            pinned.copied[slot] = Some(self.recorded(&self.copies)?);
         }
         // Every later launch waits for the copies, on the device.
-        let done = self
-            .context
-            .new_event(None)
-            .map_err(driver("cuEventCreate"))?;
-        done.record(&self.copies).map_err(driver("cuEventRecord"))?;
+        let done = self.recorded(&self.copies)?;
         self.stream.wait(&done).map_err(driver("cuStreamWaitEvent"))
     }
 
