@@ -1186,6 +1186,16 @@ impl Plan {
         self.step_of.iter().flatten().count()
     }
 
+    /// The operations of pass `p`: from its first to the next pass's.
+    pub fn pass_ops(&self, p: usize) -> std::ops::Range<usize> {
+        let start = self.passes.get(p).map_or(self.ops.len(), |q| q.first_op);
+        let end = self
+            .passes
+            .get(p + 1)
+            .map_or(self.ops.len(), |q| q.first_op);
+        start..end
+    }
+
     /// The operation index of step `s`.
     pub fn op_of_step(&self, s: u32) -> Option<usize> {
         self.step_of.iter().position(|x| *x == Some(s))
@@ -2048,6 +2058,66 @@ impl Builder {
     }
 }
 
+/// One-pass plans for the blocks' unit tests: begun on an input tensor
+/// and a zero bias, then finished and run on the cleartext reference.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::{Builder, Finish, Inputs, Plan, bound::Bound};
+    use crate::fixed::FRAC;
+    use crate::reference::{self, PassInputs};
+
+    /// A builder with the pass begun on `x` (`rows × cols` at FRAC, below
+    /// `bound`) and a zero bias; returns it, `x` and the bias.
+    pub(crate) fn begin(rows: usize, cols: usize, bound: Bound) -> (Builder, usize, usize) {
+        let mut b = Builder::default();
+        let x = b.tensor("x", rows, cols, FRAC, bound).unwrap();
+        let bias = b
+            .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
+            .unwrap();
+        b.begin_pass(x, bias);
+        (b, x, bias)
+    }
+
+    /// Ends the pass at `out`, finishes the plan and runs the reference on
+    /// the words `xs` of `x`; returns the plan and the pass's output.
+    pub(crate) fn run(
+        mut b: Builder,
+        (x, bias, out): (usize, usize, usize),
+        name: &str,
+        xs: Vec<u64>,
+    ) -> (Plan, Vec<u64>) {
+        b.end_pass(out);
+        let (rows, cols) = (b.info(x).rows, b.info(x).cols);
+        let inputs = Inputs {
+            x,
+            bias,
+            mask: None,
+        };
+        let plan = b
+            .finish(
+                name,
+                [0; 32],
+                1,
+                rows,
+                cols,
+                inputs,
+                out,
+                0,
+                Finish::AsIs,
+                false,
+            )
+            .unwrap();
+        let mut given = Some(PassInputs {
+            x: xs,
+            bias: vec![0],
+        });
+        let mut next = |_: usize, _: &[Vec<u64>]| given.take();
+        let mut outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
+        let out = outs.swap_remove(0);
+        (plan, out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -2262,6 +2332,19 @@ mod tests {
         assert!(check_pairs(&b.tensors, &b.ops).is_err());
     }
 
+    /// A built-in tiny decoder and its plan for an 8-slot prompt and
+    /// `decode_steps` decode passes.
+    fn tiny_decoder(name: &str, decode_steps: usize) -> (crate::model::Decoder, Arc<Plan>) {
+        let model = crate::model::Decoder::builtin(name).unwrap();
+        let shape = Shape {
+            batch: 1,
+            seq: 8,
+            decode_steps,
+        };
+        let plan = build(&model, shape).unwrap();
+        (model, plan)
+    }
+
     /// A decode pass opens its new rows and reads the cache as opened: the
     /// scores product opens nothing, the weighted values open only the
     /// probabilities, and what a pass opens ahead does not grow with the
@@ -2269,22 +2352,12 @@ mod tests {
     #[test]
     fn decode_passes_keep_the_caches_masks() {
         for name in ["tiny-llama", "tiny-gpt2", "tiny-gemma"] {
-            let model = crate::model::Decoder::builtin(name).unwrap();
-            let shape = Shape {
-                batch: 1,
-                seq: 8,
-                decode_steps: 3,
-            };
-            let plan = build(&model, shape).unwrap();
+            let (model, plan) = tiny_decoder(name, 3);
             let t = &plan.tensors;
             let mut opened_ahead = Vec::new();
-            for (i, pass) in plan.passes.iter().enumerate().skip(1) {
-                let end = plan
-                    .passes
-                    .get(i + 1)
-                    .map_or(plan.ops.len(), |p| p.first_op);
+            for i in (0..plan.passes.len()).skip(1) {
                 let (mut local_products, mut products, mut opens) = (0, 0, Vec::new());
-                for op in &plan.ops[pass.first_op..end] {
+                for op in &plan.ops[plan.pass_ops(i)] {
                     match op.kind {
                         Kind::MatMul { a, b, .. } => {
                             products += 1;
@@ -2310,20 +2383,10 @@ mod tests {
     #[test]
     fn decode_passes_take_their_scores_and_max_in_fewer_rounds() {
         for name in ["tiny-llama", "tiny-gpt2", "tiny-gemma"] {
-            let model = crate::model::Decoder::builtin(name).unwrap();
-            let shape = Shape {
-                batch: 1,
-                seq: 8,
-                decode_steps: 2,
-            };
-            let plan = build(&model, shape).unwrap();
-            for (i, pass) in plan.passes.iter().enumerate() {
-                let end = plan
-                    .passes
-                    .get(i + 1)
-                    .map_or(plan.ops.len(), |p| p.first_op);
+            let (model, plan) = tiny_decoder(name, 2);
+            for i in 0..plan.passes.len() {
                 let (mut scores, mut tails) = (Vec::new(), Vec::new());
-                for op in &plan.ops[pass.first_op..end] {
+                for op in &plan.ops[plan.pass_ops(i)] {
                     match &op.kind {
                         Kind::Max { tail, .. } => tails.push(*tail),
                         Kind::Gate {
@@ -2367,20 +2430,10 @@ mod tests {
     #[test]
     fn residual_norms_square_in_the_truncations_round() {
         for (name, fused_per_layer) in [("tiny-llama", 2), ("tiny-gemma", 2), ("tiny-gpt2", 0)] {
-            let model = crate::model::Decoder::builtin(name).unwrap();
-            let shape = Shape {
-                batch: 1,
-                seq: 8,
-                decode_steps: 1,
-            };
-            let plan = build(&model, shape).unwrap();
+            let (model, plan) = tiny_decoder(name, 1);
             let layers = model.layers.len();
-            for (i, pass) in plan.passes.iter().enumerate() {
-                let end = plan
-                    .passes
-                    .get(i + 1)
-                    .map_or(plan.ops.len(), |p| p.first_op);
-                let ops = &plan.ops[pass.first_op..end];
+            for i in 0..plan.passes.len() {
+                let ops = &plan.ops[plan.pass_ops(i)];
                 let fused = ops
                     .iter()
                     .filter(|op| matches!(op.kind, Kind::TruncSquare { .. }))

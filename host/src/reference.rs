@@ -164,11 +164,7 @@ pub fn run_passes(
         store.set(plan, pass.bias, std::mem::take(&mut inputs.bias))?;
         check(plan, &store, pass.x)?;
         check(plan, &store, pass.bias)?;
-        let end = plan
-            .passes
-            .get(p + 1)
-            .map_or(plan.ops.len(), |q| q.first_op);
-        for i in pass.first_op..end {
+        for i in plan.pass_ops(p) {
             op(plan, i, &mut store, la)?;
         }
         outputs.push(store.take(plan, pass.output)?);

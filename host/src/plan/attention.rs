@@ -551,8 +551,7 @@ fn spread(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Finish, Inputs};
-    use crate::reference::{self, PassInputs};
+    use crate::plan::testing;
 
     /// The causal max's tree, each row over its own first `i + 1` keys,
     /// gives every row the maximum one tree over the whole row gives (its
@@ -566,14 +565,9 @@ mod tests {
     }
 
     fn check_causal_max(keys: usize, window: Option<usize>) {
-        let (blocks, cols) = (3, 4);
-        let mut b = Builder::default();
-        let (rows, bound) = (blocks * keys, Bound::uniform(keys, 8.0));
-        let x = b.tensor("scores", rows, keys, FRAC, bound).unwrap();
-        let bias = b
-            .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
-            .unwrap();
-        b.begin_pass(x, bias);
+        let blocks = 3;
+        let rows = blocks * keys;
+        let (mut b, x, bias) = testing::begin(rows, keys, Bound::uniform(keys, 8.0));
         let h = Heads {
             q: x,
             k: x,
@@ -592,26 +586,6 @@ mod tests {
         let ragged = causal_max(&mut b, spread, h, (k, m_abs), 0).unwrap();
         let whole = row_max(&mut b, spread, (k, m_abs), "whole".into()).unwrap();
         let out = b.stack_rows(&[ragged, whole], "both".into()).unwrap();
-        b.end_pass(out);
-        let inputs = Inputs {
-            x,
-            bias,
-            mask: None,
-        };
-        let plan = b
-            .finish(
-                "max",
-                [0; 32],
-                1,
-                keys,
-                cols,
-                inputs,
-                out,
-                0,
-                Finish::AsIs,
-                false,
-            )
-            .unwrap();
         let mut state = 0x2545_f491_4f6c_dd1du64;
         let xs: Vec<u64> = (0..rows * keys)
             .map(|_| {
@@ -622,19 +596,14 @@ mod tests {
                 fixed::encode(16.0 * unit - 8.0, FRAC)
             })
             .collect();
-        let mut given = Some(PassInputs {
-            x: xs.clone(),
-            bias: vec![0],
-        });
-        let mut next = |_: usize, _: &[Vec<u64>]| given.take();
+        let (plan, outs) = testing::run(b, (x, bias, out), "max", xs.clone());
         let trees = plan
             .ops
             .iter()
             .filter(|op| matches!(op.kind, Kind::Max { .. }))
             .count();
         assert_eq!(trees, 2, "keys {keys}");
-        let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
-        let (r, w) = outs[0].split_at(rows);
+        let (r, w) = outs.split_at(rows);
         assert_eq!(r, w, "keys {keys}, window {window:?}");
         // And they are the maxima over each row's band.
         for (row, m) in w.iter().enumerate() {

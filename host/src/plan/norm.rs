@@ -571,8 +571,7 @@ fn centre_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::{Finish, Inputs};
-    use crate::reference::{self, PassInputs};
+    use crate::plan::testing;
 
     fn norm(d: usize, gain: f32, shift: f32) -> model::Norm {
         model::Norm {
@@ -591,13 +590,8 @@ mod tests {
         let (d, rows) = (16, [5, 3]);
         let norms = [norm(d, 0.5, 0.0), norm(d, 3.0, 0.01)];
         let total = rows[0] + rows[1];
-        let mut b = Builder::default();
         let bound = Bound::uniform(d, 6.0);
-        let x = b.tensor("x", total, d, FRAC, bound.clone()).unwrap();
-        let bias = b
-            .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
-            .unwrap();
-        b.begin_pass(x, bias);
+        let (mut b, x, bias) = testing::begin(total, d, bound.clone());
         let parts = [(&norms[0], rows[0]), (&norms[1], rows[1])];
         let (stacked, _) = normalize_stacked(&mut b, x, &parts, "stacked", 0).unwrap();
         let mut alone = Vec::new();
@@ -613,26 +607,6 @@ mod tests {
         }
         let alone = b.stack_rows(&alone, "alone".into()).unwrap();
         let out = b.stack_rows(&[stacked, alone], "both".into()).unwrap();
-        b.end_pass(out);
-        let inputs = Inputs {
-            x,
-            bias,
-            mask: None,
-        };
-        let plan = b
-            .finish(
-                "norms",
-                [0; 32],
-                1,
-                total,
-                d,
-                inputs,
-                out,
-                0,
-                Finish::AsIs,
-                false,
-            )
-            .unwrap();
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
         let xs: Vec<u64> = (0..total * d)
             .map(|_| {
@@ -644,13 +618,8 @@ mod tests {
                 encode(12.0 * unit - 6.0, FRAC)
             })
             .collect();
-        let mut given = Some(PassInputs {
-            x: xs,
-            bias: vec![0],
-        });
-        let mut next = |_: usize, _: &[Vec<u64>]| given.take();
-        let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
-        let (s, a) = outs[0].split_at(total * d);
+        let (_, outs) = testing::run(b, (x, bias, out), "norms", xs);
+        let (s, a) = outs.split_at(total * d);
         assert_eq!(s, a);
         // And it is a norm: row 0 of block 0 has mean square γ² near 1.
         let row: Vec<f64> = s[..d].iter().map(|v| fixed::decode(*v, FRAC)).collect();
@@ -704,13 +673,7 @@ mod tests {
                 inputs: d,
                 outputs,
             };
-            let mut b = Builder::default();
-            let bound = Bound::uniform(d, 6.0);
-            let x = b.tensor("x", rows, d, FRAC, bound).unwrap();
-            let zero = b
-                .tensor("bias", 1, 1, FRAC, Bound::uniform(1, 0.0))
-                .unwrap();
-            b.begin_pass(x, zero);
+            let (mut b, x, zero) = testing::begin(rows, d, Bound::uniform(d, 6.0));
             let (g, g_form) = normalize(&mut b, x, &n, "gained".into(), 0, centre).unwrap();
             let parts = [&layer];
             let weights = Weights::new(&parts, 1.0);
@@ -738,34 +701,10 @@ mod tests {
             )
             .unwrap();
             let out = b.stack_rows(&[yg, yf], "both".into()).unwrap();
-            b.end_pass(out);
-            let inputs = Inputs {
-                x,
-                bias: zero,
-                mask: None,
-            };
-            let plan = b
-                .finish(
-                    "fold",
-                    [0; 32],
-                    1,
-                    rows,
-                    d,
-                    inputs,
-                    out,
-                    0,
-                    Finish::AsIs,
-                    false,
-                )
-                .unwrap();
             let xs = uniform(rows * d, 5.0, 11);
-            let mut given = Some(PassInputs {
-                x: xs.iter().map(|v| encode(*v, FRAC)).collect(),
-                bias: vec![0],
-            });
-            let mut next = |_: usize, _: &[Vec<u64>]| given.take();
-            let outs = reference::run_passes(&plan, &mut next, crate::backend::auto()).unwrap();
-            let (gained, folded_out) = outs[0].split_at(rows * outputs);
+            let words = xs.iter().map(|v| encode(*v, FRAC)).collect();
+            let (_, outs) = testing::run(b, (x, zero, out), "fold", words);
+            let (gained, folded_out) = outs.split_at(rows * outputs);
             let root = (d as f64).sqrt();
             // The fold's 2^s, from its first gain.
             let two_s = f64::from(n.gamma[0]) * root / folded.gain[0];
