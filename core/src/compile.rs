@@ -39,7 +39,7 @@ pub const MAX_VIEWS: usize = 8;
 /// Most comparison queries (thresholds) across all views.
 pub const MAX_QUERIES: usize = MAX_INTERVALS + MAX_PREDS;
 /// Most DCF keys (distinct view widths) per element.
-pub const MAX_KEYS: usize = 3;
+pub const MAX_KEYS: usize = 6;
 /// Most Boolean circuit nodes.
 pub const MAX_NODES: usize = 128;
 /// Most AND gates.

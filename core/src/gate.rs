@@ -855,6 +855,17 @@ impl core::fmt::Debug for PartyKeys<'_> {
 }
 
 impl<'a> PartyKeys<'a> {
+    /// Key material from the first key slots' keys `dcf` and roots
+    /// `roots` (the slots after them empty) and P1's `explicit` words.
+    pub fn of(dcf: &[&'a [u8]], roots: &[&'a [u8]], explicit: &'a [u64]) -> PartyKeys<'a> {
+        let slot = |s: &[&'a [u8]], k: usize| s.get(k).copied().unwrap_or_default();
+        PartyKeys {
+            dcf: core::array::from_fn(|k| slot(dcf, k)),
+            roots: core::array::from_fn(|k| slot(roots, k)),
+            explicit,
+        }
+    }
+
     /// Elements `start..end` of key width `k` as a batch under `params`.
     fn batch(
         &self,
@@ -1741,6 +1752,13 @@ pub(crate) mod testing {
     use std::vec;
     use std::vec::Vec;
 
+    /// Each key slot's buffer of `v` (empty slots past its end), as a
+    /// dealer takes them.
+    pub(crate) fn key_slices(v: &mut [Vec<u8>]) -> [&mut [u8]; MAX_KEYS] {
+        let mut it = v.iter_mut();
+        core::array::from_fn(|_| it.next().map_or(&mut [][..], Vec::as_mut_slice))
+    }
+
     /// Evaluator scratch of `words` words left dirty, as a driver that
     /// reuses one area across steps hands it over: a different pattern in
     /// each party's area and at each word, none of them zero. An evaluator
@@ -1791,14 +1809,8 @@ pub(crate) mod testing {
         let mut k1 = k0.clone();
         let mut explicit = vec![0u64; n * gate.explicit_words()];
         {
-            let [a0, a1, a2] = &mut k0[..] else {
-                unreachable!()
-            };
-            let [b0, b1, b2] = &mut k1[..] else {
-                unreachable!()
-            };
-            let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
-            let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+            let mut d0 = testing::key_slices(&mut k0);
+            let mut d1 = testing::key_slices(&mut k1);
             let ms = masks.map(|_| [&m0[..], &m1[..]]);
             // Three elements per PRF batch and two per key-generation
             // group: every test crosses both kinds of edge.
@@ -1821,8 +1833,8 @@ pub(crate) mod testing {
         let x1: Vec<u64> = xs.iter().zip(&x0).map(|(x, a)| w.sub(*x, *a)).collect();
         let mut s0 = dirty(gate.scratch_words(n), 0);
         let mut s1 = dirty(gate.scratch_words(n), 1);
-        let r0 = [&k0[0][..], &k0[1][..], &k0[2][..]];
-        let r1 = [&k1[0][..], &k1[1][..], &k1[2][..]];
+        let r0: [&[u8]; MAX_KEYS] = core::array::from_fn(|k| &k0[k][..]);
+        let r1: [&[u8]; MAX_KEYS] = core::array::from_fn(|k| &k1[k][..]);
         let mask0 = masks.map(|_| &m0[..]);
         let mask1 = masks.map(|_| &m1[..]);
         let mut e0 = Eval::new(
@@ -2257,8 +2269,9 @@ mod tests {
             let len = n * gate.key_params(0).key_len();
             let (mut a, mut b) = (std::vec![0u8; len], std::vec![0u8; len]);
             let mut ex = std::vec![0u64; n * gate.explicit_words()];
-            let mut d0: [&mut [u8]; MAX_KEYS] = [&mut a, &mut [], &mut []];
-            let mut d1: [&mut [u8]; MAX_KEYS] = [&mut b, &mut [], &mut []];
+            let mut d0: [&mut [u8]; MAX_KEYS] = Default::default();
+            let mut d1: [&mut [u8]; MAX_KEYS] = Default::default();
+            (d0[0], d1[0]) = (&mut a, &mut b);
             let mut prf = std::vec![Block::ZERO; blocks];
             let mut words = std::vec![0u64; DealScratch::words(group)];
             let r = gate.deal(

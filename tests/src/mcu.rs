@@ -289,12 +289,11 @@ pub fn record(case: &GateCase) -> [PartyRecord; 2] {
             seed: seeds[p],
             input,
             dcf: {
-                let [a, b, c] = dcf;
-                [
-                    without_roots(&gate, 0, a),
-                    without_roots(&gate, 1, b),
-                    without_roots(&gate, 2, c),
-                ]
+                let mut k = 0;
+                dcf.map(|d| {
+                    k += 1;
+                    without_roots(&gate, k - 1, d)
+                })
             },
             explicit: if p == 1 { explicit.clone() } else { Vec::new() },
             sent,

@@ -1095,14 +1095,8 @@ pub(crate) mod testing {
             let mut k1 = k0.clone();
             let mut ex = vec![0u64; n * chain.explicit_words(s)];
             {
-                let [a0, a1, a2] = &mut k0[..] else {
-                    unreachable!()
-                };
-                let [b0, b1, b2] = &mut k1[..] else {
-                    unreachable!()
-                };
-                let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
-                let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+                let mut d0 = crate::gate::testing::key_slices(&mut k0);
+                let mut d1 = crate::gate::testing::key_slices(&mut k1);
                 let mut prf = vec![crate::prg::Block::ZERO; chain.deal_scratch_blocks(n, 5)];
                 let mut words = vec![0u64; DealScratch::words(5)];
                 chain
@@ -1131,7 +1125,7 @@ pub(crate) mod testing {
             for s in 0..chain.count {
                 let d = &dcf[s][party];
                 k[s] = PartyKeys {
-                    dcf: [&d[0][..], &d[1][..], &d[2][..]],
+                    dcf: core::array::from_fn(|k| d.get(k).map_or(&[][..], |v| &v[..])),
                     roots: [&[]; MAX_KEYS],
                     explicit: if party == 1 { &explicit[s][..] } else { &[] },
                 };

@@ -252,8 +252,8 @@ impl MaxTree {
             step_seed(fss, &seeds[1], level),
         ];
         if self.one_round(level) {
-            let [a0, b0, _] = dcf0;
-            let [a1, b1, _] = dcf1;
+            let [a0, b0, ..] = dcf0;
+            let [a1, b1, ..] = dcf1;
             let count = self.count(rows, level);
             return self
                 .ring
@@ -561,14 +561,8 @@ mod tests {
                 .map(|_| fresh.next_u64())
                 .collect();
             {
-                let [a0, a1, a2] = &mut k0[..] else {
-                    unreachable!()
-                };
-                let [b0, b1, b2] = &mut k1[..] else {
-                    unreachable!()
-                };
-                let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
-                let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+                let mut d0 = crate::gate::testing::key_slices(&mut k0);
+                let mut d1 = crate::gate::testing::key_slices(&mut k1);
                 let mut prf = vec![crate::prg::Block::ZERO; tree.deal_scratch_blocks(rows, 5)];
                 let mut words = vec![0u64; DealScratch::words(5)];
                 tree.deal_level(
@@ -591,7 +585,7 @@ mod tests {
             for (l, (d, ex)) in store.iter().enumerate() {
                 let d = &d[party];
                 k[l] = PartyKeys {
-                    dcf: [&d[0][..], &d[1][..], &d[2][..]],
+                    dcf: core::array::from_fn(|k| d.get(k).map_or(&[][..], |v| &v[..])),
                     roots: [&[]; MAX_KEYS],
                     explicit: if party == 1 { ex } else { &[] },
                 };

@@ -338,17 +338,9 @@ mod tests {
                 g.derive_roots(&aes, party, &seeds[p], 7, [ra, rb]).unwrap();
             }
             let keys = if split {
-                PartyKeys {
-                    dcf: [&bodies[0], &bodies[1], &[]],
-                    roots: [&roots[0], &roots[1], &[]],
-                    explicit: &[],
-                }
+                PartyKeys::of(&[&bodies[0], &bodies[1]], &[&roots[0], &roots[1]], &[])
             } else {
-                PartyKeys {
-                    dcf: [whole[0], whole[1], &[]],
-                    roots: [&[]; 3],
-                    explicit: &[],
-                }
+                PartyKeys::of(&[whole[0], whole[1]], &[], &[])
             };
             let batches = g.key_batches(party, &keys).unwrap();
             g.close(&mut areas[p], &msgs[1 - p], &batches, &fss)

@@ -57,8 +57,9 @@ use crate::prg::Hasher;
 use crate::ring::{Width, cast};
 use crate::suf::{Domain, MAX_ARITH, MAX_INTERVALS, Suf};
 
-/// Highest degree: one key per power of the mask, at most [`MAX_KEYS`].
-pub const MAX_RING_DEGREE: usize = MAX_KEYS - 1;
+/// Highest degree: one key per power of the mask, twice as many in the
+/// scaled form ([`RingSuf::scaled`]), at most [`MAX_KEYS`].
+pub const MAX_RING_DEGREE: usize = MAX_KEYS / 2 - 1;
 
 /// PRF slots of one element: the mask share, P0's share of r², then each
 /// key's root.
@@ -456,11 +457,9 @@ mod tests {
             .collect();
         let mut explicit = vec![0u64; n * g.explicit_words()];
         {
-            let [a0, a1, a2, b0, b1, b2] = &mut k[..] else {
-                unreachable!()
-            };
-            let mut d0: [&mut [u8]; MAX_KEYS] = [a0, a1, a2];
-            let mut d1: [&mut [u8]; MAX_KEYS] = [b0, b1, b2];
+            let (k0, k1) = k.split_at_mut(MAX_KEYS);
+            let mut d0 = crate::gate::testing::key_slices(k0);
+            let mut d1 = crate::gate::testing::key_slices(k1);
             g.deal(
                 &fss,
                 seeds,
@@ -501,17 +500,13 @@ mod tests {
             }
             let ex = if p == 1 { &explicit[..] } else { &[] };
             let keys = if split {
-                PartyKeys {
-                    dcf: [&bodies[0], &bodies[1], &bodies[2]],
-                    roots: [&roots[0], &roots[1], &roots[2]],
-                    explicit: ex,
-                }
+                PartyKeys::of(
+                    &[&bodies[0], &bodies[1], &bodies[2]],
+                    &[&roots[0], &roots[1], &roots[2]],
+                    ex,
+                )
             } else {
-                PartyKeys {
-                    dcf: [whole[0], whole[1], whole[2]],
-                    roots: [&[]; MAX_KEYS],
-                    explicit: ex,
-                }
+                PartyKeys::of(&whole, &[], ex)
             };
             g.close(party, &mut areas[p], &msgs[1 - p], &keys, &fss)
                 .unwrap();

@@ -439,16 +439,8 @@ mod tests {
             ex: &'k [u64],
         ) -> PartyKeys<'k> {
             match split {
-                false => PartyKeys {
-                    dcf: [k, &[], &[]],
-                    roots: [&[]; 3],
-                    explicit: ex,
-                },
-                true => PartyKeys {
-                    dcf: [&d.0, &[], &[]],
-                    roots: [&d.1, &[], &[]],
-                    explicit: ex,
-                },
+                false => PartyKeys::of(&[k], &[], ex),
+                true => PartyKeys::of(&[&d.0], &[&d.1], ex),
             }
         }
         let odd = salt % 2 == 1;
@@ -573,11 +565,7 @@ mod tests {
             .unwrap();
         let aes = FixedKeyAes::new();
         let mut s = vec![0u64; RingTrunc::scratch_words(2)];
-        let keys = |k| PartyKeys {
-            dcf: [k, &[], &[]],
-            roots: [&[]; 3],
-            explicit: &[],
-        };
+        let keys = |k| PartyKeys::of(&[k], &[], &[]);
         // P1 without its explicit words.
         let x = [1, 2];
         assert!(

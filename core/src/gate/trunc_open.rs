@@ -692,10 +692,12 @@ mod tests {
                 .unwrap();
         }
         let whole = [&k0, &k1];
-        let keys = |b: usize| PartyKeys {
-            dcf: [if odd { &kept[b] } else { whole[b] }, &[], &[]],
-            roots: [if odd { &roots[b][..] } else { &[] }, &[], &[]],
-            explicit: if b == 1 { &explicit } else { &[] },
+        let keys = |b: usize| {
+            PartyKeys::of(
+                &[if odd { &kept[b] } else { whole[b] }],
+                &[if odd { &roots[b][..] } else { &[] }],
+                if b == 1 { &explicit } else { &[] },
+            )
         };
         // Scratch starts dirty: nothing may rely on zeroes.
         let mut s0 = vec![0x5555; TruncOpen::scratch_words(n)];
@@ -905,11 +907,7 @@ mod tests {
         );
         assert_eq!(g.finish(&mut area, &send), Err(Error::BufferLength));
         // The evaluator: rounds out of order and outputs before the end.
-        let keys = PartyKeys {
-            dcf: [&k0, &[], &[]],
-            roots: [&[]; 3],
-            explicit: &[],
-        };
+        let keys = PartyKeys::of(&[&k0], &[], &[]);
         let (y, z) = ([1u64, 2], [0u64, 0]);
         let mut e = g
             .eval(

@@ -491,9 +491,12 @@ fn zeroed_slices(bytes: &mut [u8], lens: [usize; MAX_KEYS]) -> Option<[&mut [u8]
     let total = lens.iter().sum::<usize>();
     let (used, _) = bytes.split_at_mut_checked(total)?;
     used.fill(0);
-    let (k0, rest) = used.split_at_mut(lens[0]);
-    let (k1, k2) = rest.split_at_mut(lens[1]);
-    Some([k0, k1, k2])
+    let mut rest = used;
+    Some(core::array::from_fn(|k| {
+        let (key, tail) = core::mem::take(&mut rest).split_at_mut(lens[k]);
+        rest = tail;
+        key
+    }))
 }
 
 /// Whole keys of `lens` bytes in `bytes`: each body as the key file holds

@@ -160,8 +160,8 @@ impl Step for RowChain<'_> {
                 }
                 ChainStep::Mul { .. } => {
                     let mut ex = vec![0u64; n];
-                    let mut none0: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
-                    let mut none1: [&mut [u8]; MAX_KEYS] = [&mut [], &mut [], &mut []];
+                    let mut none0: [&mut [u8]; MAX_KEYS] = Default::default();
+                    let mut none1: [&mut [u8]; MAX_KEYS] = Default::default();
                     chain
                         .deal_step(
                             s,

@@ -53,8 +53,8 @@ fn key_buffers(g: &Gate, count: usize) -> [Vec<u8>; MAX_KEYS] {
 }
 
 pub(super) fn as_mut(bufs: &mut [Vec<u8>; MAX_KEYS]) -> [&mut [u8]; MAX_KEYS] {
-    let [a, b, c] = bufs;
-    [a.as_mut_slice(), b.as_mut_slice(), c.as_mut_slice()]
+    let mut it = bufs.iter_mut();
+    std::array::from_fn(|_| it.next().map_or(&mut [][..], Vec::as_mut_slice))
 }
 
 /// Deals `count` elements with `deal` (which fills full keys and P1's
@@ -146,10 +146,9 @@ impl<'s> Material<'s> {
     }
 
     pub(super) fn party_keys(&self) -> PartyKeys<'_> {
-        let [a, b, c] = &self.roots;
         PartyKeys {
             dcf: self.bodies,
-            roots: [a, b, c],
+            roots: std::array::from_fn(|k| self.roots[k].as_slice()),
             explicit: &self.explicit,
         }
     }

@@ -91,7 +91,7 @@ impl Step for RowMax<'_> {
             let party = on.party;
             mats.push(if tree.one_round(level) {
                 load_ring_material(RingShape::relu(&tree.ring), party, count, cur, |roots| {
-                    let [a, b, _] = roots;
+                    let [a, b, ..] = roots;
                     tree.ring.derive_roots(h, party, &ls, 0, [a, b])
                 })?
             } else {

@@ -131,11 +131,8 @@ impl Dealt {
     /// Party `p`'s view of the material.
     fn keys(&self, p: usize) -> PartyKeys<'_> {
         let dcf = &self.dcf[p];
-        PartyKeys {
-            dcf: [&dcf[0][..], &dcf[1][..], &dcf[2][..]],
-            roots: [&[]; MAX_KEYS],
-            explicit: if p == 1 { &self.explicit } else { &[] },
-        }
+        let whole: Vec<&[u8]> = dcf.iter().map(Vec::as_slice).collect();
+        PartyKeys::of(&whole, &[], if p == 1 { &self.explicit } else { &[] })
     }
 }
 
@@ -980,11 +977,7 @@ fn trunc_open_record(count: usize) -> Result<Option<Record>> {
      -> Result<([Vec<u64>; 2], f64, usize)> {
         let cpu = CpuEval::with_threads(1).map_err(|e| anyhow!("{e}"))?;
         let role = if p == 0 { Party::P0 } else { Party::P1 };
-        let pk = PartyKeys {
-            dcf: [keys[p], &[], &[]],
-            roots: [&[]; MAX_KEYS],
-            explicit: if p == 1 { &explicit } else { &[] },
-        };
+        let pk = PartyKeys::of(&[keys[p]], &[], if p == 1 { &explicit } else { &[] });
         let mut area = vec![0u64; TruncOpen::scratch_words(count)];
         let start = Instant::now();
         let mut ev = g
