@@ -36,6 +36,18 @@
 //! corrections are the dealer's fresh words, never a party's seed (see
 //! [`crate::dcf::generate`]).
 //!
+//! # Scaled by an opened factor
+//!
+//! [`RingSuf::scaled`] outputs `P(x)·F` for a second input F, opened in the
+//! same round as `F̂ = F + s` under its own fresh mask s. With `P(x)` the
+//! sum above, `P(x)·F = F̂·P(x) − s·P(x)`, and `s·P(x)` is the same sum
+//! with every share `S_{c,i}` replaced by `s·S_{c,i} = [x' ≥ c']·(s·r^i)`:
+//! d + 1 more keys with threshold ρ and payloads `s·r^i`, and shares of
+//! `s·r^i` (s itself from each party's seed, `s·r` and `s·r²` dealt). So a
+//! spline whose output a secret factor scales takes one round instead of
+//! two (the spline, then a Beaver product): the reciprocal and rsqrt
+//! chains' mantissa spline and exponent factor ([`super::inverse`]).
+//!
 //! # Cost
 //!
 //! One round, n bits sent per element. `d + 1` k-bit ring-output keys,
@@ -61,11 +73,14 @@ use crate::suf::{Domain, MAX_ARITH, MAX_INTERVALS, Suf};
 /// scaled form ([`RingSuf::scaled`]), at most [`MAX_KEYS`].
 pub const MAX_RING_DEGREE: usize = MAX_KEYS / 2 - 1;
 
-/// PRF slots of one element: the mask share, P0's share of r², then each
-/// key's root.
+/// PRF slots of one element: the mask shares (r in the low half, s in
+/// the high half), P0's shares of the dealt words (two a block: r², then
+/// s·r and s·r² when scaled), then each key's root.
 const SLOT_MASK: usize = 0;
 const SLOT_WORDS: usize = 1;
 const SLOT_ROOTS: usize = 2;
+/// The scaled form's roots: after two blocks of words.
+const SLOT_ROOTS_SCALED: usize = 3;
 
 /// One piece's coefficients per ring output, lowest degree first.
 type Coeffs = [[u64; MAX_RING_DEGREE + 1]; MAX_ARITH];
@@ -85,6 +100,8 @@ pub struct RingSuf {
     cuts: [u64; MAX_INTERVALS],
     /// Piece j's coefficients.
     pieces: [Coeffs; MAX_INTERVALS],
+    /// Outputs scaled by an opened factor ([`RingSuf::scaled`]).
+    scaled: bool,
 }
 
 impl RingSuf {
@@ -116,6 +133,7 @@ impl RingSuf {
             bounds: suf.intervals - 1,
             cuts: [0; MAX_INTERVALS],
             pieces: [[[0; MAX_RING_DEGREE + 1]; MAX_ARITH]; MAX_INTERVALS],
+            scaled: false,
         };
         for j in 0..suf.intervals {
             if j > 0 {
@@ -134,6 +152,55 @@ impl RingSuf {
         Ok(g)
     }
 
+    /// The SUF `suf` as [`RingSuf::new`] takes it, every output multiplied
+    /// by a second input F opened in the same round (module docs).
+    pub fn scaled(suf: &Suf, k: Width) -> Result<RingSuf, SufError> {
+        let mut g = RingSuf::new(suf, k)?;
+        g.scaled = true;
+        Ok(g)
+    }
+
+    /// Whether the outputs are scaled by a second input.
+    pub const fn is_scaled(&self) -> bool {
+        self.scaled
+    }
+
+    /// Values opened per element: x, and F when scaled.
+    pub const fn inputs(&self) -> usize {
+        if self.scaled { 2 } else { 1 }
+    }
+
+    /// Powers of the mask the keys carry: `r^0 … r^d`.
+    const fn powers(&self) -> usize {
+        self.degree + 1
+    }
+
+    /// Dealt words per element: the shares of `r^2 … r^d`, then (scaled)
+    /// of `s·r … s·r^d`.
+    const fn words(&self) -> usize {
+        self.degree.saturating_sub(1) + if self.scaled { self.degree } else { 0 }
+    }
+
+    /// Word areas in the evaluator's scratch: one at least (r², zero below
+    /// degree 2), as the unscaled layout has always had.
+    const fn word_areas(&self) -> usize {
+        if self.words() > 1 { self.words() } else { 1 }
+    }
+
+    /// PRF blocks of dealt words per element.
+    const fn word_slots(&self) -> usize {
+        self.words().div_ceil(2)
+    }
+
+    /// The PRF slot of key 0's root.
+    const fn root_slot(&self) -> usize {
+        if self.scaled {
+            SLOT_ROOTS_SCALED
+        } else {
+            SLOT_ROOTS
+        }
+    }
+
     /// The ring.
     pub const fn ring(&self) -> Width {
         self.ring
@@ -149,14 +216,16 @@ impl RingSuf {
         Params::new(Kind::Dcf, self.k, Output::Ring(self.ring))
     }
 
-    /// Keys per element: one per power of the mask up to the degree.
+    /// Keys per element: one per power of the mask up to the degree, and
+    /// as many again with payloads `s·r^i` when scaled.
     pub const fn key_count(&self) -> usize {
-        self.degree + 1
+        self.powers() * self.inputs()
     }
 
-    /// Explicit words P1 holds per element: its share of r² at degree 2.
+    /// Explicit words P1 holds per element: its shares of the dealt words
+    /// (r² at degree 2; s·r and s·r² too when scaled).
     pub const fn explicit_words(&self) -> usize {
-        if self.degree >= 2 { 1 } else { 0 }
+        self.words()
     }
 
     /// Fresh random words the dealer supplies per element (every key's).
@@ -169,10 +238,11 @@ impl RingSuf {
         self.bounds + 1
     }
 
-    /// Scratch words an evaluator needs for `n` elements: the mask and r²
-    /// shares, the opening, x̂, the points, the evaluations, the outputs.
+    /// Scratch words an evaluator needs for `n` elements ([`Area`]): the
+    /// mask shares, the dealt words' shares, the opening, x̂ (and F̂), the
+    /// points, the evaluations, the outputs (and the s-terms).
     pub const fn scratch_words(&self, n: usize) -> usize {
-        (4 + 2 * self.points() + self.outputs) * n
+        Area::of(self, n).end
     }
 
     /// Per-element costs (key bytes without the roots, which are re-derived
@@ -180,10 +250,10 @@ impl RingSuf {
     pub const fn cost(&self) -> Cost {
         let p = self.key_params();
         let cw = self.key_count() * (p.key_len() - 16);
-        let seeded = 1 + self.explicit_words();
+        let seeded = 1 + self.word_slots();
         Cost {
             rounds: 1,
-            comm_bits: cast::usize_from_u32(self.ring.bits()),
+            comm_bits: self.inputs() * cast::usize_from_u32(self.ring.bits()),
             key_bytes_p0: cw,
             key_bytes_p1: cw + mpc::words_len(self.ring, self.explicit_words()),
             aes_online: seeded
@@ -198,9 +268,17 @@ impl RingSuf {
         self.cuts[..self.bounds].iter().filter(|c| **c <= v).count()
     }
 
+    /// The scaled form's cleartext value: [`RingSuf::reference`] times `f`.
+    pub fn reference_scaled(&self, x: u64, f: u64, out: &mut [u64]) {
+        self.reference(x, out);
+        for o in out.iter_mut().take(self.outputs) {
+            *o = self.ring.mul(*o, f);
+        }
+    }
+
     /// The cleartext value: ring output `o` of the piece holding `x`'s
     /// k-bit view, its polynomial evaluated at x in the ring (as
-    /// [`Suf::eval_at`]).
+    /// [`Suf::eval_at`]); the scaled form's before its factor.
     pub fn reference(&self, x: u64, out: &mut [u64]) {
         let w = self.ring;
         let x = w.reduce(x);
@@ -243,26 +321,39 @@ impl RingSuf {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
+        let (powers, words) = (self.powers(), self.words());
         let mut alphas = [0u64; GROUP];
         let mut betas = [[0u64; GROUP]; MAX_KEYS];
-        let slots = SLOT_ROOTS + keys_n;
+        let slots = self.root_slot() + keys_n;
         one_round::deal_groups(fss, w, (seeds, slots), masks, (first, count), |g| {
             for (e, &r) in g.masks.iter().enumerate() {
                 alphas[e] = self.k.reduce(r);
+                let [b0, b1] = g.block(e, SLOT_MASK);
+                let s = w.add(w.reduce(b0.high64()), w.reduce(b1.high64()));
+                // Key i's payload: r^i, then s·r^i; the dealt words are the
+                // payloads that are neither 1, r nor s.
                 let mut power = 1u64;
-                for b in betas.iter_mut().take(keys_n) {
-                    b[e] = power;
+                for i in 0..powers {
+                    betas[i][e] = power;
+                    if self.scaled {
+                        betas[powers + i][e] = w.mul(s, power);
+                    }
                     power = w.mul(power, r);
                 }
-                if self.degree >= 2 {
-                    let p0 = w.reduce(g.block(e, SLOT_WORDS)[0].low64());
-                    explicit[g.at + e] = w.sub(w.mul(r, r), p0);
+                let dealt = (2..powers)
+                    .map(|i| betas[i][e])
+                    .chain((1..powers).map(|i| betas[powers + i][e]))
+                    .take(words);
+                for (j, v) in dealt.enumerate() {
+                    let block = g.block(e, SLOT_WORDS + j / 2)[0];
+                    let p0 = w.reduce([block.low64(), block.high64()][j % 2]);
+                    explicit[(g.at + e) * words + j] = w.sub(v, p0);
                 }
             }
             one_round::generate_keys(
                 g,
                 fss,
-                (params, SLOT_ROOTS),
+                (params, self.root_slot()),
                 count,
                 (&alphas, &betas[..keys_n]),
                 random,
@@ -286,13 +377,13 @@ impl RingSuf {
         let roots = roots
             .get_mut(..self.key_count())
             .ok_or(Error::BufferLength)?;
-        one_round::derive_roots(h, party, (seed, SLOT_ROOTS), first, roots)
+        one_round::derive_roots(h, party, (seed, self.root_slot()), first, roots)
     }
 
     /// Fills this party's mask shares (expanded from `seed`, or `mask` in
-    /// tests) and its share of r² (P0's expanded, P1's `explicit`) into
-    /// an evaluation area ([`RingSuf::scratch_words`]). Returns the AES
-    /// calls made.
+    /// tests; s from `seed` always) and its shares of the dealt words (P0's
+    /// expanded, P1's `explicit`) into an evaluation area
+    /// ([`RingSuf::scratch_words`]). Returns the AES calls made.
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         &self,
@@ -305,20 +396,42 @@ impl RingSuf {
         area: &mut [u64],
     ) -> Result<u64, Error> {
         let n = self.elements(area)?;
-        let w = self.ring;
-        let (r, rest) = area.split_at_mut(n);
-        let r2 = &mut rest[..n];
-        let calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
-        if self.degree < 2 {
-            r2.fill(0);
-            return if explicit.is_empty() {
-                Ok(calls)
-            } else {
-                Err(Error::BufferLength)
-            };
+        let (w, a, words) = (self.ring, Area::of(self, n), self.words());
+        let want = if party == Party::P1 { n * words } else { 0 };
+        if explicit.len() != want {
+            return Err(Error::BufferLength);
         }
-        let at = (seed, SLOT_WORDS);
-        Ok(calls + one_round::dealt_words(h, (w, party), at, first, explicit, &mut [r2])?)
+        let (masks, rest) = area.split_at_mut(a.words);
+        let (r, s) = masks.split_at_mut(n);
+        let mut calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
+        if self.scaled {
+            calls += one_round::each_block(h, (seed, SLOT_MASK), first, n, |i, b| {
+                s[i] = w.reduce(b.high64());
+            });
+        }
+        let shares = &mut rest[..a.mine - a.words];
+        shares.fill(0);
+        for slot in 0..self.word_slots() {
+            let pair = 2 * slot..(2 * slot + 2).min(words);
+            match party {
+                Party::P0 => {
+                    calls +=
+                        one_round::each_block(h, (seed, SLOT_WORDS + slot), first, n, |i, b| {
+                            for j in pair.clone() {
+                                shares[j * n + i] = w.reduce([b.low64(), b.high64()][j % 2]);
+                            }
+                        });
+                }
+                Party::P1 => {
+                    for j in pair {
+                        for i in 0..n {
+                            shares[j * n + i] = explicit[i * words + j];
+                        }
+                    }
+                }
+            }
+        }
+        Ok(calls)
     }
 
     /// Elements an area holds, checking its length.
@@ -330,19 +443,39 @@ impl RingSuf {
         Ok(area.len() / per)
     }
 
-    /// The round's message: this party's share of `x̂ = x + r`.
+    /// The round's message: this party's share of `x̂ = x + r` (and, scaled,
+    /// of `F̂ = F + s`), for `x` the inputs (x of every element, then F).
     pub fn open(&self, area: &mut [u64], x: &[u64], send: &mut [u8]) -> Result<(), Error> {
-        let n = x.len();
-        if area.len() != self.scratch_words(n) {
+        let n = x.len() / self.inputs();
+        let a = Area::of(self, n);
+        if area.len() != a.end || x.len() != n * self.inputs() {
             return Err(Error::BufferLength);
         }
-        let (r, rest) = area.split_at_mut(n);
-        one_round::open(self.ring, r, x, &mut rest[n..2 * n], send)
+        let (masks, rest) = area.split_at_mut(a.words);
+        let mine = &mut rest[a.mine - a.words..a.hat - a.words];
+        one_round::open(self.ring, masks, x, mine, send)
     }
 
-    /// The peer's message: opens `x̂`, evaluates every key at `u` and at
-    /// `(u − c') mod 2^k` for each bound, and accumulates this party's
-    /// output shares (output-major) in the area.
+    /// This party's share of the payload of key `i` for element `e`: of
+    /// `r^q` or (the second half of a scaled form's keys) `s·r^q`,
+    /// `q = i mod (d + 1)`.
+    fn payload_share(&self, area: &[u64], a: &Area, p0: u64, (i, e): (usize, usize)) -> u64 {
+        let (n, powers) = (a.n, self.powers());
+        let (q, scaled) = (i % powers, i >= powers);
+        let word = |j: usize| area[a.words + j * n + e];
+        match (scaled, q) {
+            (false, 0) => p0,
+            (false, 1) => area[e],
+            (false, q) => word(q - 2),
+            (true, 0) => area[n + e],
+            (true, q) => word(self.degree.saturating_sub(1) + q - 1),
+        }
+    }
+
+    /// The peer's message: opens `x̂` (and F̂), evaluates every key at `u`
+    /// and at `(u − c') mod 2^k` for each bound, and accumulates this
+    /// party's output shares (output-major) in the area: `P(x)`, or
+    /// `F̂·P(x) − s·P(x)` when scaled.
     pub fn close(
         &self,
         party: Party,
@@ -352,47 +485,60 @@ impl RingSuf {
         backend: &dyn BatchEval,
     ) -> Result<(), Error> {
         let n = self.elements(area)?;
-        let (w, p) = (self.ring, self.points());
-        let (shares, rest) = area.split_at_mut(2 * n);
-        let (mine, rest) = rest.split_at_mut(n);
-        let (xhat, rest) = rest.split_at_mut(n);
-        let (points, rest) = rest.split_at_mut(p * n);
-        let (evals, acc) = rest.split_at_mut(p * n);
-        mpc::open_finish(w, mine, recv, xhat)?;
-        for (e, x) in xhat.iter().enumerate() {
-            let u = self.k.reduce(x.wrapping_add(self.offset));
-            points[e * p] = u;
+        let (w, p, a) = (self.ring, self.points(), Area::of(self, n));
+        {
+            let (head, hat) = area[..a.points].split_at_mut(a.hat);
+            mpc::open_finish(w, &head[a.mine..], recv, hat)?;
+        }
+        for e in 0..n {
+            let u = self.k.reduce(area[a.hat + e].wrapping_add(self.offset));
+            area[a.points + e * p] = u;
             for (j, c) in self.cuts[..self.bounds].iter().enumerate() {
-                points[e * p + j + 1] = self.k.reduce(u.wrapping_sub(*c));
+                area[a.points + e * p + j + 1] = self.k.reduce(u.wrapping_sub(*c));
             }
         }
-        acc.fill(0);
+        area[a.acc..a.end].fill(0);
         let p0 = u64::from(party == Party::P0);
         for i in 0..self.key_count() {
             let batch = one_round::key_batch(self.key_params(), party, keys, i)?;
             if batch.count() != n {
                 return Err(Error::BufferLength);
             }
-            backend.eval(&batch, points, evals)?;
+            {
+                let (head, evals) = area[..a.evals + p * n].split_at_mut(a.evals);
+                backend.eval(&batch, &head[a.points..], evals)?;
+            }
+            let acc = if i < self.powers() { a.acc } else { a.acc2 };
             for e in 0..n {
-                // This party's share of r^i.
-                let power = [p0, shares[e], shares[n + e]][i];
+                let power = self.payload_share(area, &a, p0, (i, e));
                 // u went to the backend as public: its comparisons are
                 // read from the points.
-                let u = points[e * p];
-                let at_u = evals[e * p];
-                let terms = (0..p).map(|j| match j {
-                    0 => power,
-                    _ => {
-                        let above = 1 - u64::from(u < self.cuts[j - 1]);
-                        w.add(w.sub(w.mul(power, above), evals[e * p + j]), at_u)
-                    }
-                });
-                for (j, s) in terms.enumerate() {
+                let u = area[a.points + e * p];
+                let at_u = area[a.evals + e * p];
+                let xhat = area[a.hat + e];
+                for j in 0..p {
+                    let term = match j {
+                        0 => power,
+                        _ => {
+                            let above = 1 - u64::from(u < self.cuts[j - 1]);
+                            let at = area[a.evals + e * p + j];
+                            w.add(w.sub(w.mul(power, above), at), at_u)
+                        }
+                    };
                     for o in 0..self.outputs {
-                        let a = self.coefficient(j, o, i, xhat[e]);
-                        acc[o * n + e] = w.add(acc[o * n + e], w.mul(a, s));
+                        let c = self.coefficient(j, o, i % self.powers(), xhat);
+                        let slot = acc + o * n + e;
+                        area[slot] = w.add(area[slot], w.mul(c, term));
                     }
+                }
+            }
+        }
+        if self.scaled {
+            for e in 0..n {
+                let f = area[a.hat + n + e];
+                for o in 0..self.outputs {
+                    let (y, sy) = (a.acc + o * n + e, a.acc2 + o * n + e);
+                    area[y] = w.sub(w.mul(f, area[y]), area[sy]);
                 }
             }
         }
@@ -422,9 +568,52 @@ impl RingSuf {
         if out.len() != self.outputs * n {
             return Err(Error::BufferLength);
         }
-        let at = (4 + 2 * self.points()) * n;
+        let at = Area::of(self, n).acc;
         out.copy_from_slice(&area[at..at + self.outputs * n]);
         Ok(())
+    }
+}
+
+/// An evaluator's scratch for `n` elements, in order: the mask shares
+/// (r, then s when scaled), the dealt words' shares (word-major), this
+/// party's opening shares, the opened values (x̂, then F̂), the points,
+/// the evaluations, the outputs and (scaled) the s-terms. Unscaled, the
+/// layout it has always had: r, r², opening, x̂, points, evaluations,
+/// outputs.
+struct Area {
+    n: usize,
+    words: usize,
+    mine: usize,
+    hat: usize,
+    points: usize,
+    evals: usize,
+    acc: usize,
+    acc2: usize,
+    end: usize,
+}
+
+impl Area {
+    const fn of(g: &RingSuf, n: usize) -> Area {
+        let (m, p) = (g.inputs(), g.points());
+        let words = m * n;
+        let mine = words + g.word_areas() * n;
+        let hat = mine + m * n;
+        let points = hat + m * n;
+        let evals = points + p * n;
+        let acc = evals + p * n;
+        let acc2 = acc + g.outputs * n;
+        let end = if g.scaled { acc2 + g.outputs * n } else { acc2 };
+        Area {
+            n,
+            words,
+            mine,
+            hat,
+            points,
+            evals,
+            acc,
+            acc2,
+            end,
+        }
     }
 }
 
@@ -446,6 +635,18 @@ mod tests {
     /// `masks` where given; odd salts store bodies and re-derive roots);
     /// returns the reconstructed outputs, element-major.
     fn run(g: &RingSuf, xs: &[u64], masks: Option<&[u64]>, salt: u8) -> Vec<u64> {
+        run_scaled(g, xs, &[], masks, salt)
+    }
+
+    /// [`run`] with the factors `fs` of a scaled form (one per element;
+    /// empty for the plain form).
+    fn run_scaled(
+        g: &RingSuf,
+        xs: &[u64],
+        fs: &[u64],
+        masks: Option<&[u64]>,
+        salt: u8,
+    ) -> Vec<u64> {
         let (n, w, keys_n) = (xs.len(), g.ring(), g.key_count());
         let (fss, aes) = (Serial::new(), FixedKeyAes::new());
         let setup = Setup::new(w, xs, masks, n * g.random_words(), salt);
@@ -476,14 +677,19 @@ mod tests {
         let parties = [Party::P0, Party::P1];
         let mut msgs: Vec<Vec<u8>> = Vec::new();
         let mut areas: Vec<Vec<u64>> = Vec::new();
+        // The factors' shares: random for P0, the rest for P1.
+        let mut prg = Prg::new(&[salt ^ 0x6c; 16]);
+        let f0: Vec<u64> = fs.iter().map(|_| w.reduce(prg.next_u64())).collect();
+        let f1: Vec<u64> = fs.iter().zip(&f0).map(|(f, a)| w.sub(*f, *a)).collect();
         for (p, party) in parties.into_iter().enumerate() {
             let mask = pinned.map(|m| m[p]);
             let ex = if p == 1 { &explicit[..] } else { &[] };
             let mut area = dirty(g.scratch_words(n), p as u64);
             g.load(&aes, party, &seeds[p], mask, 7, ex, &mut area)
                 .unwrap();
-            let mut send = vec![0u8; mpc::words_len(w, n)];
-            g.open(&mut area, &setup.x[p], &mut send).unwrap();
+            let inputs: Vec<u64> = setup.x[p].iter().chain([&f0, &f1][p]).copied().collect();
+            let mut send = vec![0u8; mpc::words_len(w, n * g.inputs())];
+            g.open(&mut area, &inputs, &mut send).unwrap();
             msgs.push(send);
             areas.push(area);
         }
@@ -500,11 +706,9 @@ mod tests {
             }
             let ex = if p == 1 { &explicit[..] } else { &[] };
             let keys = if split {
-                PartyKeys::of(
-                    &[&bodies[0], &bodies[1], &bodies[2]],
-                    &[&roots[0], &roots[1], &roots[2]],
-                    ex,
-                )
+                let b: Vec<&[u8]> = bodies.iter().map(Vec::as_slice).collect();
+                let r: Vec<&[u8]> = roots.iter().map(Vec::as_slice).collect();
+                PartyKeys::of(&b, &r, ex)
             } else {
                 PartyKeys::of(&whole, &[], ex)
             };
@@ -619,6 +823,52 @@ mod tests {
         }
     }
 
+    /// Factors at the ring's edges and random ones, one per element.
+    fn factors(w: Width, n: usize, salt: u8) -> Vec<u64> {
+        let mut prg = Prg::new(&[salt; 16]);
+        (0..n)
+            .map(|e| match e % 7 {
+                0 => 0,
+                1 => 1,
+                2 => w.mask(),
+                3 => w.half(),
+                4 => 1 << (e % usize::try_from(w.bits()).unwrap()),
+                _ => w.reduce(prg.next_u64()),
+            })
+            .collect()
+    }
+
+    /// The scaled form on every input of the small SUFs under edge masks:
+    /// each output is the plain form's times its factor.
+    #[test]
+    fn scaled_suf_is_the_plain_output_times_its_factor_on_every_input() {
+        for (t, (suf, k)) in small_sufs().iter().enumerate() {
+            let g = RingSuf::scaled(suf, *k).unwrap();
+            assert_eq!(
+                g.key_count(),
+                2 * RingSuf::new(suf, *k).unwrap().key_count()
+            );
+            let w = suf.ring;
+            let xs: Vec<u64> = (0..=w.mask()).collect();
+            let outs = suf.arith;
+            for (i, r) in edge_masks(w, *k).iter().enumerate() {
+                let masks = vec![*r; xs.len()];
+                let fs = factors(w, xs.len(), (t * 7 + i) as u8);
+                let got = run_scaled(&g, &xs, &fs, Some(&masks), (t * 31 + i) as u8);
+                for (e, (x, f)) in xs.iter().zip(&fs).enumerate() {
+                    let (mut want, mut plain) = ([0u64; MAX_ARITH], [0u64; MAX_ARITH]);
+                    g.reference_scaled(*x, *f, &mut want);
+                    g.reference(*x, &mut plain);
+                    for o in 0..outs {
+                        assert_eq!(want[o], w.mul(plain[o], *f), "reference t={t} x={x}");
+                    }
+                    let at = e * outs..(e + 1) * outs;
+                    assert_eq!(got[at], want[..outs], "t={t} x={x} f={f} r={r}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn shapes_it_cannot_take_are_refused() {
         let w = Width::of(8);
@@ -632,6 +882,10 @@ mod tests {
         let c = g.cost();
         assert_eq!((c.rounds, c.comm_bits, c.dcf_points), (1, 8, 4));
         assert_eq!(c.key_bytes_p0, 2 * (g.key_params().key_len() - 16));
+        // Scaled: twice the keys and points, two values opened.
+        let sc = RingSuf::scaled(&wide, w).unwrap().cost();
+        assert_eq!((sc.rounds, sc.comm_bits, sc.dcf_points), (1, 16, 8));
+        assert_eq!(sc.key_bytes_p0, 2 * c.key_bytes_p0);
     }
 
     proptest! {
@@ -645,6 +899,7 @@ mod tests {
             coeffs in proptest::collection::vec(any::<u64>(), 2 * 9 * 3),
             k in 2u32..=63,
             signed in any::<bool>(),
+            fs in proptest::collection::vec(any::<u64>(), 64),
         ) {
             let (w, k) = (Width::W64, Width::of(k));
             let domain = if signed { Domain::Signed } else { Domain::Unsigned };
@@ -672,9 +927,12 @@ mod tests {
                 }
             }).collect();
             let out = run(&g, &near, Some(&rs), 5);
+            let scaled = run_scaled(&RingSuf::scaled(&suf, k).unwrap(), &near, &fs, Some(&rs), 6);
             for (e, x) in near.iter().enumerate() {
                 let want = suf.eval_at(*x, k).arith;
                 prop_assert_eq!(&out[2 * e..2 * e + 2], &want[..2], "x={} k={:?}", x, k);
+                let times = [w.mul(want[0], fs[e]), w.mul(want[1], fs[e])];
+                prop_assert_eq!(&scaled[2 * e..2 * e + 2], &times[..], "scaled x={} k={:?}", x, k);
             }
         }
     }
