@@ -53,8 +53,11 @@ use bound::Bound;
 /// step so that their key files are the same size (`crate::proto::role`):
 /// the same sections go to the other server's file. 6: a Llama-family
 /// decoder folds RoPE into its query/key weights ([`RopeTables`]), so its
-/// q/k/v truncation drops 16 bits instead of 28.
-pub const PLAN_VERSION: u32 = 6;
+/// q/k/v truncation drops 16 bits instead of 28. 7: the spline chains'
+/// mantissa spline and exponent factor's product run as one scaled SUF
+/// (`RingSuf::scaled`), 5 → 4 rounds per chain, so their key sections
+/// change.
+pub const PLAN_VERSION: u32 = 7;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to

@@ -74,12 +74,16 @@ pub enum Step {
         /// Its input.
         input: Lin,
     },
-    /// A one-round piecewise polynomial ([`RingSuf`]) on an affine input.
+    /// A one-round piecewise polynomial ([`RingSuf`]) on an affine input;
+    /// a scaled gate's outputs are multiplied by `factor`, opened in the
+    /// same round ([`RingSuf::scaled`]).
     Suf {
         /// The gate.
         gate: RingSuf,
         /// Its input.
         input: Lin,
+        /// The factor, for a scaled gate (and only for one).
+        factor: Option<Lin>,
     },
     /// A one-round truncation ([`RingTrunc`]) of an affine input.
     Trunc {
@@ -167,8 +171,17 @@ impl Chain {
                 Step::Trunc { gate, input } => {
                     gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
                 }
-                Step::Suf { gate, input } => {
-                    gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
+                Step::Suf {
+                    gate,
+                    input,
+                    factor,
+                } => {
+                    gate.ring().bits() == self.ring.bits()
+                        && self.lin_ok(input, s)
+                        && match factor {
+                            Some(f) => gate.is_scaled() && self.lin_ok(f, s),
+                            None => !gate.is_scaled(),
+                        }
                 }
                 Step::Lut { gate, input } => {
                     gate.ring().bits() == self.ring.bits() && self.lin_ok(input, s)
@@ -384,7 +397,8 @@ impl Chain {
     }
 
     /// The values area: the input, every step's outputs and a step-input
-    /// area, `n` words each.
+    /// area (two values per element: a scaled SUF's input and factor), `n`
+    /// words each.
     const fn values_words(&self, n: usize) -> usize {
         let mut values = 1;
         let mut s = 0;
@@ -392,7 +406,7 @@ impl Chain {
             values += self.outs(s);
             s += 1;
         }
-        n * values + n
+        n * values + 2 * n
     }
 
     /// Bytes sent in chain round `i` for `n` elements.
@@ -400,9 +414,8 @@ impl Chain {
         let (s, j) = self.locate(i);
         match &self.steps[s] {
             Step::Gate { gate, .. } => gate.round_bytes(gate.schedule().0[j], n),
-            Step::Trunc { .. } | Step::Suf { .. } | Step::Lut { .. } => {
-                mpc::words_len(self.ring, n)
-            }
+            Step::Suf { gate, .. } => mpc::words_len(self.ring, gate.inputs() * n),
+            Step::Trunc { .. } | Step::Lut { .. } => mpc::words_len(self.ring, n),
             Step::Mul { .. } => mpc::words_len(self.ring, 2 * n),
         }
     }
@@ -448,8 +461,16 @@ impl Chain {
                 Step::Trunc { gate, input } => {
                     values[s][0] = gate.reference(lin(&values, input));
                 }
-                Step::Suf { gate, input } => {
-                    gate.reference(lin(&values, input), &mut values[s]);
+                Step::Suf {
+                    gate,
+                    input,
+                    factor,
+                } => {
+                    let x = lin(&values, input);
+                    match factor {
+                        Some(f) => gate.reference_scaled(x, lin(&values, f), &mut values[s]),
+                        None => gate.reference(x, &mut values[s]),
+                    }
                 }
                 Step::Lut { gate, input } => {
                     values[s][0] = gate.reference(lin(&values, input));
@@ -792,16 +813,20 @@ impl<'a> ChainEval<'a> {
         })
     }
 
-    /// Where a step's input is assembled.
+    /// Where a step's input is assembled (a scaled SUF's factor after it).
     fn step_input(&self) -> usize {
-        self.chain.values_words(self.n) - self.n
+        self.chain.values_words(self.n) - 2 * self.n
     }
 
     /// Evaluates an affine combination into the step-input area.
     fn lin(&mut self, l: &Lin) {
+        self.lin_at(l, self.step_input());
+    }
+
+    /// Evaluates an affine combination into the values area at `at`.
+    fn lin_at(&mut self, l: &Lin, at: usize) {
         let w = self.chain.ring;
         let pb = self.party.index();
-        let at = self.step_input();
         for e in 0..self.n {
             let mut v = if pb == 0 { l.constant } else { 0 };
             for t in 0..l.len {
@@ -931,17 +956,23 @@ impl<'a> ChainEval<'a> {
         &mut self,
         s: usize,
         gate: &dyn OneRound,
-        input: &Lin,
+        (input, factor): (&Lin, Option<&Lin>),
         send: &mut [u8],
     ) -> Result<(), Error> {
         self.lin(input);
-        let (n, at) = (self.n, self.step_input());
+        let (mut n, at) = (self.n, self.step_input());
+        if let Some(f) = factor {
+            self.lin_at(f, at + n);
+        }
         let step_seed = step_seed(self.h, &self.seed, s);
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
         let area = &mut area[..gate.area_words(n)];
         let explicit = self.keys[s].explicit;
         let (h, party, first) = (self.h, self.party, self.first);
         gate.load_step(h, party, (&step_seed, first), explicit, area)?;
+        if factor.is_some() {
+            n *= 2;
+        }
         gate.open_step(area, &self.values[at..at + n], send)
     }
 
@@ -1019,9 +1050,13 @@ impl Protocol for ChainEval<'_> {
                     .ok_or(Error::Unsupported)?
                     .prepare(j, send)
             }
-            Step::Trunc { gate, input } => self.prepare_one_round(s, gate, input, send),
-            Step::Suf { gate, input } => self.prepare_one_round(s, gate, input, send),
-            Step::Lut { gate, input } => self.prepare_one_round(s, gate, input, send),
+            Step::Trunc { gate, input } => self.prepare_one_round(s, gate, (input, None), send),
+            Step::Suf {
+                gate,
+                input,
+                factor,
+            } => self.prepare_one_round(s, gate, (input, factor.as_ref()), send),
+            Step::Lut { gate, input } => self.prepare_one_round(s, gate, (input, None), send),
             Step::Mul { a, b } => self.prepare_mul(s, a, b, send),
         }
     }

@@ -5,7 +5,7 @@
 //! any common scale. So both are chains (see [`super::chain`]), in two
 //! forms.
 //!
-//! **The spline form ([`inverse`], 5 rounds):**
+//! **The spline form ([`inverse`], 4 rounds):**
 //!
 //! 1. **Range reduction (SUF).** Intervals are the octaves `[2^b, 2^(b+s))`
 //!    of the integer input V (s = 1 for 1/v, s = 2 for 1/√v, so that
@@ -13,15 +13,19 @@
 //!    mantissa `M = V·2^(G−b)`, so `m = M/2^G ∈ [1, 2^s)`, and the exponent
 //!    factor `F = 2^(H + e)` where the answer is `g(m)·2^e`.
 //! 2. **Truncation** of M to `FRAC_M` fraction bits (gap LRS).
-//! 3. **Mantissa spline** `g(m) = 1/m` or `1/√m` on `[1, 2^s)`
-//!    ([`super::splines::RECIP_MANTISSA`], [`super::splines::RSQRT_MANTISSA`]).
-//! 4. **Product** `g(m)·F` (Beaver).
-//! 5. **Truncation** to the output scale (gap ARS).
+//! 3. **Mantissa spline times the factor** `g(m)·F`, `g(m) = 1/m` or
+//!    `1/√m` on `[1, 2^s)` ([`super::splines::RECIP_MANTISSA`],
+//!    [`super::splines::RSQRT_MANTISSA`]): a one-round SUF scaled by F,
+//!    which it opens beside m ([`RingSuf::scaled`]).
+//! 4. **Truncation** to the output scale (gap ARS).
 //!
 //! Every step takes one round: the range reduction and the spline are
 //! one-round SUFs ([`RingSuf`]), the truncations take their carry from a
-//! ring-output key ([`RingTrunc`]). The same chain with two-round gates
-//! and truncations (9 rounds, fewer key bytes) is its test oracle. Inputs
+//! ring-output key ([`RingTrunc`]). Until the thirty-fifth session the
+//! spline and the product by F were two steps (5 rounds). The same chain
+//! with two-round gates and truncations and the product as a Beaver step
+//! (9 rounds, fewer key bytes) is its test oracle: both compute the same
+//! integers. Inputs
 //! below 1 ulp saturate to the value at V = 1. Accuracy (enforced by
 //! sweeps): relative error ≤ 2^-7 plus one unit of the output; rsqrt's
 //! spline is fitted to 2^-11, its chain within 3.4·10⁻⁴.
@@ -273,6 +277,7 @@ pub fn inverse_table(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Ch
     let reduce = Step::Suf {
         gate: RingSuf::new(&suf, k_in)?,
         input: Lin::of(Source::Input),
+        factor: None,
     };
     let k_m = Width::new(k_m).map_err(|_| SufError::FixedPoint)?;
     let mantissa = Step::Trunc {
@@ -305,7 +310,7 @@ pub fn inverse_table(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Ch
 }
 
 /// The inverse's spline form as a chain; its output has `frac_out`
-/// fraction bits. Every step takes one round: 5 rounds.
+/// fraction bits. Every step takes one round: 4 rounds.
 pub fn inverse(kind: Inverse, ring: Width, sc: InverseScales) -> Result<Chain, SufError> {
     spline_form::chain(kind, ring, sc, spline_form::Form::OneRound)
 }
@@ -353,6 +358,7 @@ mod spline_form {
             Form::OneRound => Step::Suf {
                 gate: RingSuf::new(suf, k)?,
                 input,
+                factor: None,
             },
         })
     }
@@ -377,7 +383,8 @@ mod spline_form {
         })
     }
 
-    /// The spline chain: 5 rounds one-round, 9 two-round.
+    /// The spline chain: 4 rounds one-round (the spline scaled by the
+    /// factor), 9 two-round (the spline, then a Beaver product).
     pub(crate) fn chain(
         kind: Inverse,
         ring: Width,
@@ -412,37 +419,43 @@ mod spline_form {
             (k_m, g - FRAC_M, Shift::Logical),
             Lin::of(step(0, 0)),
         )?;
-        let k_spline = FRAC_M + s + 2;
+        let k_spline = Width::of(FRAC_M + s + 2);
         let spline_suf = spline(kind).suf(ring, FRAC_M, COEFF_BITS)?;
-        let spline = suf_step(
-            form,
-            &spline_suf,
-            Width::of(k_spline),
-            Phi::poly(ring, PolyMode::Monomials),
-            Lin::of(step(1, 0)),
-        )?;
         let spline_scale = 2 * FRAC_M + COEFF_BITS;
         let product_scale = spline_scale + h;
         let k_out = product_scale + sc.frac_in.saturating_sub(sc.lo_bits).div_ceil(s) + 3;
         if k_out >= n || sc.frac_out >= product_scale {
             return Err(SufError::FixedPoint);
         }
+        let chain = Chain::new(ring).then(reduce).then(mantissa);
+        // The spline times the exponent factor: a Beaver product after the
+        // spline, or (one round) the spline scaled by the factor.
+        let (chain, product) = match form {
+            Form::TwoRounds => {
+                let phi = Phi::poly(ring, PolyMode::Monomials);
+                let spline = suf_step(form, &spline_suf, k_spline, phi, Lin::of(step(1, 0)))?;
+                let times = Step::Mul {
+                    a: Lin::of(step(2, 0)),
+                    b: Lin::of(step(0, 1)),
+                };
+                (chain.then(spline).then(times), 3)
+            }
+            Form::OneRound => {
+                let scaled = Step::Suf {
+                    gate: RingSuf::scaled(&spline_suf, k_spline)?,
+                    input: Lin::of(step(1, 0)),
+                    factor: Some(Lin::of(step(0, 1))),
+                };
+                (chain.then(scaled), 2)
+            }
+        };
         let out = truncation(
             form,
             ring,
             (k_out, product_scale - sc.frac_out, Shift::Arithmetic),
-            Lin::of(step(3, 0)),
+            Lin::of(step(product, 0)),
         )?;
-        let chain = Chain::new(ring)
-            .then(reduce)
-            .then(mantissa)
-            .then(spline)
-            .then(Step::Mul {
-                a: Lin::of(step(2, 0)),
-                b: Lin::of(step(0, 1)),
-            })
-            .then(out)
-            .output(step(4, 0));
+        let chain = chain.then(out).output(step(product + 1, 0));
         chain.validate()?;
         Ok(chain)
     }
@@ -592,26 +605,40 @@ mod tests {
         }
     }
 
-    /// The former chain still runs: one-round and two-round forms agree
-    /// with its reference and with each other.
+    /// The spline chains: the one-round form (the spline scaled by the
+    /// exponent factor) and the two-round oracle (the spline, then a Beaver
+    /// product) agree with their references and with each other, on random
+    /// inputs and every octave's edges (every factor), and their
+    /// references agree on a sweep of every octave.
     #[test]
     fn two_party_spline_chains_equal_their_reference() {
         let mut prg = Prg::new(&[5; 16]);
         for (kind, sc) in [
             (Inverse::Recip, scales(12, 23, 12)),
+            (Inverse::Rsqrt, scales(24, 44, 0)),
             (Inverse::Rsqrt, scales(24, 60, 12)),
         ] {
             let chain = spline_chain(kind, Width::W64, sc, Form::OneRound).unwrap();
             let old = spline_chain(kind, Width::W64, sc, Form::TwoRounds).unwrap();
             let mut xs: Vec<u64> = (0..100).map(|_| prg.next_u64() >> (64 - sc.k_in)).collect();
+            for b in 0..sc.k_in {
+                xs.extend([(1u64 << b) - 1, 1 << b, (1 << b) + 1]);
+            }
             xs.extend([0, 1, 1 << sc.lo_bits, (1 << sc.k_in) - 1]);
+            let xs: Vec<u64> = xs.into_iter().filter(|x| *x < 1 << sc.k_in).collect();
             let got = run_chain(&chain, &xs, 3);
             let was = run_chain(&old, &xs, 4);
             for ((x, y), z) in xs.iter().zip(&got).zip(&was) {
                 assert_eq!(*y, chain.reference(*x), "{kind:?} x={x}");
                 assert_eq!(*y, *z, "{kind:?} one against two rounds, x={x}");
             }
-            assert_eq!((chain.rounds(), old.rounds()), (5, 9));
+            for b in 0..sc.k_in {
+                for _ in 0..64 {
+                    let x = (1u64 << b) | (prg.next_u64() & ((1u64 << b) - 1));
+                    assert_eq!(chain.reference(x), old.reference(x), "{kind:?} x={x}");
+                }
+            }
+            assert_eq!((chain.rounds(), old.rounds()), (4, 9));
         }
     }
 }
