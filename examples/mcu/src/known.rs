@@ -49,7 +49,7 @@ pub struct GateTranscript {
     /// The DCF key bodies as a key file holds them: without roots, back to
     /// back; the roots are re-derived from the seed (`Gate::fill_roots`
     /// into whole keys, or `Gate::derive_roots` beside the bodies).
-    pub dcf: [&'static [u8]; 3],
+    pub dcf: [&'static [u8]; suffuse_core::compile::MAX_KEYS],
     /// P1's explicit words (empty for P0).
     pub explicit: &'static [u64],
     /// What this party sent in each round.
