@@ -37,6 +37,7 @@ use crate::ring::{Width, cast};
 use crate::suf::Suf;
 
 pub mod activation;
+pub mod centre_square;
 pub mod chain;
 pub mod inverse;
 pub mod max;

@@ -79,6 +79,16 @@ impl RingTrunc {
         self.ring
     }
 
+    /// The effective input width k.
+    pub const fn width(&self) -> Width {
+        self.k
+    }
+
+    /// Bits dropped, f.
+    pub const fn shift(&self) -> u32 {
+        self.f
+    }
+
     /// The carry key's parameters: an f-bit DCF with output in the ring.
     pub const fn key_params(&self) -> Params {
         Params::new(Kind::Dcf, Width::of(self.f), Output::Ring(self.ring))
