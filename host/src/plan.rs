@@ -30,6 +30,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use suffuse_core::gate::Gate;
 use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
+use suffuse_core::gate::centre_square::CentreSquare;
 use suffuse_core::gate::chain::{Chain, Lin, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MaxTree, ONE_ROUND_TAIL};
@@ -56,7 +57,8 @@ use bound::Bound;
 /// q/k/v truncation drops 16 bits instead of 28. 7: the spline chains'
 /// mantissa spline and exponent factor's product run as one scaled SUF
 /// (`RingSuf::scaled`), 5 → 4 rounds per chain, so their key sections
-/// change.
+/// change; and a LayerNorm's centring and sum of squares are one step
+/// ([`Kind::CentreSquare`]).
 pub const PLAN_VERSION: u32 = 7;
 
 /// The most sentences a plan takes in one run. Far above what one key set
@@ -664,6 +666,26 @@ pub enum Kind {
         /// Its square.
         square: usize,
     },
+    /// A LayerNorm's centring and sum of squares of the rows of `x`
+    /// (step, one round): `μ = ⌊gain·Σx/2^shift⌋` (a gap truncation at
+    /// effective width `k`), `out = x − μ` and `sums = Σout²` per row
+    /// (core's `CentreSquare`: the squares' opening travels beside the
+    /// mean's). The planner makes it for every LayerNorm's centring
+    /// (`plan::norm`).
+    CentreSquare {
+        /// The rows.
+        x: usize,
+        /// The mean's factor, at `shift` fraction bits.
+        gain: u64,
+        /// Effective width of `gain·Σx`.
+        k: u32,
+        /// Bits the mean drops.
+        shift: u32,
+        /// The centred rows.
+        out: usize,
+        /// Each row's sum of squares.
+        sums: usize,
+    },
     /// `out = x²` elementwise, Beaver squares (step).
     Square {
         /// Input.
@@ -788,6 +810,7 @@ impl Kind {
                 | Kind::Open { .. }
                 | Kind::Square { .. }
                 | Kind::TruncSquare { .. }
+                | Kind::CentreSquare { .. }
                 | Kind::Mul { .. }
         )
     }
@@ -820,6 +843,7 @@ impl Kind {
             Kind::Mul { .. } => "product".to_string(),
             Kind::Square { .. } => "square".to_string(),
             Kind::TruncSquare { shift, .. } => format!("trunc and square, {shift} bits"),
+            Kind::CentreSquare { .. } => "centre and square".to_string(),
             Kind::Open { .. } => "opening".to_string(),
             _ => return None,
         };
@@ -848,6 +872,7 @@ impl Kind {
             | Kind::Chain { x, .. }
             | Kind::Max { x, .. }
             | Kind::Square { x, .. }
+            | Kind::CentreSquare { x, .. }
             | Kind::Open { x, .. }
             | Kind::Triangle { x, .. }
             | Kind::Spread { x, .. }
@@ -899,15 +924,17 @@ impl Kind {
             | Kind::Append { out, .. }
             | Kind::Repeat { out, .. }
             | Kind::TruncSquare { out, .. }
+            | Kind::CentreSquare { out, .. }
             | Kind::Rows { out, .. } => out,
         }
     }
 
     /// Tensors written: [`Kind::output`], and a [`Kind::TruncSquare`]'s
-    /// square after it.
+    /// square or a [`Kind::CentreSquare`]'s row sums after it.
     pub fn outputs(&self) -> Vec<usize> {
         match *self {
             Kind::TruncSquare { out, square, .. } => vec![out, square],
+            Kind::CentreSquare { out, sums, .. } => vec![out, sums],
             _ => vec![self.output()],
         }
     }
@@ -955,6 +982,8 @@ pub enum Built {
     Max(Arc<MaxTree>),
     /// A truncation that opens its output (squared form).
     TruncOpen(TruncOpen),
+    /// A LayerNorm's centring and sum of squares.
+    CentreSquare(CentreSquare),
     /// A Beaver protocol: nothing to build.
     Beaver,
 }
@@ -1021,6 +1050,13 @@ impl BuiltCache {
                     g.map_err(fail(format!("trunc by {shift} at width {k}")))?
                         .squared(),
                 )
+            }
+            Kind::CentreSquare {
+                x, gain, k, shift, ..
+            } => {
+                let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
+                let g = CentreSquare::new(RING, (w, *shift), *gain, tensors[*x].cols);
+                Built::CentreSquare(g.map_err(fail(format!("mean by {shift} at width {k}")))?)
             }
             _ => Built::Beaver,
         })

@@ -21,6 +21,7 @@
 //! | truncation, residual and square | seed_b · per chunk: the carry keys' bodies, then P1's five words |
 
 mod beaver;
+mod centre_square;
 mod chain;
 mod gate;
 mod material;
@@ -188,6 +189,9 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
         }
         (Kind::Square { x, .. }, _) => Box::new(beaver::Square { at, x: *x }),
         (Kind::Open { x, .. }, _) => Box::new(open::Open { at, x: *x }),
+        (Kind::CentreSquare { x, .. }, Built::CentreSquare(g)) => {
+            Box::new(centre_square::Centre { at, g, x: *x })
+        }
         (Kind::TruncSquare { x, add, .. }, Built::TruncOpen(g)) => {
             Box::new(trunc_square::TruncSquare {
                 at,

@@ -48,6 +48,7 @@ use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
 use crate::fss::{Params, Party};
 use crate::gate::one_round::{self, GROUP};
+use crate::gate::protocol::Protocol;
 use crate::gate::ring_trunc::RingTrunc;
 use crate::gate::trunc::Shift;
 use crate::gate::{Cost, PartyKeys, prf_slots};
@@ -464,6 +465,102 @@ impl CentreSquare {
             v[row] = w.add(w.sub(sum_r2, w.mul(2, mu_s)), w.mul(dw, mu2));
         }
         Ok(())
+    }
+}
+
+impl CentreSquare {
+    /// One party's evaluator for the rows `r` (row-major) from row index
+    /// `first`, a [`Protocol`]: its keys, its input shares and
+    /// [`CentreSquare::scratch_words`] of scratch. Its output is the
+    /// centred rows, then each row's sum of squares.
+    pub fn eval<'a>(
+        &'a self,
+        h: &dyn Hasher,
+        (party, seed): (Party, &[u8; 16]),
+        first: u64,
+        keys: PartyKeys<'a>,
+        r: &'a [u64],
+        scratch: &'a mut [u64],
+    ) -> Result<CentreSquareEval<'a>, Error> {
+        let n = r.len() / self.d;
+        if r.len() != n * self.d || scratch.len() != self.scratch_words(n) {
+            return Err(Error::BufferLength);
+        }
+        self.load(h, (party, seed, None), first, keys.explicit, scratch)?;
+        Ok(CentreSquareEval {
+            gate: self,
+            party,
+            keys,
+            r,
+            scratch,
+            finished: false,
+        })
+    }
+}
+
+/// One party's side of a [`CentreSquare`] over a batch of rows.
+pub struct CentreSquareEval<'a> {
+    gate: &'a CentreSquare,
+    party: Party,
+    keys: PartyKeys<'a>,
+    r: &'a [u64],
+    scratch: &'a mut [u64],
+    finished: bool,
+}
+
+impl core::fmt::Debug for CentreSquareEval<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CentreSquareEval")
+            .field("gate", self.gate)
+            .field("party", &self.party)
+            .field("values", &self.r.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Protocol for CentreSquareEval<'_> {
+    fn rounds(&self) -> usize {
+        1
+    }
+
+    fn send_len(&self, round: usize) -> usize {
+        let rows = self.r.len() / self.gate.d;
+        match round {
+            0 => mpc::words_len(self.gate.ring(), rows + self.r.len()),
+            _ => 0,
+        }
+    }
+
+    fn output_len(&self) -> usize {
+        self.r.len() + self.r.len() / self.gate.d
+    }
+
+    fn prepare(&mut self, round: usize, send: &mut [u8]) -> Result<(), Error> {
+        if round != 0 || self.finished {
+            return Err(Error::Unsupported);
+        }
+        self.gate.open(self.scratch, self.r, send)
+    }
+
+    fn finish(&mut self, round: usize, recv: &[u8], backend: &dyn BatchEval) -> Result<(), Error> {
+        if round != 0 || self.finished {
+            return Err(Error::Unsupported);
+        }
+        let g = self.gate;
+        g.close(self.party, self.scratch, recv, &self.keys, backend)?;
+        self.finished = true;
+        Ok(())
+    }
+
+    fn output(&self, out: &mut [u64]) -> Result<(), Error> {
+        if !self.finished {
+            return Err(Error::Unsupported);
+        }
+        if out.len() != self.output_len() {
+            return Err(Error::BufferLength);
+        }
+        let (y, v) = out.split_at_mut(self.r.len());
+        self.gate.output(self.party, self.scratch, y, v)
     }
 }
 

@@ -6,7 +6,7 @@
 use super::bound::{self, Bound, NormForm};
 use super::linear::Folded;
 use super::scale::{INVERSE_REL_ERR, truncate, truncate_reading, truncate_scalar, ulp};
-use super::{Builder, Category, ChainSpec, InverseSpec, Kind, PlanError};
+use super::{Builder, Category, ChainSpec, InverseSpec, Kind, PlanError, TensorInfo};
 use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model;
 
@@ -159,6 +159,21 @@ fn sum_of_squares(
         Bound::uniform(1, v_max),
     )?;
     b.push(Kind::RowSum { x: sq, out: v });
+    let (v, frac_in) = ready_sum(b, v, (de, v_max), k_max, (name, l))?;
+    Ok((v, frac_in, v_max))
+}
+
+/// The sum of squares `v` (bounded by `v_max`) plus `de = d·ε`, truncated
+/// where the rsqrt chain's input must be below 2^`k_max`: returns it and
+/// its scale.
+fn ready_sum(
+    b: &mut Builder,
+    v: usize,
+    (de, v_max): (f64, f64),
+    k_max: u32,
+    (name, l): (&str, usize),
+) -> Result<(usize, u32), PlanError> {
+    let (rows, scale) = (b.info(v).rows, b.info(v).scale);
     // LayerNorm's ε enters as d·ε (the rsqrt is of Σy², not of the mean).
     let eps = encode(de, scale);
     let v = if eps != 0 {
@@ -191,9 +206,9 @@ fn sum_of_squares(
                 format!("{name} sum of squares (narrowed)"),
             )?;
             b.at(Category::LayerNorm, Some(l));
-            Ok((vt, scale - shift, v_max))
+            Ok((vt, scale - shift))
         }
-        _ => Ok((v, scale, v_max)),
+        _ => Ok((v, scale)),
     }
 }
 
@@ -398,14 +413,20 @@ fn normalized(
     let (rows, d) = (ri.rows, ri.cols);
     let r_bound = ri.bound.regroup(d);
     let r_l2 = r_bound.row_l2();
-    let (y, yb, y_l2) = if centre {
-        centre_rows(b, r, &r_bound, name, l)?
+    let y_scale = ri.scale;
+    let (y, v, frac_in, v_max, yb, y_l2, octaves) = if centre {
+        // The centring and the squares in one step (one round).
+        let c = Centring::of(&ri, &r_bound);
+        let (yb, y_l2, octaves) = norm_input(c.yb.clone(), (c.y_l2, y_scale), d, eps, rho);
+        let de = d as f64 * f64::from(eps);
+        let (y, v, v_max) = c.push(b, r, y_l2 * y_l2 + de, name)?;
+        let (v, frac_in) = ready_sum(b, v, (de, v_max), octaves.k, (name, l))?;
+        (y, v, frac_in, v_max, yb, y_l2, octaves)
     } else {
-        (r, r_bound.clone(), r_l2)
+        let (yb, y_l2, octaves) = norm_input(r_bound.clone(), (r_l2, y_scale), d, eps, rho);
+        let (v, frac_in, v_max) = sum_of_squares(b, r, (&yb, y_l2), eps, octaves.k, name, l)?;
+        (r, v, frac_in, v_max, yb, y_l2, octaves)
     };
-    let y_scale = b.info(y).scale;
-    let (yb, y_l2, octaves) = norm_input(yb, (y_l2, y_scale), d, eps, rho);
-    let (v, frac_in, v_max) = sum_of_squares(b, y, (&yb, y_l2), eps, octaves.k, name, l)?;
     let rho_max =
         (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
     let rho = b.tensor(
@@ -513,8 +534,83 @@ fn gained(
     Ok((a, form))
 }
 
-/// `y = r − trunc(Σr·⌊2^16/d⌉)`; returns y, its bound and its row-norm
-/// bound.
+/// A LayerNorm's centring `y = r − trunc(Σr·⌊2^16/d⌉)`: the mean's factor
+/// and the width of its truncation, and the centred rows' bounds.
+struct Centring {
+    gain: u64,
+    k: u32,
+    scale: u32,
+    yb: Bound,
+    y_l2: f64,
+}
+
+impl Centring {
+    /// For the rows `ri` with bound `r_bound` (regrouped by row).
+    fn of(ri: &TensorInfo, r_bound: &Bound) -> Centring {
+        let d = ri.cols;
+        // Mean: Σr·⌊2^16/d⌉ truncated; |Σr| ≤ √d·‖r‖.
+        let r_l2 = r_bound.row_l2();
+        let sum_abs = (d as f64).sqrt() * r_l2;
+        let gain = encode(1.0 / d as f64, MEAN_FRAC);
+        let gain_real = fixed::decode(gain, MEAN_FRAC);
+        let k = bound::width(sum_abs * gain_real, ri.scale + MEAN_FRAC).max(MEAN_FRAC + 2);
+        let mu_abs = sum_abs * gain_real + ulp(ri.scale);
+        // ‖y‖ ≤ ‖r − mean‖ + √d·|mean − μ| ≤ ‖r‖ + √d·δ.
+        let delta = sum_abs * (gain_real - 1.0 / d as f64).abs() + ulp(ri.scale);
+        let y_l2 = r_l2 + (d as f64).sqrt() * delta;
+        let mut yb = Bound::from_abs(r_bound.abs.iter().map(|a| a + mu_abs).collect(), d);
+        yb.l2[0] = yb.l2[0].min(y_l2);
+        Centring {
+            gain,
+            k,
+            scale: ri.scale,
+            yb,
+            y_l2,
+        }
+    }
+
+    /// Pushes the centring of `r` and the sum of its squares, bounded by
+    /// `v_max`, as one step ([`Kind::CentreSquare`]): returns the centred
+    /// rows, the sums and `v_max`.
+    fn push(
+        &self,
+        b: &mut Builder,
+        r: usize,
+        v_max: f64,
+        name: &str,
+    ) -> Result<(usize, usize, f64), PlanError> {
+        let rows = b.info(r).rows;
+        let d = self.yb.abs.len();
+        let y = b.tensor(
+            format!("{name} centred"),
+            rows,
+            d,
+            self.scale,
+            self.yb.clone(),
+        )?;
+        let v = b.tensor(
+            format!("{name} sum of squares"),
+            rows,
+            1,
+            2 * self.scale,
+            Bound::uniform(1, v_max),
+        )?;
+        b.push(Kind::CentreSquare {
+            x: r,
+            gain: self.gain,
+            k: self.k,
+            shift: MEAN_FRAC,
+            out: y,
+            sums: v,
+        });
+        Ok((y, v, v_max))
+    }
+}
+
+/// `y = r − trunc(Σr·⌊2^16/d⌉)` as separate operations (the mean's
+/// one-round truncation, then the subtraction): the test oracle of
+/// [`Centring`]; returns y, its bound and its row-norm bound.
+#[cfg(test)]
 fn centre_rows(
     b: &mut Builder,
     r: usize,
@@ -630,6 +726,42 @@ mod tests {
             .sum::<f64>()
             / d as f64;
         assert!((ms - 1.0).abs() < 1e-2, "mean square {ms}");
+    }
+
+    /// A LayerNorm's centring and sum of squares as one step (one round)
+    /// against the operations it replaced (the mean's truncation, the
+    /// subtraction, Beaver squares and their row sums), through the
+    /// reference: the same centred rows and sums, bit for bit, on random
+    /// rows, constant rows and rows at the bound's edges.
+    #[test]
+    fn one_round_centring_equals_the_separate_steps() {
+        let (d, rows) = (24, 9);
+        let bound = Bound::uniform(d, 6.0);
+        let mut xs: Vec<u64> = uniform(6 * d, 6.0, 11)
+            .iter()
+            .map(|v| encode(*v, FRAC))
+            .collect();
+        xs.extend((0..d).map(|_| encode(2.5, FRAC)));
+        xs.extend((0..d).map(|c| encode(if c % 2 == 0 { 6.0 } else { -6.0 }, FRAC)));
+        xs.extend((0..d).map(|_| encode(-6.0, FRAC)));
+        for sums in [false, true] {
+            let (mut b, x, bias) = testing::begin(rows, d, bound.clone());
+            let ri = b.info(x).clone();
+            let r_bound = ri.bound.regroup(d);
+            let c = Centring::of(&ri, &r_bound);
+            let (y1, v1, _) = c.push(&mut b, x, c.y_l2 * c.y_l2, "fused").unwrap();
+            let (y2, yb, y_l2) = centre_rows(&mut b, x, &r_bound, "separate", 0).unwrap();
+            let (v2, _, _) =
+                sum_of_squares(&mut b, y2, (&yb, y_l2), 0.0, 64, "separate", 0).unwrap();
+            assert_eq!((yb.abs, y_l2), (c.yb.abs.clone(), c.y_l2));
+            let (a, z) = if sums { (v1, v2) } else { (y1, y2) };
+            let out = b.stack_rows(&[a, z], "both".into()).unwrap();
+            let (plan, outs) = testing::run(b, (x, bias, out), "centring", xs.clone());
+            let (fused, separate) = outs.split_at(outs.len() / 2);
+            assert_eq!(fused, separate, "sums: {sums}");
+            let kinds = |k: fn(&Kind) -> bool| plan.ops.iter().filter(|o| k(&o.kind)).count();
+            assert_eq!(kinds(|k| matches!(k, Kind::CentreSquare { .. })), 1);
+        }
     }
 
     /// Seeded reals uniform in `[-r, r)`.

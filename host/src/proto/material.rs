@@ -6,6 +6,7 @@ use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Params;
 use suffuse_core::fss::Party;
+use suffuse_core::gate::centre_square::CentreSquare;
 use suffuse_core::gate::ring_lut::RingLut;
 use suffuse_core::gate::ring_relu::RingRelu;
 use suffuse_core::gate::ring_suf::RingSuf;
@@ -230,6 +231,16 @@ impl RingShape {
             keys: 1,
             explicit: t.explicit_words(),
             random: 0,
+        }
+    }
+
+    /// A LayerNorm's centring and sum of squares (per row).
+    pub(super) fn centre_square(g: &CentreSquare) -> Self {
+        RingShape {
+            params: g.key_params(),
+            keys: g.key_count(),
+            explicit: g.explicit_words(),
+            random: g.random_words(),
         }
     }
 

@@ -17,6 +17,7 @@ use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::{GenBatch, KeyBatch, Party};
 use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
+use suffuse_core::gate::centre_square::{self, CentreSquare};
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree};
@@ -403,6 +404,71 @@ fn trunc_open_case(
     Ok(())
 }
 
+/// A LayerNorm's centring and sum of squares in one round
+/// (`CentreSquare`): rows of 24 values with their mean in the gap; each
+/// message is declassified as it leaves its party, and the centred rows
+/// and sums are checked.
+fn centre_square_case(
+    b: &Backends<'_>,
+    inputs: &mut PublicInputs,
+    stats: &mut GateStats,
+) -> HarnessResult<()> {
+    let (ring, d, rows) = (Width::W64, 24, 6);
+    let g = CentreSquare::new(ring, (Width::of(40), 16), 65_536 / 24, d)?;
+    let rs: Vec<u64> = signed_inputs(ring, 20, inputs)
+        .into_iter()
+        .cycle()
+        .take(rows * d)
+        .collect();
+    let mut want = vec![0u64; rows * d + rows];
+    {
+        let (ys, vs) = want.split_at_mut(rows * d);
+        for ((r, y), v) in rs.chunks_exact(d).zip(ys.chunks_exact_mut(d)).zip(vs) {
+            *v = g.reference(r, y);
+        }
+    }
+    let seeds = secret_seeds(inputs);
+    let random: Vec<u64> = (0..rows * g.random_words())
+        .map(|_| inputs.next())
+        .collect();
+    let lens = [g.key_params().key_len(); centre_square::KEYS];
+    let dealt = Dealt::new(&lens, rows, g.explicit_words(), |k0, k1, ex| {
+        let (k0, k1) = (
+            &mut k0[..centre_square::KEYS],
+            &mut k1[..centre_square::KEYS],
+        );
+        g.deal(b.fss, (seeds, None), &random, (0, rows), k0, k1, ex)
+            .map(|_| ())
+    })?;
+    let r = secret_shares(ring, &rs, inputs);
+    for eval in &b.evals {
+        let backend = Declassify(*eval);
+        let mut s0 = vec![0u64; g.scratch_words(rows)];
+        let mut s1 = vec![0u64; g.scratch_words(rows)];
+        let mut p0 = g.eval(
+            b.fss,
+            (Party::P0, &seeds[0]),
+            0,
+            dealt.keys(0),
+            &r[0],
+            &mut s0,
+        )?;
+        let mut p1 = g.eval(
+            b.fss,
+            (Party::P1, &seeds[1]),
+            0,
+            dealt.keys(1),
+            &r[1],
+            &mut s1,
+        )?;
+        run_pair(&mut p0, &mut p1, &backend)?;
+        let [o0, o1] = outputs(&p0, &p1)?;
+        let got: Vec<u64> = o0.iter().zip(&o1).map(|(a, b)| ring.add(*a, *b)).collect();
+        stats.compare(&format!("centre and square ({})", eval.name()), &got, &want);
+    }
+    Ok(())
+}
+
 /// A reciprocal or rsqrt chain over `xs`.
 fn chain_case(
     name: &str,
@@ -763,6 +829,7 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
         gate_case(name, &gate, &xs, b, inputs, &mut stats)?;
     }
     trunc_open_case(b, inputs, &mut stats)?;
+    centre_square_case(b, inputs, &mut stats)?;
     let nexp = activation::nexp(ring, Width::of(24), FRAC)?;
     let xs: Vec<u64> = (0..N).map(|_| inputs.next() >> (64 - 18)).collect();
     gate_case("nexp", &nexp, &xs, b, inputs, &mut stats)?;
