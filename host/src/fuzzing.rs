@@ -339,7 +339,8 @@ pub fn output_len(party: u8) -> usize {
 mod tests {
     use super::*;
 
-    /// The decoder's fixture holds the section kinds the encoder's lacks.
+    /// The decoder's fixture holds the section kinds the encoder's lacks,
+    /// and the encoder's a LayerNorm's one-step centring.
     #[test]
     fn the_decoder_fixture_opens_and_fuses() {
         use crate::plan::Kind;
@@ -347,6 +348,13 @@ mod tests {
         let has = |f: fn(&Kind) -> bool| plan.ops.iter().any(|op| f(&op.kind));
         assert!(has(|k| matches!(k, Kind::TruncSquare { .. })));
         assert!(has(|k| matches!(k, Kind::Open { .. })));
+        // And the encoder's, its LayerNorms' one-round centring.
+        let plan = &fixture_of(0).plan;
+        assert!(
+            plan.ops
+                .iter()
+                .any(|op| matches!(op.kind, Kind::CentreSquare { .. }))
+        );
     }
 
     #[test]
