@@ -408,64 +408,93 @@ impl CentreSquare {
         if y.len() != n * d || v.len() != n {
             return Err(Error::BufferLength);
         }
-        let f = self.mean_shift();
         let p0 = u64::from(party == Party::P0);
-        let word = |j: usize, row: usize| area[a.words + j * n + row];
-        let eval = |j: usize, row: usize| area[a.evals + j * n + row];
-        let unshift = self.mean_offset() >> f;
-        let dw = w.reduce(cast::u64_from_usize(d));
-        for row in 0..n {
-            let xhat = area[a.hat + row];
-            let t = w.sub(xhat >> f, unshift);
-            let k = w.reduce((1 - w.msb(xhat)) << (w.bits() - f));
-            let q = w.sub(word(0, row), w.mul(k, word(1, row)));
-            let c = eval(0, row);
-            let mu = w.sub(w.sub(w.mul(p0, t), q), c);
+        for (row, (y, v)) in y.chunks_exact_mut(d).zip(v).enumerate() {
+            let m = self.mean(p0, area, (&a, row));
             let cols = row * d..(row + 1) * d;
-            let (rhat, masks) = (
-                &area[a.hat + n..][cols.clone()],
-                &area[a.masks..][cols.clone()],
-            );
-            let mine = &area[a.mine + n..][cols.clone()];
-            let (mut s_hat, mut sum_a, mut sq) = (0u64, 0u64, 0u64);
-            for ((rh, m), (out, own)) in rhat.iter().zip(masks).zip(y[cols].iter_mut().zip(mine)) {
-                s_hat = w.add(s_hat, *rh);
-                sum_a = w.add(sum_a, *m);
+            let rhat = &area[a.hat + n..][cols.clone()];
+            let masks = &area[a.masks..][cols.clone()];
+            let mine = &area[a.mine + n..][cols];
+            let mut sums = Sums::default();
+            for ((rh, m_i), (out, own)) in rhat.iter().zip(masks).zip(y.iter_mut().zip(mine)) {
+                sums.s_hat = w.add(sums.s_hat, *rh);
+                sums.a = w.add(sums.a, *m_i);
                 // Σr̂² (P0) + 2·Σr̂·A.
-                sq = w.add(sq, w.mul(*rh, w.add(w.mul(p0, *rh), w.mul(2, *m))));
+                let sq = w.mul(*rh, w.add(w.mul(p0, *rh), w.mul(2, *m_i)));
+                sums.r2 = w.add(sums.r2, sq);
                 // r_i = (r_i − A_i) + A_i, this party's shares.
-                *out = w.sub(w.add(*own, *m), mu);
+                *out = w.sub(w.add(*own, *m_i), m.mu);
             }
-            let sum_r2 = w.add(sq, word(6, row));
-            let q_sum_a = w.sub(word(2, row), w.mul(k, word(3, row)));
-            let q2 = w.add(
-                w.sub(word(4, row), w.mul(w.mul(2, k), word(5, row))),
-                w.mul(w.mul(k, k), word(1, row)),
-            );
-            let qc = w.sub(eval(2, row), w.mul(k, eval(3, row)));
-            let mu_s = [
-                w.mul(p0, w.mul(t, s_hat)),
-                w.mul(t, sum_a),
-                w.neg(w.mul(s_hat, q)),
-                w.neg(q_sum_a),
-                w.neg(w.mul(s_hat, c)),
-                w.neg(eval(1, row)),
-            ]
-            .into_iter()
-            .fold(0, |s, x| w.add(s, x));
-            let mu2 = [
-                w.mul(p0, w.mul(t, t)),
-                w.neg(w.mul(w.mul(2, t), w.add(q, c))),
-                q2,
-                w.mul(2, qc),
-                c,
-            ]
-            .into_iter()
-            .fold(0, |s, x| w.add(s, x));
-            v[row] = w.add(w.sub(sum_r2, w.mul(2, mu_s)), w.mul(dw, mu2));
+            *v = self.squares(p0, &m, &sums, area, (&a, row));
         }
         Ok(())
     }
+
+    /// Row `row`'s mean terms from a closed area.
+    fn mean(&self, p0: u64, area: &[u64], (a, row): (&Area, usize)) -> Mean {
+        let (w, f, n) = (self.ring(), self.mean_shift(), a.n);
+        let xhat = area[a.hat + row];
+        let t = w.sub(xhat >> f, self.mean_offset() >> f);
+        let k = w.reduce((1 - w.msb(xhat)) << (w.bits() - f));
+        let q = w.sub(area[a.words + row], w.mul(k, area[a.words + n + row]));
+        let c = area[a.evals + row];
+        let mu = w.sub(w.sub(w.mul(p0, t), q), c);
+        Mean { t, k, q, c, mu }
+    }
+
+    /// `Σy² = Σr² − 2μ·S + d·μ²` of row `row` from its mean terms and its
+    /// sums (module docs).
+    fn squares(&self, p0: u64, m: &Mean, s: &Sums, area: &[u64], (a, row): (&Area, usize)) -> u64 {
+        let (w, n) = (self.ring(), a.n);
+        let word = |j: usize| area[a.words + j * n + row];
+        let eval = |j: usize| area[a.evals + j * n + row];
+        let add = |terms: &[u64]| terms.iter().fold(0, |acc, x| w.add(acc, *x));
+        let (t, k, q, c) = (m.t, m.k, m.q, m.c);
+        let sum_r2 = w.add(s.r2, word(6));
+        let q_sum_a = w.sub(word(2), w.mul(k, word(3)));
+        let q2 = add(&[
+            word(4),
+            w.neg(w.mul(w.mul(2, k), word(5))),
+            w.mul(w.mul(k, k), word(1)),
+        ]);
+        let qc = w.sub(eval(2), w.mul(k, eval(3)));
+        let mu_s = add(&[
+            w.mul(p0, w.mul(t, s.s_hat)),
+            w.mul(t, s.a),
+            w.neg(w.mul(s.s_hat, q)),
+            w.neg(q_sum_a),
+            w.neg(w.mul(s.s_hat, c)),
+            w.neg(eval(1)),
+        ]);
+        let mu2 = add(&[
+            w.mul(p0, w.mul(t, t)),
+            w.neg(w.mul(w.mul(2, t), w.add(q, c))),
+            q2,
+            w.mul(2, qc),
+            c,
+        ]);
+        let dw = w.reduce(cast::u64_from_usize(self.d));
+        w.add(w.sub(sum_r2, w.mul(2, mu_s)), w.mul(dw, mu2))
+    }
+}
+
+/// One row's mean after the round, as this party's shares: `μ = T − Q − c`
+/// with T (public, P0's) and K public, `Q = R − K·M` and the carry c.
+struct Mean {
+    t: u64,
+    k: u64,
+    q: u64,
+    c: u64,
+    mu: u64,
+}
+
+/// One row's sums over its values: `Ŝ = Σr̂_i` (public), this party's
+/// share of `ΣA_i`, and of `Σr̂_i² + 2·Σr̂_i·A_i`.
+#[derive(Default)]
+struct Sums {
+    s_hat: u64,
+    a: u64,
+    r2: u64,
 }
 
 impl CentreSquare {
@@ -568,6 +597,7 @@ impl Protocol for CentreSquareEval<'_> {
 /// words (word-major), the masks `A_i`, this party's opening shares (x̂'s,
 /// then the r̂_i's), the opened values, the keys' evaluations (key-major).
 struct Area {
+    n: usize,
     words: usize,
     masks: usize,
     mine: usize,
@@ -584,6 +614,7 @@ impl Area {
         let hat = mine + n + n * g.d;
         let evals = hat + n + n * g.d;
         Area {
+            n,
             words,
             masks,
             mine,

@@ -508,30 +508,7 @@ impl RingSuf {
                 let (head, evals) = area[..a.evals + p * n].split_at_mut(a.evals);
                 backend.eval(&batch, &head[a.points..], evals)?;
             }
-            let acc = if i < self.powers() { a.acc } else { a.acc2 };
-            for e in 0..n {
-                let power = self.payload_share(area, &a, p0, (i, e));
-                // u went to the backend as public: its comparisons are
-                // read from the points.
-                let u = area[a.points + e * p];
-                let at_u = area[a.evals + e * p];
-                let xhat = area[a.hat + e];
-                for j in 0..p {
-                    let term = match j {
-                        0 => power,
-                        _ => {
-                            let above = 1 - u64::from(u < self.cuts[j - 1]);
-                            let at = area[a.evals + e * p + j];
-                            w.add(w.sub(w.mul(power, above), at), at_u)
-                        }
-                    };
-                    for o in 0..self.outputs {
-                        let c = self.coefficient(j, o, i % self.powers(), xhat);
-                        let slot = acc + o * n + e;
-                        area[slot] = w.add(area[slot], w.mul(c, term));
-                    }
-                }
-            }
+            self.add_terms(area, &a, (i, p0));
         }
         if self.scaled {
             for e in 0..n {
@@ -543,6 +520,38 @@ impl RingSuf {
             }
         }
         Ok(())
+    }
+
+    /// Adds key `i`'s terms, its evaluations in the area, to every output
+    /// share: `S_{c,i}` times the pieces' public coefficients (module
+    /// docs), into the outputs, or into the s-terms for a scaled form's
+    /// second half of keys.
+    fn add_terms(&self, area: &mut [u64], a: &Area, (i, p0): (usize, u64)) {
+        let (w, p, n) = (self.ring, self.points(), a.n);
+        let acc = if i < self.powers() { a.acc } else { a.acc2 };
+        for e in 0..n {
+            let power = self.payload_share(area, a, p0, (i, e));
+            // u went to the backend as public: its comparisons are read
+            // from the points.
+            let u = area[a.points + e * p];
+            let at_u = area[a.evals + e * p];
+            let xhat = area[a.hat + e];
+            for j in 0..p {
+                let term = match j {
+                    0 => power,
+                    _ => {
+                        let above = 1 - u64::from(u < self.cuts[j - 1]);
+                        let at = area[a.evals + e * p + j];
+                        w.add(w.sub(w.mul(power, above), at), at_u)
+                    }
+                };
+                for o in 0..self.outputs {
+                    let c = self.coefficient(j, o, i % self.powers(), xhat);
+                    let slot = acc + o * n + e;
+                    area[slot] = w.add(area[slot], w.mul(c, term));
+                }
+            }
+        }
     }
 
     /// `(−1)^i · Σ_(m ≥ i) δ_m·C(m, i)·x̂^(m−i)` for piece j's difference
