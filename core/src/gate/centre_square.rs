@@ -295,33 +295,11 @@ impl CentreSquare {
     ) -> Result<u64, Error> {
         let n = self.rows(area)?;
         let (w, a) = (self.ring(), Area::of(self, n));
-        let want = if party == Party::P1 { n * WORDS } else { 0 };
-        if explicit.len() != want {
-            return Err(Error::BufferLength);
-        }
         let (rho, rest) = area[..a.mine].split_at_mut(n);
         let (words, masks) = rest.split_at_mut(WORDS * n);
         let mut calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, rho)?;
-        for slot in 0..WORDS.div_ceil(2) {
-            let pair = 2 * slot..(2 * slot + 2).min(WORDS);
-            match party {
-                Party::P0 => {
-                    let at = (seed, SLOT_WORDS + slot);
-                    calls += one_round::each_block(h, at, first, n, |i, b| {
-                        for j in pair.clone() {
-                            words[j * n + i] = w.reduce([b.low64(), b.high64()][j % 2]);
-                        }
-                    });
-                }
-                Party::P1 => {
-                    for j in pair {
-                        for i in 0..n {
-                            words[j * n + i] = explicit[i * WORDS + j];
-                        }
-                    }
-                }
-            }
-        }
+        let at = (first, n, WORDS);
+        calls += one_round::word_areas(h, (w, party), (seed, SLOT_WORDS), at, explicit, words)?;
         let at = first * cast::u64_from_usize(self.d);
         calls += one_round::each_block(h, (seed, SLOT_A), at, n * self.d, |i, b| {
             masks[i] = w.reduce(b.low64());
@@ -331,11 +309,7 @@ impl CentreSquare {
 
     /// Rows an area holds, checking its length.
     fn rows(&self, area: &[u64]) -> Result<usize, Error> {
-        let per = self.scratch_words(1);
-        if !area.len().is_multiple_of(per) {
-            return Err(Error::BufferLength);
-        }
-        Ok(area.len() / per)
+        one_round::area_elements(area.len(), self.scratch_words(1))
     }
 
     /// The round's message for the rows `r` (row-major): this party's

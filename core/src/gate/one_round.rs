@@ -314,6 +314,56 @@ pub(crate) fn dealt_words(
     }
 }
 
+/// This party's shares of `count` dealt words per element of `n`
+/// elements, word-major into `shares` (`count·n` words): P0 expands them
+/// from the PRF slots from `slot` of its seed (two a block: word j is the
+/// low or high half of block `j / 2`), P1 reads them from `explicit`
+/// (element-major), where the dealer wrote each word less P0's share.
+/// Returns the AES calls made.
+pub(crate) fn word_areas(
+    h: &dyn Hasher,
+    (ring, party): (Width, Party),
+    (seed, slot): (&[u8; 16], usize),
+    (first, n, count): (u64, usize, usize),
+    explicit: &[u64],
+    shares: &mut [u64],
+) -> Result<u64, Error> {
+    let want = if party == Party::P1 { n * count } else { 0 };
+    if explicit.len() != want || shares.len() != n * count {
+        return Err(Error::BufferLength);
+    }
+    let mut calls = 0;
+    for block in 0..count.div_ceil(2) {
+        let pair = 2 * block..(2 * block + 2).min(count);
+        match party {
+            Party::P0 => {
+                calls += each_block(h, (seed, slot + block), first, n, |i, b| {
+                    for j in pair.clone() {
+                        shares[j * n + i] = ring.reduce([b.low64(), b.high64()][j % 2]);
+                    }
+                });
+            }
+            Party::P1 => {
+                for j in pair {
+                    for i in 0..n {
+                        shares[j * n + i] = explicit[i * count + j];
+                    }
+                }
+            }
+        }
+    }
+    Ok(calls)
+}
+
+/// How many elements an evaluation area of `len` words holds at `per`
+/// words each, checking that it holds whole ones.
+pub(crate) fn area_elements(len: usize, per: usize) -> Result<usize, Error> {
+    if per == 0 || !len.is_multiple_of(per) {
+        return Err(Error::BufferLength);
+    }
+    Ok(len / per)
+}
+
 /// The opening's message: this party's share of `x + r` into `mine`, then
 /// packed into `send`.
 pub(crate) fn open(

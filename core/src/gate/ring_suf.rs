@@ -397,10 +397,6 @@ impl RingSuf {
     ) -> Result<u64, Error> {
         let n = self.elements(area)?;
         let (w, a, words) = (self.ring, Area::of(self, n), self.words());
-        let want = if party == Party::P1 { n * words } else { 0 };
-        if explicit.len() != want {
-            return Err(Error::BufferLength);
-        }
         let (masks, rest) = area.split_at_mut(a.words);
         let (r, s) = masks.split_at_mut(n);
         let mut calls = one_round::mask_shares(h, w, (seed, SLOT_MASK), mask, first, r)?;
@@ -410,37 +406,17 @@ impl RingSuf {
             });
         }
         let shares = &mut rest[..a.mine - a.words];
+        // Below degree 2 the one word area holds zeros (no r²).
         shares.fill(0);
-        for slot in 0..self.word_slots() {
-            let pair = 2 * slot..(2 * slot + 2).min(words);
-            match party {
-                Party::P0 => {
-                    calls +=
-                        one_round::each_block(h, (seed, SLOT_WORDS + slot), first, n, |i, b| {
-                            for j in pair.clone() {
-                                shares[j * n + i] = w.reduce([b.low64(), b.high64()][j % 2]);
-                            }
-                        });
-                }
-                Party::P1 => {
-                    for j in pair {
-                        for i in 0..n {
-                            shares[j * n + i] = explicit[i * words + j];
-                        }
-                    }
-                }
-            }
-        }
+        let at = (first, n, words);
+        let shares = &mut shares[..n * words];
+        calls += one_round::word_areas(h, (w, party), (seed, SLOT_WORDS), at, explicit, shares)?;
         Ok(calls)
     }
 
     /// Elements an area holds, checking its length.
     fn elements(&self, area: &[u64]) -> Result<usize, Error> {
-        let per = self.scratch_words(1);
-        if !area.len().is_multiple_of(per) {
-            return Err(Error::BufferLength);
-        }
-        Ok(area.len() / per)
+        one_round::area_elements(area.len(), self.scratch_words(1))
     }
 
     /// The round's message: this party's share of `x̂ = x + r` (and, scaled,

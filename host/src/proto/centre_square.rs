@@ -18,7 +18,7 @@ use suffuse_core::gate::centre_square::CentreSquare;
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    Material, RingShape, chunks, deal_chunks, deal_ring_material, load_ring_material,
+    Material, RingShape, chunks, chunks_bytes, deal_chunks, deal_ring_material, load_chunks,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core};
 use crate::exec::{ExecError, Store};
@@ -47,26 +47,17 @@ impl Centre<'_> {
         seed: &[u8; 16],
         cur: &mut Cursor<'s>,
     ) -> Result<Vec<Material<'s>>, ProtoError> {
-        let shape = self.shape();
-        let mut mats = Vec::new();
-        for (first, count) in chunks(self.rows()) {
-            mats.push(load_ring_material(shape, party, count, cur, |roots| {
-                let mut roots = roots.each_mut().map(|r| &mut r[..]);
-                self.g
-                    .derive_roots(h, party, seed, first as u64, &mut roots)
-            })?);
-        }
-        cur.done()?;
-        Ok(mats)
+        load_chunks(self.shape(), (self.rows(), party), cur, |first, roots| {
+            let mut roots = roots.each_mut().map(|r| &mut r[..]);
+            self.g
+                .derive_roots(h, party, seed, first as u64, &mut roots)
+        })
     }
 }
 
 impl Step for Centre<'_> {
     fn body_len(&self, party: Party) -> usize {
-        let shape = self.shape();
-        chunks(self.rows())
-            .map(|(_, c)| shape.bytes(c, party))
-            .sum()
+        chunks_bytes(self.shape(), self.rows(), party)
     }
 
     fn deal(

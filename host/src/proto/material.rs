@@ -317,6 +317,31 @@ pub(super) fn deal_ring_material(
     Ok(())
 }
 
+/// Every chunk's material ([`chunks`] of `n` elements) of a one-round gate
+/// of `shape`, in section order; `derive(first, roots)` writes a chunk's
+/// key roots (re-derived from the section's seed).
+pub(super) fn load_chunks<'s>(
+    shape: RingShape,
+    (n, party): (usize, Party),
+    cur: &mut Cursor<'s>,
+    derive: impl Fn(usize, &mut [Vec<u8>; MAX_KEYS]) -> Result<u64, suffuse_core::Error>,
+) -> Result<Vec<Material<'s>>, ProtoError> {
+    let mut mats = Vec::new();
+    for (first, count) in chunks(n) {
+        mats.push(load_ring_material(shape, party, count, cur, |roots| {
+            derive(first, roots)
+        })?);
+    }
+    cur.done()?;
+    Ok(mats)
+}
+
+/// Section bytes of `n` elements of a one-round gate of `shape` dealt in
+/// [`chunks`].
+pub(super) fn chunks_bytes(shape: RingShape, n: usize, party: Party) -> usize {
+    chunks(n).map(|(_, c)| shape.bytes(c, party)).sum()
+}
+
 /// Reads `count` elements' material of a one-round gate; `derive` writes
 /// every key's roots (re-derived from the section's seed).
 pub(super) fn load_ring_material<'s>(

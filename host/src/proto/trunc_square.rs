@@ -22,7 +22,7 @@ use suffuse_core::gate::{Protocol, SingleKey};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    Material, RingShape, chunks, deal_chunks, deal_ring_material, load_ring_material,
+    Material, RingShape, chunks, chunks_bytes, deal_chunks, deal_ring_material, load_chunks,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core};
 use crate::exec::{ExecError, Store};
@@ -52,23 +52,16 @@ impl TruncSquare<'_> {
         seed: &[u8; 16],
         cur: &mut Cursor<'s>,
     ) -> Result<Vec<Material<'s>>, ProtoError> {
-        let shape = self.shape();
-        let mut mats = Vec::new();
-        for (first, count) in chunks(self.n()) {
-            mats.push(load_ring_material(shape, party, count, cur, |roots| {
-                self.g
-                    .derive_roots(h, party, seed, first as u64, &mut roots[0])
-            })?);
-        }
-        cur.done()?;
-        Ok(mats)
+        load_chunks(self.shape(), (self.n(), party), cur, |first, roots| {
+            self.g
+                .derive_roots(h, party, seed, first as u64, &mut roots[0])
+        })
     }
 }
 
 impl Step for TruncSquare<'_> {
     fn body_len(&self, party: Party) -> usize {
-        let shape = self.shape();
-        chunks(self.n()).map(|(_, c)| shape.bytes(c, party)).sum()
+        chunks_bytes(self.shape(), self.n(), party)
     }
 
     fn deal(
