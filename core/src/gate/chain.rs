@@ -146,6 +146,14 @@ impl Chain {
         self
     }
 
+    /// Appends `step` if there is one.
+    pub const fn then_some(self, step: Option<Step>) -> Chain {
+        match step {
+            Some(s) => self.then(s),
+            None => self,
+        }
+    }
+
     /// Sets the chain's output.
     pub const fn output(mut self, s: Source) -> Chain {
         self.output = s;

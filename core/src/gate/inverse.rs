@@ -427,18 +427,17 @@ mod spline_form {
         if k_out >= n || sc.frac_out >= product_scale {
             return Err(SufError::FixedPoint);
         }
-        let chain = Chain::new(ring).then(reduce).then(mantissa);
         // The spline times the exponent factor: a Beaver product after the
         // spline, or (one round) the spline scaled by the factor.
-        let (chain, product) = match form {
+        let (spline, times, product) = match form {
             Form::TwoRounds => {
                 let phi = Phi::poly(ring, PolyMode::Monomials);
-                let spline = suf_step(form, &spline_suf, k_spline, phi, Lin::of(step(1, 0)))?;
                 let times = Step::Mul {
                     a: Lin::of(step(2, 0)),
                     b: Lin::of(step(0, 1)),
                 };
-                (chain.then(spline).then(times), 3)
+                let spline = suf_step(form, &spline_suf, k_spline, phi, Lin::of(step(1, 0)))?;
+                (spline, Some(times), 3)
             }
             Form::OneRound => {
                 let scaled = Step::Suf {
@@ -446,7 +445,7 @@ mod spline_form {
                     input: Lin::of(step(1, 0)),
                     factor: Some(Lin::of(step(0, 1))),
                 };
-                (chain.then(scaled), 2)
+                (scaled, None, 2)
             }
         };
         let out = truncation(
@@ -455,7 +454,16 @@ mod spline_form {
             (k_out, product_scale - sc.frac_out, Shift::Arithmetic),
             Lin::of(step(product, 0)),
         )?;
-        let chain = chain.then(out).output(step(product + 1, 0));
+        // One expression: a `Chain` holds five steps' gates (35 KB each),
+        // and every binding of one is a copy on the stack where the build
+        // is not optimized (plans are built on 2 MiB threads too).
+        let chain = Chain::new(ring)
+            .then(reduce)
+            .then(mantissa)
+            .then(spline)
+            .then_some(times)
+            .then(out)
+            .output(step(product + 1, 0));
         chain.validate()?;
         Ok(chain)
     }
