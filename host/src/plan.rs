@@ -334,7 +334,7 @@ pub struct InverseSpec {
     /// Fraction bits of the output.
     pub frac_out: u32,
     /// The table form (3 rounds; core's `inverse_table`) instead of the
-    /// spline form (5 rounds): in decode passes only. Each element's
+    /// spline form (4 rounds): in decode passes only. Each element's
     /// lookup expands a DPF over 2^15–2^16 points, which a decode pass
     /// (one row per norm, one per head per softmax) pays easily and a
     /// prefill (BERT-base: 18,432 softmax rows) does not, by seconds

@@ -556,13 +556,21 @@ impl Protocol for CentreSquareEval<'_> {
     }
 
     fn output(&self, out: &mut [u64]) -> Result<(), Error> {
-        if !self.finished {
-            return Err(Error::Unsupported);
-        }
         if out.len() != self.output_len() {
             return Err(Error::BufferLength);
         }
         let (y, v) = out.split_at_mut(self.r.len());
+        self.outputs(y, v)
+    }
+}
+
+impl CentreSquareEval<'_> {
+    /// [`Protocol::output`] into two places: the centred rows into `y`,
+    /// the sums into `v`.
+    pub fn outputs(&self, y: &mut [u64], v: &mut [u64]) -> Result<(), Error> {
+        if !self.finished {
+            return Err(Error::Unsupported);
+        }
         self.gate.output(self.party, self.scratch, y, v)
     }
 }
@@ -788,10 +796,14 @@ mod tests {
             let gain = (1u64 << f) / d as u64 + 1;
             let g = CentreSquare::new(w, (Width::of(k), f), gain, d).unwrap();
             let mut prg = Prg::new(&seed.to_le_bytes().repeat(2).try_into().unwrap());
-            // |gain·Σr| < 2^(k−1): each |r| below 2^(k−2)/(gain·d).
-            let bound = ((1u64 << (k - 2)) / (gain * d as u64)).max(1);
+            // |gain·Σr| < 2^(k−1): each |r| at most 2^(k−2)/(gain·d), and
+            // rows of zeros where that bound is below 1.
+            let bound = (1u64 << (k - 2)) / (gain * d as u64);
             let rs: Vec<u64> = (0..5 * d)
-                .map(|_| w.from_signed((prg.next_u64() % (2 * bound)) as i64 - bound as i64))
+                .map(|_| {
+                    let v = prg.next_u64() % (2 * bound).max(1);
+                    w.from_signed(v as i64 - bound as i64)
+                })
                 .collect();
             let (y, v) = run(&g, &rs, None, (seed % 251) as u8);
             for (row, r) in rs.chunks_exact(d).enumerate() {

@@ -968,20 +968,19 @@ impl<'a> ChainEval<'a> {
         send: &mut [u8],
     ) -> Result<(), Error> {
         self.lin(input);
-        let (mut n, at) = (self.n, self.step_input());
+        let (n, at) = (self.n, self.step_input());
         if let Some(f) = factor {
             self.lin_at(f, at + n);
         }
+        // The input, then (scaled) the factor: both opened this round.
+        let opened = n * (1 + usize::from(factor.is_some()));
         let step_seed = step_seed(self.h, &self.seed, s);
         let area = self.free.as_deref_mut().ok_or(Error::Unsupported)?;
         let area = &mut area[..gate.area_words(n)];
         let explicit = self.keys[s].explicit;
         let (h, party, first) = (self.h, self.party, self.first);
         gate.load_step(h, party, (&step_seed, first), explicit, area)?;
-        if factor.is_some() {
-            n *= 2;
-        }
-        gate.open_step(area, &self.values[at..at + n], send)
+        gate.open_step(area, &self.values[at..at + opened], send)
     }
 
     /// One-round step `s` (a truncation, a SUF or a lookup), the peer's

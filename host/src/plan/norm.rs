@@ -419,7 +419,8 @@ fn normalized(
         let c = Centring::of(&ri, &r_bound);
         let (yb, y_l2, octaves) = norm_input(c.yb.clone(), (c.y_l2, y_scale), d, eps, rho);
         let de = d as f64 * f64::from(eps);
-        let (y, v, v_max) = c.push(b, r, y_l2 * y_l2 + de, name)?;
+        let v_max = y_l2 * y_l2 + de;
+        let (y, v) = c.push(b, r, v_max, name)?;
         let (v, frac_in) = ready_sum(b, v, (de, v_max), octaves.k, (name, l))?;
         (y, v, frac_in, v_max, yb, y_l2, octaves)
     } else {
@@ -571,14 +572,14 @@ impl Centring {
 
     /// Pushes the centring of `r` and the sum of its squares, bounded by
     /// `v_max`, as one step ([`Kind::CentreSquare`]): returns the centred
-    /// rows, the sums and `v_max`.
+    /// rows and the sums.
     fn push(
         &self,
         b: &mut Builder,
         r: usize,
         v_max: f64,
         name: &str,
-    ) -> Result<(usize, usize, f64), PlanError> {
+    ) -> Result<(usize, usize), PlanError> {
         let rows = b.info(r).rows;
         let d = self.yb.abs.len();
         let y = b.tensor(
@@ -603,7 +604,7 @@ impl Centring {
             out: y,
             sums: v,
         });
-        Ok((y, v, v_max))
+        Ok((y, v))
     }
 }
 
@@ -749,7 +750,7 @@ mod tests {
             let ri = b.info(x).clone();
             let r_bound = ri.bound.regroup(d);
             let c = Centring::of(&ri, &r_bound);
-            let (y1, v1, _) = c.push(&mut b, x, c.y_l2 * c.y_l2, "fused").unwrap();
+            let (y1, v1) = c.push(&mut b, x, c.y_l2 * c.y_l2, "fused").unwrap();
             let (y2, yb, y_l2) = centre_rows(&mut b, x, &r_bound, "separate", 0).unwrap();
             let (v2, _, _) =
                 sum_of_squares(&mut b, y2, (&yb, y_l2), 0.0, 64, "separate", 0).unwrap();

@@ -13,7 +13,6 @@
 
 use suffuse_core::batch::BatchEval;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::Protocol;
 use suffuse_core::gate::centre_square::CentreSquare;
 use suffuse_core::prg::Hasher;
 
@@ -106,12 +105,11 @@ impl Step for Centre<'_> {
             let mut out = vec![0u64; rows * d + rows];
             let (ys, sums) = out.split_at_mut(rows * d);
             for ((first, count), ev) in chunks(rows).zip(&evals) {
-                let mut part = vec![0u64; count * d + count];
-                ev.output(&mut part).map_err(core(step))?;
-                let (y, v) = part.split_at(count * d);
-                ys[first * d..(first + count) * d].copy_from_slice(y);
-                sums[first..first + count].copy_from_slice(v);
-                crate::wipe::vec(&mut part);
+                let (y, v) = (
+                    &mut ys[first * d..(first + count) * d],
+                    &mut sums[first..first + count],
+                );
+                ev.outputs(y, v).map_err(core(step))?;
             }
             Ok(out)
         })
