@@ -65,12 +65,15 @@ impl Lin {
 
 /// One step of a chain.
 #[derive(Debug, PartialEq, Eq)]
-#[allow(clippy::large_enum_variant)] // a handful per chain, built once
+#[allow(clippy::large_enum_variant)] // a handful per chain, built once; 3 KB each
 pub enum Step {
-    /// A SUF gate (which opens its input) on an affine input.
+    /// A SUF gate (which opens its input) on an affine input. The gate is
+    /// held by reference: a [`Gate`] is 35 KB, and a chain holds
+    /// [`MAX_STEPS`] steps, so inline it made every chain 176 KB (the
+    /// plans are built on 2 MiB threads); the one-round steps are 3 KB.
     Gate {
         /// The gate.
-        gate: Gate,
+        gate: &'static Gate,
         /// Its input.
         input: Lin,
     },
@@ -120,6 +123,10 @@ pub struct Chain {
     /// The chain's output.
     pub output: Source,
 }
+
+// Plans hold and build chains on 2 MiB threads (a test profile's, the
+// gateway's and the pool's): a chain stays a few pages.
+const _: () = assert!(core::mem::size_of::<Chain>() <= 16 * 1024);
 
 impl Chain {
     /// An empty chain.

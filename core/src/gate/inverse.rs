@@ -320,9 +320,12 @@ mod spline_form {
     use super::*;
     use crate::gate::spline::Spline;
     use crate::gate::splines;
-    use crate::gate::trunc::{Range, trunc};
-    use crate::gate::{Gate, Input};
-    use crate::phi::{Factor, Phi, PolyMode, Public, Term};
+    #[cfg(test)]
+    use crate::{
+        gate::trunc::{Range, trunc},
+        gate::{Gate, Input},
+        phi::{Factor, Phi, PolyMode, Public, Term},
+    };
 
     /// Fraction bits the mantissa is truncated to.
     const FRAC_M: u32 = 12;
@@ -340,21 +343,42 @@ mod spline_form {
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(crate) enum Form {
         /// Bit-output keys and a B2A round each ([`Gate`], [`trunc`]): the
-        /// test oracle.
-        #[cfg_attr(not(test), allow(dead_code))]
+        /// test oracle, whose gates live as long as the test process
+        /// ([`Step::Gate`] holds them by reference).
+        #[cfg(test)]
         TwoRounds,
         /// Ring-output keys ([`RingSuf`], [`RingTrunc`]).
         OneRound,
     }
 
-    /// A SUF step on `input` at width `k`; `phi` gives the two-round
-    /// gate's outputs, which must be the SUF's polynomials in order.
-    fn suf_step(form: Form, suf: &Suf, k: Width, phi: Phi, input: Lin) -> Result<Step, SufError> {
+    /// The two-round oracle's gates, kept for the test process.
+    #[cfg(test)]
+    fn leak(gate: Gate) -> &'static Gate {
+        std::boxed::Box::leak(std::boxed::Box::new(gate))
+    }
+
+    /// A SUF step on `input` at width `k`; the two-round gate outputs the
+    /// SUF's polynomials in order.
+    fn suf_step(form: Form, suf: &Suf, k: Width, input: Lin) -> Result<Step, SufError> {
         Ok(match form {
-            Form::TwoRounds => Step::Gate {
-                gate: Gate::new(suf, k, phi, Input::Shares)?,
-                input,
-            },
+            #[cfg(test)]
+            Form::TwoRounds => {
+                let mut phi = Phi::new(PolyMode::Monomials);
+                for i in 0..suf.arith {
+                    phi = phi.with_output(
+                        suf.ring,
+                        &[Term::new(
+                            1,
+                            Public::One,
+                            &[Factor::Poly(crate::ring::cast::u8_from_index(i))],
+                        )],
+                    );
+                }
+                Step::Gate {
+                    gate: leak(Gate::new(suf, k, phi, Input::Shares)?),
+                    input,
+                }
+            }
             Form::OneRound => Step::Suf {
                 gate: RingSuf::new(suf, k)?,
                 input,
@@ -372,8 +396,9 @@ mod spline_form {
     ) -> Result<Step, SufError> {
         let k = Width::new(k).map_err(|_| SufError::FixedPoint)?;
         Ok(match form {
+            #[cfg(test)]
             Form::TwoRounds => Step::Gate {
-                gate: trunc(ring, k, f, shift, Range::Gap)?,
+                gate: leak(trunc(ring, k, f, shift, Range::Gap)?),
                 input,
             },
             Form::OneRound => Step::Trunc {
@@ -403,11 +428,8 @@ mod spline_form {
             1u64 << (i64::from(h) + (i64::from(f) - b) / i64::from(s))
         };
         let suf = oct.suf(ring, f, g, f_of)?;
-        let phi = Phi::new(PolyMode::Monomials)
-            .with_output(ring, &[Term::new(1, Public::One, &[Factor::Poly(0)])])
-            .with_output(ring, &[Term::new(1, Public::One, &[Factor::Poly(1)])]);
         let k_in = Width::new(sc.k_in).map_err(|_| SufError::FixedPoint)?;
-        let reduce = suf_step(form, &suf, k_in, phi, Lin::of(Source::Input))?;
+        let reduce = suf_step(form, &suf, k_in, Lin::of(Source::Input))?;
         let k_m = g + s + 1;
         if k_m >= n || FRAC_M >= g {
             return Err(SufError::FixedPoint);
@@ -430,13 +452,13 @@ mod spline_form {
         // The spline times the exponent factor: a Beaver product after the
         // spline, or (one round) the spline scaled by the factor.
         let (spline, times, product) = match form {
+            #[cfg(test)]
             Form::TwoRounds => {
-                let phi = Phi::poly(ring, PolyMode::Monomials);
                 let times = Step::Mul {
                     a: Lin::of(step(2, 0)),
                     b: Lin::of(step(0, 1)),
                 };
-                let spline = suf_step(form, &spline_suf, k_spline, phi, Lin::of(step(1, 0)))?;
+                let spline = suf_step(form, &spline_suf, k_spline, Lin::of(step(1, 0)))?;
                 (spline, Some(times), 3)
             }
             Form::OneRound => {
@@ -454,9 +476,6 @@ mod spline_form {
             (k_out, product_scale - sc.frac_out, Shift::Arithmetic),
             Lin::of(step(product, 0)),
         )?;
-        // One expression: a `Chain` holds five steps' gates (35 KB each),
-        // and every binding of one is a copy on the stack where the build
-        // is not optimized (plans are built on 2 MiB threads too).
         let chain = Chain::new(ring)
             .then(reduce)
             .then(mantissa)
