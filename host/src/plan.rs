@@ -29,7 +29,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use suffuse_core::gate::Gate;
-use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
+use suffuse_core::gate::activation::{self, GeluForm, NexpForm, SiluForm};
 use suffuse_core::gate::centre_square::CentreSquare;
 use suffuse_core::gate::chain::{Chain, Lin, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
@@ -197,10 +197,15 @@ pub enum GateSpec {
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         linear: bool,
     },
-    /// e^(−z) for z ≥ 0 at input scale FRAC; output at 2·FRAC + 12.
+    /// e^(−z) for z ≥ 0 at input scale FRAC; output at 2·FRAC + 12, or
+    /// FRAC + 12 in the degree-1 form.
     Nexp {
         /// Effective input width.
         k: u32,
+        /// The degree-1 pieces ([`NexpForm::Linear`]), in decode passes.
+        /// Absent when false, so other plans hash as before.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        linear: bool,
     },
 }
 
@@ -218,7 +223,9 @@ impl GateSpec {
                 fine,
                 linear,
             } => activation::gelu(gelu_form(tanh, fine, linear), RING, w(k)?, fixed::FRAC)?,
-            GateSpec::Nexp { k } => activation::nexp(RING, w(k)?, fixed::FRAC)?,
+            GateSpec::Nexp { k, linear } => {
+                activation::nexp(nexp_form(linear), RING, w(k)?, fixed::FRAC)?
+            }
             GateSpec::Silu { k, linear } => {
                 activation::silu(silu_form(linear), RING, w(k)?, fixed::FRAC)?
             }
@@ -239,7 +246,7 @@ impl GateSpec {
                 linear,
             },
             GateSpec::Silu { linear, .. } => GateSpec::Silu { k, linear },
-            GateSpec::Nexp { .. } => GateSpec::Nexp { k },
+            GateSpec::Nexp { linear, .. } => GateSpec::Nexp { k, linear },
         }
     }
 
@@ -248,7 +255,7 @@ impl GateSpec {
         match *self {
             GateSpec::Trunc { k, .. }
             | GateSpec::Gelu { k, .. }
-            | GateSpec::Nexp { k }
+            | GateSpec::Nexp { k, .. }
             | GateSpec::Silu { k, .. } => k,
         }
     }
@@ -271,6 +278,15 @@ pub fn silu_form(linear: bool) -> SiluForm {
         SiluForm::Linear
     } else {
         SiluForm::Quadratic
+    }
+}
+
+/// The nExp a [`GateSpec::Nexp`] names.
+pub fn nexp_form(linear: bool) -> NexpForm {
+    if linear {
+        NexpForm::Linear
+    } else {
+        NexpForm::Quadratic
     }
 }
 
@@ -831,6 +847,7 @@ impl Kind {
                     GeluForm::TanhLinear => "gelu tanh, degree 1".to_string(),
                 },
                 GateSpec::Silu { linear: true, .. } => "silu, degree 1".to_string(),
+                GateSpec::Nexp { linear: true, .. } => "nexp, degree 1".to_string(),
                 other => gate_name(&other).to_string(),
             },
             Kind::Chain { spec, .. } => match *spec {

@@ -6,8 +6,8 @@
 //!   Its distance to the real function is the accuracy statement below,
 //!   and a test sweeps every input of the range to enforce it.
 //! * SUF: one polynomial output with the pieces of [`super::splines`]:
-//!   degree 2, except [`GeluForm::TanhLinear`] and [`SiluForm::Linear`],
-//!   of degree 1, whose outputs carry `frac + coeff_bits` fraction bits
+//!   degree 2, except [`GeluForm::TanhLinear`], [`SiluForm::Linear`] and
+//!   [`NexpForm::Linear`], of degree 1, whose outputs carry `frac + coeff_bits` fraction bits
 //!   (24 at frac = 12), not `2·frac + coeff_bits` (`cargo xtask fit` says
 //!   which and why). The tails are `x` and `0`
 //!   (activations) or `1` and `0` (nExp). The pieces carry x⁺ folded in
@@ -69,6 +69,17 @@ pub enum SiluForm {
     Linear,
 }
 
+/// Which nExp.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NexpForm {
+    /// Pieces of degree 2 (7): output at `2·frac + coeff_bits`.
+    Quadratic,
+    /// Pieces of degree 1 (22, the same error target): output at
+    /// `frac + coeff_bits`, so the weighted values `E·V` truncate `frac`
+    /// bits fewer; for decode passes, as [`GeluForm::TanhLinear`].
+    Linear,
+}
+
 /// Default coefficient precision: local coefficients rounded at
 /// `2^-coeff_bits` keep the rounding error below 2^-12.
 pub const COEFF_BITS: u32 = 12;
@@ -88,6 +99,14 @@ pub const fn silu_spline(form: SiluForm) -> &'static Spline {
     match form {
         SiluForm::Quadratic => &splines::SILU,
         SiluForm::Linear => &splines::SILU_LINEAR,
+    }
+}
+
+/// The nExp spline.
+pub const fn nexp_spline(form: NexpForm) -> &'static Spline {
+    match form {
+        NexpForm::Quadratic => &splines::NEXP,
+        NexpForm::Linear => &splines::NEXP_LINEAR,
     }
 }
 
@@ -182,10 +201,10 @@ pub fn silu(form: SiluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, Su
 
 /// nExp(z) = e^-z for z ≥ 0 (1 below 0, 0 from 12 on), with dealer
 /// monomials (2 rounds).
-pub fn nexp(ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
+pub fn nexp(form: NexpForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
     spline_gate_in(
         PolyMode::Monomials,
-        &splines::NEXP,
+        nexp_spline(form),
         ring,
         k,
         frac,
@@ -252,6 +271,8 @@ mod tests {
         assert!(e <= 2f64.powi(-8), "SiLU, degree 1, error {e}");
         let e = max_error(&splines::NEXP, |z| libm::exp(-z), 12, 0.0, 64.0);
         assert!(e <= 2f64.powi(-10), "nExp error {e}");
+        let e = max_error(&splines::NEXP_LINEAR, |z| libm::exp(-z), 12, 0.0, 64.0);
+        assert!(e <= 2f64.powi(-10), "nExp, degree 1, error {e}");
     }
 
     /// The in-place constructor (through `Spline::suf_init`) builds the
@@ -268,6 +289,7 @@ mod tests {
             (&splines::SILU, 30),
             (&splines::SILU_LINEAR, 18),
             (&splines::NEXP, 24),
+            (&splines::NEXP_LINEAR, 27),
         ] {
             let k = Width::of(k);
             let suf = spline.suf(n, 12, COEFF_BITS).unwrap();
@@ -305,7 +327,12 @@ mod tests {
     #[test]
     fn dealer_monomial_splines_equal_the_beaver_form() {
         let (n, k) = (Width::of(12), Width::of(10));
-        for spline in [&splines::SILU, &splines::SILU_LINEAR, &splines::NEXP] {
+        for spline in [
+            &splines::SILU,
+            &splines::SILU_LINEAR,
+            &splines::NEXP,
+            &splines::NEXP_LINEAR,
+        ] {
             let suf = spline.suf_snapped(n, 2, 3).unwrap();
             let fast =
                 Gate::new(&suf, k, Phi::poly(n, PolyMode::Monomials), Input::Shares).unwrap();
@@ -330,7 +357,9 @@ mod tests {
                 2
             );
         }
-        assert_eq!(nexp(w, Width::of(24), 12).unwrap().cost().rounds, 2);
+        for form in [NexpForm::Quadratic, NexpForm::Linear] {
+            assert_eq!(nexp(form, w, Width::of(24), 12).unwrap().cost().rounds, 2);
+        }
     }
 
     #[test]
@@ -352,7 +381,8 @@ mod tests {
                 super::silu(SiluForm::Linear, n, Width::of(18), 12).unwrap(),
                 18,
             ),
-            (nexp(n, Width::of(24), 12).unwrap(), 24),
+            (nexp(NexpForm::Quadratic, n, Width::of(24), 12).unwrap(), 24),
+            (nexp(NexpForm::Linear, n, Width::of(27), 12).unwrap(), 27),
         ] {
             let suf = gate.compiled.suf;
             let k = Width::of(k);
@@ -381,7 +411,8 @@ mod tests {
         fn monomial_splines_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
             let n = Width::W64;
             for (gate, k) in [
-                (nexp(n, Width::of(24), 12).unwrap(), 24),
+                (nexp(NexpForm::Quadratic, n, Width::of(24), 12).unwrap(), 24),
+                (nexp(NexpForm::Linear, n, Width::of(27), 12).unwrap(), 27),
                 (super::silu(SiluForm::Quadratic, n, Width::of(26), 12).unwrap(), 26),
                 (super::silu(SiluForm::Linear, n, Width::of(26), 12).unwrap(), 26),
             ] {

@@ -15,12 +15,12 @@
 
 use super::bound::{self, Bound};
 use super::scale::{
-    INVERSE_REL_ERR, nexp_range, spline_scale, spline_width, truncate, truncate_decoding, ulp,
+    INVERSE_REL_ERR, nexp_range, nexp_scale, nexp_spline, spline_width, truncate,
+    truncate_decoding, ulp,
 };
 use super::{Band, Builder, Category, ChainSpec, GateSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, RECIP_FRAC};
 use suffuse_core::gate::max::ONE_ROUND_TAIL;
-use suffuse_core::gate::splines;
 
 /// The secret heads of one attention: `blocks` independent (query, key)
 /// blocks, each with `queries` query rows and `keys` key rows.
@@ -157,8 +157,10 @@ fn exponents(
         out: sb,
     });
     let (z, z_abs) = minus_row_max(b, sb, h, score_abs, c, l)?;
-    let e_scale = spline_scale();
-    let (e_min, e_max) = nexp_range()?;
+    // Decode passes take the degree-1 pieces (docs/GATES.md).
+    let linear = b.decoding();
+    let e_scale = nexp_scale(linear);
+    let (e_min, e_max) = nexp_range(linear)?;
     let e_abs = e_max.max(-e_min);
     let z = if let Some(band) = band {
         triangle(b, z, band, format!("layer {l} causal max − score"))?
@@ -175,14 +177,15 @@ fn exponents(
     b.push(Kind::Gate {
         x: z,
         gate: GateSpec::Nexp {
-            k: bound::width(z_abs, FRAC).max(spline_width(&splines::NEXP)),
+            k: bound::width(z_abs, FRAC).max(spline_width(nexp_spline(linear))),
+            linear,
         },
         out: e,
     });
     let vb = b.info(h.v).bound.clone();
     let ex = narrow_exponents(
         b,
-        Exponents::of_nexp(e, e_abs, e_min)?,
+        Exponents::of_nexp(e, e_abs, e_min, linear)?,
         keys,
         vb.max_abs(),
         l,
@@ -439,9 +442,9 @@ struct Exponents {
 impl Exponents {
     /// The nExp gate's output `e` (range `e_min..=e_abs`), at the spline's
     /// scale.
-    fn of_nexp(e: usize, e_abs: f64, e_min: f64) -> Result<Self, PlanError> {
-        let k = spline_width(&splines::NEXP) + 1;
-        let g = GateSpec::Nexp { k }
+    fn of_nexp(e: usize, e_abs: f64, e_min: f64, linear: bool) -> Result<Self, PlanError> {
+        let k = spline_width(nexp_spline(linear)) + 1;
+        let g = GateSpec::Nexp { k, linear }
             .build()
             .map_err(|source| PlanError::Gate {
                 tensor: "nExp(0)".into(),
@@ -450,7 +453,7 @@ impl Exponents {
             })?;
         let mut at_zero = [0u64; 2];
         g.reference(0, &mut at_zero);
-        let scale = spline_scale();
+        let scale = nexp_scale(linear);
         Ok(Self {
             t: e,
             scale,

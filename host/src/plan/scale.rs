@@ -3,11 +3,11 @@
 //! truncation from one scale to another.
 
 use super::bound;
+use super::nexp_form;
 use super::{Builder, ChainSpec, GateSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, pow2};
-use suffuse_core::gate::activation::{COEFF_BITS, out_scale};
+use suffuse_core::gate::activation::{self, COEFF_BITS, out_scale};
 use suffuse_core::gate::spline::Spline;
-use suffuse_core::gate::splines;
 
 /// The narrowest width a spline gate compiles at: its knots must be
 /// representable on the k-bit view.
@@ -19,9 +19,15 @@ pub(super) fn spline_width(spline: &Spline) -> u32 {
     bound::width(reach, FRAC)
 }
 
-/// Output scale of the spline gates (GeLU, nExp) at input scale FRAC.
-pub(super) fn spline_scale() -> u32 {
-    out_scale(&splines::NEXP, FRAC, COEFF_BITS)
+/// The nExp spline of decode passes (degree 1) or of every other pass.
+pub(super) fn nexp_spline(linear: bool) -> &'static Spline {
+    activation::nexp_spline(nexp_form(linear))
+}
+
+/// Output scale of the nExp gate at input scale FRAC: 2·FRAC + 12, or
+/// FRAC + 12 in the degree-1 form.
+pub(super) fn nexp_scale(linear: bool) -> u32 {
+    out_scale(nexp_spline(linear), FRAC, COEFF_BITS)
 }
 
 /// Worst relative error of the reciprocal and rsqrt chains (core's tests
@@ -34,24 +40,27 @@ pub(super) fn ulp(scale: u32) -> f64 {
 }
 
 /// The exact range of the nExp gate's fixed-point output over its whole
-/// domain (evaluated once): the spline may dip a little below 0 near its
-/// cut-off.
-pub(super) fn nexp_range() -> Result<(f64, f64), PlanError> {
-    static RANGE: std::sync::OnceLock<(f64, f64)> = std::sync::OnceLock::new();
-    if let Some(r) = RANGE.get() {
+/// domain (evaluated once per form): the spline may dip a little below 0
+/// near its cut-off.
+pub(super) fn nexp_range(linear: bool) -> Result<(f64, f64), PlanError> {
+    static RANGE: [std::sync::OnceLock<(f64, f64)>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    let cell = &RANGE[usize::from(linear)];
+    if let Some(r) = cell.get() {
         return Ok(*r);
     }
-    let k = spline_width(&splines::NEXP) + 1;
-    let g = GateSpec::Nexp { k }
+    let spline = nexp_spline(linear);
+    let k = spline_width(spline) + 1;
+    let g = GateSpec::Nexp { k, linear }
         .build()
         .map_err(|source| PlanError::Gate {
             tensor: "nExp range".into(),
             spec: format!("nexp k={k}"),
             error: source,
         })?;
-    let cutoff = splines::NEXP.pieces.last().map_or(16.0, |p| p.hi);
+    let cutoff = spline.pieces.last().map_or(16.0, |p| p.hi);
     let top = (cutoff * pow2(FRAC)).ceil() as u64 + 2;
-    let scale = spline_scale();
+    let scale = nexp_scale(linear);
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut out = [0u64; 2];
     for z in 0..=top {
@@ -60,7 +69,7 @@ pub(super) fn nexp_range() -> Result<(f64, f64), PlanError> {
         lo = lo.min(v);
         hi = hi.max(v);
     }
-    Ok(*RANGE.get_or_init(|| (lo, hi)))
+    Ok(*cell.get_or_init(|| (lo, hi)))
 }
 
 /// Arithmetic truncation of `x` down to `to` fraction bits, in two rounds

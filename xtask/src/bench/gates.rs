@@ -24,7 +24,7 @@ use suffuse_accel_cpu::CpuEval;
 use suffuse_core::batch::BatchEval;
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::Party;
-use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
+use suffuse_core::gate::activation::{self, GeluForm, NexpForm, SiluForm};
 use suffuse_core::gate::chain::{Chain, ChainEval, Lin, MAX_STEPS, Source, Step};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
 use suffuse_core::gate::max::{MAX_LEVELS, MaxEval, MaxTree, ONE_ROUND_TAIL};
@@ -797,21 +797,25 @@ fn truncation_records() -> Result<Vec<Record>> {
     Ok(records)
 }
 
-/// nExp at the softmax's range (k = 24) and full width, with its error.
+/// nExp at the softmax's range (k = 24) and full width, with its error;
+/// `nexp_linear` (decode passes' degree-1 form) at the softmax's range.
 fn nexp_records() -> Result<Vec<Record>> {
     let n = Width::W64;
     let mut records = Vec::new();
-    for (k, note) in [(24u32, "softmax range"), (64, "full width")] {
-        let gate = activation::nexp(n, Width::of(k), FRAC).map_err(suf_err)?;
-        let out_scale = activation::out_scale(&splines::NEXP, FRAC, activation::COEFF_BITS);
+    for (name, form, k, note) in [
+        ("nexp", NexpForm::Quadratic, 24u32, "softmax range"),
+        ("nexp", NexpForm::Quadratic, 64, "full width"),
+        ("nexp_linear", NexpForm::Linear, 24, "softmax range"),
+    ] {
+        let gate = activation::nexp(form, n, Width::of(k), FRAC).map_err(suf_err)?;
+        let spline = activation::nexp_spline(form);
+        let out_scale = activation::out_scale(spline, FRAC, activation::COEFF_BITS);
         let e = spline_error(&gate, |z| (-z).exp(), out_scale, 0.0, 32.0);
         let mut prg = Prg::new(&[9; 16]);
         let xs: Vec<u64> = (0..ELEMENTS)
             .map(|_| (prg.next_u64() >> (64 - 18)).min((1 << (k - 1)) - 1))
             .collect();
-        records.extend(measure(
-            "nexp", &gate, k, ELEMENTS, &xs, out_scale, e, note,
-        )?);
+        records.extend(measure(name, &gate, k, ELEMENTS, &xs, out_scale, e, note)?);
     }
     Ok(records)
 }

@@ -16,7 +16,7 @@ use suffuse_accel_cpu::linalg;
 use suffuse_core::batch::{BatchEval, EvalStats, MatShape};
 use suffuse_core::compile::MAX_KEYS;
 use suffuse_core::fss::{GenBatch, KeyBatch, Party};
-use suffuse_core::gate::activation::{self, GeluForm, SiluForm};
+use suffuse_core::gate::activation::{self, GeluForm, NexpForm, SiluForm};
 use suffuse_core::gate::centre_square::{self, CentreSquare};
 use suffuse_core::gate::chain::{Chain, ChainEval, MAX_STEPS};
 use suffuse_core::gate::inverse::{Inverse, InverseScales, inverse, inverse_table};
@@ -830,9 +830,11 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
     }
     trunc_open_case(b, inputs, &mut stats)?;
     centre_square_case(b, inputs, &mut stats)?;
-    let nexp = activation::nexp(ring, Width::of(24), FRAC)?;
+    let nexp = activation::nexp(NexpForm::Quadratic, ring, Width::of(24), FRAC)?;
     let xs: Vec<u64> = (0..N).map(|_| inputs.next() >> (64 - 18)).collect();
     gate_case("nexp", &nexp, &xs, b, inputs, &mut stats)?;
+    let nexp = activation::nexp(NexpForm::Linear, ring, Width::of(24), FRAC)?;
+    gate_case("nexp, degree 1", &nexp, &xs, b, inputs, &mut stats)?;
     let recip = InverseScales {
         frac_in: FRAC,
         k_in: 23,
