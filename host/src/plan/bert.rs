@@ -103,27 +103,7 @@ fn plan_with(
     let n = batch * seq;
     b.at(Category::Linear, None);
 
-    // The client's LayerNorm output: Σnᵢ² ≤ d, so |nᵢ| ≤ √(d−1). The client
-    // computes it in f32, hence the small relative allowance.
-    let root = (d as f64).sqrt();
-    let mut norm = NormForm {
-        gain: model
-            .embeddings
-            .norm
-            .gamma
-            .iter()
-            .map(|g| f64::from(*g) * root)
-            .collect(),
-        shift: model
-            .embeddings
-            .norm
-            .beta
-            .iter()
-            .map(|v| f64::from(*v))
-            .collect(),
-        zeta: 1.0 + 1e-3,
-        delta: ulp(FRAC),
-    };
+    let mut norm = embeddings_norm(model);
     let x_bound = norm_output(&model.embeddings.norm, 1.0 + 1e-3).floor_to(ulp(FRAC));
     let x = b.tensor("input embeddings", n, d, FRAC, x_bound)?;
     let pad_bias = encode(-c, FRAC);
@@ -153,7 +133,58 @@ fn plan_with(
     }
 
     b.at(Category::Pooling, None);
-    let (output, finish) = match mask {
+    let (output, finish) = pool(&mut b, h, mask, (batch, seq, d))?;
+    let inputs = Inputs { x, bias, mask };
+    let bounds = b.bounds();
+    let plan = b.finish(
+        &model.name,
+        digest,
+        batch,
+        seq,
+        d,
+        inputs,
+        output,
+        pad_bias,
+        finish,
+        cfg.normalize,
+    )?;
+    Ok((plan, scores, bounds))
+}
+
+/// The client's LayerNorm output as a norm form: `Σnᵢ² ≤ d`, so
+/// `|nᵢ| ≤ √(d−1)`. The client computes it in f32, hence the small
+/// relative allowance.
+fn embeddings_norm(model: &Model) -> NormForm {
+    let root = (model.config.hidden as f64).sqrt();
+    NormForm {
+        gain: model
+            .embeddings
+            .norm
+            .gamma
+            .iter()
+            .map(|g| f64::from(*g) * root)
+            .collect(),
+        shift: model
+            .embeddings
+            .norm
+            .beta
+            .iter()
+            .map(|v| f64::from(*v))
+            .collect(),
+        zeta: 1.0 + 1e-3,
+        delta: ulp(FRAC),
+    }
+}
+
+/// The output: the masked sum over each sentence's tokens (mean pooling,
+/// divided by the client), or each sentence's first token.
+fn pool(
+    b: &mut Builder,
+    h: usize,
+    mask: Option<usize>,
+    (batch, seq, d): (usize, usize, usize),
+) -> Result<(usize, Finish), PlanError> {
+    Ok(match mask {
         Some(mask) => {
             let info = b.info(h).clone();
             let bound = info.bound.scale(seq as f64, 0.0);
@@ -180,22 +211,7 @@ fn plan_with(
             });
             (out, Finish::AsIs)
         }
-    };
-    let inputs = Inputs { x, bias, mask };
-    let bounds = b.bounds();
-    let plan = b.finish(
-        &model.name,
-        digest,
-        batch,
-        seq,
-        d,
-        inputs,
-        output,
-        pad_bias,
-        finish,
-        cfg.normalize,
-    )?;
-    Ok((plan, scores, bounds))
+    })
 }
 
 /// The largest attention score of a layer, by heads: with the layer input
@@ -300,28 +316,7 @@ fn encoder_attention(
         l,
     )?;
     b.at(Category::Linear, Some(l));
-    let qkv_bound = b.info(qkv).bound.clone();
-    let mut split = [0usize; 3];
-    for (part, name) in ["queries", "keys", "values"].iter().enumerate() {
-        let cols = &qkv_bound.abs[part * d..(part + 1) * d];
-        let abs: Vec<f64> = (0..dh)
-            .map(|c| (0..heads).map(|h| cols[h * dh + c]).fold(0.0, f64::max))
-            .collect();
-        let l2 = (0..heads)
-            .map(|h| qkv_bound.group_l2(part * heads + h))
-            .fold(0.0, f64::max);
-        let mut hb = Bound::from_abs(abs, dh);
-        hb.l2[0] = hb.l2[0].min(l2);
-        let t = b.tensor(format!("layer {l} {name}"), bh * seq, dh, FRAC, hb)?;
-        b.push(Kind::SplitHeads {
-            x: qkv,
-            part,
-            heads,
-            out: t,
-        });
-        split[part] = t;
-    }
-    let [q, k, v] = split;
+    let [q, k, v] = split_heads(b, qkv, l, (heads, dh, bh * seq))?;
 
     // Scores, bounded through the bilinear form of the weights.
     let qn = b.info(q).bound.row_l2();
@@ -350,6 +345,61 @@ fn encoder_attention(
         l,
     )?;
     b.at(Category::Linear, Some(l));
+    let om = merge_heads(b, o, l, (heads, dh, n))?;
+    let (a, _) = linear_to_frac(
+        b,
+        om,
+        None,
+        format!("layer {l} attention output"),
+        Weights::new(&[&layer.attn_out], 1.0),
+        d,
+        l,
+    )?;
+    Ok((a, score_abs))
+}
+
+/// The fused q/k/v product's three parts split into heads (`rows` rows of
+/// `dh` each): every head's column bounds folded into one, and its group
+/// norm the largest head's.
+fn split_heads(
+    b: &mut Builder,
+    qkv: usize,
+    l: usize,
+    (heads, dh, rows): (usize, usize, usize),
+) -> Result<[usize; 3], PlanError> {
+    let d = heads * dh;
+    let qkv_bound = b.info(qkv).bound.clone();
+    let mut split = [0usize; 3];
+    for (part, name) in ["queries", "keys", "values"].iter().enumerate() {
+        let cols = &qkv_bound.abs[part * d..(part + 1) * d];
+        let abs: Vec<f64> = (0..dh)
+            .map(|c| (0..heads).map(|h| cols[h * dh + c]).fold(0.0, f64::max))
+            .collect();
+        let l2 = (0..heads)
+            .map(|h| qkv_bound.group_l2(part * heads + h))
+            .fold(0.0, f64::max);
+        let mut hb = Bound::from_abs(abs, dh);
+        hb.l2[0] = hb.l2[0].min(l2);
+        let t = b.tensor(format!("layer {l} {name}"), rows, dh, FRAC, hb)?;
+        b.push(Kind::SplitHeads {
+            x: qkv,
+            part,
+            heads,
+            out: t,
+        });
+        split[part] = t;
+    }
+    Ok(split)
+}
+
+/// The heads' outputs `o` merged back into `n` rows of `heads·dh`.
+fn merge_heads(
+    b: &mut Builder,
+    o: usize,
+    l: usize,
+    (heads, dh, n): (usize, usize, usize),
+) -> Result<usize, PlanError> {
+    let d = heads * dh;
     let ob = b.info(o).bound.clone();
     let mut merged = Bound::from_abs((0..d).map(|j| ob.abs[j % dh]).collect(), dh);
     for g in &mut merged.l2 {
@@ -367,16 +417,7 @@ fn encoder_attention(
         heads,
         out: om,
     });
-    let (a, _) = linear_to_frac(
-        b,
-        om,
-        None,
-        format!("layer {l} attention output"),
-        Weights::new(&[&layer.attn_out], 1.0),
-        d,
-        l,
-    )?;
-    Ok((a, score_abs))
+    Ok(om)
 }
 
 /// One post-LN layer at `site`: attention, its residual and norm, the
