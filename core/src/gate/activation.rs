@@ -7,11 +7,11 @@
 //!   and a test sweeps every input of the range to enforce it.
 //! * SUF: one polynomial output with the pieces of [`super::splines`]:
 //!   degree 2, except [`GeluForm::TanhLinear`], [`SiluForm::Linear`] and
-//!   [`NexpForm::Linear`], of degree 1, whose outputs carry `frac + coeff_bits` fraction bits
-//!   (24 at frac = 12), not `2·frac + coeff_bits` (`cargo xtask fit` says
-//!   which and why). The tails are `x` and `0`
-//!   (activations) or `1` and `0` (nExp). The pieces carry x⁺ folded in
-//!   (x⁺ + δ(x)).
+//!   [`NexpForm::Linear`], of degree 1, whose outputs carry
+//!   `frac + coeff_bits` fraction bits (24 at frac = 12), not
+//!   `2·frac + coeff_bits` (`cargo xtask fit` says which and why). The
+//!   tails are `x` and `0` (activations) or `1` and `0` (nExp). The pieces
+//!   carry x⁺ folded in (x⁺ + δ(x)).
 //! * Φ: the polynomial, in one of two forms ([`PolyMode`]). GeLU's is
 //!   Beaver-style: after the Boolean round the parties open `c₁ − a₁` (and
 //!   `c₂ − a₂` at degree 2) and finish locally with dealer monomials
