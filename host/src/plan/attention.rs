@@ -15,11 +15,11 @@
 
 use super::bound::{self, Bound};
 use super::scale::{
-    INVERSE_REL_ERR, nexp_range, nexp_scale, nexp_spline, spline_width, truncate,
+    INVERSE_REL_ERR, NexpRange, nexp_range, nexp_scale, nexp_spline, spline_width, truncate,
     truncate_decoding, ulp,
 };
 use super::{Band, Builder, Category, ChainSpec, GateSpec, InverseSpec, Kind, PlanError};
-use crate::fixed::{self, FRAC, RECIP_FRAC};
+use crate::fixed::{FRAC, RECIP_FRAC};
 use suffuse_core::gate::max::ONE_ROUND_TAIL;
 
 /// The secret heads of one attention: `blocks` independent (query, key)
@@ -160,8 +160,8 @@ fn exponents(
     // Decode passes take the degree-1 pieces (docs/GATES.md).
     let linear = b.decoding();
     let e_scale = nexp_scale(linear);
-    let (e_min, e_max) = nexp_range(linear)?;
-    let e_abs = e_max.max(-e_min);
+    let range = nexp_range(linear)?;
+    let e_abs = range.max.max(-range.min);
     let z = if let Some(band) = band {
         triangle(b, z, band, format!("layer {l} causal max − score"))?
     } else {
@@ -185,7 +185,7 @@ fn exponents(
     let vb = b.info(h.v).bound.clone();
     let ex = narrow_exponents(
         b,
-        Exponents::of_nexp(e, e_abs, e_min, linear)?,
+        Exponents::of_nexp(e, e_abs, range, linear),
         keys,
         vb.max_abs(),
         l,
@@ -440,27 +440,16 @@ struct Exponents {
 }
 
 impl Exponents {
-    /// The nExp gate's output `e` (range `e_min..=e_abs`), at the spline's
-    /// scale.
-    fn of_nexp(e: usize, e_abs: f64, e_min: f64, linear: bool) -> Result<Self, PlanError> {
-        let k = spline_width(nexp_spline(linear)) + 1;
-        let g = GateSpec::Nexp { k, linear }
-            .build()
-            .map_err(|source| PlanError::Gate {
-                tensor: "nExp(0)".into(),
-                spec: format!("nexp k={k}"),
-                error: source,
-            })?;
-        let mut at_zero = [0u64; 2];
-        g.reference(0, &mut at_zero);
-        let scale = nexp_scale(linear);
-        Ok(Self {
+    /// The nExp gate's output `e` (values in `range`, at most `e_abs` in
+    /// magnitude), at the spline's scale.
+    fn of_nexp(e: usize, e_abs: f64, range: NexpRange, linear: bool) -> Self {
+        Self {
             t: e,
-            scale,
+            scale: nexp_scale(linear),
             abs: e_abs,
-            min: e_min,
-            zero: fixed::decode(at_zero[0], scale),
-        })
+            min: range.min,
+            zero: range.zero,
+        }
     }
 }
 
@@ -554,6 +543,7 @@ fn spread(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixed;
     use crate::plan::testing;
 
     /// The causal max's tree, each row over its own first `i + 1` keys,

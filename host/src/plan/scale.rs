@@ -39,11 +39,20 @@ pub(super) fn ulp(scale: u32) -> f64 {
     1.0 / pow2(scale)
 }
 
-/// The exact range of the nExp gate's fixed-point output over its whole
-/// domain (evaluated once per form): the spline may dip a little below 0
-/// near its cut-off.
-pub(super) fn nexp_range(linear: bool) -> Result<(f64, f64), PlanError> {
-    static RANGE: [std::sync::OnceLock<(f64, f64)>; 2] =
+/// The nExp gate's fixed-point outputs over its whole domain, as reals:
+/// the least and the greatest (the spline may dip a little below 0 near
+/// its cut-off) and the value at `z = 0` (a row maximum's own column).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct NexpRange {
+    pub(super) min: f64,
+    pub(super) max: f64,
+    pub(super) zero: f64,
+}
+
+/// [`NexpRange`] of the quadratic or the degree-1 form, swept once per
+/// form and process.
+pub(super) fn nexp_range(linear: bool) -> Result<NexpRange, PlanError> {
+    static RANGE: [std::sync::OnceLock<NexpRange>; 2] =
         [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
     let cell = &RANGE[usize::from(linear)];
     if let Some(r) = cell.get() {
@@ -61,15 +70,19 @@ pub(super) fn nexp_range(linear: bool) -> Result<(f64, f64), PlanError> {
     let cutoff = spline.pieces.last().map_or(16.0, |p| p.hi);
     let top = (cutoff * pow2(FRAC)).ceil() as u64 + 2;
     let scale = nexp_scale(linear);
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut out = [0u64; 2];
-    for z in 0..=top {
+    let mut at = |z: u64| {
         g.reference(z, &mut out);
-        let v = fixed::decode(out[0], scale);
-        lo = lo.min(v);
-        hi = hi.max(v);
+        fixed::decode(out[0], scale)
+    };
+    let zero = at(0);
+    let (mut min, mut max) = (zero, zero);
+    for z in 1..=top {
+        let v = at(z);
+        min = min.min(v);
+        max = max.max(v);
     }
-    Ok(*cell.get_or_init(|| (lo, hi)))
+    Ok(*cell.get_or_init(|| NexpRange { min, max, zero }))
 }
 
 /// Arithmetic truncation of `x` down to `to` fraction bits, in two rounds

@@ -17,7 +17,8 @@ use suffuse_core::gate::centre_square::CentreSquare;
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    Material, RingShape, chunks, chunks_bytes, deal_chunks, deal_ring_material, load_chunks,
+    Material, RingShape, chunk_evals, chunks, chunks_bytes, deal_chunks, deal_ring_material,
+    load_chunks,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core};
 use crate::exec::{ExecError, Store};
@@ -90,17 +91,14 @@ impl Step for Centre<'_> {
         let mats = self.load(h, party, seed, cur)?;
         let x = store.get(self.at.plan, self.x)?;
         on.with_area(self.g.scratch_words(rows), |on, area| {
-            let mut evals = Vec::with_capacity(mats.len());
-            let mut rest = area;
-            for ((first, count), mat) in chunks(rows).zip(&mats) {
-                let (mine, more) = rest.split_at_mut(self.g.scratch_words(count));
-                rest = more;
+            let words = |count| self.g.scratch_words(count);
+            let mut evals = chunk_evals(rows, &mats, area, words, |(first, count), mat, mine| {
                 let r = &x[first * d..(first + count) * d];
                 let ev = self
                     .g
                     .eval(h, (party, seed), first as u64, mat.party_keys(), r, mine);
-                evals.push(ev.map_err(core(step))?);
-            }
+                ev.map_err(core(step))
+            })?;
             on.drive_all(step, &mut evals)?;
             let mut out = vec![0u64; rows * d + rows];
             let (ys, sums) = out.split_at_mut(rows * d);

@@ -388,6 +388,24 @@ pub(super) fn deal_chunks(
     Ok(())
 }
 
+/// One evaluator per chunk of `n` elements (in [`chunks`] order), each on
+/// its own `words(count)` words of `area` and its chunk's material.
+pub(super) fn chunk_evals<'a, 's, E>(
+    n: usize,
+    mats: &'a [Material<'s>],
+    mut area: &'a mut [u64],
+    words: impl Fn(usize) -> usize,
+    mut eval: impl FnMut((usize, usize), &'a Material<'s>, &'a mut [u64]) -> Result<E, ProtoError>,
+) -> Result<Vec<E>, ProtoError> {
+    let mut evals = Vec::with_capacity(mats.len());
+    for (chunk, mat) in chunks(n).zip(mats) {
+        let (mine, rest) = std::mem::take(&mut area).split_at_mut(words(chunk.1));
+        area = rest;
+        evals.push(eval(chunk, mat, mine)?);
+    }
+    Ok(evals)
+}
+
 /// `(first, count)` of each chunk of `n` elements.
 pub(super) fn chunks(n: usize) -> impl Iterator<Item = (usize, usize)> {
     (0..n.div_ceil(CHUNK)).map(move |c| (c * CHUNK, CHUNK.min(n - c * CHUNK)))

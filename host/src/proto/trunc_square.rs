@@ -22,7 +22,8 @@ use suffuse_core::gate::{Protocol, SingleKey};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    Material, RingShape, chunks, chunks_bytes, deal_chunks, deal_ring_material, load_chunks,
+    Material, RingShape, chunk_evals, chunks, chunks_bytes, deal_chunks, deal_ring_material,
+    load_chunks,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core};
 use crate::exec::{ExecError, Store};
@@ -95,25 +96,16 @@ impl Step for TruncSquare<'_> {
             store.get(self.at.plan, self.add)?,
         );
         on.with_area(TruncOpen::scratch_words(n), |on, area| {
-            let mut evals = Vec::with_capacity(mats.len());
-            let mut rest = area;
-            for ((first, count), mat) in chunks(n).zip(&mats) {
-                let (mine, more) = rest.split_at_mut(TruncOpen::scratch_words(count));
-                rest = more;
+            let words = TruncOpen::scratch_words;
+            let mut evals = chunk_evals(n, &mats, area, words, |(first, count), mat, mine| {
                 let range = first..first + count;
                 let inputs = (&y[range.clone()], &z[range]);
-                let ev = self.g.eval(
-                    h,
-                    party,
-                    seed,
-                    None,
-                    first as u64,
-                    mat.party_keys(),
-                    inputs,
-                    mine,
-                );
-                evals.push(ev.map_err(core(step))?);
-            }
+                let keys = mat.party_keys();
+                let ev = self
+                    .g
+                    .eval(h, party, seed, None, first as u64, keys, inputs, mine);
+                ev.map_err(core(step))
+            })?;
             on.drive_all(step, &mut evals)?;
             let mut out = vec![0u64; 2 * n];
             let (xs, squares) = out.split_at_mut(n);
