@@ -2326,6 +2326,35 @@ mod tests {
         assert_eq!(groups, model.layers.len());
     }
 
+    /// An encoder's softmax reciprocal takes the bits of its position
+    /// limit, and its post-norms' ρ POST_NORM_RHO_FRAC: the tensors after
+    /// them carry those bits, so their truncations drop them.
+    #[test]
+    fn an_encoders_reciprocals_take_the_bits_they_need() {
+        let model = crate::model::Model::demo();
+        let plan = bert::build(&model, 1, 11).unwrap();
+        let scale_of = |name: &str| {
+            plan.tensors
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap_or_else(|| panic!("{name}"))
+                .scale
+        };
+        let recip = crate::fixed::recip_frac(model.config.max_positions);
+        assert_eq!(recip, 18);
+        assert_eq!(scale_of("layer 0 1/sum"), recip);
+        assert_eq!(
+            scale_of("layer 0 attention heads"),
+            crate::fixed::FRAC + recip
+        );
+        assert_eq!(scale_of("layer 0 attention 1/√Σy²"), 20);
+        assert_eq!(scale_of("layer 0 output 1/√Σy²"), 20);
+        assert_eq!(
+            scale_of("layer 0 attention normalized"),
+            crate::fixed::FRAC + 20
+        );
+    }
+
     /// Opened tensors reach products through layout operations only, and
     /// are written once.
     #[test]

@@ -19,7 +19,7 @@ use super::scale::{
     truncate_decoding, ulp,
 };
 use super::{Band, Builder, Category, ChainSpec, GateSpec, InverseSpec, Kind, PlanError};
-use crate::fixed::{FRAC, RECIP_FRAC};
+use crate::fixed::{self, FRAC};
 use suffuse_core::gate::max::ONE_ROUND_TAIL;
 
 /// The secret heads of one attention: `blocks` independent (query, key)
@@ -43,6 +43,9 @@ pub struct Heads {
     /// A sliding window: the query at position `p` (the block's queries
     /// are its last `queries` keys) sees keys `p − window < j ≤ p` only.
     pub window: Option<usize>,
+    /// The model's position limit, which no row's keys exceed: the
+    /// softmax reciprocal's bits follow it ([`fixed::recip_frac`]).
+    pub positions: usize,
 }
 
 impl Heads {
@@ -65,7 +68,8 @@ impl Heads {
 /// Plans attention with scores bounded by `score_max` in magnitude and
 /// the additive key bias `bias` (`[bias rows × keys]`, rows spread evenly
 /// over the blocks; padding carries `−c`). Returns the heads' outputs
-/// `[blocks·queries × d_h]` at FRAC + RECIP_FRAC and the score bound.
+/// `[blocks·queries × d_h]` at FRAC plus the reciprocal's bits
+/// ([`fixed::recip_frac`]) and the score bound.
 pub fn attend(
     b: &mut Builder,
     h: Heads,
@@ -207,7 +211,7 @@ fn exponents(
 
 /// `(E·V)·(1/Σe)` per row: the reciprocal of the row sums and the weighted
 /// values' product run in two lanes, then one row product; the heads'
-/// outputs at FRAC + RECIP_FRAC.
+/// outputs at FRAC plus the reciprocal's bits.
 fn weighted_values(
     b: &mut Builder,
     h: Heads,
@@ -221,7 +225,8 @@ fn weighted_values(
     // The reciprocal of the row sums and the weighted values are
     // independent: two lanes whose rounds are shared.
     b.begin_lanes();
-    let (inv, inv_max) = reciprocal_of_sums(b, e, keys, ex, l)?;
+    let recip_frac = fixed::recip_frac(h.positions);
+    let (inv, inv_max) = reciprocal_of_sums(b, e, (keys, recip_frac), ex, l)?;
     b.next_lane();
 
     // |Σⱼ eᵢⱼ vⱼ| ≤ L·max|e|·|v|, truncated, then scaled by 1/Σe.
@@ -255,7 +260,7 @@ fn weighted_values(
         format!("layer {l} attention heads"),
         rows,
         dh,
-        FRAC + RECIP_FRAC,
+        FRAC + recip_frac,
         vb.scale(o_scale, inv_max * ulp(FRAC)),
     )?;
     b.push(Kind::MulRows {
@@ -381,12 +386,12 @@ fn causal_max(
     Ok(m)
 }
 
-/// Row sums of the exponents `e` and their reciprocal; returns it and its
-/// bound.
+/// Row sums of the exponents `e` and their reciprocal at `frac_out`;
+/// returns it and its bound.
 fn reciprocal_of_sums(
     b: &mut Builder,
     e: usize,
-    keys: usize,
+    (keys, frac_out): (usize, u32),
     ex: &Exponents,
     l: usize,
 ) -> Result<(usize, f64), PlanError> {
@@ -405,12 +410,12 @@ fn reciprocal_of_sums(
     // The max's own column contributes nExp(0) ≈ 1; the lowest octave of
     // the reciprocal starts at 1/2, below which it saturates.
     let sum_min = (ex.zero - (keys as f64 - 1.0) * neg).max(0.5);
-    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(RECIP_FRAC);
+    let inv_max = (1.0 + INVERSE_REL_ERR) / sum_min + ulp(frac_out);
     let inv = b.tensor(
         format!("layer {l} 1/sum"),
         rows,
         1,
-        RECIP_FRAC,
+        frac_out,
         Bound::uniform(1, inv_max),
     )?;
     b.push(Kind::Chain {
@@ -420,7 +425,7 @@ fn reciprocal_of_sums(
             frac_in: e_scale,
             k_in: bound::width(sum_max, e_scale),
             lo_bits: e_scale - 1,
-            frac_out: RECIP_FRAC,
+            frac_out,
             table: b.decoding(),
         }),
         out: inv,
@@ -570,6 +575,7 @@ mod tests {
             keys,
             causal: true,
             window,
+            positions: keys,
         };
         let band = h.band().unwrap();
         let packed = triangle(&mut b, x, band, "packed".into()).unwrap();

@@ -30,7 +30,7 @@ use super::mlp;
 use super::norm::{norm_output, residual_norm};
 use super::scale::ulp;
 use super::{Builder, Category, EncodedLinear, Finish, Inputs, Kind, Plan, PlanError};
-use crate::fixed::{FRAC, RECIP_FRAC, encode};
+use crate::fixed::{FRAC, encode};
 use crate::model::{self, Model, Pooling};
 use suffuse_core::gate::splines;
 
@@ -338,6 +338,7 @@ fn encoder_attention(
             keys: seq,
             causal: false,
             window: None,
+            positions: cfg.max_positions,
         },
         (qn * kn).min(bilinear),
         bias,
@@ -400,18 +401,12 @@ fn merge_heads(
     (heads, dh, n): (usize, usize, usize),
 ) -> Result<usize, PlanError> {
     let d = heads * dh;
-    let ob = b.info(o).bound.clone();
+    let (ob, scale) = (b.info(o).bound.clone(), b.info(o).scale);
     let mut merged = Bound::from_abs((0..d).map(|j| ob.abs[j % dh]).collect(), dh);
     for g in &mut merged.l2 {
         *g = g.min(ob.row_l2());
     }
-    let om = b.tensor(
-        format!("layer {l} attention"),
-        n,
-        d,
-        FRAC + RECIP_FRAC,
-        merged,
-    )?;
+    let om = b.tensor(format!("layer {l} attention"), n, d, scale, merged)?;
     b.push(Kind::MergeHeads {
         x: o,
         heads,

@@ -332,6 +332,7 @@ fn block(
             keys: at.ctx,
             causal: at.queries() > 1,
             window,
+            positions: cfg.max_positions,
         },
         score_max,
         bias,

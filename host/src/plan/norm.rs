@@ -58,7 +58,21 @@ enum Rho {
     Wide,
     /// RSQRT_FRAC.
     Narrow,
+    /// An encoder's post-norm: [`POST_NORM_RHO_FRAC`] where its input is
+    /// proven, else as `Wide`.
+    Post,
 }
+
+/// ρ's fraction bits in an encoder's post-norms (`LN(x + a)` of each BERT
+/// layer) whose input is proven. ρ's rounding, relative `‖y‖·2^-20`, stays
+/// below 2^-12 for rows up to `‖y‖ = 2^8`, under the rsqrt chain's own
+/// 3.34·10⁻⁴ (2^-11.5). A post-norm's input is a norm's output plus one
+/// sublayer's, so its rows stay small: MiniLM's largest on the bench's
+/// paragraph is 219 (2^-12.2 of its ρ), against proven bounds of 1.4·10³
+/// to 1.8·10⁴; BERT-base's generated shape stays under 32. Each bit here
+/// is one bit fewer that the norm's output truncation drops on every
+/// element (the normalized rows `y·ρ` carry ρ's bits into it).
+const POST_NORM_RHO_FRAC: u32 = 20;
 
 /// The widest proven sum of squares that is narrowed for the rsqrt chain
 /// (the ring check allows 62 bits; one bit of headroom for `+ d·ε`).
@@ -113,7 +127,11 @@ fn norm_input(
 ) -> (Bound, f64, Octaves) {
     let de = d as f64 * f64::from(eps);
     if bound::width(y_l2 * y_l2 + de, 2 * frac) <= SUM_MAX_K {
-        return (yb, y_l2, PROVEN);
+        let frac_out = match rho {
+            Rho::Post => POST_NORM_RHO_FRAC,
+            Rho::Wide | Rho::Narrow => PROVEN.frac_out,
+        };
+        return (yb, y_l2, Octaves { frac_out, ..PROVEN });
     }
     let v_cap = (pow2(CAPPED.k - 1) - 4.0) / (bound::MARGIN * pow2(2 * frac)) * (1.0 - 1e-9);
     let cap = (v_cap - de).max(0.0).sqrt();
@@ -121,7 +139,7 @@ fn norm_input(
     let mut capped = Bound::from_abs(yb.abs.iter().map(|a| a.min(cap)).collect(), d);
     capped.l2[0] = capped.l2[0].min(cap);
     let frac_out = match rho {
-        Rho::Wide => CAPPED.frac_out,
+        Rho::Wide | Rho::Post => CAPPED.frac_out,
         Rho::Narrow => RSQRT_FRAC,
     };
     (capped, y_l2.min(cap), Octaves { frac_out, ..CAPPED })
@@ -227,7 +245,7 @@ pub(super) fn residual_norm(
     let r_bound = xi.bound.regroup(d).add(&b.info(a).bound.regroup(d));
     let r = b.tensor(format!("{name} residual"), rows, d, FRAC, r_bound.clone())?;
     b.push(Kind::Add { a: x, b: a, out: r });
-    normalize(b, r, norm, name, l, true)
+    normalize_with(b, r, norm, (name, l), true, Rho::Post)
 }
 
 /// `z` (at `scale`) as every norm's gains' product can take it: where
@@ -285,7 +303,19 @@ pub(super) fn normalize(
     l: usize,
     centre: bool,
 ) -> Result<(usize, NormForm), PlanError> {
-    let n = normalized(b, r, norm.eps, &name, l, centre, Rho::Wide)?;
+    normalize_with(b, r, norm, (name, l), centre, Rho::Wide)
+}
+
+/// [`normalize`] with ρ's bits chosen by `rho`.
+fn normalize_with(
+    b: &mut Builder,
+    r: usize,
+    norm: &model::Norm,
+    (name, l): (String, usize),
+    centre: bool,
+    rho: Rho,
+) -> Result<(usize, NormForm), PlanError> {
+    let n = normalized(b, r, norm.eps, &name, l, centre, rho)?;
     let (z, z_scale) = narrow_for_gains(b, (n.z, n.scale), &n.zb, &[norm], &name)?;
     let (a, form) = gained(b, (z, z_scale), &n, norm, &name)?;
     Ok((truncate(b, a, FRAC, format!("{name} LayerNorm"))?, form))
