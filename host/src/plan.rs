@@ -2037,26 +2037,7 @@ impl Builder {
         }
         check_pairs(&self.tensors, &self.ops)?;
         check_fused(&self.tensors, &self.ops, &self.fused)?;
-        let mut step_of = Vec::with_capacity(self.ops.len());
-        let mut built = Vec::with_capacity(self.ops.len());
-        let mut cache = BuiltCache::default();
-        let mut s = 0u32;
-        for op in &self.ops {
-            if op.kind.is_step() {
-                step_of.push(Some(s));
-                s += 1;
-                built.push(Some(cache.get(&op.kind, &self.tensors)?));
-            } else {
-                step_of.push(None);
-                built.push(None);
-            }
-        }
-        let mut last_use = vec![0usize; self.tensors.len()];
-        for (i, op) in self.ops.iter().enumerate() {
-            for t in op.kind.inputs() {
-                last_use[t] = i;
-            }
-        }
+        let (step_of, built) = built_steps(&self.ops, &self.tensors)?;
         let passes = if self.passes.is_empty() {
             vec![Pass {
                 first_op: 0,
@@ -2067,9 +2048,7 @@ impl Builder {
         } else {
             self.passes
         };
-        for p in &passes {
-            last_use[p.output] = usize::MAX;
-        }
+        let last_use = last_uses(&self.ops, self.tensors.len(), &passes);
         let canonical = Canonical {
             version: PLAN_VERSION,
             model,
@@ -2112,6 +2091,45 @@ impl Builder {
             swapped: std::sync::OnceLock::new(),
         })
     }
+}
+
+/// [`Plan::step_of`] and [`Plan::built`].
+type StepsBuilt = (Vec<Option<u32>>, Vec<Option<Built>>);
+
+/// Each operation's step index (steps numbered in plan order) and its
+/// built protocol, `None` for local operations; equal step kinds share one
+/// build.
+fn built_steps(ops: &[Op], tensors: &[TensorInfo]) -> Result<StepsBuilt, PlanError> {
+    let mut step_of = Vec::with_capacity(ops.len());
+    let mut built = Vec::with_capacity(ops.len());
+    let mut cache = BuiltCache::default();
+    let mut s = 0u32;
+    for op in ops {
+        if op.kind.is_step() {
+            step_of.push(Some(s));
+            s += 1;
+            built.push(Some(cache.get(&op.kind, tensors)?));
+        } else {
+            step_of.push(None);
+            built.push(None);
+        }
+    }
+    Ok((step_of, built))
+}
+
+/// The last operation that reads each tensor; a pass's output is never
+/// released.
+fn last_uses(ops: &[Op], tensors: usize, passes: &[Pass]) -> Vec<usize> {
+    let mut last_use = vec![0usize; tensors];
+    for (i, op) in ops.iter().enumerate() {
+        for t in op.kind.inputs() {
+            last_use[t] = i;
+        }
+    }
+    for p in passes {
+        last_use[p.output] = usize::MAX;
+    }
+    last_use
 }
 
 /// One-pass plans for the blocks' unit tests: begun on an input tensor

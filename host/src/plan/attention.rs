@@ -134,18 +134,50 @@ fn exponents(
     let band = h.band();
 
     b.at(Category::Softmax, Some(l));
-    let s = if let Some(band) = band {
-        spread(
+    let s = match band {
+        Some(band) => spread(
             b,
             s,
             [rows, keys],
             band,
             false,
             format!("layer {l} scores (j ≤ i)"),
-        )?
-    } else {
-        s
+        )?,
+        None => s,
     };
+    let sb = biased(b, s, (bias, c), score_abs, (rows, keys), l)?;
+    let (z, z_abs) = minus_row_max(b, sb, h, score_abs, c, l)?;
+    let z = match band {
+        Some(band) => triangle(b, z, band, format!("layer {l} causal max − score"))?,
+        None => z,
+    };
+    let ex = nexp_of(b, z, z_abs, l)?;
+    let v_abs = b.info(h.v).bound.max_abs();
+    let ex = narrow_exponents(b, ex, keys, v_abs, l)?;
+    let e = match band {
+        Some(band) => spread(
+            b,
+            ex.t,
+            [rows, keys],
+            band,
+            false,
+            format!("layer {l} exponents (j ≤ i)"),
+        )?,
+        None => ex.t,
+    };
+    Ok((e, ex))
+}
+
+/// The scores `s` (`rows × keys`) plus the additive key bias (`−c` on
+/// padding), each bias row spread over its share of the score rows.
+fn biased(
+    b: &mut Builder,
+    s: usize,
+    (bias, c): (usize, f64),
+    score_abs: f64,
+    (rows, keys): (usize, usize),
+    l: usize,
+) -> Result<usize, PlanError> {
     let sb = b.tensor(
         format!("layer {l} biased scores"),
         rows,
@@ -160,23 +192,22 @@ fn exponents(
         rows_per: rows / bias_rows,
         out: sb,
     });
-    let (z, z_abs) = minus_row_max(b, sb, h, score_abs, c, l)?;
-    // Decode passes take the degree-1 pieces (docs/GATES.md).
+    Ok(sb)
+}
+
+/// `nExp(z)` for `z` below `z_abs`, in the pass's form (decode passes take
+/// the degree-1 pieces, docs/GATES.md).
+fn nexp_of(b: &mut Builder, z: usize, z_abs: f64, l: usize) -> Result<Exponents, PlanError> {
     let linear = b.decoding();
-    let e_scale = nexp_scale(linear);
     let range = nexp_range(linear)?;
     let e_abs = range.max.max(-range.min);
-    let z = if let Some(band) = band {
-        triangle(b, z, band, format!("layer {l} causal max − score"))?
-    } else {
-        z
-    };
+    let (zr, zc) = (b.info(z).rows, b.info(z).cols);
     let e = b.tensor(
         format!("layer {l} exponents"),
-        b.info(z).rows,
-        b.info(z).cols,
-        e_scale,
-        Bound::uniform(b.info(z).cols, e_abs),
+        zr,
+        zc,
+        nexp_scale(linear),
+        Bound::uniform(zc, e_abs),
     )?;
     b.push(Kind::Gate {
         x: z,
@@ -186,27 +217,7 @@ fn exponents(
         },
         out: e,
     });
-    let vb = b.info(h.v).bound.clone();
-    let ex = narrow_exponents(
-        b,
-        Exponents::of_nexp(e, e_abs, range, linear),
-        keys,
-        vb.max_abs(),
-        l,
-    )?;
-    let e = if let Some(band) = band {
-        spread(
-            b,
-            ex.t,
-            [rows, keys],
-            band,
-            false,
-            format!("layer {l} exponents (j ≤ i)"),
-        )?
-    } else {
-        ex.t
-    };
-    Ok((e, ex))
+    Ok(Exponents::of_nexp(e, e_abs, range, linear))
 }
 
 /// `(E·V)·(1/Σe)` per row: the reciprocal of the row sums and the weighted

@@ -34,7 +34,7 @@ use super::norm::{normalize, normalize_folded, normalize_stacked};
 use super::scale::{truncate, ulp};
 use super::{Builder, Category, Finish, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
-use crate::model::{Architecture, Decoder, DecoderLayer, Norm, RopeStyle};
+use crate::model::{Architecture, Decoder, DecoderConfig, DecoderLayer, Norm, RopeStyle};
 use suffuse_core::gate::splines;
 
 /// Fraction bits of RoPE's cos/sin tables.
@@ -305,62 +305,9 @@ fn block(
     let (window, theta) = cfg.attention_of(l);
     let n1 = (n1, &n1_form, n1_fold.as_ref());
     let (q, k, v) = projections(b, model, (l, theta), layer, n1, at)?;
-    let (kc, vc) = match cache.get(l) {
-        Some(&(kp, vp)) => (
-            append(b, kp, k, cfg.kv_heads, l, "keys")?,
-            append(b, vp, v, cfg.kv_heads, l, "values")?,
-        ),
-        None => (k, v),
-    };
-    if l < cache.len() {
-        cache[l] = (kc, vc);
-    } else {
-        cache.push((kc, vc));
-    }
-    let groups = cfg.heads / cfg.kv_heads;
-    let kr = repeat(b, kc, cfg.kv_heads, groups)?;
-    let vr = repeat(b, vc, cfg.kv_heads, groups)?;
-    let score_max = b.info(q).bound.row_l2() * b.info(kr).bound.row_l2();
-    let (o, score_abs) = attention::attend(
-        b,
-        Heads {
-            q,
-            k: kr,
-            v: vr,
-            blocks: cfg.heads,
-            queries: at.queries(),
-            keys: at.ctx,
-            causal: at.queries() > 1,
-            window,
-            positions: cfg.max_positions,
-        },
-        score_max,
-        bias,
-        c,
-        l,
-    )?;
-    b.at(Category::Linear, Some(l));
-    let oi = b.info(o).clone();
-    let width = cfg.heads * cfg.head_dim;
-    let mut merged = Bound::from_abs(
-        (0..width).map(|j| oi.bound.abs[j % cfg.head_dim]).collect(),
-        cfg.head_dim,
-    );
-    for g in &mut merged.l2 {
-        *g = g.min(oi.bound.row_l2());
-    }
-    let om = b.tensor(
-        format!("layer {l} attention"),
-        at.queries(),
-        width,
-        oi.scale,
-        merged,
-    )?;
-    b.push(Kind::Unheads {
-        x: o,
-        heads: cfg.heads,
-        out: om,
-    });
+    let (kc, vc) = cached(b, cache, (k, v), cfg.kv_heads, l)?;
+    let kv = (q, kc, vc);
+    let (om, score_abs) = self_attention(b, cfg, kv, (bias, c), (at, window), l)?;
     // The residual's rows, taken before the truncation that the norm's
     // square fuses with.
     let x = match at.last_only {
@@ -384,6 +331,83 @@ fn block(
     let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
     let x2 = residual(b, x1, f, format!("layer {l} MLP residual"), l)?;
     Ok((x2, score_abs))
+}
+
+/// The layer's cached keys and values with this pass's rows `(k, v)`
+/// appended (the pass's own rows where the cache is empty), recorded as
+/// the cache for the next pass.
+fn cached(
+    b: &mut Builder,
+    cache: &mut Cache,
+    (k, v): (usize, usize),
+    kv_heads: usize,
+    l: usize,
+) -> Result<(usize, usize), PlanError> {
+    let (kc, vc) = match cache.get(l) {
+        Some(&(kp, vp)) => (
+            append(b, kp, k, kv_heads, l, "keys")?,
+            append(b, vp, v, kv_heads, l, "values")?,
+        ),
+        None => (k, v),
+    };
+    if l < cache.len() {
+        cache[l] = (kc, vc);
+    } else {
+        cache.push((kc, vc));
+    }
+    Ok((kc, vc))
+}
+
+/// The queries `q` attending to the cached keys and values `(kc, vc)`
+/// (grouped heads repeated), the heads' outputs merged back into rows;
+/// returns them (at the attention's output scale) and the score bound.
+fn self_attention(
+    b: &mut Builder,
+    cfg: &DecoderConfig,
+    (q, kc, vc): (usize, usize, usize),
+    (bias, c): (usize, f64),
+    (at, window): (Position, Option<usize>),
+    l: usize,
+) -> Result<(usize, f64), PlanError> {
+    let groups = cfg.heads / cfg.kv_heads;
+    let kr = repeat(b, kc, cfg.kv_heads, groups)?;
+    let vr = repeat(b, vc, cfg.kv_heads, groups)?;
+    let score_max = b.info(q).bound.row_l2() * b.info(kr).bound.row_l2();
+    let heads = Heads {
+        q,
+        k: kr,
+        v: vr,
+        blocks: cfg.heads,
+        queries: at.queries(),
+        keys: at.ctx,
+        causal: at.queries() > 1,
+        window,
+        positions: cfg.max_positions,
+    };
+    let (o, score_abs) = attention::attend(b, heads, score_max, bias, c, l)?;
+    b.at(Category::Linear, Some(l));
+    let oi = b.info(o).clone();
+    let width = cfg.heads * cfg.head_dim;
+    let mut merged = Bound::from_abs(
+        (0..width).map(|j| oi.bound.abs[j % cfg.head_dim]).collect(),
+        cfg.head_dim,
+    );
+    for g in &mut merged.l2 {
+        *g = g.min(oi.bound.row_l2());
+    }
+    let om = b.tensor(
+        format!("layer {l} attention"),
+        at.queries(),
+        width,
+        oi.scale,
+        merged,
+    )?;
+    b.push(Kind::Unheads {
+        x: o,
+        heads: cfg.heads,
+        out: om,
+    });
+    Ok((om, score_abs))
 }
 
 /// The last row of `x`.
