@@ -2524,6 +2524,36 @@ mod tests {
         }
     }
 
+    /// A decode pass of a model with grouped key/value heads and no
+    /// projection biases leaves its attention norms' outputs untruncated,
+    /// for the projection's truncation to take; prefills, GPT-2 (whose
+    /// projection is three times its width) and Gemma 3 (sandwich norms,
+    /// not folded) truncate them.
+    #[test]
+    fn decode_passes_leave_the_attention_norm_to_the_projection() {
+        let cases = [
+            ("tiny-llama", true),
+            ("tiny-gpt2", false),
+            ("tiny-gemma", false),
+        ];
+        for (name, wide) in cases {
+            let (model, plan) = tiny_decoder(name, 2);
+            for i in 0..plan.passes.len() {
+                let untruncated = plan.ops[plan.pass_ops(i)]
+                    .iter()
+                    .flat_map(|op| op.kind.outputs())
+                    .filter(|t| {
+                        plan.tensors[*t]
+                            .name
+                            .ends_with("attention LayerNorm (untruncated)")
+                    })
+                    .count();
+                let want = if i > 0 && wide { model.layers.len() } else { 0 };
+                assert_eq!(untruncated, want, "{name} pass {i}");
+            }
+        }
+    }
+
     /// Every RMSNorm after a residual takes its squares from the residual's
     /// truncation (a decoder's two norms per layer and the final one, but
     /// the first layer's first, which reads the embeddings), and nothing

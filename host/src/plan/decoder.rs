@@ -30,7 +30,7 @@ use super::attention::{self, Heads};
 use super::bound::{Bound, NormForm};
 use super::linear::{Folded, Normed, Weights, encode_fine, heads, linear_product, linear_to_frac};
 use super::mlp;
-use super::norm::{normalize, normalize_folded, normalize_stacked};
+use super::norm::{Output, normalize, normalize_folded, normalize_stacked};
 use super::scale::{truncate, ulp};
 use super::{Builder, Category, Finish, Inputs, Kind, Plan, PlanError, RopeTables};
 use crate::fixed::{FRAC, WEIGHT_FRAC, encode};
@@ -285,6 +285,31 @@ fn embedding_bound(model: &Decoder) -> Bound {
     bound
 }
 
+/// Where a block's attention pre-norm puts its output. In a decode pass
+/// of a model with grouped key/value heads, untruncated
+/// ([`Output::Wide`]): the query/key/value truncation after the product
+/// drops the norm's bits with its own, and the norm's own truncation (2
+/// rounds per layer) goes. The projection is wider than the norm (960
+/// against 576 in SmolLM2, 1,152 against 896 in Qwen2), so its truncation's
+/// extra bits cost more key bytes than the norm's did: about 0.1 MB per
+/// round saved in SmolLM2's decode token (docs/DECODERS.md). GPT-2's
+/// projection is three times its width, so there the round would cost
+/// more than twice as much, and prefills, whose rows are many, keep the
+/// truncation too. So do projections with biases (Qwen2): a bias is
+/// encoded at the product's scale, which at the norm's full scale passes
+/// the 44-bit words that RoPE's fold into the weights takes
+/// ([`RopeTables::WORD_BITS`]).
+fn attention_norm_output(b: &Builder, cfg: &DecoderConfig, layer: &DecoderLayer) -> Output {
+    let projection = cfg.heads * cfg.head_dim + 2 * cfg.kv_width();
+    let parts = [&layer.query, &layer.key, &layer.value];
+    let unbiased = parts.iter().all(|p| p.b.iter().all(|v| *v == 0.0));
+    if b.decoding() && unbiased && projection <= 2 * cfg.hidden {
+        Output::Wide
+    } else {
+        Output::Frac
+    }
+}
+
 /// One pre-norm block; returns its output and its score bound.
 #[allow(clippy::too_many_arguments)]
 fn block(
@@ -301,7 +326,9 @@ fn block(
     let cfg = &model.config;
     let centre = cfg.architecture == Architecture::Gpt2;
     let name = format!("layer {l} attention");
-    let (n1, n1_form, n1_fold) = pre_norm(b, layer, x, (&layer.attn_norm, name), l, centre)?;
+    let output = attention_norm_output(b, cfg, layer);
+    let norm = (&layer.attn_norm, name);
+    let (n1, n1_form, n1_fold) = pre_norm(b, layer, x, norm, l, (centre, output))?;
     let (window, theta) = cfg.attention_of(l);
     let n1 = (n1, &n1_form, n1_fold.as_ref());
     let (q, k, v) = projections(b, model, (l, theta), layer, n1, at)?;
@@ -325,7 +352,8 @@ fn block(
     )?;
     let x1 = residual(b, x, a, format!("layer {l} attention residual"), l)?;
     let name = format!("layer {l} MLP");
-    let (n2, n2_form, n2_fold) = pre_norm(b, layer, x1, (&layer.mlp_norm, name), l, centre)?;
+    let norm = (&layer.mlp_norm, name);
+    let (n2, n2_form, n2_fold) = pre_norm(b, layer, x1, norm, l, (centre, Output::Frac))?;
     let h = mlp::decoder_mlp(b, model, l, layer, (n2, &n2_form, n2_fold.as_ref()))?;
     let what = (format!("layer {l} MLP output"), l);
     let f = block_output(b, h, (&layer.down, cfg.hidden), post.map(|p| &p.1), what)?;
@@ -430,13 +458,13 @@ fn pre_norm(
     x: usize,
     (norm, name): (&Norm, String),
     l: usize,
-    centre: bool,
+    (centre, output): (bool, Output),
 ) -> Result<(usize, NormForm, Option<Folded>), PlanError> {
     if layer.post_norms.is_some() {
         let (out, form) = normalize(b, x, norm, name, l, centre)?;
         return Ok((out, form, None));
     }
-    let (out, form, folded) = normalize_folded(b, x, norm, name, l, centre)?;
+    let (out, form, folded) = normalize_folded(b, x, norm, (name, l), centre, output)?;
     Ok((out, form, Some(folded)))
 }
 

@@ -331,27 +331,56 @@ fn normalize_with(
 /// scale less FRAC, and the gains' WEIGHT_FRAC bits are not there to drop:
 /// SmolLM2's norm outputs drop 29 bits instead of 44. Returns `t`, its
 /// form for the layer's bound, and what the layer folds in.
+///
+/// With `Output::Wide`, `t` is not truncated at all: `z`'s words are read
+/// at `z`'s scale less `s` (no rounds, no keys), and the layer's own
+/// truncation drops these bits with its own. That costs key bytes where
+/// the layer is wider than the norm and saves the truncation's 2 rounds
+/// (a decode pass's query/key/value projection, see [`Output`]).
 pub(super) fn normalize_folded(
     b: &mut Builder,
     r: usize,
     norm: &model::Norm,
-    name: String,
-    l: usize,
+    (name, l): (String, usize),
     centre: bool,
+    output: Output,
 ) -> Result<(usize, NormForm, Folded), PlanError> {
     let n = normalized(b, r, norm.eps, &name, l, centre, Rho::Narrow)?;
     let d = n.zb.abs.len();
     let root = (d as f64).sqrt();
     let s = gain_shift(norm, n.scale);
     let unit = pow2(s);
-    let tb = n.zb.scale(unit, ulp(FRAC));
-    let shift = n.scale - FRAC - s;
-    let t = truncate_reading(b, n.z, shift, (FRAC, tb), format!("{name} LayerNorm"))?;
+    let t = match output {
+        Output::Frac => {
+            let tb = n.zb.scale(unit, ulp(FRAC));
+            let shift = n.scale - FRAC - s;
+            truncate_reading(b, n.z, shift, (FRAC, tb), format!("{name} LayerNorm"))?
+        }
+        Output::Wide => {
+            let scale = n.scale - s;
+            let tb = n.zb.scale(unit, 0.0);
+            let rows = b.info(n.z).rows;
+            let t = b.tensor(
+                format!("{name} LayerNorm (untruncated)"),
+                rows,
+                d,
+                scale,
+                tb,
+            )?;
+            b.push(Kind::Affine {
+                x: n.z,
+                gain: vec![1],
+                offset: vec![0],
+                out: t,
+            });
+            t
+        }
+    };
     let form = NormForm {
         gain: vec![unit; d],
         shift: vec![0.0; d],
         zeta: n.z_l2,
-        delta: ulp(FRAC),
+        delta: ulp(b.info(t).scale),
     };
     let folded = Folded {
         gain: norm
@@ -362,6 +391,16 @@ pub(super) fn normalize_folded(
         shift: norm.beta.iter().map(|v| f64::from(*v)).collect(),
     };
     Ok((t, form, folded))
+}
+
+/// Where a folded pre-norm's output goes: truncated to FRAC, or at its
+/// normalized rows' own scale for the layer's truncation to take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Output {
+    /// `t` at FRAC, truncated by the norm (two rounds).
+    Frac,
+    /// `t` untruncated: the layer after it truncates once.
+    Wide,
 }
 
 /// The power of two `2^s` nearest the RMS of a norm's gains `γ√d`, at
@@ -815,12 +854,16 @@ mod tests {
     /// each within `tol` of the exact `(γ√d⊙z + β)·W + b` (the input's
     /// floor, half a unit of each weight and gain, the bias's and the
     /// output's rounding). LayerNorm with shifts and RMSNorm, gains
-    /// spread over two octaves.
+    /// spread over two octaves, the folded norm's output truncated or
+    /// taken whole by the layer.
     #[test]
     fn folded_gains_equal_the_gained_norm_within_its_rounding() {
         use crate::plan::linear::{Weights, linear_to_frac};
         let (d, outputs, rows) = (24, 8, 6);
-        for (centre, shift) in [(true, 0.05f32), (false, 0.0)] {
+        let cases = [(true, 0.05f32), (false, 0.0)]
+            .into_iter()
+            .flat_map(|c| [(c, Output::Frac), (c, Output::Wide)]);
+        for ((centre, shift), output) in cases {
             let mut n = norm(d, 0.4, shift);
             n.gamma.iter_mut().enumerate().for_each(|(c, g)| {
                 *g = 0.4 + 0.05 * c as f32;
@@ -851,7 +894,7 @@ mod tests {
             )
             .unwrap();
             let (t, t_form, folded) =
-                normalize_folded(&mut b, x, &n, "folded".into(), 0, centre).unwrap();
+                normalize_folded(&mut b, x, &n, ("folded".into(), 0), centre, output).unwrap();
             let weights = weights.folding(Some(&folded));
             let (yf, _) = linear_to_frac(
                 &mut b,
