@@ -296,6 +296,36 @@ impl Compiled {
                 Domain::Unsigned => 0,
             },
         );
+        self.reset(suf, k, main);
+        let zero = match push_node(self, Node::Zero) {
+            Ok(z) => z,
+            Err(e) => return Err(e),
+        };
+        let one = match push_node(self, Node::One) {
+            Ok(o) => o,
+            Err(e) => return Err(e),
+        };
+        if let Err(e) = self.compile_boundaries(zero) {
+            return Err(e);
+        }
+        if let Err(e) = self.compile_preds(main) {
+            return Err(e);
+        }
+        if let Err(e) = self.compile_wraps(wraps) {
+            return Err(e);
+        }
+        if let Err(e) = self.compile_bools(zero, one) {
+            return Err(e);
+        }
+        self.drop_unused_views();
+        self.layout_points();
+        self.order_ands();
+        Ok(())
+    }
+
+    /// Every field at its empty value for `suf` at width `k`, with the
+    /// main view `main` as view 0.
+    const fn reset(&mut self, suf: &Suf, k: Width, main: View) {
         self.suf = *suf;
         self.k = k;
         self.views = [main; MAX_VIEWS];
@@ -321,21 +351,16 @@ impl Compiled {
         self.boundary = [0; MAX_INTERVALS];
         self.pred_node = [0; MAX_PREDS];
         self.bool_node = [0; MAX_BOOL];
-        let zero = match push_node(self, Node::Zero) {
-            Ok(z) => z,
-            Err(e) => return Err(e),
-        };
-        let one = match push_node(self, Node::One) {
-            Ok(o) => o,
-            Err(e) => return Err(e),
-        };
+    }
 
-        // Interval boundaries C_t on the main view.
-        let m = suf.intervals;
-        let min = suf.domain.min(k.bits());
+    /// Interval boundaries C_t on the main view (view 0); the first
+    /// interval's is the constant `zero`.
+    const fn compile_boundaries(&mut self, zero: u8) -> Result<(), SufError> {
+        let m = self.suf.intervals;
+        let min = self.suf.domain.min(self.k.bits());
         let mut t = 1;
         while t < m {
-            let b = match self.compare(0, suf.bounds[t] - min) {
+            let b = match self.compare(0, self.suf.bounds[t] - min) {
                 Ok(b) => b,
                 Err(e) => return Err(e),
             };
@@ -343,11 +368,16 @@ impl Compiled {
             t += 1;
         }
         self.boundary[0] = zero;
+        Ok(())
+    }
 
-        // Predicates.
+    /// The SUF's predicates, each a comparison on its view.
+    const fn compile_preds(&mut self, main: View) -> Result<(), SufError> {
+        let k = self.k;
+        let min = self.suf.domain.min(k.bits());
         let mut p = 0;
-        while p < suf.pred_count {
-            let (view, threshold) = match suf.preds[p] {
+        while p < self.suf.pred_count {
+            let (view, threshold) = match self.suf.preds[p] {
                 Pred::Lt(b) => (main, b - min),
                 Pred::LowLt { bits, gamma } => {
                     (View::new(Width::of(bits), 0), cast::i128_from_u128(gamma))
@@ -368,8 +398,11 @@ impl Compiled {
             };
             p += 1;
         }
+        Ok(())
+    }
 
-        // Views whose wrap bits the post-processing reads.
+    /// Views whose wrap bits the post-processing reads.
+    const fn compile_wraps(&mut self, wraps: &[View]) -> Result<(), SufError> {
         let mut w = 0;
         while w < wraps.len() {
             let v = match self.add_view(wraps[w]) {
@@ -381,10 +414,13 @@ impl Compiled {
             }
             w += 1;
         }
+        Ok(())
+    }
 
-        // Bit outputs, normalized by interval indicators.
+    /// Bit outputs, normalized by interval indicators.
+    const fn compile_bools(&mut self, zero: u8, one: u8) -> Result<(), SufError> {
         let mut j = 0;
-        while j < suf.bools {
+        while j < self.suf.bools {
             let node = match self.normalize_output(j, zero, one) {
                 Ok(n) => n,
                 Err(e) => return Err(e),
@@ -392,10 +428,6 @@ impl Compiled {
             self.bool_node[j] = node;
             j += 1;
         }
-
-        self.drop_unused_views();
-        self.layout_points();
-        self.order_ands();
         Ok(())
     }
 

@@ -437,21 +437,7 @@ impl Plan {
     /// lies (the plan is 9–14 KB). On an error `self` is left partly
     /// written and must not be used.
     pub const fn init(&mut self, c: &Compiled, phi: &Phi) -> Result<(), SufError> {
-        self.b2a = [0; MAX_B2A];
-        self.b2a_count = 0;
-        self.boundary_b2a = [u8::MAX; crate::suf::MAX_INTERVALS];
-        self.beaver = [(0, 0); MAX_BEAVER];
-        self.beaver_count = 0;
-        self.monos = [Mono::ONE; MAX_MONOS];
-        self.mono_count = 1;
-        self.contribs = [Contrib::NONE; MAX_CONTRIB];
-        self.contrib_count = 0;
-        self.coef_terms = [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)];
-        self.coef_len = [0; MAX_ARITH * (MAX_DEGREE + 1)];
-        self.coef_public = [true; MAX_ARITH * (MAX_DEGREE + 1)];
-        self.coef_base = [0; MAX_ARITH * (MAX_DEGREE + 1)];
-        self.mono_source = [MonoSource::One; MAX_MONOS];
-        self.rho_mono = [u8::MAX; MAX_B2A];
+        self.reset();
         if phi.count > MAX_OUTPUTS || phi.kappa_count > MAX_KAPPAS {
             return cap();
         }
@@ -470,42 +456,8 @@ impl Plan {
                 }
                 let mut f = 0;
                 while f < term.len {
-                    match term.factors[f] {
-                        Factor::Poly(j) => {
-                            if cast::usize_from_u8(j) >= c.suf.arith {
-                                return Err(SufError::Program);
-                            }
-                            if let Err(e) = self.add_poly(c, phi, cast::usize_from_u8(j)) {
-                                return Err(e);
-                            }
-                        }
-                        Factor::Bool(j) => {
-                            if cast::usize_from_u8(j) >= c.suf.bools {
-                                return Err(SufError::Program);
-                            }
-                            if let Err(e) = self.add_b2a(c.bool_node[cast::usize_from_u8(j)]) {
-                                return Err(e);
-                            }
-                        }
-                        Factor::Wrap(v) => {
-                            let node = match wrap_node(c, v) {
-                                Some(n) => n,
-                                None => return Err(SufError::Program),
-                            };
-                            if let Err(e) = self.add_b2a(node) {
-                                return Err(e);
-                            }
-                        }
-                        Factor::Kappa(q) => {
-                            if cast::usize_from_u8(q) >= phi.kappa_count {
-                                return Err(SufError::Program);
-                            }
-                        }
-                        Factor::X(p) => {
-                            if p == 0 || cast::usize_from_u8(p) > MAX_DEGREE {
-                                return Err(SufError::Degree);
-                            }
-                        }
+                    if let Err(e) = self.add_factor(c, phi, term.factors[f]) {
+                        return Err(e);
                     }
                     f += 1;
                 }
@@ -526,7 +478,82 @@ impl Plan {
             }
             o += 1;
         }
-        // Beaver openings need shares of each ρ_t they combine.
+        if let Err(e) = self.add_beaver_rhos(c) {
+            return Err(e);
+        }
+        self.index_tables(c);
+        Ok(())
+    }
+
+    /// Every field at its empty value.
+    const fn reset(&mut self) {
+        self.b2a = [0; MAX_B2A];
+        self.b2a_count = 0;
+        self.boundary_b2a = [u8::MAX; crate::suf::MAX_INTERVALS];
+        self.beaver = [(0, 0); MAX_BEAVER];
+        self.beaver_count = 0;
+        self.monos = [Mono::ONE; MAX_MONOS];
+        self.mono_count = 1;
+        self.contribs = [Contrib::NONE; MAX_CONTRIB];
+        self.contrib_count = 0;
+        self.coef_terms = [[(0, 0); crate::suf::MAX_INTERVALS]; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.coef_len = [0; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.coef_public = [true; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.coef_base = [0; MAX_ARITH * (MAX_DEGREE + 1)];
+        self.mono_source = [MonoSource::One; MAX_MONOS];
+        self.rho_mono = [u8::MAX; MAX_B2A];
+    }
+
+    /// Checks one factor of a term and registers what it needs: a Poly
+    /// factor's non-public coefficients' boundary bits, a Bool's or a
+    /// Wrap's bit conversion.
+    const fn add_factor(
+        &mut self,
+        c: &Compiled,
+        phi: &Phi,
+        factor: Factor,
+    ) -> Result<(), SufError> {
+        match factor {
+            Factor::Poly(j) => {
+                if cast::usize_from_u8(j) >= c.suf.arith {
+                    return Err(SufError::Program);
+                }
+                self.add_poly(c, phi, cast::usize_from_u8(j))
+            }
+            Factor::Bool(j) => {
+                if cast::usize_from_u8(j) >= c.suf.bools {
+                    return Err(SufError::Program);
+                }
+                match self.add_b2a(c.bool_node[cast::usize_from_u8(j)]) {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            }
+            Factor::Wrap(v) => match wrap_node(c, v) {
+                Some(node) => match self.add_b2a(node) {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                },
+                None => Err(SufError::Program),
+            },
+            Factor::Kappa(q) => {
+                if cast::usize_from_u8(q) >= phi.kappa_count {
+                    return Err(SufError::Program);
+                }
+                Ok(())
+            }
+            Factor::X(p) => {
+                if p == 0 || cast::usize_from_u8(p) > MAX_DEGREE {
+                    return Err(SufError::Degree);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Beaver openings need shares of each ρ_t they combine: a monomial
+    /// for every boundary bit whose coefficient delta a Beaver pair reads.
+    const fn add_beaver_rhos(&mut self, c: &Compiled) -> Result<(), SufError> {
         let mut l = 0;
         while l < self.beaver_count {
             let (j, i) = self.beaver[l];
@@ -547,7 +574,6 @@ impl Plan {
             }
             l += 1;
         }
-        self.index_tables(c);
         Ok(())
     }
 
