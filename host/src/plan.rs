@@ -2554,6 +2554,21 @@ mod tests {
         }
     }
 
+    /// A layer without biases is encoded once, whatever scales its inputs
+    /// come at: a decode pass's projection takes its norm's output
+    /// untruncated, at another scale than the prefill's.
+    #[test]
+    fn layers_without_biases_are_encoded_once() {
+        let (_, plan) = tiny_decoder("tiny-llama", 2);
+        let mut seen = std::collections::BTreeMap::new();
+        for l in &plan.linears {
+            assert!(l.b.iter().all(|v| *v == 0), "{}", l.name);
+            *seen.entry(l.name.as_str()).or_insert(0) += 1;
+        }
+        assert!(seen.contains_key("layer 0 query/key/value"));
+        assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    }
+
     /// Every RMSNorm after a residual takes its squares from the residual's
     /// truncation (a decoder's two norms per layer and the final one, but
     /// the first layer's first, which reads the embeddings), and nothing

@@ -388,6 +388,15 @@ fn encoded(b: &mut Builder, name: &str, w: Weights<'_>, in_scale: u32) -> Enc {
     if let Some(i) = b.find_linear(name, scale) {
         return Enc::Built(i);
     }
+    // A layer without a bias is the same words at every scale: one copy
+    // serves every input scale (a decode pass's projection takes its norm's
+    // output untruncated, `decoder.rs` `attention_norm_output`; a copy per
+    // scale held SmolLM2's query/key/value weights twice).
+    if let Some(i) = b.find_linear_named(name)
+        && b.linear_ref(i).b.iter().all(|v| *v == 0)
+    {
+        return Enc::Built(i);
+    }
     if let Some(l) = b.take_memo(name, scale) {
         return Enc::New(l);
     }
