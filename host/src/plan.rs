@@ -662,17 +662,19 @@ pub enum Kind {
         out: usize,
     },
     /// `out = add + ⌊x/2^shift⌋` (a residual after the truncation
-    /// [`GateSpec::Trunc`] at effective width `k`) and `square = out²`
-    /// elementwise (step): the truncation's second round also opens `out`
-    /// under a fresh mask, so the square takes no round of its own (core's
-    /// `TruncOpen`, squared form). The planner makes it from a truncation,
-    /// the residual sum that alone reads it and that sum's square
-    /// ([`Builder::square`]).
+    /// [`GateSpec::Trunc`] at effective width `k`), or the truncation alone
+    /// where there is no addend, and `square = out²` elementwise (step):
+    /// the truncation's second round also opens `out` under a fresh mask,
+    /// so the square takes no round of its own (core's `TruncOpen`, squared
+    /// form). The planner makes it from a truncation, the residual sum
+    /// that alone reads it and that sum's square, or from a truncation and
+    /// the square of its output ([`Builder::square`]).
     TruncSquare {
         /// The input truncated.
         x: usize,
-        /// The addend.
-        add: usize,
+        /// The addend, if any: absent, `out` is the truncation itself.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        add: Option<usize>,
         /// Effective input width.
         k: u32,
         /// Bits dropped.
@@ -901,7 +903,7 @@ impl Kind {
             Kind::Add { a, b, .. } | Kind::MatMul { a, b, .. } | Kind::Mul { a, b, .. } => {
                 vec![a, b]
             }
-            Kind::TruncSquare { x, add, .. } => vec![x, add],
+            Kind::TruncSquare { x, add, .. } => [Some(x), add].into_iter().flatten().collect(),
             Kind::Append { cache, new, .. } => vec![cache, new],
             Kind::AddBias { x, bias, .. } => vec![x, bias],
             Kind::RowMinus { v, x, .. }
@@ -1840,65 +1842,138 @@ impl Builder {
         });
     }
 
-    /// `out = x²` elementwise. Where `x` is the residual sum `add + t` just
-    /// pushed, and `t` the two-round truncation pushed just before it,
-    /// which nothing else has read, the three become one
-    /// [`Kind::TruncSquare`] (in the truncation's place, category and
-    /// layer): the square rides in the truncation's second round, one
-    /// round less. Otherwise a Beaver [`Kind::Square`] (one round).
+    /// `out = x²` elementwise. Where `x` is the output of the two-round
+    /// truncation pushed just before, or the residual sum `add + t` just
+    /// pushed with `t` the truncation pushed before it (which nothing else
+    /// has read), they become one [`Kind::TruncSquare`] (in the
+    /// truncation's place, category and layer): the square rides in the
+    /// truncation's second round, one round less. Otherwise a Beaver
+    /// [`Kind::Square`] (one round).
     pub fn square(&mut self, x: usize, out: usize) {
-        let Some((kind, t)) = self.fusable_square(x, out) else {
-            self.push(Kind::Square { x, out });
+        let Some((kind, taken)) = self.fusable_square(x, out) else {
+            if !self.square_through_heads(x, out) {
+                self.push(Kind::Square { x, out });
+            }
             return;
         };
-        self.ops.truncate(self.ops.len() - 1);
+        if let Some(t) = taken {
+            self.ops.truncate(self.ops.len() - 1);
+            self.fused.push(t);
+        }
         if let Some(op) = self.ops.last_mut() {
             op.kind = kind;
         }
-        self.fused.push(t);
     }
 
     /// The [`Kind::TruncSquare`] that [`Builder::square`] would make of the
-    /// last two operations and the truncated tensor it takes in, if they
-    /// qualify: outside lane groups, inside one pass, an input proven
-    /// within the gap truncation's range (`shift < k < 64`), plain tensors.
-    fn fusable_square(&self, x: usize, out: usize) -> Option<(Kind, usize)> {
-        let [.., trunc, sum] = self.ops.as_slice() else {
+    /// last operation (a truncation writing `x`) or the last two (a
+    /// truncation and the residual sum writing `x`), and the truncated
+    /// tensor it takes in where a sum is fused, if they qualify.
+    fn fusable_square(&self, x: usize, out: usize) -> Option<(Kind, Option<usize>)> {
+        let last = self.ops.last()?;
+        if let Some((y, k, shift, t)) = self.fusable_trunc(last, self.ops.len() - 1) {
+            let kind = Kind::TruncSquare {
+                x: y,
+                add: None,
+                k,
+                shift,
+                out: t,
+                square: out,
+            };
+            return (t == x).then_some((kind, None));
+        }
+        let [.., before, _] = self.ops.as_slice() else {
             return None;
         };
-        let start = self.ops.len() - 2;
-        let Kind::Add { a, b, out: r } = sum.kind else {
+        let Kind::Add { a, b, out: r } = last.kind else {
             return None;
         };
-        let Kind::Gate {
-            x: y,
-            gate: GateSpec::Trunc { k, shift },
-            out: t,
-        } = trunc.kind
-        else {
-            return None;
-        };
+        let (y, k, shift, t) = self.fusable_trunc(before, self.ops.len() - 2)?;
         let add = match (a == t, b == t) {
             (true, false) => b,
             (false, true) => a,
             _ => return None,
         };
-        let passes = self.passes.last().is_none_or(|p| p.first_op <= start);
-        let alone = self.lanes.is_none() && trunc.lane.is_none() && sum.lane.is_none();
-        let plain = [y, add, t, r].iter().all(|&v| !self.tensors[v].paired);
+        let alone = last.lane.is_none() && !self.tensors[add].paired && !self.tensors[r].paired;
+        let kind = Kind::TruncSquare {
+            x: y,
+            add: Some(add),
+            k,
+            shift,
+            out: r,
+            square: out,
+        };
+        (r == x && alone).then_some((kind, Some(t)))
+    }
+
+    /// Where `x` is some heads of the truncation pushed just before it (a
+    /// decoder's query and key heads, the value heads left out), the
+    /// truncation becomes a [`Kind::TruncSquare`] that squares all its
+    /// output, and `out` the same heads of those squares: one round less
+    /// for a few unread squares. False, with nothing changed, otherwise
+    /// (or if the squares' bound does not fit the ring).
+    fn square_through_heads(&mut self, x: usize, out: usize) -> bool {
+        let n = self.ops.len();
+        let [.., trunc, layout] = self.ops.as_slice() else {
+            return false;
+        };
+        let Kind::Heads {
+            x: t,
+            from,
+            heads,
+            out: h,
+        } = layout.kind
+        else {
+            return false;
+        };
+        let Some((y, k, shift, written)) = self.fusable_trunc(trunc, n - 2) else {
+            return false;
+        };
+        if written != t || h != x || layout.lane.is_some() {
+            return false;
+        }
+        let ti = self.info(t).clone();
+        let abs = ti.bound.abs.iter().map(|a| a * a).collect();
+        let bound = Bound::from_abs(abs, ti.cols);
+        let name = format!("{} squares", ti.name);
+        let Ok(all) = self.tensor(name, ti.rows, ti.cols, 2 * ti.scale, bound) else {
+            return false;
+        };
+        self.ops[n - 2].kind = Kind::TruncSquare {
+            x: y,
+            add: None,
+            k,
+            shift,
+            out: t,
+            square: all,
+        };
+        self.push(Kind::Heads {
+            x: all,
+            from,
+            heads,
+            out,
+        });
+        true
+    }
+
+    /// `(x, k, shift, out)` of `op`, pushed at `at`, if it is a gap
+    /// truncation that may fuse: outside lane groups, inside the current
+    /// pass, an input proven within the gap truncation's range
+    /// (`shift < k < 64`), plain tensors.
+    fn fusable_trunc(&self, op: &Op, at: usize) -> Option<(usize, u32, u32, usize)> {
+        let Kind::Gate {
+            x: y,
+            gate: GateSpec::Trunc { k, shift },
+            out: t,
+        } = op.kind
+        else {
+            return None;
+        };
+        let passes = self.passes.last().is_none_or(|p| p.first_op <= at);
+        let alone = self.lanes.is_none() && op.lane.is_none();
+        let plain = !self.tensors[y].paired && !self.tensors[t].paired;
         let gap = 0 < shift && shift < k && k < RING.bits();
-        let fits = r == x && passes && alone && plain && gap;
-        fits.then_some((
-            Kind::TruncSquare {
-                x: y,
-                add,
-                k,
-                shift,
-                out: r,
-                square: out,
-            },
-            t,
-        ))
+        (passes && alone && plain && gap).then_some((y, k, shift, t))
     }
 
     /// `x` opened once under a fresh mask ([`Kind::Open`]): the paired
@@ -2210,6 +2285,27 @@ mod tests {
                 .unwrap();
         }
         (b, t)
+    }
+
+    /// [`three`], a tensor t and the truncation of y into it: `(b, [x, y,
+    /// z, t])`.
+    fn three_and_a_truncation() -> (Builder, [usize; 4]) {
+        let (mut b, [x, y, z]) = three();
+        let t = b
+            .tensor("t", 2, 2, fixed::FRAC, Bound::uniform(2, 1.0))
+            .unwrap();
+        b.push(Kind::Gate {
+            x: y,
+            gate: GateSpec::Trunc { k: 30, shift: 12 },
+            out: t,
+        });
+        (b, [x, y, z, t])
+    }
+
+    /// A tensor of `cols` columns at twice the fraction bits, for squares.
+    fn squares(b: &mut Builder, cols: usize) -> usize {
+        let bound = Bound::uniform(cols, 4.0);
+        b.tensor("sq", 2, cols, 2 * fixed::FRAC, bound).unwrap()
     }
 
     /// RoPE folds only into the linear layer just written, once, and only
@@ -2575,19 +2671,35 @@ mod tests {
     /// reads the truncations it took in; GPT-2's LayerNorms centre their
     /// rows first and keep the Beaver square. A prefill's last layer runs
     /// its last row only, so its final norm fuses too.
+    ///
+    /// Gemma 3's sandwich norms square the block's output itself, the
+    /// truncation after its output product, and its query and key norms
+    /// the query and key heads of the truncated projection: those three
+    /// per layer fuse without an addend, but a prefill's last layer, whose
+    /// queries come from its last row alone, squares them in a round of
+    /// their own.
     #[test]
     fn residual_norms_square_in_the_truncations_round() {
-        for (name, fused_per_layer) in [("tiny-llama", 2), ("tiny-gemma", 2), ("tiny-gpt2", 0)] {
+        let cases = [
+            ("tiny-llama", 2, 0),
+            ("tiny-gemma", 2, 3),
+            ("tiny-gpt2", 0, 0),
+        ];
+        for (name, residual_per_layer, alone_per_layer) in cases {
             let (model, plan) = tiny_decoder(name, 1);
             let layers = model.layers.len();
             for i in 0..plan.passes.len() {
                 let ops = &plan.ops[plan.pass_ops(i)];
-                let fused = ops
-                    .iter()
-                    .filter(|op| matches!(op.kind, Kind::TruncSquare { .. }))
-                    .count();
-                let want = fused_per_layer * layers;
-                assert_eq!(fused, want, "{name} pass {i}");
+                let fused = |with_add: bool| {
+                    let of = |op: &&Op| matches!(op.kind, Kind::TruncSquare { add, .. } if add.is_some() == with_add);
+                    ops.iter().filter(of).count()
+                };
+                let last_only = usize::from(i == 0 && alone_per_layer > 0);
+                let want = (
+                    residual_per_layer * layers,
+                    alone_per_layer * layers - last_only,
+                );
+                assert_eq!((fused(true), fused(false)), want, "{name} pass {i}");
             }
             // The prefill's last MLP runs its last row only.
             let mlp = format!("layer {} MLP output product", layers - 1);
@@ -2605,6 +2717,7 @@ mod tests {
                 } = op.kind
                 {
                     assert!(read.contains(&out) && read.contains(&square), "{name}");
+                    let add = add.unwrap_or(out);
                     assert_eq!(plan.tensors[x].cols, plan.tensors[add].cols);
                 }
             }
@@ -2619,21 +2732,11 @@ mod tests {
         // x, y, the truncation t of y, r = x + t, its square; `between`
         // pushes an unrelated operation before the square.
         let setup = |between: bool| {
-            let (mut b, [x, y, z]) = three();
-            let t = b
-                .tensor("t", 2, 2, fixed::FRAC, Bound::uniform(2, 1.0))
-                .unwrap();
+            let (mut b, [x, y, z, t]) = three_and_a_truncation();
             let r = b
                 .tensor("r", 2, 2, fixed::FRAC, Bound::uniform(2, 2.0))
                 .unwrap();
-            let sq = b
-                .tensor("sq", 2, 2, 2 * fixed::FRAC, Bound::uniform(2, 4.0))
-                .unwrap();
-            b.push(Kind::Gate {
-                x: y,
-                gate: GateSpec::Trunc { k: 30, shift: 12 },
-                out: t,
-            });
+            let sq = squares(&mut b, 2);
             b.push(Kind::Add { a: x, b: t, out: r });
             if between {
                 b.push(Kind::Add { a: x, b: x, out: z });
@@ -2646,7 +2749,7 @@ mod tests {
         assert!(matches!(
             b.ops[0].kind,
             Kind::TruncSquare { x: xx, add, out, square, k: 30, shift: 12 }
-                if (xx, add, out, square) == (y, x, r, sq)
+                if (xx, add, out, square) == (y, Some(x), r, sq)
         ));
         let (apart, _) = setup(true);
         assert_eq!(apart.ops.len(), 4);
@@ -2664,6 +2767,85 @@ mod tests {
             check_fused(&b.tensors, &b.ops, &b.fused),
             Err(PlanError::Fused { .. })
         ));
+    }
+
+    /// A square of a truncation's own output, pushed just after it, fuses
+    /// with no addend and leaves the truncation's output written (by the
+    /// fused step) for later readers; a square of another tensor, or one
+    /// with an operation between, does not.
+    #[test]
+    fn a_square_of_a_truncation_just_before_fuses_without_an_addend() {
+        let setup = |between: bool, of_t: bool| {
+            let (mut b, [x, y, z, t]) = three_and_a_truncation();
+            let sq = squares(&mut b, 2);
+            if between {
+                b.push(Kind::Add { a: x, b: x, out: z });
+            }
+            b.square(if of_t { t } else { x }, sq);
+            (b, [y, t, sq])
+        };
+        let (b, [y, t, sq]) = setup(false, true);
+        assert_eq!(b.ops.len(), 1);
+        assert!(matches!(
+            b.ops[0].kind,
+            Kind::TruncSquare { x: xx, add: None, out, square, k: 30, shift: 12 }
+                if (xx, out, square) == (y, t, sq)
+        ));
+        assert!(b.fused.is_empty());
+        assert!(check_fused(&b.tensors, &b.ops, &b.fused).is_ok());
+        let (apart, _) = setup(true, true);
+        assert_eq!(apart.ops.len(), 3);
+        assert!(matches!(apart.ops[2].kind, Kind::Square { .. }));
+        let (other, _) = setup(false, false);
+        assert_eq!(other.ops.len(), 2);
+        assert!(matches!(other.ops[1].kind, Kind::Square { .. }));
+    }
+
+    /// A square of some heads of a truncation pushed just before squares
+    /// the whole truncation in its round and takes the same heads of the
+    /// squares; heads of anything else keep the Beaver square.
+    #[test]
+    fn a_square_of_a_truncations_heads_squares_it_all() {
+        let setup = |of_t: bool| {
+            let (mut b, [x, y, _, t]) = three_and_a_truncation();
+            let h = b
+                .tensor("h", 2, 1, fixed::FRAC, Bound::uniform(1, 1.0))
+                .unwrap();
+            let sq = squares(&mut b, 1);
+            let from = if of_t { t } else { x };
+            b.push(Kind::Heads {
+                x: from,
+                from: 0,
+                heads: 1,
+                out: h,
+            });
+            b.square(h, sq);
+            (b, [y, t, h, sq])
+        };
+        let (b, [y, t, h, sq]) = setup(true);
+        assert_eq!(b.ops.len(), 3);
+        let Kind::TruncSquare {
+            x,
+            add: None,
+            out,
+            square: all,
+            ..
+        } = b.ops[0].kind
+        else {
+            panic!("{:?}", b.ops[0].kind);
+        };
+        assert_eq!((x, out), (y, t));
+        assert_eq!((b.tensors[all].rows, b.tensors[all].cols), (2, 2));
+        assert_eq!(b.tensors[all].scale, 2 * fixed::FRAC);
+        assert!(matches!(b.ops[1].kind, Kind::Heads { x, out, .. } if (x, out) == (t, h)));
+        assert!(matches!(
+            b.ops[2].kind,
+            Kind::Heads { x, from: 0, heads: 1, out } if (x, out) == (all, sq)
+        ));
+        let (other, _) = setup(false);
+        assert_eq!(other.ops.len(), 3);
+        assert!(matches!(other.ops[0].kind, Kind::Gate { .. }));
+        assert!(matches!(other.ops[2].kind, Kind::Square { .. }));
     }
 
     static BEFORE: AtomicUsize = AtomicUsize::new(0);

@@ -1,5 +1,6 @@
-//! `Kind::TruncSquare`: a residual `x = add + ⌊y/2^f⌋` whose truncation
-//! also opens `x` under a fresh mask, so that each party gets its shares of
+//! `Kind::TruncSquare`: a residual `x = add + ⌊y/2^f⌋` (or the truncation
+//! `x = ⌊y/2^f⌋` alone, where there is no addend) whose truncation also
+//! opens `x` under a fresh mask, so that each party gets its shares of
 //! `x` and of `x²` in the truncation's two rounds (core's `TruncOpen`,
 //! squared form). Dealt and run in chunks of [`CHUNK`](super::CHUNK)
 //! elements like a scalar gate; the step's output is `x`'s shares, then
@@ -13,6 +14,8 @@
 //! dealer randomness (`r`, ρ, `A`, `D`), each used for this one value;
 //! `E = x − A_e` is public, like a Beaver opening of `x`, and `A_e` covers
 //! nothing else.
+
+use std::borrow::Cow;
 
 use rayon::prelude::*;
 use suffuse_core::batch::BatchEval;
@@ -28,17 +31,28 @@ use super::material::{
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core};
 use crate::exec::{ExecError, Store};
 
-/// `Kind::TruncSquare` of input `x` and addend `add`.
+/// `Kind::TruncSquare` of input `x` and addend `add`, if any.
 pub(super) struct TruncSquare<'a> {
     pub(super) at: At<'a>,
     pub(super) g: &'a TruncOpen,
     pub(super) x: usize,
-    pub(super) add: usize,
+    pub(super) add: Option<usize>,
 }
 
 impl TruncSquare<'_> {
     fn n(&self) -> usize {
         self.at.plan.tensors[self.x].len()
+    }
+
+    /// The input and the addend's shares (zeros where there is none: a
+    /// share of 0 for each party).
+    fn inputs<'s>(&self, store: &'s Store) -> Result<(&'s [u64], Cow<'s, [u64]>), ExecError> {
+        let y = store.get(self.at.plan, self.x)?;
+        let z = match self.add {
+            Some(a) => Cow::Borrowed(store.get(self.at.plan, a)?),
+            None => Cow::Owned(vec![0; y.len()]),
+        };
+        Ok((y, z))
     }
 
     fn shape(&self) -> RingShape {
@@ -91,10 +105,7 @@ impl Step for TruncSquare<'_> {
         let (n, step, party) = (self.n(), self.at.step, on.party);
         let h: &(dyn Hasher + Sync) = on.fss;
         let mats = self.load(h, party, seed, cur)?;
-        let (y, z) = (
-            store.get(self.at.plan, self.x)?,
-            store.get(self.at.plan, self.add)?,
-        );
+        let (y, z) = self.inputs(store)?;
         on.with_area(TruncOpen::scratch_words(n), |on, area| {
             let words = TruncOpen::scratch_words;
             let mut evals = chunk_evals(n, &mats, area, words, |(first, count), mat, mine| {
@@ -118,11 +129,8 @@ impl Step for TruncSquare<'_> {
     }
 
     fn reference(&self, store: &Store, _: &dyn BatchEval) -> Result<Vec<u64>, ExecError> {
-        let (y, z) = (
-            store.get(self.at.plan, self.x)?,
-            store.get(self.at.plan, self.add)?,
-        );
-        let xs: Vec<u64> = (y.par_iter().zip(z))
+        let (y, z) = self.inputs(store)?;
+        let xs: Vec<u64> = (y.par_iter().zip(z.par_iter()))
             .map(|(y, z)| self.g.reference(*y, *z))
             .collect();
         let squares: Vec<u64> = xs.par_iter().map(|x| x.wrapping_mul(*x)).collect();
