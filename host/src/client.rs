@@ -533,57 +533,91 @@ pub fn connect<'a>(
         })
     };
     let mut links = Vec::with_capacity(2);
-    let mut shapes: Vec<(String, String, ClientView)> = Vec::new();
+    let mut shapes: Vec<Announced> = Vec::new();
     for (i, role) in [Role::P0, Role::P1].into_iter().enumerate() {
         let wait = left();
         if wait.is_zero() {
             let during = "connecting to the servers";
             return Err(net(i)(NetError::Timeout { during }));
         }
-        let t = Timeouts {
-            connect: wait,
-            io: timeouts.io.min(wait),
-        };
-        let early = before_hello(i, servers[i], sec);
-        let mut link = Link::connect_secured(servers[i], t, sec, role).map_err(&early)?;
-        // The hellos, too, within what is left.
-        link.set_io_timeout(timeouts.io.min(left()).max(Duration::from_millis(1)));
-        let hello = match shapes.first() {
-            Some((_, key_set, _)) => Hello::Join {
-                key_set: key_set.clone(),
-            },
-            None => Hello::Client,
-        };
-        send_hello(&mut link, &hello).map_err(&early)?;
-        match recv_hello(&mut link).map_err(&early)? {
-            Ok(Hello::Server {
-                party,
-                plan_hash,
-                key_set,
-                view,
-                ..
-            }) if usize::from(party) == i => shapes.push((plan_hash, key_set, view)),
-            Ok(Hello::Unavailable { reason }) => {
-                return Err(ClientError::Unavailable { server: i, reason });
-            }
-            Ok(other) => {
-                return Err(ClientError::Mismatch(format!(
-                    "server {i} ({}) introduced itself as {other:?}",
-                    servers[i]
-                )));
-            }
-            Err(what) => return Err(ClientError::Reply { server: i, what }),
-        }
-        link.set_io_timeout(timeouts.io);
+        let joining = shapes.first().map(|(_, key_set, _)| key_set.clone());
+        let to = (i, servers[i], role);
+        let (link, announced) = meet(to, (timeouts, wait, &left), sec, joining)?;
         links.push(link);
+        shapes.push(announced);
     }
     let links: [Link; 2] = links
         .try_into()
         .map_err(|_| ClientError::Mismatch("a server link was lost".into()))?;
-    if shapes[0] != shapes[1] {
+    let (plan_hash, view) = agree(shapes, expect, hidden, &digest)?;
+    Ok(Connected {
+        links,
+        view,
+        plan_hash,
+    })
+}
+
+/// What a server announces in its hello: plan hash, key set and view.
+type Announced = (String, String, ClientView);
+
+/// Connects to server `i` at `addr` as `role` within `wait` (the hello
+/// within what `left` says is left), says hello (asking to join the key
+/// set P0 announced, for P1) and reads the server's.
+fn meet(
+    (i, addr, role): (usize, &str, Role),
+    (timeouts, wait, left): (Timeouts, Duration, &dyn Fn() -> Duration),
+    sec: &Security,
+    joining: Option<String>,
+) -> Result<(Link, Announced), ClientError> {
+    let t = Timeouts {
+        connect: wait,
+        io: timeouts.io.min(wait),
+    };
+    let early = before_hello(i, addr, sec);
+    let mut link = Link::connect_secured(addr, t, sec, role).map_err(&early)?;
+    // The hellos, too, within what is left.
+    link.set_io_timeout(timeouts.io.min(left()).max(Duration::from_millis(1)));
+    let hello = match joining {
+        Some(key_set) => Hello::Join { key_set },
+        None => Hello::Client,
+    };
+    send_hello(&mut link, &hello).map_err(&early)?;
+    let announced = match recv_hello(&mut link).map_err(&early)? {
+        Ok(Hello::Server {
+            party,
+            plan_hash,
+            key_set,
+            view,
+            ..
+        }) if usize::from(party) == i => (plan_hash, key_set, view),
+        Ok(Hello::Unavailable { reason }) => {
+            return Err(ClientError::Unavailable { server: i, reason });
+        }
+        Ok(other) => {
+            return Err(ClientError::Mismatch(format!(
+                "server {i} ({addr}) introduced itself as {other:?}"
+            )));
+        }
+        Err(what) => return Err(ClientError::Reply { server: i, what }),
+    };
+    link.set_io_timeout(timeouts.io);
+    Ok((link, announced))
+}
+
+/// Checks that both servers announced the same key set and plan, at a
+/// shape `expect` allows, for the model of digest `digest`: the plan hash
+/// and the view.
+fn agree(
+    mut shapes: Vec<Announced>,
+    expect: Expect,
+    hidden: usize,
+    digest: &str,
+) -> Result<(String, ClientView), ClientError> {
+    if let [a, b] = shapes.as_slice()
+        && a != b
+    {
         return Err(ClientError::Mismatch(format!(
-            "the servers hold different key sets or plans: {:?} vs {:?}",
-            shapes[0], shapes[1]
+            "the servers hold different key sets or plans: {a:?} vs {b:?}"
         )));
     }
     let (plan_hash, _, view) = shapes.swap_remove(0);
@@ -594,11 +628,7 @@ pub fn connect<'a>(
             view.model_digest
         )));
     }
-    Ok(Connected {
-        links,
-        view,
-        plan_hash,
-    })
+    Ok((plan_hash, view))
 }
 
 /// Checks the shape the servers announce against what this client expects

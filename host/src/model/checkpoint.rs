@@ -98,6 +98,25 @@ pub(super) fn load_decoder(dir: &Path) -> Result<super::Decoder, ModelError> {
 }
 
 fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
+    let (config, lowercase_input) = bert_config(dir, field)?;
+    let weights = WeightFiles::open(dir)?;
+    let tensors = weights.tensors(&["", "bert."])?;
+    let (embeddings, layers) = bert_weights(&tensors, &config)?;
+    // Last, as the decoders do: a bad weight file is refused before the
+    // tokenizer (the costliest part of a small folder) is built.
+    Ok(Model {
+        name: folder_name(dir),
+        tokenizer: tokenizer(dir, lowercase_input, config.vocab_size)?,
+        config,
+        embeddings,
+        layers,
+    })
+}
+
+/// A BERT folder's checked configuration (its `config.json`, and
+/// sentence-transformers' modules and settings where present) and whether
+/// its tokenizer lowercases.
+fn bert_config(dir: &Path, field: &Fields<'_>) -> Result<(Config, bool), ModelError> {
     let hf = field.json;
     let positions = field.string_or("position_embedding_type", "absolute")?;
     if positions != "absolute" {
@@ -145,10 +164,13 @@ fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
         max_tokens,
     };
     config.check()?;
+    Ok((config, lowercase_input))
+}
 
-    let weights = WeightFiles::open(dir)?;
-    let tensors = weights.tensors(&["", "bert."])?;
-    let (h, c) = (config.hidden, &config);
+/// A BERT's embeddings and layers from its weight files, each tensor
+/// checked against the shape `c` gives it.
+fn bert_weights(tensors: &Tensors<'_>, c: &Config) -> Result<(Embeddings, Vec<Layer>), ModelError> {
+    let h = c.hidden;
     let norm = |prefix: &str| -> Result<Norm, ModelError> {
         Ok(Norm {
             gamma: tensors.get(&format!("{prefix}.weight"), &[h])?,
@@ -158,7 +180,10 @@ fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
     };
     let embeddings = Embeddings {
         word: tensors.get("embeddings.word_embeddings.weight", &[c.vocab_size, h])?,
-        position: tensors.get("embeddings.position_embeddings.weight", &[max_positions, h])?,
+        position: tensors.get(
+            "embeddings.position_embeddings.weight",
+            &[c.max_positions, h],
+        )?,
         token_type: tensors.get(
             "embeddings.token_type_embeddings.weight",
             &[c.type_vocab, h],
@@ -180,16 +205,7 @@ fn load_bert(dir: &Path, field: &Fields<'_>) -> Result<Model, ModelError> {
             })
         })
         .collect::<Result<Vec<_>, ModelError>>()?;
-
-    // Last, as the decoders do: a bad weight file is refused before the
-    // tokenizer (the costliest part of a small folder) is built.
-    Ok(Model {
-        name: folder_name(dir),
-        tokenizer: tokenizer(dir, lowercase_input, config.vocab_size)?,
-        config,
-        embeddings,
-        layers,
-    })
+    Ok((embeddings, layers))
 }
 
 /// The folder's name, which names the model.

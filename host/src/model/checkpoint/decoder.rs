@@ -106,6 +106,36 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
 
 /// A GPT-2 folder.
 pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
+    let config = gpt2_config(f)?;
+    let weights = WeightFiles::open(dir)?;
+    let t = weights.tensors(&["", "transformer."])?;
+    let c = &config;
+    let h = c.hidden;
+    let ln = |name: &str| -> Result<Norm, ModelError> {
+        Ok(Norm {
+            gamma: t.get(&format!("{name}.weight"), &[h])?,
+            beta: t.get(&format!("{name}.bias"), &[h])?,
+            eps: c.norm_eps,
+        })
+    };
+    let layers = (0..c.layers)
+        .map(|i| gpt2_layer(&t, c, &format!("h.{i}"), &ln))
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    Ok(Decoder {
+        name: folder_name(dir),
+        embed: t.get("wte.weight", &[c.vocab_size, h])?,
+        positions: Some(t.get("wpe.weight", &[c.max_positions, h])?),
+        layers,
+        final_norm: ln("ln_f")?,
+        lm_head: head(&t, c, c.tied_head)?,
+        tokenizer: tokenizer(dir, false, c.vocab_size)?,
+        config,
+    })
+}
+
+/// A GPT-2 `config.json`'s checked configuration: tanh GeLU, scores
+/// scaled by 1/√d_h, heads that divide the width.
+fn gpt2_config(f: &Fields<'_>) -> Result<DecoderConfig, ModelError> {
     let act = f.string_or("activation_function", "gelu_new")?;
     if !matches!(act.as_str(), "gelu_new" | "gelu_pytorch_tanh") {
         return Err(ModelError::UnsupportedActivation(format!(
@@ -128,7 +158,6 @@ pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
             "n_embd {hidden} is not a multiple of n_head {heads}"
         )));
     }
-    let tied = f.bool_or("tie_word_embeddings", true)?;
     let config = DecoderConfig {
         architecture: Architecture::Gpt2,
         vocab_size: f.usize("vocab_size")?,
@@ -142,53 +171,38 @@ pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         rope_style: RopeStyle::RotateHalf,
         norm_eps: f.f32_or("layer_norm_epsilon", 1e-5)?,
         max_positions: f.usize_or("n_positions", 1024)?,
-        tied_head: tied,
+        tied_head: f.bool_or("tie_word_embeddings", true)?,
         // GPT2Config's defaults: `<|endoftext|>` is both.
         bos: token(f, "bos_token_id", Some(50256))?,
         eos: token(f, "eos_token_id", Some(50256))?,
         block: BlockForm::default(),
     };
     config.check()?;
-    let weights = WeightFiles::open(dir)?;
-    let t = weights.tensors(&["", "transformer."])?;
-    let c = &config;
+    Ok(config)
+}
+
+/// GPT-2 block `p` (`h.{i}`): its Conv1D weights, the fused q/k/v split
+/// into its three parts.
+fn gpt2_layer(
+    t: &Tensors<'_>,
+    c: &DecoderConfig,
+    p: &str,
+    ln: &dyn Fn(&str) -> Result<Norm, ModelError>,
+) -> Result<DecoderLayer, ModelError> {
     let (h, ff) = (c.hidden, c.intermediate);
-    let ln = |name: &str| -> Result<Norm, ModelError> {
-        Ok(Norm {
-            gamma: t.get(&format!("{name}.weight"), &[h])?,
-            beta: t.get(&format!("{name}.bias"), &[h])?,
-            eps: c.norm_eps,
-        })
-    };
-    let layers = (0..c.layers)
-        .map(|i| {
-            let p = format!("h.{i}");
-            let [query, key, value] =
-                split_columns(&t.conv1d(&format!("{p}.attn.c_attn"), h, 3 * h)?);
-            Ok(DecoderLayer {
-                attn_norm: ln(&format!("{p}.ln_1"))?,
-                query,
-                key,
-                value,
-                attn_out: t.conv1d(&format!("{p}.attn.c_proj"), h, h)?,
-                mlp_norm: ln(&format!("{p}.ln_2"))?,
-                gate: None,
-                up: t.conv1d(&format!("{p}.mlp.c_fc"), h, ff)?,
-                down: t.conv1d(&format!("{p}.mlp.c_proj"), ff, h)?,
-                qk_norm: None,
-                post_norms: None,
-            })
-        })
-        .collect::<Result<Vec<_>, ModelError>>()?;
-    Ok(Decoder {
-        name: folder_name(dir),
-        embed: t.get("wte.weight", &[c.vocab_size, h])?,
-        positions: Some(t.get("wpe.weight", &[c.max_positions, h])?),
-        layers,
-        final_norm: ln("ln_f")?,
-        lm_head: head(&t, c, tied)?,
-        tokenizer: tokenizer(dir, false, c.vocab_size)?,
-        config,
+    let [query, key, value] = split_columns(&t.conv1d(&format!("{p}.attn.c_attn"), h, 3 * h)?);
+    Ok(DecoderLayer {
+        attn_norm: ln(&format!("{p}.ln_1"))?,
+        query,
+        key,
+        value,
+        attn_out: t.conv1d(&format!("{p}.attn.c_proj"), h, h)?,
+        mlp_norm: ln(&format!("{p}.ln_2"))?,
+        gate: None,
+        up: t.conv1d(&format!("{p}.mlp.c_fc"), h, ff)?,
+        down: t.conv1d(&format!("{p}.mlp.c_proj"), ff, h)?,
+        qk_norm: None,
+        post_norms: None,
     })
 }
 
