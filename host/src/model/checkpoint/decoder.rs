@@ -21,6 +21,41 @@ use crate::model::{
 
 /// A Llama folder.
 pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
+    let config = llama_config(f)?;
+    let biases = (
+        f.bool_or("attention_bias", false)?,
+        f.bool_or("mlp_bias", false)?,
+    );
+    let weights = WeightFiles::open(dir)?;
+    // `lm_head` sits beside `model.`, so the bare name is tried too.
+    let t = weights.tensors(&["model.", ""])?;
+    let c = &config;
+    let h = c.hidden;
+    let rms = |name: &str| -> Result<Norm, ModelError> {
+        Ok(Norm {
+            gamma: t.get(&format!("{name}.weight"), &[h])?,
+            beta: vec![0.0; h],
+            eps: c.norm_eps,
+        })
+    };
+    let layers = (0..c.layers)
+        .map(|i| llama_layer(&t, c, i, biases, &rms))
+        .collect::<Result<Vec<_>, ModelError>>()?;
+    Ok(Decoder {
+        name: folder_name(dir),
+        embed: t.get("embed_tokens.weight", &[c.vocab_size, h])?,
+        positions: None,
+        layers,
+        final_norm: rms("norm")?,
+        lm_head: head(&t, c, c.tied_head)?,
+        tokenizer: tokenizer(dir, false, c.vocab_size)?,
+        config,
+    })
+}
+
+/// A Llama `config.json`'s checked configuration: SiLU, no RoPE scaling,
+/// a head size given or dividing the width.
+fn llama_config(f: &Fields<'_>) -> Result<DecoderConfig, ModelError> {
     let act = f.string_or("hidden_act", "silu")?;
     if act != "silu" {
         return Err(ModelError::UnsupportedActivation(format!(
@@ -38,7 +73,6 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         }
         Some(_) => f.usize("head_dim")?,
     };
-    let tied = f.bool_or("tie_word_embeddings", false)?;
     let config = DecoderConfig {
         architecture: Architecture::Llama,
         vocab_size: f.usize("vocab_size")?,
@@ -52,55 +86,38 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         rope_style: RopeStyle::RotateHalf,
         norm_eps: f.f32_or("rms_norm_eps", 1e-6)?,
         max_positions: f.usize_or("max_position_embeddings", 2048)?,
-        tied_head: tied,
+        tied_head: f.bool_or("tie_word_embeddings", false)?,
         bos: token(f, "bos_token_id", None)?,
         eos: token(f, "eos_token_id", None)?,
         block: BlockForm::default(),
     };
     config.check()?;
-    let (attn_bias, mlp_bias) = (
-        f.bool_or("attention_bias", false)?,
-        f.bool_or("mlp_bias", false)?,
-    );
-    let weights = WeightFiles::open(dir)?;
-    // `lm_head` sits beside `model.`, so the bare name is tried too.
-    let t = weights.tensors(&["model.", ""])?;
-    let c = &config;
+    Ok(config)
+}
+
+/// Llama layer `i`, with biases on the attention's and the MLP's
+/// projections where `(attn_bias, mlp_bias)` say so.
+fn llama_layer(
+    t: &Tensors<'_>,
+    c: &DecoderConfig,
+    i: usize,
+    (attn_bias, mlp_bias): (bool, bool),
+    rms: &dyn Fn(&str) -> Result<Norm, ModelError>,
+) -> Result<DecoderLayer, ModelError> {
     let (h, q, kv, ff) = (c.hidden, c.heads * c.head_dim, c.kv_width(), c.intermediate);
-    let rms = |name: &str| -> Result<Norm, ModelError> {
-        Ok(Norm {
-            gamma: t.get(&format!("{name}.weight"), &[h])?,
-            beta: vec![0.0; h],
-            eps: c.norm_eps,
-        })
-    };
-    let layers = (0..c.layers)
-        .map(|i| {
-            let (a, m) = (format!("layers.{i}.self_attn"), format!("layers.{i}.mlp"));
-            Ok(DecoderLayer {
-                attn_norm: rms(&format!("layers.{i}.input_layernorm"))?,
-                query: t.linear_with(&format!("{a}.q_proj"), h, q, attn_bias)?,
-                key: t.linear_with(&format!("{a}.k_proj"), h, kv, attn_bias)?,
-                value: t.linear_with(&format!("{a}.v_proj"), h, kv, attn_bias)?,
-                attn_out: t.linear_with(&format!("{a}.o_proj"), q, h, attn_bias)?,
-                mlp_norm: rms(&format!("layers.{i}.post_attention_layernorm"))?,
-                gate: Some(t.linear_with(&format!("{m}.gate_proj"), h, ff, mlp_bias)?),
-                up: t.linear_with(&format!("{m}.up_proj"), h, ff, mlp_bias)?,
-                down: t.linear_with(&format!("{m}.down_proj"), ff, h, mlp_bias)?,
-                qk_norm: None,
-                post_norms: None,
-            })
-        })
-        .collect::<Result<Vec<_>, ModelError>>()?;
-    Ok(Decoder {
-        name: folder_name(dir),
-        embed: t.get("embed_tokens.weight", &[c.vocab_size, h])?,
-        positions: None,
-        layers,
-        final_norm: rms("norm")?,
-        lm_head: head(&t, c, tied)?,
-        tokenizer: tokenizer(dir, false, c.vocab_size)?,
-        config,
+    let (a, m) = (format!("layers.{i}.self_attn"), format!("layers.{i}.mlp"));
+    Ok(DecoderLayer {
+        attn_norm: rms(&format!("layers.{i}.input_layernorm"))?,
+        query: t.linear_with(&format!("{a}.q_proj"), h, q, attn_bias)?,
+        key: t.linear_with(&format!("{a}.k_proj"), h, kv, attn_bias)?,
+        value: t.linear_with(&format!("{a}.v_proj"), h, kv, attn_bias)?,
+        attn_out: t.linear_with(&format!("{a}.o_proj"), q, h, attn_bias)?,
+        mlp_norm: rms(&format!("layers.{i}.post_attention_layernorm"))?,
+        gate: Some(t.linear_with(&format!("{m}.gate_proj"), h, ff, mlp_bias)?),
+        up: t.linear_with(&format!("{m}.up_proj"), h, ff, mlp_bias)?,
+        down: t.linear_with(&format!("{m}.down_proj"), ff, h, mlp_bias)?,
+        qk_norm: None,
+        post_norms: None,
     })
 }
 
