@@ -517,6 +517,72 @@ mod tests {
     use super::*;
     use crate::fixed::{WEIGHT_FRAC, decode, encode};
 
+    /// A decode pass whose projection leaves its biases to after the
+    /// truncation (`plan::decoder` `add_turned_bias`, turned in floating
+    /// point) adds what the prefill's folded product would turn in integer
+    /// arithmetic at the same position: the executor's rotation of the
+    /// prefill's biased words by the decode pass's tables, rounded to
+    /// FRAC, is the pass's offset within one unit.
+    #[test]
+    fn a_decode_pass_adds_the_biases_the_fold_would_turn() {
+        use crate::plan::decoder::{Generation, build};
+        let mut model = crate::model::Decoder::builtin("tiny-llama").unwrap();
+        for layer in &mut model.layers {
+            for part in [&mut layer.query, &mut layer.key, &mut layer.value] {
+                part.b = (0..part.outputs)
+                    .map(|i| ((7 * i) % 13) as f32 / 6.0 - 1.0)
+                    .collect();
+            }
+        }
+        let plan = build(
+            &model,
+            Generation {
+                prompt: 8,
+                steps: 1,
+            },
+        )
+        .unwrap();
+        let la = crate::backend::auto();
+        let mut checked = 0;
+        for l in 0..model.layers.len() {
+            let named = |what: &str| format!("layer {l} query/key/value{what}");
+            let biased = plan.linears.iter().find(|e| e.name == named("")).unwrap();
+            let pass = &plan.ops[plan.pass_ops(1)];
+            let fold = pass.iter().find_map(|op| match &op.kind {
+                Kind::Linear {
+                    linear,
+                    rope: Some(fold),
+                    ..
+                } if plan.linears[*linear].name == named(" (biases after)") => Some(fold),
+                _ => None,
+            });
+            let offset = pass.iter().find_map(|op| match &op.kind {
+                Kind::Affine { offset, out, .. }
+                    if plan.tensors[*out].name == named(" (biased)") =>
+                {
+                    Some(offset)
+                }
+                _ => None,
+            });
+            let (Some(fold), Some(offset)) = (fold, offset) else {
+                panic!("layer {l}: no biases after the truncation");
+            };
+            let zero = vec![0u64; biased.inputs];
+            let turned = rotated_product(&zero, biased, fold, true, la).unwrap();
+            let scale = biased.bias_scale + fold.keep;
+            for (c, (t, o)) in turned.iter().zip(offset).enumerate() {
+                let want = decode(*t, scale) * f64::from(crate::fixed::FRAC).exp2();
+                let got = *o as i64 as f64;
+                assert!(
+                    (want - got).abs() <= 1.0,
+                    "layer {l} column {c}: {want} vs {got}"
+                );
+            }
+            checked += offset.len();
+        }
+        assert!(checked > 0);
+    }
+
     /// A small layer: 3 inputs, two heads of 4 rotated columns and one
     /// more; with `keep`, its words at `keep` more fraction bits too.
     /// `l`'s words at its fine precision, as a layer of their own.

@@ -673,7 +673,7 @@ pub enum Kind {
         /// The input truncated.
         x: usize,
         /// The addend, if any: absent, `out` is the truncation itself.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(skip_serializing_if = "Option::is_none")]
         add: Option<usize>,
         /// Effective input width.
         k: u32,

@@ -268,3 +268,47 @@ fn tiny_gemma_generates_bit_exact_under_a_sliding_window() {
     assert!(bands.iter().all(|(l, _)| *l != Some(2)), "global layer 2");
     assert!(bands.contains(&(Some(0), window(8))) && bands.contains(&(Some(1), window(1))));
 }
+
+/// A decoder whose query/key/value projections carry biases, as Qwen2's
+/// do. Its decode passes take the attention norm's output untruncated and
+/// add the biases after the projection's truncation, turned by RoPE for
+/// the pass's position (`plan::decoder` `add_turned_bias`; the exec
+/// module's tests check the offsets against the fold's integer rotation);
+/// its prefill keeps them in the projection's words. Dealer, both servers
+/// and the client equal the reference bit for bit on every pass, and the
+/// reference generates the same tokens.
+#[test]
+fn a_biased_projection_generates_bit_exact_with_its_biases_after_the_truncation() {
+    use suffuse_host::plan::decoder::{self as planner, Generation};
+    let mut model = Decoder::builtin("tiny-llama").unwrap();
+    for (l, layer) in model.layers.iter_mut().enumerate() {
+        let parts = [&mut layer.query, &mut layer.key, &mut layer.value];
+        for (j, part) in parts.into_iter().enumerate() {
+            part.b = (0..part.outputs)
+                .map(|i| 0.5 * (((3 * l + 5 * j + 7 * i) % 13) as f32 / 6.0 - 1.0))
+                .collect();
+        }
+    }
+    let prompt = [1u32, 60, 61, 62, 63, 64];
+    let steps = 3;
+    let g = session::generate(
+        &model,
+        &prompt,
+        steps + 1,
+        Sampling::default(),
+        &Options::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(g.report.bit_exact, Some(true), "not bit-exact");
+    let plan = planner::build(&model, Generation { prompt: 8, steps }).unwrap();
+    let biased = plan
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with("query/key/value (biased)"))
+        .count();
+    assert_eq!(biased, steps * model.layers.len());
+    let la = suffuse_host::backend::auto();
+    let made = generate::reference(&model, &plan, &prompt, Sampling::default(), la).unwrap();
+    assert_eq!(made.tokens, g.outcome.generated.tokens);
+}

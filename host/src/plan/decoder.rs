@@ -295,15 +295,22 @@ fn embedding_bound(model: &Decoder) -> Bound {
 /// round saved in SmolLM2's decode token (docs/DECODERS.md). GPT-2's
 /// projection is three times its width, so there the round would cost
 /// more than twice as much, and prefills, whose rows are many, keep the
-/// truncation too. So do projections with biases (Qwen2): a bias is
-/// encoded at the product's scale, which at the norm's full scale passes
-/// the 44-bit words that RoPE's fold into the weights takes
-/// ([`RopeTables::WORD_BITS`]).
-fn attention_norm_output(b: &Builder, cfg: &DecoderConfig, layer: &DecoderLayer) -> Output {
+/// truncation too. A projection with biases (Qwen2) then leaves them out
+/// of its words (at the norm's full scale they would pass the 44-bit words
+/// that RoPE's fold takes, [`RopeTables::WORD_BITS`]) and adds them after
+/// its truncation, turned for the pass's position ([`add_turned_bias`]):
+/// so its pass must hold one position, one row.
+fn attention_norm_output(
+    b: &Builder,
+    cfg: &DecoderConfig,
+    layer: &DecoderLayer,
+    at: Position,
+) -> Output {
     let projection = cfg.heads * cfg.head_dim + 2 * cfg.kv_width();
     let parts = [&layer.query, &layer.key, &layer.value];
     let unbiased = parts.iter().all(|p| p.b.iter().all(|v| *v == 0.0));
-    if b.decoding() && unbiased && projection <= 2 * cfg.hidden {
+    let placed = unbiased || (at.rows == 1 && cfg.architecture == Architecture::Llama);
+    if b.decoding() && placed && projection <= 2 * cfg.hidden {
         Output::Wide
     } else {
         Output::Frac
@@ -326,12 +333,13 @@ fn block(
     let cfg = &model.config;
     let centre = cfg.architecture == Architecture::Gpt2;
     let name = format!("layer {l} attention");
-    let output = attention_norm_output(b, cfg, layer);
+    let output = attention_norm_output(b, cfg, layer, at);
     let norm = (&layer.attn_norm, name);
     let (n1, n1_form, n1_fold) = pre_norm(b, layer, x, norm, l, (centre, output))?;
     let (window, theta) = cfg.attention_of(l);
     let n1 = (n1, &n1_form, n1_fold.as_ref());
-    let (q, k, v) = projections(b, model, (l, theta), layer, n1, at)?;
+    let wide = output == Output::Wide && layer.post_norms.is_none();
+    let (q, k, v) = projections(b, model, (l, theta), layer, (n1, wide), at)?;
     let (kc, vc) = cached(b, cache, (k, v), cfg.kv_heads, l)?;
     let kv = (q, kc, vc);
     let (om, score_abs) = self_attention(b, cfg, kv, (bias, c), (at, window), l)?;
@@ -543,7 +551,7 @@ fn projections(
     model: &Decoder,
     (l, theta): (usize, f32),
     layer: &DecoderLayer,
-    (n, form, fold): Normed<'_>,
+    ((n, form, fold), wide): (Normed<'_>, bool),
     at: Position,
 ) -> Result<(usize, usize, usize), PlanError> {
     let cfg = &model.config;
@@ -561,17 +569,30 @@ fn projections(
         inv_root
     };
     let weights = Weights::new(&parts, query_scale).folding(fold);
-    let (y, _) = linear_product(b, n, Some(form), name.clone(), weights, dh, l)?;
-    if cfg.architecture == Architecture::Llama && layer.qk_norm.is_none() {
-        let place = Rotation {
-            theta,
-            at,
-            heads: 1,
-        };
-        fold_rope(b, model, y, qw + kvw, place, weights)?;
+    // Biases after the truncation where the norm's output comes wide
+    // (`attention_norm_output`): a layer of its own, without them.
+    let after = wide && weights.has_biases();
+    let (layer_name, encoded) = match after {
+        true => (format!("{name} (biases after)"), weights.unbiased()),
+        false => (name.clone(), weights),
+    };
+    let (y, _) = linear_product(b, n, Some(form), layer_name, encoded, dh, l)?;
+    let place = Rotation {
+        theta,
+        at,
+        heads: 1,
+    };
+    let turned = cfg.architecture == Architecture::Llama && layer.qk_norm.is_none();
+    if turned {
+        fold_rope(b, model, y, qw + kvw, place, encoded)?;
     }
     b.at(Category::Truncation, Some(l));
-    let qkv = truncate(b, y, FRAC, name.clone())?;
+    let mut qkv = truncate(b, y, FRAC, name.clone())?;
+    if after {
+        let rotated = if turned { qw + kvw } else { 0 };
+        let biases = weights.biases();
+        qkv = add_turned_bias(b, model, qkv, (&biases, rotated), place, &name)?;
+    }
     let values = |b: &mut Builder, qkv| {
         let name = format!("layer {l} new values");
         heads(b, qkv, qw + kvw, cfg.kv_heads, dh, name)
@@ -753,6 +774,65 @@ fn rotated_bound(yb: &Bound, rotated: usize, model: &Decoder, extra: f64) -> Bou
         *old = old.min(yb.group_l2(g) * stretch + (dh as f64).sqrt() * extra);
     }
     bound
+}
+
+/// `x + R·bias` at `x`'s scale (FRAC): `bias` (real, one per column)
+/// with its first `rotated` columns turned by RoPE at `place`'s one
+/// position, each pair as [`RopeTables::pairs`] takes it, and rounded
+/// once to FRAC. A public offset per column (an [`Kind::Affine`] of gain
+/// 1), so no round and no key: `R(xW + b) = R(xW) + R·b`.
+fn add_turned_bias(
+    b: &mut Builder,
+    model: &Decoder,
+    x: usize,
+    (bias, rotated): (&[f64], usize),
+    place: Rotation,
+    name: &str,
+) -> Result<usize, PlanError> {
+    let xi = b.info(x).clone();
+    let tables = rope_tables(model, place, rotated);
+    let mut turned = bias.to_vec();
+    let dh = model.config.head_dim;
+    let pos = place.at.first as f64;
+    for (ia, ib, i) in tables.pairs() {
+        let freq = f64::from(place.theta).powf(-2.0 * i as f64 / dh as f64);
+        let (sin, cos) = libm::sincos(pos * freq);
+        let (a, c) = (bias[ia], bias[ib]);
+        turned[ia] = a * cos - c * sin;
+        turned[ib] = a * sin + c * cos;
+    }
+    let offset: Vec<u64> = turned.iter().map(|v| encode(*v, xi.scale)).collect();
+    let reals: Vec<f64> = offset
+        .iter()
+        .map(|o| crate::fixed::decode(*o, xi.scale).abs())
+        .collect();
+    let abs = xi
+        .bound
+        .abs
+        .iter()
+        .zip(&reals)
+        .map(|(x, o)| x + o)
+        .collect();
+    let mut bound = Bound::from_abs(abs, xi.bound.group);
+    for (g, l2) in bound.l2.iter_mut().enumerate() {
+        let group = &reals[g * xi.bound.group..((g + 1) * xi.bound.group).min(reals.len())];
+        let o_l2 = group.iter().map(|o| o * o).sum::<f64>().sqrt();
+        *l2 = l2.min(xi.bound.group_l2(g) + o_l2);
+    }
+    let out = b.tensor(
+        format!("{name} (biased)"),
+        xi.rows,
+        xi.cols,
+        xi.scale,
+        bound,
+    )?;
+    b.push(Kind::Affine {
+        x,
+        gain: vec![1; xi.cols],
+        offset,
+        out,
+    });
+    Ok(out)
 }
 
 /// RoPE on the first `rotated` columns of `y`: the product, at `y`'s

@@ -18,6 +18,9 @@ pub(super) struct Weights<'a> {
     pub parts: &'a [&'a model::Linear],
     pub query_scale: f64,
     pub fold: Option<&'a Folded>,
+    /// False where the caller adds the biases after the product's
+    /// truncation ([`Weights::unbiased`]): the layer's biases encode as 0.
+    pub biased: bool,
 }
 
 /// A pre-norm's per-channel gains `g` and shifts `β`, folded into the
@@ -37,12 +40,27 @@ impl<'a> Weights<'a> {
             parts,
             query_scale,
             fold: None,
+            biased: true,
         }
     }
 
     /// With a norm's gains and shifts folded in as well.
     pub(super) fn folding(self, fold: Option<&'a Folded>) -> Self {
         Weights { fold, ..self }
+    }
+
+    /// The same weights with their biases left out of the encoding: the
+    /// caller adds [`Weights::biases`] after the product's truncation.
+    pub(super) fn unbiased(self) -> Self {
+        Weights {
+            biased: false,
+            ..self
+        }
+    }
+
+    /// Whether any bias (or folded shift) is not zero.
+    pub(super) fn has_biases(&self) -> bool {
+        self.biases().iter().any(|v| *v != 0.0)
     }
 
     fn inputs(&self) -> usize {
@@ -82,7 +100,7 @@ impl<'a> Weights<'a> {
 
     /// The real biases, parts side by side, the folded shifts' product
     /// added.
-    fn biases(&self) -> Vec<f64> {
+    pub(super) fn biases(&self) -> Vec<f64> {
         let mut bias = Vec::with_capacity(self.outputs());
         for (pi, p) in self.parts.iter().enumerate() {
             let s = self.part_scale(pi);
@@ -133,6 +151,9 @@ pub(super) fn encode_fine(w: Weights<'_>, in_scale: u32, keep: u32) -> Fine {
 /// The biases at `bias_scale` (the input's scale plus the weights'): the
 /// one part of an encoding that depends on the input's scale.
 fn encode_bias(w: Weights<'_>, bias_scale: u32) -> Vec<u64> {
+    if !w.biased {
+        return vec![0; w.outputs()];
+    }
     w.biases()
         .into_iter()
         .map(|v| encode(v, bias_scale))
