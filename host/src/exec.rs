@@ -191,12 +191,18 @@ pub fn run_local(
             x,
             linear,
             rope: Some(fold),
+            unbiased,
             ..
         } => {
             let l = &plan.linears[*linear];
-            rotated_linear(plan, *x, l, fold, store, (constants, la))?
+            rotated_linear(plan, *x, l, fold, store, (constants && !unbiased, la))?
         }
-        Kind::Linear { x, linear, .. } => linear_layer(plan, *x, *linear, store, constants, la)?,
+        Kind::Linear {
+            x,
+            linear,
+            unbiased,
+            ..
+        } => linear_layer(plan, *x, *linear, store, constants && !unbiased, la)?,
         Kind::Add { a, b, .. } => {
             let (a, b) = (store.get(plan, *a)?, store.get(plan, *b)?);
             a.iter().zip(b).map(|(x, y)| x.wrapping_add(*y)).collect()
@@ -546,16 +552,20 @@ mod tests {
         let mut checked = 0;
         for l in 0..model.layers.len() {
             let named = |what: &str| format!("layer {l} query/key/value{what}");
-            let biased = plan.linears.iter().find(|e| e.name == named("")).unwrap();
             let pass = &plan.ops[plan.pass_ops(1)];
-            let fold = pass.iter().find_map(|op| match &op.kind {
+            let found = pass.iter().find_map(|op| match &op.kind {
                 Kind::Linear {
                     linear,
                     rope: Some(fold),
+                    unbiased: true,
                     ..
-                } if plan.linears[*linear].name == named(" (biases after)") => Some(fold),
+                } if plan.linears[*linear].name == named("") => {
+                    Some((&plan.linears[*linear], fold))
+                }
                 _ => None,
             });
+            // The prefill's layer, biases and all.
+            let (biased, fold) = found.unzip();
             let offset = pass.iter().find_map(|op| match &op.kind {
                 Kind::Affine { offset, out, .. }
                     if plan.tensors[*out].name == named(" (biased)") =>
@@ -564,9 +574,10 @@ mod tests {
                 }
                 _ => None,
             });
-            let (Some(fold), Some(offset)) = (fold, offset) else {
+            let (Some(biased), Some(fold), Some(offset)) = (biased, fold, offset) else {
                 panic!("layer {l}: no biases after the truncation");
             };
+            assert!(biased.b.iter().any(|v| *v != 0));
             let zero = vec![0u64; biased.inputs];
             let turned = rotated_product(&zero, biased, fold, true, la).unwrap();
             let scale = biased.bias_scale + fold.keep;

@@ -484,7 +484,7 @@ impl RopeTables {
 pub enum Kind {
     /// `out = x·W + b` with linear layer `linear` of the plan (local);
     /// with `rope`, row `r` takes `W` and `b` rotated by row `r`'s angles
-    /// ([`RopeTables`]).
+    /// ([`RopeTables`]); with `unbiased`, `x·W` alone.
     Linear {
         /// Input `[rows × inputs]`.
         x: usize,
@@ -493,6 +493,12 @@ pub enum Kind {
         /// RoPE folded into the weights, row by row.
         #[serde(skip_serializing_if = "Option::is_none")]
         rope: Option<Box<RopeTables>>,
+        /// The layer's biases left out: the planner adds them after the
+        /// product's truncation (a decode pass of a biased projection,
+        /// `plan::decoder` `add_turned_bias`), so any encoding of the
+        /// layer serves, whatever scale its biases are at.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        unbiased: bool,
         /// Output `[rows × outputs]`.
         out: usize,
     },
@@ -1719,12 +1725,21 @@ impl Builder {
             Some(Kind::Linear {
                 linear,
                 rope: None,
+                unbiased,
                 out,
                 ..
             }) if *out == y => {
                 let l = &self.linears[*linear];
+                // A product without biases shares a layer another scale
+                // encoded: its words at `keep` must be there already, with
+                // that layer's biases (which it leaves out).
                 let made = match &l.fine {
                     Some(f) if f.keep == fold.keep => None,
+                    _ if *unbiased => {
+                        return Err(PlanError::RopeFold {
+                            tensor: self.tensors[y].name.clone(),
+                        });
+                    }
                     _ => Some(fine()),
                 };
                 let f = made.as_ref().or(l.fine.as_deref());
@@ -2342,6 +2357,7 @@ mod tests {
             x,
             linear,
             rope: None,
+            unbiased: false,
             out: y,
         });
         let wide = b.fold_rope(y, fold(), Bound::uniform(2, 2.0), || Fine {

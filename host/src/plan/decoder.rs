@@ -570,13 +570,11 @@ fn projections(
     };
     let weights = Weights::new(&parts, query_scale).folding(fold);
     // Biases after the truncation where the norm's output comes wide
-    // (`attention_norm_output`): a layer of its own, without them.
+    // (`attention_norm_output`): the product leaves them out, so the
+    // prefill's encoding of the layer serves.
     let after = wide && weights.has_biases();
-    let (layer_name, encoded) = match after {
-        true => (format!("{name} (biases after)"), weights.unbiased()),
-        false => (name.clone(), weights),
-    };
-    let (y, _) = linear_product(b, n, Some(form), layer_name, encoded, dh, l)?;
+    let encoded = if after { weights.unbiased() } else { weights };
+    let (y, _) = linear_product(b, n, Some(form), name.clone(), encoded, dh, l)?;
     let place = Rotation {
         theta,
         at,

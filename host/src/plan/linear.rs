@@ -213,7 +213,8 @@ pub(super) fn linear_product(
         out
     };
     let xi = b.info(x).clone();
-    if let Some(done) = reuse(b, x, &name, norm, group, layer)? {
+    let unbiased = !weights.biased;
+    if let Some(done) = reuse(b, (x, unbiased), &name, norm, group, layer)? {
         return Ok(done);
     }
     let fits = |out: &Bound, scale: u32| bound::width(out.max_abs(), scale + WEIGHT_FRAC) <= 62;
@@ -253,6 +254,7 @@ pub(super) fn linear_product(
         x,
         linear,
         rope: None,
+        unbiased,
         out: y,
     });
     Ok((y, linear))
@@ -286,7 +288,7 @@ fn rescale_to(scale: u32, cols: usize, outputs: usize, max_abs: f64) -> u32 {
 /// new.
 fn reuse(
     b: &mut Builder,
-    x: usize,
+    (x, unbiased): (usize, bool),
     name: &str,
     norm: Option<&NormForm>,
     group: usize,
@@ -295,7 +297,11 @@ fn reuse(
     let xi = b.info(x);
     let (rows, scale) = (xi.rows, xi.scale + WEIGHT_FRAC);
     let key = product_key(name, scale, &xi.bound, norm, group);
-    let (Some(linear), Some(out)) = (b.find_linear(name, scale), b.remembered_product(&key)) else {
+    let found = match unbiased {
+        true => b.find_linear_named(name),
+        false => b.find_linear(name, scale),
+    };
+    let (Some(linear), Some(out)) = (found, b.remembered_product(&key)) else {
         return Ok(None);
     };
     let outputs = b.linear_ref(linear).outputs;
@@ -305,6 +311,7 @@ fn reuse(
         x,
         linear,
         rope: None,
+        unbiased,
         out: y,
     });
     Ok(Some((y, linear)))
@@ -412,9 +419,10 @@ fn encoded(b: &mut Builder, name: &str, w: Weights<'_>, in_scale: u32) -> Enc {
     // A layer without a bias is the same words at every scale: one copy
     // serves every input scale (a decode pass's projection takes its norm's
     // output untruncated, `decoder.rs` `attention_norm_output`; a copy per
-    // scale held SmolLM2's query/key/value weights twice).
+    // scale held SmolLM2's query/key/value weights twice). So is a layer
+    // whose product leaves its biases out (`Kind::Linear`'s `unbiased`).
     if let Some(i) = b.find_linear_named(name)
-        && b.linear_ref(i).b.iter().all(|v| *v == 0)
+        && (!w.biased || b.linear_ref(i).b.iter().all(|v| *v == 0))
     {
         return Enc::Built(i);
     }
