@@ -416,6 +416,7 @@ pub fn run_passes(
         device: fss.device().unwrap_or_default().to_owned(),
         ..PartyReport::default()
     };
+    let figures = (before, start, fss);
     let lens = key_sections(plan, party);
     let (tx, rx) = mpsc::sync_channel::<Result<Staged<'_>, KeyFileError>>(2);
     let (to, spent) = mpsc::channel::<Section>();
@@ -448,19 +449,7 @@ pub fn run_passes(
         };
         let helpers = Helpers::spawn(scope, plan, party, fss, &rounds);
         let finished = run.ops(&helpers, &mut store, &mut report, |store, report, pass| {
-            let share = store.take(plan, plan.passes[pass].output)?;
-            let traffic = rounds.traffic();
-            report.rounds = traffic.rounds - before.rounds;
-            report.comm_bytes = traffic.sent - before.sent;
-            device_figures(report, fss);
-            report.online_s = start.elapsed().as_secs_f64();
-            io.output(pass, share, report)?;
-            let Some(next) = io.input(pass + 1)? else {
-                return Ok(false);
-            };
-            let p = &plan.passes[pass + 1];
-            set_inputs(plan, store, (p.x, p.bias), next)?;
-            Ok(true)
+            pass_done(plan, (store, report), pass, (&rounds, figures), io)
         })?;
         if finished {
             run.end_marker()?;
@@ -479,6 +468,32 @@ pub fn run_passes(
         io.output(last, store.take(plan, plan.output)?, &report)?;
     }
     Ok(report)
+}
+
+/// After pass `pass`: its output share and the figures so far go to `io`,
+/// and the next pass's inputs, if `io` has them, into the store (false
+/// when it has none: the generation ends). `before` is the link's traffic
+/// before the run, `start` its start.
+fn pass_done(
+    plan: &Plan,
+    (store, report): (&mut Store, &mut PartyReport),
+    pass: usize,
+    (rounds, (before, start, fss)): (&Rounds<'_>, (crate::net::Traffic, Instant, &dyn BatchEval)),
+    io: &mut dyn PassIo,
+) -> Result<bool, PartyError> {
+    let share = store.take(plan, plan.passes[pass].output)?;
+    let traffic = rounds.traffic();
+    report.rounds = traffic.rounds - before.rounds;
+    report.comm_bytes = traffic.sent - before.sent;
+    device_figures(report, fss);
+    report.online_s = start.elapsed().as_secs_f64();
+    io.output(pass, share, report)?;
+    let Some(next) = io.input(pass + 1)? else {
+        return Ok(false);
+    };
+    let p = &plan.passes[pass + 1];
+    set_inputs(plan, store, (p.x, p.bias), next)?;
+    Ok(true)
 }
 
 /// Moves a pass's input shares into the store (which wipes them in its
@@ -787,34 +802,9 @@ fn run_group<'f>(
     sections: Vec<(usize, Staged<'f>)>,
     store: &mut Store,
 ) -> Result<Took<'f>, PartyError> {
-    let lane_of = |i: usize| plan.ops[i].lane.map_or(0, |l| usize::from(l.lane));
-    let count = group.clone().map(|i| lane_of(i) + 1).max().unwrap_or(0);
     let step = plan.step_of[group.start].unwrap_or(u32::MAX);
-    if count > helpers.jobs.len() + 1 {
-        return Err(ProtoError::Section {
-            step,
-            what: "more lanes than the plan's widest group",
-        }
-        .into());
-    }
-    let mut works = Vec::with_capacity(count);
-    for lane in 0..count {
-        let ops: Vec<usize> = group.clone().filter(|i| lane_of(*i) == lane).collect();
-        let lane_store = if lane == 0 {
-            Store::new(plan)
-        } else {
-            store.for_ops(plan, &ops)?
-        };
-        works.push(LaneWork {
-            lane,
-            ops,
-            store: lane_store,
-            sections: Vec::new(),
-        });
-    }
-    for (op, section) in sections {
-        works[lane_of(op)].sections.push((op, section));
-    }
+    let works = lane_works(plan, group.clone(), sections, store, helpers.jobs.len() + 1)?;
+    let count = works.len();
     rounds.begin(count);
     let mut works = works.into_iter();
     let mine = works.next();
@@ -845,10 +835,65 @@ fn run_group<'f>(
         .collect();
     // A lane that failed has stopped the rounds; its error says why.
     rounds.end();
-    // The first cause: a lane's own failure, else what stopped the rounds.
+    let lanes = std::iter::once(here.map(|t| (Store::new(plan), t))).chain(theirs);
+    let took = absorb_lanes(plan, lanes, store)?;
+    for i in group {
+        store.release_after(plan, i);
+    }
+    Ok(took)
+}
+
+/// The group's work per lane (at most `most` lanes): lane 0 on a fresh
+/// store (the party's own is swapped in when it runs), the others on
+/// copies of their inputs from `store`, each with its steps' sections.
+fn lane_works<'f>(
+    plan: &Plan,
+    group: std::ops::Range<usize>,
+    sections: Vec<(usize, Staged<'f>)>,
+    store: &Store,
+    most: usize,
+) -> Result<Vec<LaneWork<'f>>, PartyError> {
+    let lane_of = |i: usize| plan.ops[i].lane.map_or(0, |l| usize::from(l.lane));
+    let count = group.clone().map(|i| lane_of(i) + 1).max().unwrap_or(0);
+    if count > most {
+        return Err(ProtoError::Section {
+            step: plan.step_of[group.start].unwrap_or(u32::MAX),
+            what: "more lanes than the plan's widest group",
+        }
+        .into());
+    }
+    let mut works = Vec::with_capacity(count);
+    for lane in 0..count {
+        let ops: Vec<usize> = group.clone().filter(|i| lane_of(*i) == lane).collect();
+        let lane_store = if lane == 0 {
+            Store::new(plan)
+        } else {
+            store.for_ops(plan, &ops)?
+        };
+        works.push(LaneWork {
+            lane,
+            ops,
+            store: lane_store,
+            sections: Vec::new(),
+        });
+    }
+    for (op, section) in sections {
+        works[lane_of(op)].sections.push((op, section));
+    }
+    Ok(works)
+}
+
+/// Moves every finished lane's outputs into `store` and returns their
+/// operations' times. The first cause wins: a lane's own failure, else
+/// what stopped the rounds.
+fn absorb_lanes<'f>(
+    plan: &Plan,
+    lanes: impl Iterator<Item = LaneDone<'f>>,
+    store: &mut Store,
+) -> Result<Took<'f>, PartyError> {
     let mut stopped = None;
     let mut took = Vec::new();
-    for out in std::iter::once(here.map(|t| (Store::new(plan), t))).chain(theirs) {
+    for out in lanes {
         match out {
             Ok((lane_store, times)) => {
                 let outputs: Vec<usize> = times
@@ -862,13 +907,10 @@ fn run_group<'f>(
             Err(e) => return Err(e),
         }
     }
-    if let Some(e) = stopped {
-        return Err(e);
+    match stopped {
+        Some(e) => Err(e),
+        None => Ok(took),
     }
-    for i in group {
-        store.release_after(plan, i);
-    }
-    Ok(took)
 }
 
 /// Runs one lane's operations in order as `on`'s lane, then tells
