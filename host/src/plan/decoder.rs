@@ -572,7 +572,8 @@ fn projections(
     // Biases after the truncation where the norm's output comes wide
     // (`attention_norm_output`): the product leaves them out, so the
     // prefill's encoding of the layer serves.
-    let after = wide && weights.has_biases();
+    let biases = weights.biases();
+    let after = wide && biases.iter().any(|v| *v != 0.0);
     let encoded = if after { weights.unbiased() } else { weights };
     let (y, _) = linear_product(b, n, Some(form), name.clone(), encoded, dh, l)?;
     let place = Rotation {
@@ -588,7 +589,6 @@ fn projections(
     let mut qkv = truncate(b, y, FRAC, name.clone())?;
     if after {
         let rotated = if turned { qw + kvw } else { 0 };
-        let biases = weights.biases();
         qkv = add_turned_bias(b, model, qkv, (&biases, rotated), place, &name)?;
     }
     let values = |b: &mut Builder, qkv| {
@@ -723,10 +723,8 @@ fn rope_tables(model: &Decoder, place: Rotation, rotated: usize) -> RopeTables {
     let dh = model.config.head_dim;
     let (mut cos, mut sin) = (Vec::new(), Vec::new());
     for r in 0..place.at.rows {
-        let pos = (place.at.first + r) as f64;
         for i in 0..dh / 2 {
-            let freq = f64::from(place.theta).powf(-2.0 * i as f64 / dh as f64);
-            let angle = pos * freq;
+            let angle = rope_angle(place.theta, place.at.first + r, i, dh);
             cos.push(encode(libm::cos(angle), ROPE_FRAC));
             sin.push(encode(libm::sin(angle), ROPE_FRAC));
         }
@@ -740,6 +738,12 @@ fn rope_tables(model: &Decoder, place: Rotation, rotated: usize) -> RopeTables {
         frac: ROPE_FRAC,
         keep: 0,
     }
+}
+
+/// RoPE's angle for frequency `i` of a head of `dh` at position `pos`:
+/// `pos·θ^(−2i/dh)`.
+fn rope_angle(theta: f32, pos: usize, i: usize, dh: usize) -> f64 {
+    pos as f64 * f64::from(theta).powf(-2.0 * i as f64 / dh as f64)
 }
 
 /// The bound of `yb` with its first `rotated` columns turned by RoPE,
@@ -791,32 +795,18 @@ fn add_turned_bias(
     let tables = rope_tables(model, place, rotated);
     let mut turned = bias.to_vec();
     let dh = model.config.head_dim;
-    let pos = place.at.first as f64;
     for (ia, ib, i) in tables.pairs() {
-        let freq = f64::from(place.theta).powf(-2.0 * i as f64 / dh as f64);
-        let (sin, cos) = libm::sincos(pos * freq);
+        let (sin, cos) = libm::sincos(rope_angle(place.theta, place.at.first, i, dh));
         let (a, c) = (bias[ia], bias[ib]);
         turned[ia] = a * cos - c * sin;
         turned[ib] = a * sin + c * cos;
     }
     let offset: Vec<u64> = turned.iter().map(|v| encode(*v, xi.scale)).collect();
-    let reals: Vec<f64> = offset
+    let reals = offset
         .iter()
         .map(|o| crate::fixed::decode(*o, xi.scale).abs())
         .collect();
-    let abs = xi
-        .bound
-        .abs
-        .iter()
-        .zip(&reals)
-        .map(|(x, o)| x + o)
-        .collect();
-    let mut bound = Bound::from_abs(abs, xi.bound.group);
-    for (g, l2) in bound.l2.iter_mut().enumerate() {
-        let group = &reals[g * xi.bound.group..((g + 1) * xi.bound.group).min(reals.len())];
-        let o_l2 = group.iter().map(|o| o * o).sum::<f64>().sqrt();
-        *l2 = l2.min(xi.bound.group_l2(g) + o_l2);
-    }
+    let bound = xi.bound.add(&Bound::from_abs(reals, xi.bound.group));
     let out = b.tensor(
         format!("{name} (biased)"),
         xi.rows,

@@ -58,11 +58,6 @@ impl<'a> Weights<'a> {
         }
     }
 
-    /// Whether any bias (or folded shift) is not zero.
-    pub(super) fn has_biases(&self) -> bool {
-        self.biases().iter().any(|v| *v != 0.0)
-    }
-
     fn inputs(&self) -> usize {
         self.parts.first().map_or(0, |p| p.inputs)
     }
