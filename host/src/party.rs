@@ -677,8 +677,12 @@ fn trace_op(plan: &Plan, party: Party, i: usize, took: f64) {
     let lane = op
         .lane
         .map_or(String::new(), |l| format!(" lane {}", l.lane));
+    let keys = op
+        .kind
+        .key_label()
+        .map_or(String::new(), |l| format!(" [{l}]"));
     eprintln!(
-        "P{} op {i:4} {:>9.3} ms  {:<16} {:<40} {}{lane}",
+        "P{} op {i:4} {:>9.3} ms  {:<16} {:<40} {}{lane}{keys}",
         u8::from(party == Party::P1),
         took * 1e3,
         op.category.name(),
