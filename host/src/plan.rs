@@ -2280,6 +2280,20 @@ pub(crate) mod testing {
         let out = outs.swap_remove(0);
         (plan, out)
     }
+
+    /// Seeded reals uniform in `[-r, r)`.
+    pub(crate) fn uniform(n: usize, r: f64, seed: u64) -> Vec<f64> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                r * (2.0 * unit - 1.0)
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

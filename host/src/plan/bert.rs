@@ -6,13 +6,21 @@
 //! qkv  = trunc(x·[Wq/√d_h | Wk | Wv] + b)            one fused product, one truncation
 //! s    = trunc(Q_h·K_hᵀ) + bias                       Beaver matrix triples per (sentence, head)
 //! p    = trunc(nExp(max(s) − s) · recip(Σ nExp))     max tree, spline, reciprocal chain, Beaver
-//! a    = trunc(merge(P_h·V_h)·Wo + bo)                the probability scale folds into this truncation
-//! x    = LN(x + a)
-//! x    = LN(x + trunc(GeLU(trunc(x·W1 + b1))·W2 + b2))  GeLU's output scale folds into the last truncation
+//! r    = trunc(merge(P_h·V_h)·Wo + bo + x)            the probability scale folds into this truncation
+//! x    = LN(r)
+//! x    = LN(trunc(GeLU(trunc(x·W1 + b1))·W2 + b2 + x)) GeLU's output scale folds into the last truncation
 //! ```
 //!
 //! LayerNorm is `y = r − trunc(Σr·⌊2^16/d⌉)`, `ρ = rsqrt(Σy² + d·ε)`,
 //! `out = trunc(y·ρ·(γ√d) + β)`: one rsqrt per row and no division.
+//!
+//! Every norm but the last leaves its gains out (`x = g⊙t + β` with `t =
+//! trunc(2^s·y·ρ)`, `norm::post_norm_folded`): the next product folds `g`
+//! and `β` into its weights, and each residual `x` is added as `g⊙t + β`
+//! at the sublayer product's scale, before the truncation that product
+//! takes anyway ([`residual_sum`]). So a norm's output truncation drops
+//! the bits of `y·ρ` only, not the gains' as well (docs/PLAN.md, "Post-norm
+//! gains folded into the stream").
 //!
 //! Padding: the client sends an additive attention bias per key position
 //! (0, or a large negative constant for padding) and, for mean pooling, a
@@ -25,12 +33,12 @@ use rayon::prelude::*;
 
 use super::attention;
 use super::bound::{self, Bound, NormForm};
-use super::linear::{Weights, linear_to_frac, real_weights};
+use super::linear::{Folded, Weights, linear_product, linear_to_frac, real_weights};
 use super::mlp;
-use super::norm::{norm_output, residual_norm};
-use super::scale::ulp;
+use super::norm::{norm_output, post_norm, post_norm_folded};
+use super::scale::{truncate, ulp};
 use super::{Builder, Category, EncodedLinear, Finish, Inputs, Kind, Plan, PlanError};
-use crate::fixed::{FRAC, encode};
+use crate::fixed::{self, FRAC, encode};
 use crate::model::{self, Model, Pooling};
 use suffuse_core::gate::splines;
 
@@ -103,7 +111,6 @@ fn plan_with(
     let n = batch * seq;
     b.at(Category::Linear, None);
 
-    let mut norm = embeddings_norm(model);
     let x_bound = norm_output(&model.embeddings.norm, 1.0 + 1e-3).floor_to(ulp(FRAC));
     let x = b.tensor("input embeddings", n, d, FRAC, x_bound)?;
     let pad_bias = encode(-c, FRAC);
@@ -113,24 +120,28 @@ fn plan_with(
         Pooling::Cls => None,
     };
 
-    let mut h = x;
+    let mut h = Stream {
+        t: x,
+        form: embeddings_norm(model),
+        fold: None,
+    };
     let mut scores = 0.0f64;
     for (l, layer) in model.layers.iter().enumerate() {
         let site = Site {
             l,
             layer,
-            x: h,
-            x_norm: &norm,
+            x: &h,
             bias,
             c,
             seq,
             batch,
+            last: l + 1 == model.layers.len(),
         };
-        let (out, out_norm, s) = encoder_layer(&mut b, model, &site)?;
+        let (out, s) = encoder_layer(&mut b, model, &site)?;
         h = out;
-        norm = out_norm;
         scores = scores.max(s);
     }
+    let h = h.t;
 
     b.at(Category::Pooling, None);
     let (output, finish) = pool(&mut b, h, mask, (batch, seq, d))?;
@@ -262,25 +273,38 @@ fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
     worst * (1.0 + 1e-6)
 }
 
-/// Where a layer runs: its index and weights, its input `x` and the
-/// input's norm form, the attention bias and its constant `c`, the shape.
+/// A layer's input as the residual stream holds it: `t` at FRAC, its
+/// norm form (for bounds) and, where the norm that made it left its gains
+/// and shifts out (`x = g⊙t + β`, [`post_norm_folded`]), those. The
+/// layer's first product folds them into its weights, and its residual
+/// sums apply them ([`residual_sum`]). The client's embeddings (layer 0's
+/// input) and the last norm's output carry their gains (`fold: None`).
+struct Stream {
+    t: usize,
+    form: NormForm,
+    fold: Option<Folded>,
+}
+
+/// Where a layer runs: its index and weights, its input, the attention
+/// bias and its constant `c`, the shape, and whether it is the last
+/// (whose norm keeps its gains for the pooling).
 #[derive(Clone, Copy)]
 struct Site<'a> {
     l: usize,
     layer: &'a model::Layer,
-    x: usize,
-    x_norm: &'a NormForm,
+    x: &'a Stream,
     bias: usize,
     c: f64,
     seq: usize,
     batch: usize,
+    last: bool,
 }
 
 /// A layer's self-attention up to its output projection: one fused
 /// q/k/v product split into heads, the scores bounded through the weights'
 /// bilinear form, softmax and the weighted values ([`attention::attend`]),
-/// the heads merged and projected. Returns the projection at FRAC and the
-/// worst score.
+/// the heads merged and projected. Returns the projection's product
+/// (untruncated: [`residual_sum`] truncates it) and the worst score.
 fn encoder_attention(
     b: &mut Builder,
     model: &Model,
@@ -291,12 +315,13 @@ fn encoder_attention(
         l,
         layer,
         x,
-        x_norm,
         bias,
         c,
         seq,
         batch,
+        ..
     } = *site;
+    let x_norm = &x.form;
     let (d, heads) = (cfg.hidden, cfg.heads);
     let dh = d / heads;
     let n = batch * seq;
@@ -305,13 +330,14 @@ fn encoder_attention(
     // Attention projections: one fused product.
     let (qkv, qkv_linear) = linear_to_frac(
         b,
-        x,
+        x.t,
         Some(x_norm),
         format!("layer {l} query/key/value"),
         Weights::new(
             &[&layer.query, &layer.key, &layer.value],
             1.0 / (dh as f64).sqrt(),
-        ),
+        )
+        .folding(x.fold.as_ref()),
         dh,
         l,
     )?;
@@ -347,7 +373,7 @@ fn encoder_attention(
     )?;
     b.at(Category::Linear, Some(l));
     let om = merge_heads(b, o, l, (heads, dh, n))?;
-    let (a, _) = linear_to_frac(
+    let (a, _) = linear_product(
         b,
         om,
         None,
@@ -416,23 +442,29 @@ fn merge_heads(
 }
 
 /// One post-LN layer at `site`: attention, its residual and norm, the
-/// MLP, its residual and norm. Returns the output, its norm form and the
-/// layer's worst score.
+/// MLP, its residual and norm. Returns the output stream and the layer's
+/// worst score.
 fn encoder_layer(
     b: &mut Builder,
     model: &Model,
     site: &Site<'_>,
-) -> Result<(usize, NormForm, f64), PlanError> {
+) -> Result<(Stream, f64), PlanError> {
     let cfg = &model.config;
     let (l, layer, x) = (site.l, site.layer, site.x);
     let (a, score_abs) = encoder_attention(b, model, site)?;
-    let (x1, x1_norm) =
-        residual_norm(b, x, a, &layer.attn_norm, format!("layer {l} attention"), l)?;
+    let name = format!("layer {l} attention");
+    let r1 = residual_sum(b, a, x, &name, l)?;
+    let (t1, form1, fold1) = post_norm_folded(b, r1, &layer.attn_norm, name, l)?;
+    let x1 = Stream {
+        t: t1,
+        form: form1,
+        fold: Some(fold1),
+    };
 
     let tanh = matches!(cfg.activation, model::Activation::GeluTanh);
     let ffn_in = (&layer.ffn_in, cfg.intermediate);
-    let g = mlp::encoder_mlp(b, (x1, &x1_norm), ffn_in, tanh, l)?;
-    let (f, _) = linear_to_frac(
+    let g = mlp::encoder_mlp(b, (x1.t, &x1.form, x1.fold.as_ref()), ffn_in, tanh, l)?;
+    let (f, _) = linear_product(
         b,
         g,
         None,
@@ -441,6 +473,245 @@ fn encoder_layer(
         cfg.hidden,
         l,
     )?;
-    let (out, out_norm) = residual_norm(b, x1, f, &layer.ffn_norm, format!("layer {l} output"), l)?;
-    Ok((out, out_norm, score_abs))
+    let name = format!("layer {l} output");
+    let r2 = residual_sum(b, f, &x1, &name, l)?;
+    let out = if site.last {
+        let (t, form) = post_norm(b, r2, &layer.ffn_norm, name, l)?;
+        Stream {
+            t,
+            form,
+            fold: None,
+        }
+    } else {
+        let (t, form, fold) = post_norm_folded(b, r2, &layer.ffn_norm, name, l)?;
+        Stream {
+            t,
+            form,
+            fold: Some(fold),
+        }
+    };
+    Ok((out, score_abs))
+}
+
+/// `r = trunc(p + x·2^e)` at FRAC: a sublayer's product `p` (at FRAC + e)
+/// and the residual stream `x = g⊙t + β` it adds to, applied to `t` at
+/// the product's scale (the gains at e fraction bits, the shifts at the
+/// product's), so that the truncation the product needs anyway rounds the
+/// sum. A stream without a fold (`x = t`) gives `trunc(p) + t` exactly,
+/// the sum after the truncation it replaces.
+fn residual_sum(
+    b: &mut Builder,
+    p: usize,
+    x: &Stream,
+    name: &str,
+    l: usize,
+) -> Result<usize, PlanError> {
+    b.at(Category::LayerNorm, Some(l));
+    let (pi, ti) = (b.info(p).clone(), b.info(x.t).clone());
+    let (d, e) = (ti.cols, pi.scale - ti.scale);
+    let (gain, offset): (Vec<u64>, Vec<u64>) = match &x.fold {
+        Some(f) => (
+            f.gain.iter().map(|g| encode(*g, e)).collect(),
+            f.shift.iter().map(|v| encode(*v, pi.scale)).collect(),
+        ),
+        None => (vec![encode(1.0, e)], vec![0]),
+    };
+    let at = |v: &[u64], c: usize| v[c.min(v.len() - 1)];
+    let g: Vec<f64> = (0..d)
+        .map(|c| fixed::decode(at(&gain, c), e).abs())
+        .collect();
+    let o: Vec<f64> = (0..d)
+        .map(|c| fixed::decode(at(&offset, c), pi.scale).abs())
+        .collect();
+    let tb = ti.bound.regroup(d);
+    let mut hb = Bound::from_abs((0..d).map(|c| g[c] * tb.abs[c] + o[c]).collect(), d);
+    let gmax = g.iter().fold(0.0f64, |m, v| m.max(*v));
+    let o_l2 = o.iter().map(|v| v * v).sum::<f64>().sqrt();
+    hb.l2[0] = hb.l2[0].min(gmax * tb.row_l2() + o_l2);
+    let h = b.tensor(format!("{name} stream"), ti.rows, d, pi.scale, hb.clone())?;
+    b.push(Kind::Affine {
+        x: x.t,
+        gain,
+        offset,
+        out: h,
+    });
+    let sb = pi.bound.regroup(d).add(&hb);
+    let sum = b.tensor(format!("{name} residual sum"), ti.rows, d, pi.scale, sb)?;
+    b.push(Kind::Add {
+        a: p,
+        b: h,
+        out: sum,
+    });
+    b.at(Category::Truncation, Some(l));
+    truncate(b, sum, FRAC, format!("{name} residual"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::plan::testing::{self, uniform};
+
+    /// A layer `d → d` with seeded weights and biases.
+    fn layer(d: usize) -> model::Linear {
+        model::Linear {
+            w: uniform(d * d, 0.5, 7).iter().map(|v| *v as f32).collect(),
+            b: uniform(d, 1.0, 9).iter().map(|v| *v as f32).collect(),
+            inputs: d,
+            outputs: d,
+        }
+    }
+
+    /// A stream without a fold (the client's embeddings) gives
+    /// `trunc(p) + x` bit for bit: the residual added after the
+    /// product's truncation, the form it replaced.
+    #[test]
+    fn an_unfolded_stream_adds_as_after_the_truncation() {
+        let (d, rows) = (16, 5);
+        let lin = layer(d);
+        let (mut b, x, zero) = testing::begin(rows, d, Bound::uniform(d, 6.0));
+        let parts = [&lin];
+        let (p, _) =
+            linear_product(&mut b, x, None, "p".into(), Weights::new(&parts, 1.0), d, 0).unwrap();
+        let form = NormForm {
+            gain: vec![1.0; d],
+            shift: vec![0.0; d],
+            zeta: 0.0,
+            delta: 0.0,
+        };
+        let stream = Stream {
+            t: x,
+            form,
+            fold: None,
+        };
+        let summed = residual_sum(&mut b, p, &stream, "summed", 0).unwrap();
+        let a = truncate(&mut b, p, FRAC, "after".into()).unwrap();
+        let info = b.info(summed).clone();
+        let after = b
+            .tensor("after residual", rows, d, FRAC, info.bound)
+            .unwrap();
+        b.push(Kind::Add {
+            a: x,
+            b: a,
+            out: after,
+        });
+        let out = b.stack_rows(&[summed, after], "both".into()).unwrap();
+        let words = uniform(rows * d, 6.0, 3)
+            .iter()
+            .map(|v| encode(*v, FRAC))
+            .collect();
+        let (_, outs) = testing::run(b, (x, zero, out), "unfolded", words);
+        let (s, a) = outs.split_at(rows * d);
+        assert_eq!(s, a);
+    }
+
+    /// A post-norm and the sublayer after it, with the residual added
+    /// back: the gains in the norm (the old form, the oracle: `x =
+    /// trunc(γ√d⊙z + β)`, `r = x + trunc(x·W + b)`) and folded into the
+    /// stream (`t = trunc(2^s·z)`, the layer's weights folded, `r =
+    /// trunc(t·W' + b' + (g⊙t + β)·2^e)`). Both residual sums are within
+    /// their roundings of each other; a stream that drops its shifts is
+    /// not.
+    #[test]
+    fn folded_post_norms_give_the_gained_residual_within_its_rounding() {
+        let (d, rows) = (24, 6);
+        let n = model::Norm {
+            gamma: (0..d).map(|c| 0.4 + 0.05 * c as f32).collect(),
+            beta: (0..d).map(|c| 0.05 * c as f32).collect(),
+            eps: 1e-6,
+        };
+        let lin = layer(d);
+        let parts = [&lin];
+        let (mut b, x, zero) = testing::begin(rows, d, Bound::uniform(d, 6.0));
+        let (h, h_form) = post_norm(&mut b, x, &n, "gained".into(), 0).unwrap();
+        let (p, _) = linear_product(
+            &mut b,
+            h,
+            Some(&h_form),
+            "gained layer".into(),
+            Weights::new(&parts, 1.0),
+            d,
+            0,
+        )
+        .unwrap();
+        let a = truncate(&mut b, p, FRAC, "gained layer".into()).unwrap();
+        let rb = b.info(h).bound.add(&b.info(a).bound);
+        let gained = b.tensor("gained residual", rows, d, FRAC, rb).unwrap();
+        b.push(Kind::Add {
+            a: h,
+            b: a,
+            out: gained,
+        });
+        let (t, form, fold) = post_norm_folded(&mut b, x, &n, "folded".into(), 0).unwrap();
+        let (pf, _) = linear_product(
+            &mut b,
+            t,
+            Some(&form),
+            "folded layer".into(),
+            Weights::new(&parts, 1.0).folding(Some(&fold)),
+            d,
+            0,
+        )
+        .unwrap();
+        let unshifted = Folded {
+            gain: fold.gain.clone(),
+            shift: vec![0.0; d],
+        };
+        let two_s = f64::from(n.gamma[0]) * (d as f64).sqrt() / fold.gain[0];
+        let mut stream = Stream {
+            t,
+            form,
+            fold: Some(fold),
+        };
+        let folded = residual_sum(&mut b, pf, &stream, "folded", 0).unwrap();
+        stream.fold = Some(unshifted);
+        let planted = residual_sum(&mut b, pf, &stream, "planted", 0).unwrap();
+        let out = b
+            .stack_rows(&[gained, folded, planted], "all".into())
+            .unwrap();
+        let xs = uniform(rows * d, 5.0, 11);
+        let words = xs.iter().map(|v| encode(*v, FRAC)).collect();
+        let (_, outs) = testing::run(b, (x, zero, out), "fold", words);
+        let at = |i: usize| fixed::decode(outs[i], FRAC);
+        let (root, u) = ((d as f64).sqrt(), ulp(FRAC));
+        let mut planted_off = 0.0f64;
+        for r in 0..rows {
+            let row = &xs[r * d..(r + 1) * d];
+            let mean = row.iter().sum::<f64>() / d as f64;
+            let norm2 = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>();
+            // |zᵢ| with room for ρ's and the inputs' roundings.
+            let z: Vec<f64> = row
+                .iter()
+                .map(|v| 1.1 * (v - mean).abs() / norm2.sqrt())
+                .collect();
+            for j in 0..d {
+                let mut tol = 8.0 * u;
+                for (i, zi) in z.iter().enumerate() {
+                    let wij = f64::from(lin.w[i * d + j]).abs();
+                    let g = f64::from(n.gamma[i]) * root;
+                    let hi = g * zi + f64::from(n.beta[i]).abs();
+                    // Gained: x's floor (on the residual and through W),
+                    // W's and the gain's rounding.
+                    tol += u * (wij + 0.5 * hi + 0.5 * zi * (1.0 + wij));
+                    // Folded: t's floor (through g and W'), W''s rounding.
+                    let gf = g / two_s;
+                    tol += u * (gf * (1.0 + wij) + 0.5 * zi * two_s);
+                }
+                let k = r * d + j;
+                let (vg, vf, vp) = (at(k), at(rows * d + k), at(2 * rows * d + k));
+                assert!(
+                    (vg - vf).abs() <= tol,
+                    "row {r} column {j}: {} > {tol}",
+                    (vg - vf).abs()
+                );
+                planted_off = planted_off.max((vg - vp).abs() / tol);
+            }
+        }
+        // The shifts are what the planted stream leaves out: far beyond
+        // the tolerance.
+        assert!(
+            planted_off > 10.0,
+            "planted fault within {planted_off}× tol"
+        );
+    }
 }

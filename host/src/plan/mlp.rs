@@ -5,7 +5,7 @@
 
 use super::attention::PRODUCT_MAX_K;
 use super::bound::{self, Bound, NormForm};
-use super::linear::{Normed, Weights, heads, linear_to_frac};
+use super::linear::{Folded, Normed, Weights, heads, linear_to_frac};
 use super::scale::{spline_width, truncate, ulp};
 use super::{Builder, Category, GateSpec, Kind, PlanError};
 use crate::fixed::FRAC;
@@ -90,7 +90,7 @@ fn activation(
 /// by the model).
 pub(super) fn encoder_mlp(
     b: &mut Builder,
-    (x, x_norm): (usize, &NormForm),
+    (x, x_norm, fold): (usize, &NormForm, Option<&Folded>),
     (ffn_in, intermediate): (&model::Linear, usize),
     tanh: bool,
     l: usize,
@@ -100,7 +100,7 @@ pub(super) fn encoder_mlp(
         x,
         Some(x_norm),
         format!("layer {l} intermediate"),
-        Weights::new(&[ffn_in], 1.0),
+        Weights::new(&[ffn_in], 1.0).folding(fold),
         intermediate,
         l,
     )?;

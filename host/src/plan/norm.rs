@@ -230,22 +230,31 @@ fn ready_sum(
     }
 }
 
-/// `LN(x + a)`.
-pub(super) fn residual_norm(
+/// An encoder's post-norm `LN(r)` of a residual sum `r` at FRAC, the gains
+/// in the norm: the output the pooling takes.
+pub(super) fn post_norm(
     b: &mut Builder,
-    x: usize,
-    a: usize,
+    r: usize,
     norm: &model::Norm,
     name: String,
     l: usize,
 ) -> Result<(usize, NormForm), PlanError> {
-    b.at(Category::LayerNorm, Some(l));
-    let xi = b.info(x).clone();
-    let (rows, d) = (xi.rows, xi.cols);
-    let r_bound = xi.bound.regroup(d).add(&b.info(a).bound.regroup(d));
-    let r = b.tensor(format!("{name} residual"), rows, d, FRAC, r_bound.clone())?;
-    b.push(Kind::Add { a: x, b: a, out: r });
     normalize_with(b, r, norm, (name, l), true, Rho::Post)
+}
+
+/// An encoder's post-norm `LN(r)` whose gains and shifts the stream
+/// after it applies ([`normalize_folded`]'s output `t` and fold, with
+/// ρ at a post-norm's bits): the next layer's first product folds them
+/// into its weights, and its residual sum multiplies them in at the
+/// product's scale (`bert.rs` `residual_sum`).
+pub(super) fn post_norm_folded(
+    b: &mut Builder,
+    r: usize,
+    norm: &model::Norm,
+    name: String,
+    l: usize,
+) -> Result<(usize, NormForm, Folded), PlanError> {
+    fold_norm(b, r, norm, (name, l), (true, Rho::Post), Output::Frac)
 }
 
 /// `z` (at `scale`) as every norm's gains' product can take it: where
@@ -345,7 +354,19 @@ pub(super) fn normalize_folded(
     centre: bool,
     output: Output,
 ) -> Result<(usize, NormForm, Folded), PlanError> {
-    let n = normalized(b, r, norm.eps, &name, l, centre, Rho::Narrow)?;
+    fold_norm(b, r, norm, (name, l), (centre, Rho::Narrow), output)
+}
+
+/// [`normalize_folded`] with ρ's bits chosen by `rho`.
+fn fold_norm(
+    b: &mut Builder,
+    r: usize,
+    norm: &model::Norm,
+    (name, l): (String, usize),
+    (centre, rho): (bool, Rho),
+    output: Output,
+) -> Result<(usize, NormForm, Folded), PlanError> {
+    let n = normalized(b, r, norm.eps, &name, l, centre, rho)?;
     let d = n.zb.abs.len();
     let root = (d as f64).sqrt();
     let s = gain_shift(norm, n.scale);
@@ -737,7 +758,7 @@ fn centre_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plan::testing;
+    use crate::plan::testing::{self, uniform};
 
     fn norm(d: usize, gain: f32, shift: f32) -> model::Norm {
         model::Norm {
@@ -832,20 +853,6 @@ mod tests {
             let kinds = |k: fn(&Kind) -> bool| plan.ops.iter().filter(|o| k(&o.kind)).count();
             assert_eq!(kinds(|k| matches!(k, Kind::CentreSquare { .. })), 1);
         }
-    }
-
-    /// Seeded reals uniform in `[-r, r)`.
-    fn uniform(n: usize, r: f64, seed: u64) -> Vec<f64> {
-        let mut state = seed;
-        (0..n)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
-                r * (2.0 * unit - 1.0)
-            })
-            .collect()
     }
 
     /// A norm and the linear layer after it, the gains in the norm (the
