@@ -58,8 +58,10 @@ use bound::Bound;
 /// mantissa spline and exponent factor's product run as one scaled SUF
 /// (`RingSuf::scaled`), 5 → 4 rounds per chain, so their key sections
 /// change; and a LayerNorm's centring and sum of squares are one step
-/// ([`Kind::CentreSquare`]).
-pub const PLAN_VERSION: u32 = 7;
+/// ([`Kind::CentreSquare`]). 8: GeLU takes its products from dealer
+/// monomials (`activation::gelu_monomials`), 3 → 2 rounds, so its key
+/// sections change.
+pub const PLAN_VERSION: u32 = 8;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to
@@ -186,6 +188,13 @@ pub enum GateSpec {
         /// decode passes. Absent when false, as `fine`.
         #[serde(skip_serializing_if = "std::ops::Not::not")]
         linear: bool,
+        /// Φ's products by Beaver triples (3 rounds,
+        /// `activation::gelu`) instead of dealer monomials (2 rounds,
+        /// `activation::gelu_monomials`): in decode passes, where the
+        /// monomials' extra words cost more key bytes per round saved
+        /// than the plan takes there (docs/PLAN.md). Absent when false.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        beaver: bool,
     },
     /// SiLU `x·σ(x)` at input scale FRAC; output at 2·FRAC + 12, or
     /// FRAC + 12 in the degree-1 form.
@@ -222,7 +231,14 @@ impl GateSpec {
                 tanh,
                 fine,
                 linear,
-            } => activation::gelu(gelu_form(tanh, fine, linear), RING, w(k)?, fixed::FRAC)?,
+                beaver,
+            } => {
+                let form = gelu_form(tanh, fine, linear);
+                match beaver {
+                    true => activation::gelu(form, RING, w(k)?, fixed::FRAC)?,
+                    false => activation::gelu_monomials(form, RING, w(k)?, fixed::FRAC)?,
+                }
+            }
             GateSpec::Nexp { k, linear } => {
                 activation::nexp(nexp_form(linear), RING, w(k)?, fixed::FRAC)?
             }
@@ -238,12 +254,17 @@ impl GateSpec {
         match self {
             GateSpec::Trunc { shift, .. } => GateSpec::Trunc { k, shift },
             GateSpec::Gelu {
-                tanh, fine, linear, ..
+                tanh,
+                fine,
+                linear,
+                beaver,
+                ..
             } => GateSpec::Gelu {
                 k,
                 tanh,
                 fine,
                 linear,
+                beaver,
             },
             GateSpec::Silu { linear, .. } => GateSpec::Silu { k, linear },
             GateSpec::Nexp { linear, .. } => GateSpec::Nexp { k, linear },

@@ -212,15 +212,17 @@ const SMALL_DOMAINS: [u32; 3] = [3, 8, 64];
 const SMALL_BATCH: usize = 65;
 
 /// Gates whose Φ programs cover every operation: Beaver-style spline
-/// (GeLU), wraps and mask constants (exact truncation), monomials (ReLU),
-/// and a ring narrower than the word.
+/// (GeLU), a spline with dealer monomials (the plans' GeLU), wraps and
+/// mask constants (exact truncation), monomials (ReLU), and a ring
+/// narrower than the word.
 fn phi_gates() -> Vec<suffuse_core::gate::Gate> {
-    use suffuse_core::gate::activation::{GeluForm, gelu};
+    use suffuse_core::gate::activation::{GeluForm, gelu, gelu_monomials};
     use suffuse_core::gate::relu::relu;
     use suffuse_core::gate::trunc::{Range, Shift, trunc};
     let n = Width::W64;
     vec![
         gelu(GeluForm::Erf, n, Width::of(26), 12).unwrap(),
+        gelu_monomials(GeluForm::Erf, n, Width::of(26), 12).unwrap(),
         trunc(n, Width::of(40), 12, Shift::Arithmetic, Range::Exact).unwrap(),
         relu(n, Width::of(26)).unwrap(),
         trunc(

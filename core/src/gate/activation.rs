@@ -187,6 +187,20 @@ pub fn gelu_init(
     spline_gate_init(gate, gelu_spline(form), ring, k, frac, COEFF_BITS)
 }
 
+/// GeLU with dealer monomials (2 rounds), the form plans take: the same
+/// function as [`gelu`] (Beaver-style, 3 rounds), which stays its oracle
+/// and the firmware's gate (examples/mcu).
+pub fn gelu_monomials(form: GeluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
+    spline_gate_in(
+        PolyMode::Monomials,
+        gelu_spline(form),
+        ring,
+        k,
+        frac,
+        COEFF_BITS,
+    )
+}
+
 /// SiLU, with dealer monomials (2 rounds).
 pub fn silu(form: SiluForm, ring: Width, k: Width, frac: u32) -> Result<Gate, SufError> {
     spline_gate_in(
@@ -321,13 +335,17 @@ mod tests {
         }
     }
 
-    /// SiLU and nExp run with dealer monomials: two rounds, the same
-    /// function as the Beaver-style gate (their oracle), swept fully on a
-    /// small ring with pinned wrap masks.
+    /// GeLU, SiLU and nExp run with dealer monomials: two rounds, the
+    /// same function as the Beaver-style gate (their oracle), swept fully
+    /// on a small ring with pinned wrap masks.
     #[test]
     fn dealer_monomial_splines_equal_the_beaver_form() {
         let (n, k) = (Width::of(12), Width::of(10));
         for spline in [
+            &splines::GELU_ERF,
+            &splines::GELU_TANH,
+            &splines::GELU_TANH_FINE,
+            &splines::GELU_TANH_LINEAR,
             &splines::SILU,
             &splines::SILU_LINEAR,
             &splines::NEXP,
@@ -360,6 +378,15 @@ mod tests {
         for form in [NexpForm::Quadratic, NexpForm::Linear] {
             assert_eq!(nexp(form, w, Width::of(24), 12).unwrap().cost().rounds, 2);
         }
+        for form in [
+            GeluForm::Erf,
+            GeluForm::Tanh,
+            GeluForm::TanhFine,
+            GeluForm::TanhLinear,
+        ] {
+            let gate = gelu_monomials(form, w, Width::of(26), 12).unwrap();
+            assert_eq!(gate.cost().rounds, 2);
+        }
     }
 
     #[test]
@@ -383,6 +410,22 @@ mod tests {
             ),
             (nexp(NexpForm::Quadratic, n, Width::of(24), 12).unwrap(), 24),
             (nexp(NexpForm::Linear, n, Width::of(27), 12).unwrap(), 27),
+            (
+                gelu_monomials(GeluForm::Erf, n, Width::of(21), 12).unwrap(),
+                21,
+            ),
+            (
+                gelu_monomials(GeluForm::Tanh, n, Width::of(64), 12).unwrap(),
+                64,
+            ),
+            (
+                gelu_monomials(GeluForm::TanhFine, n, Width::of(22), 12).unwrap(),
+                22,
+            ),
+            (
+                gelu_monomials(GeluForm::TanhLinear, n, Width::of(26), 12).unwrap(),
+                26,
+            ),
         ] {
             let suf = gate.compiled.suf;
             let k = Width::of(k);
@@ -405,8 +448,8 @@ mod tests {
             }
         }
 
-        /// nExp and SiLU with dealer monomials against their spec, which
-        /// the Beaver-style gate meets too.
+        /// nExp, SiLU and GeLU with dealer monomials against their spec,
+        /// which the Beaver-style gate meets too.
         #[test]
         fn monomial_splines_random_at_64_bits(xs in proptest::collection::vec(any::<u64>(), 64), rs in proptest::collection::vec(any::<u64>(), 64)) {
             let n = Width::W64;
@@ -415,6 +458,10 @@ mod tests {
                 (nexp(NexpForm::Linear, n, Width::of(27), 12).unwrap(), 27),
                 (super::silu(SiluForm::Quadratic, n, Width::of(26), 12).unwrap(), 26),
                 (super::silu(SiluForm::Linear, n, Width::of(26), 12).unwrap(), 26),
+                (gelu_monomials(GeluForm::Erf, n, Width::of(26), 12).unwrap(), 26),
+                (gelu_monomials(GeluForm::Tanh, n, Width::of(26), 12).unwrap(), 26),
+                (gelu_monomials(GeluForm::TanhFine, n, Width::of(22), 12).unwrap(), 22),
+                (gelu_monomials(GeluForm::TanhLinear, n, Width::of(26), 12).unwrap(), 26),
             ] {
                 let k = Width::of(k);
                 let suf = gate.compiled.suf;

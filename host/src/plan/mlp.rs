@@ -45,6 +45,7 @@ impl Activation {
                     tanh,
                     fine,
                     linear,
+                    beaver: decoding,
                 };
                 (spec, gelu_spline(super::gelu_form(tanh, fine, linear)))
             }

@@ -700,7 +700,8 @@ fn suf_err(e: suffuse_core::SufError) -> anyhow::Error {
     anyhow!("{e}")
 }
 
-/// The spline activations (every GeLU and SiLU form), ReLU and DReLU, at
+/// The spline activations (every GeLU form, Beaver-style and with dealer
+/// monomials, and every SiLU form), ReLU and DReLU, at
 /// BERT-class width (k = 26, f = 12) and full width.
 fn activation_records() -> Result<Vec<Record>> {
     let n = Width::W64;
@@ -728,6 +729,10 @@ fn activation_records() -> Result<Vec<Record>> {
             };
             let gate = activation::gelu(form, n, w, FRAC).map_err(suf_err)?;
             records.extend(spline_record(name, gate, k, spline, real, note)?);
+            // The plans' form outside decode passes: dealer monomials.
+            let gate = activation::gelu_monomials(form, n, w, FRAC).map_err(suf_err)?;
+            let name = format!("{name}_monomials");
+            records.extend(spline_record(&name, gate, k, spline, real, note)?);
         }
         for (name, form, spline) in [
             ("silu", SiluForm::Quadratic, &splines::SILU),

@@ -806,6 +806,9 @@ pub fn run(b: &Backends<'_>, inputs: &mut PublicInputs) -> HarnessResult<GateSta
     let xs = signed_inputs(ring, k, inputs);
     let gelu = activation::gelu(GeluForm::Erf, ring, Width::of(k), FRAC)?;
     gate_case("gelu", &gelu, &xs, b, inputs, &mut stats)?;
+    // The plans' GeLU: the same spline with dealer monomials.
+    let gelu = activation::gelu_monomials(GeluForm::Erf, ring, Width::of(k), FRAC)?;
+    gate_case("gelu, dealer monomials", &gelu, &xs, b, inputs, &mut stats)?;
     // Decode passes' activations: pieces of degree 1, so other circuits
     // (13 and 22 intervals; Beaver and dealer-monomial Φ).
     let gelu = activation::gelu(GeluForm::TanhLinear, ring, Width::of(k), FRAC)?;
