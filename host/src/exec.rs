@@ -185,7 +185,6 @@ pub fn run_local(
     constants: bool,
     la: &dyn BatchEval,
 ) -> Result<(), ExecError> {
-    let t = &plan.tensors;
     let out = match &plan.ops[i].kind {
         Kind::Linear {
             x,
@@ -220,42 +219,7 @@ pub fn run_local(
         Kind::AddBias {
             x, bias, rows_per, ..
         } => add_bias(plan, *x, *bias, *rows_per, store)?,
-        Kind::RowMinus { v, x, .. } => {
-            let cols = t[*x].cols;
-            let vs = store.get(plan, *v)?;
-            let xs = store.get(plan, *x)?;
-            xs.chunks(cols.max(1))
-                .zip(vs)
-                .flat_map(|(row, m)| row.iter().map(move |s| m.wrapping_sub(*s)))
-                .collect()
-        }
-        Kind::MinusRow { x, v, .. } => {
-            let cols = t[*x].cols;
-            let vs = store.get(plan, *v)?;
-            let xs = store.get(plan, *x)?;
-            xs.chunks(cols.max(1))
-                .zip(vs)
-                .flat_map(|(row, m)| row.iter().map(move |s| s.wrapping_sub(*m)))
-                .collect()
-        }
-        Kind::RowSum { x, .. } => {
-            let cols = t[*x].cols;
-            store
-                .get(plan, *x)?
-                .chunks(cols.max(1))
-                .map(|row| row.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
-                .collect()
-        }
-        Kind::TakeRows { x, stride, .. } => {
-            let cols = t[*x].cols;
-            store
-                .get(plan, *x)?
-                .chunks(cols.max(1))
-                .step_by((*stride).max(1))
-                .flat_map(|row| row.iter().copied())
-                .collect()
-        }
-        kind => match layout::run(plan, kind, store) {
+        kind => match row_op(plan, kind, store).or_else(|| layout::run(plan, kind, store)) {
             Some(out) => out?,
             // Steps are not local.
             None => return Ok(()),
@@ -263,6 +227,38 @@ pub fn run_local(
     };
     let o = plan.ops[i].kind.output();
     store.set(plan, o, out)
+}
+
+/// A row-wise local operation (a per-row value against each element, a
+/// row's sum, every `stride`-th row); `None` for any other kind.
+fn row_op(plan: &Plan, kind: &Kind, store: &Store) -> Option<Result<Vec<u64>, ExecError>> {
+    let t = &plan.tensors;
+    let each = |x: usize, v: usize, f: fn(u64, u64) -> u64| -> Result<Vec<u64>, ExecError> {
+        let cols = t[x].cols;
+        let vs = store.get(plan, v)?;
+        let xs = store.get(plan, x)?;
+        Ok(xs
+            .chunks(cols.max(1))
+            .zip(vs)
+            .flat_map(|(row, m)| row.iter().map(move |s| f(*s, *m)))
+            .collect())
+    };
+    Some(match kind {
+        Kind::RowMinus { v, x, .. } => each(*x, *v, |s, m| m.wrapping_sub(s)),
+        Kind::MinusRow { x, v, .. } => each(*x, *v, |s, m| s.wrapping_sub(m)),
+        Kind::RowSum { x, .. } => store.get(plan, *x).map(|xs| {
+            xs.chunks(t[*x].cols.max(1))
+                .map(|row| row.iter().fold(0u64, |a, v| a.wrapping_add(*v)))
+                .collect()
+        }),
+        Kind::TakeRows { x, stride, .. } => store.get(plan, *x).map(|xs| {
+            xs.chunks(t[*x].cols.max(1))
+                .step_by((*stride).max(1))
+                .flat_map(|row| row.iter().copied())
+                .collect()
+        }),
+        _ => return None,
+    })
 }
 
 /// `x·W` (`+ b` with `constants`) of linear layer `linear`, its weights

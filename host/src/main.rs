@@ -848,27 +848,14 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
     let keys = match (keys, keys_dir) {
         (Some(k), _) => k,
         (None, Some(dir)) => {
-            let me = u8::from(party == Party::P1);
-            let pool = Pool::open(&dir, me)?;
-            let opts = ServiceOptions {
-                serve: opts,
+            let pooled = Pooled {
                 max_concurrent,
-                max_per_client: max_per_client.unwrap_or(max_concurrent.div_ceil(2)),
-                drain: Duration::from_secs(drain),
-                metrics: metrics_endpoint(metrics.as_deref(), &pool, me)?,
+                max_per_client,
+                drain,
+                metrics,
             };
-            let stop = stop_on_signals()?;
-            let r = service::run(&model, party, &pool, listener, &peer, &opts, fss, &stop);
-            eprintln!(
-                "P{}: stopped: {} served, {} failed, {} refused, {} dropped",
-                u8::from(party == Party::P1),
-                r.served,
-                r.failed,
-                r.refused,
-                r.dropped
-            );
-            write_json(&report_json, &r)?;
-            return Ok(ExitCode::SUCCESS);
+            let me = (party, peer.as_str(), &report_json);
+            return serve_pool(&model, me, &dir, (listener, opts), &pooled, fss);
         }
         (None, None) => bail!("give --keys FILE or --keys-dir DIR"),
     };
@@ -881,6 +868,45 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
         r.rounds
     );
     write_json(&report_json, &r)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `serve --keys-dir`'s limits and metrics address.
+struct Pooled {
+    max_concurrent: usize,
+    max_per_client: Option<usize>,
+    drain: u64,
+    metrics: Option<String>,
+}
+
+/// `suffuse serve --keys-dir DIR`: queries from the key pool in `dir`
+/// until SIGTERM or SIGINT, then the service's report.
+fn serve_pool(
+    model: &Transformer,
+    (party, peer, report_json): (Party, &str, &Option<PathBuf>),
+    dir: &Path,
+    (listener, serve): (Listener, ServeOptions),
+    pooled: &Pooled,
+    fss: &dyn suffuse_core::batch::BatchEval,
+) -> Result<ExitCode> {
+    let me = u8::from(party == Party::P1);
+    let pool = Pool::open(dir, me)?;
+    let opts = ServiceOptions {
+        serve,
+        max_concurrent: pooled.max_concurrent,
+        max_per_client: pooled
+            .max_per_client
+            .unwrap_or(pooled.max_concurrent.div_ceil(2)),
+        drain: Duration::from_secs(pooled.drain),
+        metrics: metrics_endpoint(pooled.metrics.as_deref(), &pool, me)?,
+    };
+    let stop = stop_on_signals()?;
+    let r = service::run(model, party, &pool, listener, peer, &opts, fss, &stop);
+    eprintln!(
+        "P{me}: stopped: {} served, {} failed, {} refused, {} dropped",
+        r.served, r.failed, r.refused, r.dropped
+    );
+    write_json(report_json, &r)?;
     Ok(ExitCode::SUCCESS)
 }
 

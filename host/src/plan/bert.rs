@@ -344,15 +344,7 @@ fn encoder_attention(
     b.at(Category::Linear, Some(l));
     let [q, k, v] = split_heads(b, qkv, l, (heads, dh, bh * seq))?;
 
-    // Scores, bounded through the bilinear form of the weights.
-    let qn = b.info(q).bound.row_l2();
-    let kn = b.info(k).bound.row_l2();
-    let bilinear = {
-        let enc = b.linear_ref(qkv_linear).clone();
-        b.memo_bound(&format!("layer {l} scores"), || {
-            score_bound(&enc, x_norm, heads)
-        })
-    };
+    let scores = scores_bound(b, (q, k, qkv_linear), x_norm, heads, l);
     let (o, score_abs) = attention::attend(
         b,
         attention::Heads {
@@ -366,7 +358,7 @@ fn encoder_attention(
             window: None,
             positions: cfg.max_positions,
         },
-        (qn * kn).min(bilinear),
+        scores,
         bias,
         c,
         l,
@@ -383,6 +375,25 @@ fn encoder_attention(
         l,
     )?;
     Ok((a, score_abs))
+}
+
+/// The scores' bound: the product of the query and key rows' norms, or
+/// the bilinear form of the weights ([`score_bound`], memoized by layer),
+/// whichever is smaller.
+fn scores_bound(
+    b: &mut Builder,
+    (q, k, qkv_linear): (usize, usize, usize),
+    x_norm: &NormForm,
+    heads: usize,
+    l: usize,
+) -> f64 {
+    let qn = b.info(q).bound.row_l2();
+    let kn = b.info(k).bound.row_l2();
+    let enc = b.linear_ref(qkv_linear).clone();
+    let bilinear = b.memo_bound(&format!("layer {l} scores"), || {
+        score_bound(&enc, x_norm, heads)
+    });
+    (qn * kn).min(bilinear)
 }
 
 /// The fused q/k/v product's three parts split into heads (`rows` rows of
