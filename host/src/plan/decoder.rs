@@ -147,45 +147,17 @@ fn plan_with(
     let mut output = 0;
     let head_w = model.head();
     for pass in 0..=g.steps {
-        let (rows, ctx) = if pass == 0 {
-            (g.prompt, g.prompt)
-        } else {
-            (1, g.prompt + pass)
+        let site = PassSite {
+            pass,
+            g,
+            head: (&head_w, head_rows),
+            c,
+            x_bound: &x_bound,
         };
-        b.at(Category::Linear, None);
-        let x = b.tensor(
-            format!("pass {pass} embeddings"),
-            rows,
-            d,
-            FRAC,
-            x_bound.clone(),
-        )?;
-        let bias = b.tensor(
-            format!("pass {pass} key bias"),
-            1,
-            ctx,
-            FRAC,
-            Bound::uniform(ctx, c),
-        )?;
-        first.get_or_insert((x, bias));
-        b.begin_pass(x, bias);
-        let at = Position {
-            first: ctx - rows,
-            rows,
-            ctx,
-            last_only: false,
-        };
-        let mut h = x;
-        for (l, layer) in model.layers.iter().enumerate() {
-            let last = l + 1 == model.layers.len() && head_rows == Head::LastRow;
-            let at = at.last_only(last);
-            let (out, s) = block(&mut b, model, l, layer, h, bias, c, at, &mut cache)?;
-            h = out;
-            scores = scores.max(s);
-        }
-        let out_rows = b.info(h).rows;
-        output = head(&mut b, model, &head_w, h, out_rows, head_rows)?;
-        b.end_pass(output);
+        let (inputs, out, s) = plan_pass(&mut b, model, &site, &mut cache)?;
+        first.get_or_insert(inputs);
+        output = out;
+        scores = scores.max(s);
     }
     let (x, bias) = first.unwrap_or_default();
     let plan = b.finish(
@@ -205,6 +177,75 @@ fn plan_with(
         false,
     )?;
     Ok((plan, scores))
+}
+
+/// What a pass of a generation is planned from: its index, the
+/// generation's shape, the LM head and the rows it reads, the padding
+/// constant and the embeddings' bound.
+struct PassSite<'a> {
+    pass: usize,
+    g: Generation,
+    head: (&'a crate::model::Linear, Head),
+    c: f64,
+    x_bound: &'a Bound,
+}
+
+/// One pass: its embeddings and key bias, every block over the cache, the
+/// LM head. Returns the pass's inputs, its output and its worst score.
+fn plan_pass(
+    b: &mut Builder,
+    model: &Decoder,
+    site: &PassSite<'_>,
+    cache: &mut Cache,
+) -> Result<((usize, usize), usize, f64), PlanError> {
+    let PassSite {
+        pass,
+        g,
+        head: (head_w, head_rows),
+        c,
+        ..
+    } = *site;
+    let d = model.config.hidden;
+    let (rows, ctx) = if pass == 0 {
+        (g.prompt, g.prompt)
+    } else {
+        (1, g.prompt + pass)
+    };
+    b.at(Category::Linear, None);
+    let x = b.tensor(
+        format!("pass {pass} embeddings"),
+        rows,
+        d,
+        FRAC,
+        site.x_bound.clone(),
+    )?;
+    let bias = b.tensor(
+        format!("pass {pass} key bias"),
+        1,
+        ctx,
+        FRAC,
+        Bound::uniform(ctx, c),
+    )?;
+    b.begin_pass(x, bias);
+    let at = Position {
+        first: ctx - rows,
+        rows,
+        ctx,
+        last_only: false,
+    };
+    let mut h = x;
+    let mut scores = 0.0f64;
+    for (l, layer) in model.layers.iter().enumerate() {
+        let last = l + 1 == model.layers.len() && head_rows == Head::LastRow;
+        let at = at.last_only(last);
+        let (out, s) = block(b, model, l, layer, h, bias, c, at, cache)?;
+        h = out;
+        scores = scores.max(s);
+    }
+    let out_rows = b.info(h).rows;
+    let output = head(b, model, head_w, h, out_rows, head_rows)?;
+    b.end_pass(output);
+    Ok(((x, bias), output, scores))
 }
 
 /// Where a pass's rows sit: slots `first..first + rows` of a context of
@@ -591,36 +632,70 @@ fn projections(
         let rotated = if turned { qw + kvw } else { 0 };
         qkv = add_turned_bias(b, model, qkv, (&biases, rotated), place, &name)?;
     }
-    let values = |b: &mut Builder, qkv| {
-        let name = format!("layer {l} new values");
-        heads(b, qkv, qw + kvw, cfg.kv_heads, dh, name)
+    match &layer.qk_norm {
+        None => open_heads(b, model, qkv, l, at),
+        Some((qn, kn)) => {
+            let mut qn = qn.clone();
+            qn.gamma
+                .iter_mut()
+                .for_each(|g| *g = (f64::from(*g) * inv_root) as f32);
+            open_normed_heads(b, model, qkv, [&qn, kn], (l, theta), at)
+        }
+    }
+}
+
+/// A block's new values: the heads of `qkv` after the queries and keys.
+fn new_values(b: &mut Builder, model: &Decoder, qkv: usize, l: usize) -> Result<usize, PlanError> {
+    let cfg = &model.config;
+    let kv_start = cfg.heads * cfg.head_dim + cfg.kv_width();
+    let name = format!("layer {l} new values");
+    heads(b, qkv, kv_start, cfg.kv_heads, cfg.head_dim, name)
+}
+
+/// The queries, new keys and new values of `qkv` without QK-norm, opened
+/// once: the scores product opens nothing, the weighted values open only
+/// the probabilities, and the new keys and values join the cache with
+/// their masks.
+fn open_heads(
+    b: &mut Builder,
+    model: &Decoder,
+    qkv: usize,
+    l: usize,
+    at: Position,
+) -> Result<(usize, usize, usize), PlanError> {
+    let cfg = &model.config;
+    let (dh, qw) = (cfg.head_dim, cfg.heads * cfg.head_dim);
+    let name = format!("layer {l} query/key/value");
+    b.at(Category::AttentionMatmul, Some(l));
+    let qkv = b.open(qkv, format!("{name} (opened)"))?;
+    b.at(Category::Linear, Some(l));
+    let queries = match at.last_only {
+        true => last_row(b, qkv, format!("{name} (opened, last row)"))?,
+        false => qkv,
     };
-    let Some((qn, kn)) = &layer.qk_norm else {
-        // Opened once: the scores product opens nothing, the weighted
-        // values open only the probabilities, and the new keys and values
-        // join the cache with their masks.
-        b.at(Category::AttentionMatmul, Some(l));
-        let qkv = b.open(qkv, format!("{name} (opened)"))?;
-        b.at(Category::Linear, Some(l));
-        let queries = match at.last_only {
-            true => last_row(b, qkv, format!("{name} (opened, last row)"))?,
-            false => qkv,
-        };
-        let q = heads(b, queries, 0, cfg.heads, dh, format!("layer {l} queries"))?;
-        let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
-        return Ok((q, k, values(b, qkv)?));
-    };
-    let mut qn = qn.clone();
-    qn.gamma
-        .iter_mut()
-        .for_each(|g| *g = (f64::from(*g) * inv_root) as f32);
-    let (both, [q_part, k_part]) = qk_norm(b, qkv, [&qn, kn], (l, theta), model, at)?;
+    let q = heads(b, queries, 0, cfg.heads, dh, format!("layer {l} queries"))?;
+    let k = heads(b, qkv, qw, cfg.kv_heads, dh, format!("layer {l} new keys"))?;
+    Ok((q, k, new_values(b, model, qkv, l)?))
+}
+
+/// Gemma 3's queries and keys normed ([`qk_norm`], `norms` the query
+/// norm with 1/√d_h in its gains and the key norm) and rotated, opened in
+/// one round with the new values.
+fn open_normed_heads(
+    b: &mut Builder,
+    model: &Decoder,
+    qkv: usize,
+    norms: [&Norm; 2],
+    (l, theta): (usize, f32),
+    at: Position,
+) -> Result<(usize, usize, usize), PlanError> {
+    let (both, [q_part, k_part]) = qk_norm(b, qkv, norms, (l, theta), model, at)?;
     // Both openings share one round.
     b.at(Category::AttentionMatmul, Some(l));
     b.begin_lanes();
     let both = b.open(both, format!("layer {l} rotated queries and keys (opened)"))?;
     b.next_lane();
-    let v = values(b, qkv)?;
+    let v = new_values(b, model, qkv, l)?;
     let v = b.open(v, format!("layer {l} new values (opened)"))?;
     b.end_lanes()?;
     b.at(Category::Linear, Some(l));
