@@ -168,30 +168,19 @@ impl Report {
         );
         for c in Category::ALL {
             if let Some(b) = self.breakdown.get(c.name()) {
-                let _ = writeln!(
-                    s,
-                    "{:<18} {:>10.3} {:>12} {:>12} {:>8} {:>12} {:>12}",
-                    c.name(),
-                    b.online_s,
-                    bytes(b.comm_bytes_per_party[0]),
-                    bytes(b.comm_bytes_per_party[1]),
-                    b.rounds,
-                    bytes(b.key_bytes_per_party[0]),
-                    bytes(b.key_bytes_per_party[1]),
-                );
+                let (comm, keys) = (b.comm_bytes_per_party, b.key_bytes_per_party);
+                table_row(&mut s, c.name(), b.online_s, comm, b.rounds, keys);
             }
         }
-        let _ = writeln!(
-            s,
-            "{:<18} {:>10.3} {:>12} {:>12} {:>8} {:>12} {:>12}",
-            "total",
-            self.online_s,
-            bytes(self.comm_bytes_per_party[0]),
-            bytes(self.comm_bytes_per_party[1]),
-            self.rounds,
-            bytes(self.key_bytes_per_party[0]),
-            bytes(self.key_bytes_per_party[1]),
-        );
+        let (comm, keys) = (self.comm_bytes_per_party, self.key_bytes_per_party);
+        table_row(&mut s, "total", self.online_s, comm, self.rounds, keys);
+        self.table_notes(&mut s);
+        s
+    }
+
+    /// The table's lines after the rows: backend, device, dealing time,
+    /// the bit-exact check and the cosine, where the report has them.
+    fn table_notes(&self, s: &mut String) {
         if !self.backend.is_empty() {
             let _ = writeln!(s, "backend {} (AES: {})", self.backend, self.aes_path);
         }
@@ -224,8 +213,30 @@ impl Report {
                 "cosine to the float model: {c:.6} (lowest over the batch)"
             );
         }
-        s
     }
+}
+
+/// One row of [`Report::table`]: a layer kind's (or the total's) time,
+/// communication, rounds and keys per party.
+fn table_row(
+    s: &mut String,
+    name: &str,
+    online_s: f64,
+    comm: [u64; 2],
+    rounds: u64,
+    keys: [u64; 2],
+) {
+    let _ = writeln!(
+        s,
+        "{:<18} {:>10.3} {:>12} {:>12} {:>8} {:>12} {:>12}",
+        name,
+        online_s,
+        bytes(comm[0]),
+        bytes(comm[1]),
+        rounds,
+        bytes(keys[0]),
+        bytes(keys[1]),
+    );
 }
 
 /// Bytes in binary units.
