@@ -35,10 +35,10 @@ use super::attention;
 use super::bound::{self, Bound, NormForm};
 use super::linear::{Folded, Weights, linear_product, linear_to_frac, real_weights};
 use super::mlp;
-use super::norm::{norm_output, post_norm, post_norm_folded};
+use super::norm::{affine_bound, norm_output, post_norm, post_norm_folded};
 use super::scale::{truncate, ulp};
 use super::{Builder, Category, EncodedLinear, Finish, Inputs, Kind, Plan, PlanError};
-use crate::fixed::{self, FRAC, encode};
+use crate::fixed::{FRAC, encode};
 use crate::model::{self, Model, Pooling};
 use suffuse_core::gate::splines;
 
@@ -527,18 +527,8 @@ fn residual_sum(
         ),
         None => (vec![encode(1.0, e)], vec![0]),
     };
-    let at = |v: &[u64], c: usize| v[c.min(v.len() - 1)];
-    let g: Vec<f64> = (0..d)
-        .map(|c| fixed::decode(at(&gain, c), e).abs())
-        .collect();
-    let o: Vec<f64> = (0..d)
-        .map(|c| fixed::decode(at(&offset, c), pi.scale).abs())
-        .collect();
     let tb = ti.bound.regroup(d);
-    let mut hb = Bound::from_abs((0..d).map(|c| g[c] * tb.abs[c] + o[c]).collect(), d);
-    let gmax = g.iter().fold(0.0f64, |m, v| m.max(*v));
-    let o_l2 = o.iter().map(|v| v * v).sum::<f64>().sqrt();
-    hb.l2[0] = hb.l2[0].min(gmax * tb.row_l2() + o_l2);
+    let hb = affine_bound(&tb, tb.row_l2(), (&gain, e), (&offset, pi.scale));
     let h = b.tensor(format!("{name} stream"), ti.rows, d, pi.scale, hb.clone())?;
     b.push(Kind::Affine {
         x: x.t,
@@ -561,6 +551,7 @@ fn residual_sum(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::fixed;
     use crate::plan::testing::{self, uniform};
 
     /// A layer `d → d` with seeded weights and biases.

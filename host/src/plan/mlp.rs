@@ -88,7 +88,8 @@ fn activation(
 
 /// An encoder's MLP up to its output projection: `GeLU(x·W1 + b1)`, the
 /// product truncated to FRAC, the GeLU at its spline's scale (erf or tanh,
-/// by the model).
+/// by the model); `fold`, the gains and shifts of the norm that made `x`,
+/// goes into W1 and b1.
 pub(super) fn encoder_mlp(
     b: &mut Builder,
     (x, x_norm, fold): (usize, &NormForm, Option<&Folded>),

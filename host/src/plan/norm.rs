@@ -590,19 +590,7 @@ fn gained(
         .iter()
         .map(|v| encode(f64::from(*v), out_scale))
         .collect();
-    let g_real: Vec<f64> = gains
-        .iter()
-        .map(|g| fixed::decode(*g, WEIGHT_FRAC).abs())
-        .collect();
-    let o_real: Vec<f64> = offsets
-        .iter()
-        .map(|o| fixed::decode(*o, out_scale).abs())
-        .collect();
-    let abs: Vec<f64> = (0..d).map(|c| g_real[c] * zb.abs[c] + o_real[c]).collect();
-    let gmax = g_real.iter().fold(0.0f64, |m, g| m.max(*g));
-    let obeta = o_real.iter().map(|o| o * o).sum::<f64>().sqrt();
-    let mut ab = Bound::from_abs(abs, d);
-    ab.l2[0] = ab.l2[0].min(gmax * z_l2 + obeta);
+    let ab = affine_bound(&zb, z_l2, (&gains, WEIGHT_FRAC), (&offsets, out_scale));
     let a = b.tensor(format!("{name} scaled"), rows, d, out_scale, ab)?;
     b.push(Kind::Affine {
         x: z,
@@ -623,6 +611,27 @@ fn gained(
         delta: ulp(FRAC),
     };
     Ok((a, form))
+}
+
+/// The bound of an [`Kind::Affine`] with encoded `gain` (at `gain_frac`
+/// fraction bits) and `offset` (at `offset_frac`), one word per column or
+/// one for all, on `x` bounded by `xb` (one group) with row norm at most
+/// `x_l2`: `|gᵢ|·|xᵢ| + |oᵢ|` per column, `max|g|·‖x‖ + ‖o‖` per row.
+pub(super) fn affine_bound(
+    xb: &Bound,
+    x_l2: f64,
+    (gain, gain_frac): (&[u64], u32),
+    (offset, offset_frac): (&[u64], u32),
+) -> Bound {
+    let d = xb.abs.len();
+    let real = |v: &[u64], c: usize, frac| fixed::decode(v[c.min(v.len() - 1)], frac).abs();
+    let g: Vec<f64> = (0..d).map(|c| real(gain, c, gain_frac)).collect();
+    let o: Vec<f64> = (0..d).map(|c| real(offset, c, offset_frac)).collect();
+    let mut out = Bound::from_abs((0..d).map(|c| g[c] * xb.abs[c] + o[c]).collect(), d);
+    let gmax = g.iter().fold(0.0f64, |m, v| m.max(*v));
+    let o_l2 = o.iter().map(|v| v * v).sum::<f64>().sqrt();
+    out.l2[0] = out.l2[0].min(gmax * x_l2 + o_l2);
+    out
 }
 
 /// A LayerNorm's centring `y = r − trunc(Σr·⌊2^16/d⌉)`: the mean's factor
