@@ -416,6 +416,31 @@ impl Suf {
 
     /// Checks well-formedness; every other method assumes it.
     pub const fn validate(&self) -> Result<(), SufError> {
+        if let Err(e) = self.validate_shape() {
+            return Err(e);
+        }
+        let mut i = 0;
+        while i < self.intervals {
+            if let Err(e) = self.validate_piece(i) {
+                return Err(e);
+            }
+            i += 1;
+        }
+        if let Err(e) = self.validate_preds() {
+            return Err(e);
+        }
+        let mut q = 0;
+        while q < self.program_count {
+            if let Err(e) = self.programs[q].check(self.pred_count) {
+                return Err(e);
+            }
+            q += 1;
+        }
+        Ok(())
+    }
+
+    /// [`Suf::validate`]'s counts, degree, fixed point and outer bounds.
+    const fn validate_shape(&self) -> Result<(), SufError> {
         let n = self.ring.bits();
         let m = self.intervals;
         if m == 0 || m > MAX_INTERVALS {
@@ -438,35 +463,46 @@ impl Suf {
         if self.bounds[0] != self.domain.min(n) || self.bounds[m] != self.domain.end(n) {
             return Err(SufError::Boundaries);
         }
-        let mut i = 0;
-        while i < m {
-            if self.bounds[i] >= self.bounds[i + 1] {
-                return Err(SufError::Boundaries);
-            }
-            let mut j = 0;
-            while j < MAX_ARITH {
-                let mut e = 0;
-                while e <= MAX_DEGREE {
-                    let c = self.pieces[i].coeffs[j][e];
-                    if !self.ring.contains(c) {
-                        return Err(SufError::Degree);
-                    }
-                    if c != 0 && (j >= self.arith || e > self.degree) {
-                        return Err(SufError::Degree);
-                    }
-                    e += 1;
-                }
-                j += 1;
-            }
-            let mut j = 0;
-            while j < self.bools {
-                if cast::usize_from_u8(self.pieces[i].bools[j]) >= self.program_count {
-                    return Err(SufError::Program);
-                }
-                j += 1;
-            }
-            i += 1;
+        Ok(())
+    }
+
+    /// [`Suf::validate`]'s piece `i` (below `intervals`, which
+    /// [`Suf::validate_shape`] bounds): increasing bounds, coefficients in
+    /// the ring and within the declared outputs and degree, programs that
+    /// exist.
+    const fn validate_piece(&self, i: usize) -> Result<(), SufError> {
+        if self.bounds[i] >= self.bounds[i + 1] {
+            return Err(SufError::Boundaries);
         }
+        let mut j = 0;
+        while j < MAX_ARITH {
+            let mut e = 0;
+            while e <= MAX_DEGREE {
+                let c = self.pieces[i].coeffs[j][e];
+                if !self.ring.contains(c) {
+                    return Err(SufError::Degree);
+                }
+                if c != 0 && (j >= self.arith || e > self.degree) {
+                    return Err(SufError::Degree);
+                }
+                e += 1;
+            }
+            j += 1;
+        }
+        let mut j = 0;
+        while j < self.bools {
+            if cast::usize_from_u8(self.pieces[i].bools[j]) >= self.program_count {
+                return Err(SufError::Program);
+            }
+            j += 1;
+        }
+        Ok(())
+    }
+
+    /// [`Suf::validate`]'s predicates: thresholds inside the domain, low
+    /// comparisons within the ring.
+    const fn validate_preds(&self) -> Result<(), SufError> {
+        let n = self.ring.bits();
         let mut p = 0;
         while p < self.pred_count {
             match self.preds[p] {
@@ -488,13 +524,6 @@ impl Suf {
                 }
             }
             p += 1;
-        }
-        let mut q = 0;
-        while q < self.program_count {
-            if let Err(e) = self.programs[q].check(self.pred_count) {
-                return Err(e);
-            }
-            q += 1;
         }
         Ok(())
     }

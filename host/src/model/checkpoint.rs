@@ -330,53 +330,76 @@ fn is_plain_file_name(name: &str) -> bool {
 /// Reads `modules.json` (when present) and the pooling configuration:
 /// returns the pooling and whether a Normalize module follows it.
 fn sentence_transformer_modules(dir: &Path, hidden: usize) -> Result<(Pooling, bool), ModelError> {
-    let modules_path = dir.join("modules.json");
-    let mut pooling_dir = PathBuf::from(DEFAULT_POOLING_DIR);
-    let mut normalize = false;
-    let mut pooling_listed = false;
-    if modules_path.exists() {
-        let modules = read_json(&modules_path)?;
-        let list = modules.as_array().ok_or_else(|| ModelError::Json {
-            path: modules_path.clone(),
-            message: "expected an array of modules".into(),
-        })?;
-        for module in list {
-            let kind =
-                module
-                    .get("type")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| ModelError::Json {
-                        path: modules_path.clone(),
-                        message: format!("module without a string `type`: {module}"),
-                    })?;
-            match kind {
-                ST_TRANSFORMER => {}
-                ST_POOLING => {
-                    pooling_listed = true;
-                    if let Some(p) = module.get("path").and_then(Value::as_str) {
-                        pooling_dir = PathBuf::from(p);
-                    }
-                }
-                ST_NORMALIZE => normalize = true,
-                other => {
-                    return Err(ModelError::UnsupportedArchitecture(format!(
-                        "sentence-transformers module `{other}`"
-                    )));
-                }
-            }
-        }
-    }
-    let pooling_path = dir.join(&pooling_dir).join("config.json");
+    let modules = listed_modules(dir)?;
+    let pooling_path = dir.join(&modules.pooling_dir).join("config.json");
     if !pooling_path.exists() {
-        if pooling_listed {
+        if modules.pooling_listed {
             return Err(ModelError::MissingFile { path: pooling_path });
         }
         // No pooling module: the [CLS] state, as documented on `Pooling`.
-        return Ok((Pooling::Cls, normalize));
+        return Ok((Pooling::Cls, modules.normalize));
     }
-    let json = read_json(&pooling_path)?;
+    Ok((pooling_config(&pooling_path, hidden)?, modules.normalize))
+}
+
+/// What `modules.json` lists: where the pooling module lives, whether it
+/// is listed at all, and whether a Normalize module follows it.
+struct Modules {
+    pooling_dir: PathBuf,
+    pooling_listed: bool,
+    normalize: bool,
+}
+
+/// Reads `dir/modules.json`; without one, the pooling module's default
+/// folder, unlisted, and no Normalize.
+fn listed_modules(dir: &Path) -> Result<Modules, ModelError> {
+    let modules_path = dir.join("modules.json");
+    let mut found = Modules {
+        pooling_dir: PathBuf::from(DEFAULT_POOLING_DIR),
+        pooling_listed: false,
+        normalize: false,
+    };
+    if !modules_path.exists() {
+        return Ok(found);
+    }
+    let modules = read_json(&modules_path)?;
+    let list = modules.as_array().ok_or_else(|| ModelError::Json {
+        path: modules_path.clone(),
+        message: "expected an array of modules".into(),
+    })?;
+    for module in list {
+        let kind = module
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ModelError::Json {
+                path: modules_path.clone(),
+                message: format!("module without a string `type`: {module}"),
+            })?;
+        match kind {
+            ST_TRANSFORMER => {}
+            ST_POOLING => {
+                found.pooling_listed = true;
+                if let Some(p) = module.get("path").and_then(Value::as_str) {
+                    found.pooling_dir = PathBuf::from(p);
+                }
+            }
+            ST_NORMALIZE => found.normalize = true,
+            other => {
+                return Err(ModelError::UnsupportedArchitecture(format!(
+                    "sentence-transformers module `{other}`"
+                )));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The pooling a sentence-transformers pooling `config.json` asks for:
+/// mean or [CLS], at the model's hidden width.
+fn pooling_config(pooling_path: &Path, hidden: usize) -> Result<Pooling, ModelError> {
+    let json = read_json(pooling_path)?;
     let map = json.as_object().ok_or_else(|| ModelError::Json {
-        path: pooling_path.clone(),
+        path: pooling_path.to_path_buf(),
         message: "expected an object".into(),
     })?;
     if let Some(dim) = map.get("word_embedding_dimension").and_then(Value::as_u64)
@@ -395,8 +418,8 @@ fn sentence_transformer_modules(dir: &Path, hidden: usize) -> Result<(Pooling, b
     // Newer sentence-transformers also accept a `pooling_mode` string.
     let named = map.get("pooling_mode").and_then(Value::as_str);
     match (modes.as_slice(), named) {
-        (["pooling_mode_mean_tokens"], None) | ([], Some("mean")) => Ok((Pooling::Mean, normalize)),
-        (["pooling_mode_cls_token"], None) | ([], Some("cls")) => Ok((Pooling::Cls, normalize)),
+        (["pooling_mode_mean_tokens"], None) | ([], Some("mean")) => Ok(Pooling::Mean),
+        (["pooling_mode_cls_token"], None) | ([], Some("cls")) => Ok(Pooling::Cls),
         _ => {
             modes.extend(named);
             Err(ModelError::UnsupportedPooling(if modes.is_empty() {

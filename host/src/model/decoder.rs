@@ -502,29 +502,7 @@ impl Decoder {
         let mut h = Sha256::new();
         h.update(b"suffuse decoder digest v1\0");
         let c = &self.config;
-        h.update([
-            c.architecture as u8,
-            c.rope_style as u8,
-            u8::from(c.tied_head),
-        ]);
-        for v in [
-            c.vocab_size,
-            c.hidden,
-            c.layers,
-            c.heads,
-            c.kv_heads,
-            c.head_dim,
-            c.intermediate,
-            c.max_positions,
-        ] {
-            h.update((v as u64).to_le_bytes());
-        }
-        for v in [c.rope_theta, c.norm_eps] {
-            h.update(v.to_bits().to_le_bytes());
-        }
-        for t in [c.bos, c.eos] {
-            h.update(t.map_or(u64::MAX, u64::from).to_le_bytes());
-        }
+        digest_config(&mut h, c);
         let mut put = |data: &[f32]| {
             h.update((data.len() as u64).to_le_bytes());
             for chunk in data.chunks(1024) {
@@ -532,26 +510,7 @@ impl Decoder {
                 h.update(&bytes);
             }
         };
-        put(&self.embed);
-        put(self.positions.as_deref().unwrap_or_default());
-        let norm = |put: &mut dyn FnMut(&[f32]), n: &Norm| {
-            put(&n.gamma);
-            put(&n.beta);
-            put(&[n.eps]);
-        };
-        for l in &self.layers {
-            norm(&mut put, &l.attn_norm);
-            for lin in [&l.query, &l.key, &l.value, &l.attn_out]
-                .into_iter()
-                .chain(l.gate.as_ref())
-                .chain([&l.up, &l.down])
-            {
-                put(&lin.w);
-                put(&lin.b);
-            }
-            norm(&mut put, &l.mlp_norm);
-        }
-        norm(&mut put, &self.final_norm);
+        self.digest_tensors(&mut put);
         // Only what a family sets, so that the digests of the others stay.
         if c.block != BlockForm::default() {
             let b = &c.block;
@@ -563,8 +522,8 @@ impl Decoder {
         }
         for l in &self.layers {
             for (a, b) in l.qk_norm.iter().chain(&l.post_norms) {
-                norm(&mut put, a);
-                norm(&mut put, b);
+                digest_norm(&mut put, a);
+                digest_norm(&mut put, b);
             }
         }
         if let Some(head) = &self.lm_head {
@@ -573,6 +532,61 @@ impl Decoder {
         }
         h.finalize().into()
     }
+
+    /// The tensors every family has, in the digest's canonical order: the
+    /// embeddings, each layer's norms and linear layers, the final norm.
+    fn digest_tensors(&self, put: &mut dyn FnMut(&[f32])) {
+        put(&self.embed);
+        put(self.positions.as_deref().unwrap_or_default());
+        for l in &self.layers {
+            digest_norm(put, &l.attn_norm);
+            for lin in [&l.query, &l.key, &l.value, &l.attn_out]
+                .into_iter()
+                .chain(l.gate.as_ref())
+                .chain([&l.up, &l.down])
+            {
+                put(&lin.w);
+                put(&lin.b);
+            }
+            digest_norm(put, &l.mlp_norm);
+        }
+        digest_norm(put, &self.final_norm);
+    }
+}
+
+/// [`Decoder::digest`]'s hyper-parameters: the enums and flags, the sizes,
+/// the floats' bits and the control tokens.
+fn digest_config(h: &mut Sha256, c: &DecoderConfig) {
+    h.update([
+        c.architecture as u8,
+        c.rope_style as u8,
+        u8::from(c.tied_head),
+    ]);
+    for v in [
+        c.vocab_size,
+        c.hidden,
+        c.layers,
+        c.heads,
+        c.kv_heads,
+        c.head_dim,
+        c.intermediate,
+        c.max_positions,
+    ] {
+        h.update((v as u64).to_le_bytes());
+    }
+    for v in [c.rope_theta, c.norm_eps] {
+        h.update(v.to_bits().to_le_bytes());
+    }
+    for t in [c.bos, c.eos] {
+        h.update(t.map_or(u64::MAX, u64::from).to_le_bytes());
+    }
+}
+
+/// A norm's part of [`Decoder::digest`]: gains, shifts and ε.
+fn digest_norm(put: &mut dyn FnMut(&[f32]), n: &Norm) {
+    put(&n.gamma);
+    put(&n.beta);
+    put(&[n.eps]);
 }
 
 #[cfg(test)]

@@ -169,16 +169,35 @@ pub fn gguf_in(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
     }
 }
 
+/// The family the file's `general.architecture` names.
+fn family_of(g: &Gguf) -> Result<&'static Family, ModelError> {
+    let arch = g.str("general.architecture")?;
+    FAMILIES
+        .into_iter()
+        .find(|f| f.name == arch)
+        .ok_or_else(|| {
+            let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+            ModelError::UnsupportedGguf(format!(
+                "architecture `{arch}` (supported: {})",
+                names.join(", ")
+            ))
+        })
+}
+
+/// The tokenizer's `tokenizer.ggml.{name}`, where the file has one.
+fn token_id(g: &Gguf, name: &str) -> Result<Option<u32>, ModelError> {
+    let k = format!("tokenizer.ggml.{name}");
+    match g.get(&k) {
+        None => Ok(None),
+        Some(_) => u32::try_from(g.usize(&k)?)
+            .map(Some)
+            .map_err(|_| ModelError::InvalidConfig(format!("{k} is not a token id"))),
+    }
+}
+
 /// The file's family and hyper-parameters, checked.
 fn config(g: &Gguf) -> Result<(&'static Family, DecoderConfig), ModelError> {
-    let arch = g.str("general.architecture")?;
-    let Some(family) = FAMILIES.into_iter().find(|f| f.name == arch) else {
-        let names: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
-        return Err(ModelError::UnsupportedGguf(format!(
-            "architecture `{arch}` (supported: {})",
-            names.join(", ")
-        )));
-    };
+    let family = family_of(g)?;
     let key = |k: &str| format!("{}.{k}", family.name);
     let optional = |k: &str| -> Result<Option<usize>, GgufError> {
         g.get(&key(k)).map(|_| g.usize(&key(k))).transpose()
@@ -204,15 +223,6 @@ fn config(g: &Gguf) -> Result<(&'static Family, DecoderConfig), ModelError> {
         .tensor("token_embd.weight")
         .and_then(|t| t.dims.get(1).copied())
         .ok_or_else(|| GgufError::MissingTensor("token_embd.weight".into()))?;
-    let token = |k: &str| -> Result<Option<u32>, ModelError> {
-        let k = format!("tokenizer.ggml.{k}");
-        match g.get(&k) {
-            None => Ok(None),
-            Some(_) => u32::try_from(g.usize(&k)?)
-                .map(Some)
-                .map_err(|_| ModelError::InvalidConfig(format!("{k} is not a token id"))),
-        }
-    };
     let config = DecoderConfig {
         architecture: Architecture::Llama,
         vocab_size: usize::try_from(vocab_size)
@@ -231,8 +241,8 @@ fn config(g: &Gguf) -> Result<(&'static Family, DecoderConfig), ModelError> {
         norm_eps: g.f32(&key("attention.layer_norm_rms_epsilon"))?,
         max_positions: optional("context_length")?.unwrap_or(DEFAULT_CONTEXT),
         tied_head: true,
-        bos: token("bos_token_id")?,
-        eos: token("eos_token_id")?,
+        bos: token_id(g, "bos_token_id")?,
+        eos: token_id(g, "eos_token_id")?,
         block: BlockForm::default(),
     };
     let config = match family.block {
