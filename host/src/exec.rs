@@ -312,22 +312,21 @@ fn rotated_linear(
     rotated_product(store.get(plan, x)?, l, fold, constants, la)
 }
 
-/// The rows `xs` (`[rows × l.inputs]`) times `l`'s weights with `fold`
-/// applied row by row, `+ b` (rotated) with `constants`.
-fn rotated_product(
-    xs: &[u64],
-    l: &EncodedLinear,
-    fold: &RopeTables,
-    constants: bool,
-    la: &dyn BatchEval,
-) -> Result<Vec<u64>, ExecError> {
-    let (k, n, rot) = (l.inputs, l.outputs, fold.rotated);
-    let rows = xs.len() / k.max(1);
-    let half = fold.head_dim / 2;
-    // Each rotated column's pair partner and frequency; a pair's words
-    // are `c·w_a − s·w_b` at its first column and `c·w_b + s·w_a` at its
-    // second. The other columns turn by the angle 0 (`c = 1`, `s = 0`):
-    // the layer's fine words as they are, its own words times 2^keep.
+/// Each column's turn, row by row, for [`rotated_product`]: its pair
+/// partner, and the factors of its own word and its partner's.
+struct Turns {
+    partner: Vec<usize>,
+    own: Vec<u64>,
+    other: Vec<u64>,
+}
+
+/// [`Turns`] of `rows` rows of `n` columns. Each rotated column's pair
+/// partner and frequency; a pair's words are `c·w_a − s·w_b` at its first
+/// column and `c·w_b + s·w_a` at its second. The other columns turn by the
+/// angle 0 (`c = 1`, `s = 0`): the layer's fine words as they are, its own
+/// words times 2^keep.
+fn turns(fold: &RopeTables, rows: usize, n: usize) -> Turns {
+    let (rot, half) = (fold.rotated, fold.head_dim / 2);
     let mut partner: Vec<usize> = (0..n).collect();
     let mut freq = vec![0; rot];
     let mut first = vec![false; rot];
@@ -349,6 +348,29 @@ fn rotated_product(
             });
         }
     }
+    Turns {
+        partner,
+        own,
+        other,
+    }
+}
+
+/// The rows `xs` (`[rows × l.inputs]`) times `l`'s weights with `fold`
+/// applied row by row, `+ b` (rotated) with `constants`.
+fn rotated_product(
+    xs: &[u64],
+    l: &EncodedLinear,
+    fold: &RopeTables,
+    constants: bool,
+    la: &dyn BatchEval,
+) -> Result<Vec<u64>, ExecError> {
+    let (k, n) = (l.inputs, l.outputs);
+    let rows = xs.len() / k.max(1);
+    let Turns {
+        partner,
+        own,
+        other,
+    } = turns(fold, rows, n);
     let turned = Turned {
         m: rows,
         k,
