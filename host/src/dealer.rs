@@ -191,34 +191,22 @@ fn deal_into(
         false => KeyWriter::create,
     };
     let steps = plan.steps() as u32;
-    let summary = Summary {
-        model: plan.model.clone(),
-        model_digest: hex(&plan.model_digest),
-        batch: plan.batch,
-        seq: plan.seq,
-        decode_steps: plan.shape().decode_steps,
+    let header = |party: u8| Header {
+        party,
+        plan_hash: plan.hash,
+        key_set,
+        steps,
+        summary: Summary {
+            model: plan.model.clone(),
+            model_digest: hex(&plan.model_digest),
+            batch: plan.batch,
+            seq: plan.seq,
+            decode_steps: plan.shape().decode_steps,
+        },
     };
     let writers = [
-        create(
-            &files[0],
-            &Header {
-                party: 0,
-                plan_hash: plan.hash,
-                key_set,
-                steps,
-                summary: summary.clone(),
-            },
-        )?,
-        create(
-            &files[1],
-            &Header {
-                party: 1,
-                plan_hash: plan.hash,
-                key_set,
-                steps,
-                summary,
-            },
-        )?,
+        create(&files[0], &header(0))?,
+        create(&files[1], &header(1))?,
     ];
     let bar = progress_bar(progress, steps);
     let mut by_category: Vec<(Category, [u64; 2])> =
@@ -305,46 +293,7 @@ fn deal_steps(
             }
             continue;
         };
-        let lens = [
-            proto::section_len(plan, op, Party::P0),
-            proto::section_len(plan, op, Party::P1),
-        ];
-        for (party, (t, len)) in tx.iter().zip(lens).enumerate() {
-            // A closed channel means that writer failed: stop dealing. Its
-            // thread holds the reason, which the caller reports instead.
-            t.send(Piece::Section { step, len })
-                .map_err(|_| DealerError::Writer { party })?;
-        }
-        let mut seeds = [random::<16>()?, random::<16>()?];
-        let mut written = [0u64; 2];
-        let mut emit = |parts: [Vec<u8>; 2]| -> Result<(), KeyFileError> {
-            for (p, part) in parts.into_iter().enumerate() {
-                written[p] += part.len() as u64;
-                // A closed channel is noticed at the next section.
-                let _ = tx[p].send(Piece::Bytes(part));
-            }
-            Ok(())
-        };
-        let dealt = proto::deal(plan, op, fss, seeds, &opened, &mut emit);
-        let mask = proto::dealt_mask(plan, op, &seeds);
-        seeds.zeroize();
-        dealt?;
-        if let Some(mask) = mask {
-            opened
-                .set(plan, plan.ops[op].kind.output(), mask)
-                .map_err(DealError::from)?;
-        }
-        opened.release_after(plan, op);
-        for p in 0..2 {
-            if written[p] != lens[p] {
-                return Err(DealerError::Layout {
-                    step,
-                    party: p,
-                    want: lens[p],
-                    got: written[p],
-                });
-            }
-        }
+        let lens = deal_step(plan, (op, step), fss, &tx, &mut opened)?;
         let cat = plan.ops[op].category;
         if let Some(entry) = by_category.iter_mut().find(|(c, _)| *c == cat) {
             entry.1[0] += lens[0];
@@ -353,6 +302,59 @@ fn deal_steps(
         bar.inc(1);
     }
     Ok(())
+}
+
+/// Deals step `step` (operation `op`): its section headers and bytes to
+/// both writers, the opened tensor's mask into `opened`. Returns each
+/// party's section length, checked against what was dealt.
+fn deal_step(
+    plan: &Plan,
+    (op, step): (usize, u32),
+    fss: &dyn BatchEval,
+    tx: &[SyncSender<Piece>; 2],
+    opened: &mut Store,
+) -> Result<[u64; 2], DealerError> {
+    let lens = [
+        proto::section_len(plan, op, Party::P0),
+        proto::section_len(plan, op, Party::P1),
+    ];
+    for (party, (t, len)) in tx.iter().zip(lens).enumerate() {
+        // A closed channel means that writer failed: stop dealing. Its
+        // thread holds the reason, which the caller reports instead.
+        t.send(Piece::Section { step, len })
+            .map_err(|_| DealerError::Writer { party })?;
+    }
+    let mut seeds = [random::<16>()?, random::<16>()?];
+    let mut written = [0u64; 2];
+    let mut emit = |parts: [Vec<u8>; 2]| -> Result<(), KeyFileError> {
+        for (p, part) in parts.into_iter().enumerate() {
+            written[p] += part.len() as u64;
+            // A closed channel is noticed at the next section.
+            let _ = tx[p].send(Piece::Bytes(part));
+        }
+        Ok(())
+    };
+    let dealt = proto::deal(plan, op, fss, seeds, opened, &mut emit);
+    let mask = proto::dealt_mask(plan, op, &seeds);
+    seeds.zeroize();
+    dealt?;
+    if let Some(mask) = mask {
+        opened
+            .set(plan, plan.ops[op].kind.output(), mask)
+            .map_err(DealError::from)?;
+    }
+    opened.release_after(plan, op);
+    for p in 0..2 {
+        if written[p] != lens[p] {
+            return Err(DealerError::Layout {
+                step,
+                party: p,
+                want: lens[p],
+                got: written[p],
+            });
+        }
+    }
+    Ok(lens)
 }
 
 #[cfg(test)]
