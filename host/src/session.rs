@@ -298,6 +298,29 @@ pub fn generate(
     generate_on(model, (prompt, max_new), sampling, opts, fss, on_token)
 }
 
+/// The plan's shape for `max_new` tokens after a prompt of `tokens`: the
+/// prompt padded to `bucket` (or the smallest bucket that leaves room for
+/// the new tokens), one decode pass per new token after the first.
+/// Refused before any key is dealt, rather than by the client after.
+fn generation_shape(
+    model: &Decoder,
+    tokens: usize,
+    max_new: usize,
+    bucket: Option<usize>,
+) -> Result<Shape, SessionError> {
+    let steps = max_new.max(1) - 1;
+    let room = model.config.max_positions.saturating_sub(steps);
+    let bucket = bucket.unwrap_or_else(|| crate::plan::decoder::bucket(tokens, room));
+    if tokens == 0 || tokens > bucket {
+        return Err(GenerateError::PromptTooLong { tokens, bucket }.into());
+    }
+    Ok(Shape {
+        batch: 1,
+        seq: bucket,
+        decode_steps: steps,
+    })
+}
+
 /// [`generate`] of `max_new` tokens after `prompt` with the heavy operations
 /// on `fss` instead of `opts.backend`, as [`run_on`].
 pub fn generate_on(
@@ -308,24 +331,8 @@ pub fn generate_on(
     fss: &dyn BatchEval,
     on_token: &mut dyn FnMut(u32),
 ) -> Result<Generation, SessionError> {
-    let steps = max_new.max(1) - 1;
-    let room = model.config.max_positions.saturating_sub(steps);
-    let bucket = opts
-        .prompt_bucket
-        .unwrap_or_else(|| crate::plan::decoder::bucket(prompt.len(), room));
-    // Refused before any key is dealt, rather than by the client after.
-    if prompt.is_empty() || prompt.len() > bucket {
-        return Err(GenerateError::PromptTooLong {
-            tokens: prompt.len(),
-            bucket,
-        }
-        .into());
-    }
-    let shape = Shape {
-        batch: 1,
-        seq: bucket,
-        decode_steps: steps,
-    };
+    let shape = generation_shape(model, prompt.len(), max_new, opts.prompt_bucket)?;
+    let bucket = shape.seq;
     let plan = plan::build(model, shape)?;
     let temp;
     let dir: &Path = match &opts.keys_dir {

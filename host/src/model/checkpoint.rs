@@ -528,16 +528,7 @@ fn hf_tensors(model: &Model) -> Vec<(String, F32Tensor)> {
         vec![c.type_vocab, h],
         Cow::Borrowed(&e.token_type),
     );
-    put(
-        "embeddings.LayerNorm.weight".into(),
-        vec![h],
-        Cow::Borrowed(&e.norm.gamma),
-    );
-    put(
-        "embeddings.LayerNorm.bias".into(),
-        vec![h],
-        Cow::Borrowed(&e.norm.beta),
-    );
+    put_norm(&mut put, "embeddings.LayerNorm", &e.norm);
     for (i, l) in model.layers.iter().enumerate() {
         let p = format!("encoder.layer.{i}");
         for (part, lin) in [
@@ -563,19 +554,21 @@ fn hf_tensors(model: &Model) -> Vec<(String, F32Tensor)> {
             ("attention.output.LayerNorm", &l.attn_norm),
             ("output.LayerNorm", &l.ffn_norm),
         ] {
-            put(
-                format!("{p}.{part}.weight"),
-                vec![h],
-                Cow::Borrowed(&norm.gamma),
-            );
-            put(
-                format!("{p}.{part}.bias"),
-                vec![h],
-                Cow::Borrowed(&norm.beta),
-            );
+            put_norm(&mut put, &format!("{p}.{part}"), norm);
         }
     }
     out
+}
+
+/// A LayerNorm's two tensors under `name`: its gains and its shifts.
+fn put_norm(put: &mut impl FnMut(String, Vec<usize>, Cow<'_, [f32]>), name: &str, norm: &Norm) {
+    let h = norm.gamma.len();
+    put(
+        format!("{name}.weight"),
+        vec![h],
+        Cow::Borrowed(&norm.gamma),
+    );
+    put(format!("{name}.bias"), vec![h], Cow::Borrowed(&norm.beta));
 }
 
 /// `[rows × cols]` row-major to `[cols × rows]` row-major.
