@@ -431,15 +431,41 @@ fn pooling_config(pooling_path: &Path, hidden: usize) -> Result<Pooling, ModelEr
     }
 }
 
+/// Writes `model` into the new folder `dir` as a sentence-transformers
+/// checkpoint: the Hugging Face configuration, the sentence-transformers
+/// files, `tokenizer.json` and `model.safetensors`.
 pub(super) fn write_dir(model: &Model, dir: &Path) -> Result<(), ModelError> {
-    let c = &model.config;
     create_dir(dir)?;
     create_dir(&dir.join(DEFAULT_POOLING_DIR))?;
+    write_json(&dir.join("config.json"), &hf_config(&model.config))?;
+    write_sentence_transformers(model, dir)?;
+    let json = model.tokenizer.to_json().ok_or_else(|| {
+        ModelError::Tokenizer("a SentencePiece tokenizer has no tokenizer.json form".into())
+    })?;
+    let tokenizer: Value =
+        serde_json::from_str(json).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+    write_json(&dir.join("tokenizer.json"), &tokenizer)?;
 
+    let weights_path = dir.join("model.safetensors");
+    let tensors = hf_tensors(model);
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let bytes =
+        safetensors::serialize(tensors, Some(metadata)).map_err(|e| ModelError::Safetensors {
+            path: weights_path.clone(),
+            message: e.to_string(),
+        })?;
+    std::fs::write(&weights_path, bytes).map_err(|source| ModelError::Io {
+        path: weights_path,
+        error: source,
+    })
+}
+
+/// The Hugging Face `config.json` of a BERT-family model.
+fn hf_config(c: &Config) -> Value {
     // The shortest decimal that reads back as the same f32, so the file
     // says 1e-12 rather than 9.999999960041972e-13.
     let eps: f64 = c.ln_eps.to_string().parse().unwrap_or(f64::from(c.ln_eps));
-    let config = json!({
+    json!({
         "architectures": ["BertModel"],
         "model_type": "bert",
         "vocab_size": c.vocab_size,
@@ -456,9 +482,14 @@ pub(super) fn write_dir(model: &Model, dir: &Path) -> Result<(), ModelError> {
         "hidden_dropout_prob": 0.1,
         "attention_probs_dropout_prob": 0.1,
         "initializer_range": 0.02,
-    });
-    write_json(&dir.join("config.json"), &config)?;
+    })
+}
 
+/// The sentence-transformers files: the pooling module's configuration,
+/// `modules.json` (a Normalize module where the model normalizes) and
+/// `sentence_bert_config.json`.
+fn write_sentence_transformers(model: &Model, dir: &Path) -> Result<(), ModelError> {
+    let c = &model.config;
     let pooling = json!({
         "word_embedding_dimension": c.hidden,
         "pooling_mode_cls_token": c.pooling == Pooling::Cls,
@@ -480,27 +511,7 @@ pub(super) fn write_dir(model: &Model, dir: &Path) -> Result<(), ModelError> {
         &dir.join("sentence_bert_config.json"),
         &json!({"max_seq_length": c.max_tokens,
                 "do_lower_case": model.tokenizer.lowercase_input()}),
-    )?;
-
-    let json = model.tokenizer.to_json().ok_or_else(|| {
-        ModelError::Tokenizer("a SentencePiece tokenizer has no tokenizer.json form".into())
-    })?;
-    let tokenizer: Value =
-        serde_json::from_str(json).map_err(|e| ModelError::Tokenizer(e.to_string()))?;
-    write_json(&dir.join("tokenizer.json"), &tokenizer)?;
-
-    let weights_path = dir.join("model.safetensors");
-    let tensors = hf_tensors(model);
-    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
-    let bytes =
-        safetensors::serialize(tensors, Some(metadata)).map_err(|e| ModelError::Safetensors {
-            path: weights_path.clone(),
-            message: e.to_string(),
-        })?;
-    std::fs::write(&weights_path, bytes).map_err(|source| ModelError::Io {
-        path: weights_path,
-        error: source,
-    })
+    )
 }
 
 /// Every tensor under its Hugging Face name and shape, linear weights
