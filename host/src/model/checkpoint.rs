@@ -431,7 +431,7 @@ fn pooling_config(pooling_path: &Path, hidden: usize) -> Result<Pooling, ModelEr
     }
 }
 
-/// Writes `model` into the new folder `dir` as a sentence-transformers
+/// Writes `model` into the folder `dir` (made if missing) as a sentence-transformers
 /// checkpoint: the Hugging Face configuration, the sentence-transformers
 /// files, `tokenizer.json` and `model.safetensors`.
 pub(super) fn write_dir(model: &Model, dir: &Path) -> Result<(), ModelError> {
