@@ -627,15 +627,9 @@ mod tests {
 
     fn layer_kept(seed: u64, keep: Option<u32>) -> EncodedLinear {
         let (inputs, outputs) = (3, 12);
-        let mut state = seed;
-        let mut next = || {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 11) as f64 / (1u64 << 53) as f64 * 4.0 - 2.0
-        };
-        let w: Vec<f64> = (0..inputs * outputs).map(|_| next()).collect();
-        let b: Vec<f64> = (0..outputs).map(|_| next()).collect();
+        let mut reals = crate::plan::testing::uniform(inputs * outputs + outputs, 2.0, seed);
+        let b = reals.split_off(inputs * outputs);
+        let w = reals;
         let at =
             |v: &[f64], frac: u32| -> Vec<u64> { v.iter().map(|x| encode(*x, frac)).collect() };
         EncodedLinear {

@@ -531,16 +531,9 @@ mod tests {
             .collect();
         let b = vec![0.5, -1.0, 0.0, 2.0];
         let bound = linear_from_norm(&nf, &w, &b, outputs, 2);
-        let mut state = 1u64;
-        for _ in 0..2000 {
-            let mut z: Vec<f64> = (0..d)
-                .map(|_| {
-                    state = state
-                        .wrapping_mul(6364136223846793005)
-                        .wrapping_add(1442695040888963407);
-                    (state >> 11) as f64 / (1u64 << 53) as f64 - 0.5
-                })
-                .collect();
+        let samples = crate::plan::testing::uniform(2000 * d, 0.5, 1);
+        for sample in samples.chunks(d) {
+            let mut z = sample.to_vec();
             let n = z.iter().map(|v| v * v).sum::<f64>().sqrt();
             z.iter_mut().for_each(|v| *v /= n);
             let x: Vec<f64> = (0..d).map(|i| z[i] * nf.gain[i] + nf.shift[i]).collect();

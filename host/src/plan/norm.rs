@@ -803,16 +803,10 @@ mod tests {
         }
         let alone = b.stack_rows(&alone, "alone".into()).unwrap();
         let out = b.stack_rows(&[stacked, alone], "both".into()).unwrap();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let xs: Vec<u64> = (0..total * d)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                // Uniform in [−6, 6) at FRAC.
-                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
-                encode(12.0 * unit - 6.0, FRAC)
-            })
+        // Uniform in [−6, 6) at FRAC.
+        let xs: Vec<u64> = uniform(total * d, 6.0, 0x9e37_79b9_7f4a_7c15)
+            .iter()
+            .map(|v| encode(*v, FRAC))
             .collect();
         let (_, outs) = testing::run(b, (x, bias, out), "norms", xs);
         let (s, a) = outs.split_at(total * d);
