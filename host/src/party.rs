@@ -84,6 +84,19 @@ pub struct PartyReport {
     pub device_phases: BTreeMap<String, f64>,
 }
 
+impl PartyReport {
+    /// A report with nothing measured yet: the party and its backend.
+    fn starting(party: Party, fss: &dyn BatchEval) -> PartyReport {
+        PartyReport {
+            party: u8::from(party == Party::P1),
+            backend: fss.name().to_owned(),
+            aes_path: fss.aes_path().to_owned(),
+            device: fss.device().unwrap_or_default().to_owned(),
+            ..PartyReport::default()
+        }
+    }
+}
+
 /// The backend's device phases ([`BatchEval::device_phases`]) as a map.
 pub fn device_phases(fss: &dyn BatchEval) -> BTreeMap<String, f64> {
     let mut phases = BTreeMap::new();
@@ -409,16 +422,8 @@ pub fn run_passes(
     let before = link.traffic();
     let mut store = Store::new(plan);
     set_inputs(plan, &mut store, (plan.inputs.x, plan.inputs.bias), first)?;
-    let mut report = PartyReport {
-        party: u8::from(party == Party::P1),
-        backend: fss.name().to_owned(),
-        aes_path: fss.aes_path().to_owned(),
-        device: fss.device().unwrap_or_default().to_owned(),
-        ..PartyReport::default()
-    };
+    let mut report = PartyReport::starting(party, fss);
     let figures = (before, start, fss);
-    let lens = key_sections(plan, party);
-    let (tx, rx) = mpsc::sync_channel::<Result<Staged<'_>, KeyFileError>>(2);
     let (to, spent) = mpsc::channel::<Section>();
     let (drained_tx, drained) = mpsc::channel::<()>();
     // Dropped after the reader has been joined, on every return.
@@ -427,38 +432,14 @@ pub fn run_passes(
         drained,
     };
     let rounds = Rounds::new(link);
-    let result = std::thread::scope(|scope| {
-        // The receiver moves into this closure, so an early return drops it
-        // and a reader blocked on the full channel wakes and stops, instead
-        // of `scope` waiting for it forever.
-        let rx = rx;
-        scope.spawn(move || {
-            yield_to_steps();
-            read_ahead(keys, lens, &tx, spent, drained_tx, fss);
-            // The section digests hash key bytes in a stack buffer.
-            scrub_stack();
-        });
-        let mut run = Run {
-            plan,
-            party,
-            on: Online::new(party, &rounds, 0, fss),
-            rounds: &rounds,
-            rx,
-            give_back: &give_back,
-            times: Times::new(party),
-        };
-        let helpers = Helpers::spawn(scope, plan, party, fss, &rounds);
-        let finished = run.ops(&helpers, &mut store, &mut report, |store, report, pass| {
-            pass_done(plan, (store, report), pass, (&rounds, figures), io)
-        })?;
-        if finished {
-            run.end_marker()?;
-        }
-        for (c, s) in run.times.by_category {
-            report.breakdown.entry(c).or_default().online_s = s;
-        }
-        Ok::<_, PartyError>(finished)
-    });
+    let reader = (keys, key_sections(plan, party), spent, drained_tx);
+    let result = run_ops(
+        (plan, party, fss),
+        reader,
+        (&rounds, &give_back),
+        (&mut store, &mut report),
+        |store, report, pass| pass_done(plan, (store, report), pass, (&rounds, figures), io),
+    );
     drop(rounds);
     let finished = result?;
     final_figures(&mut report, plan, link, before, fss);
@@ -468,6 +449,59 @@ pub fn run_passes(
         io.output(last, store.take(plan, plan.output)?, &report)?;
     }
     Ok(report)
+}
+
+/// The key reader, what it reads and its ways back: the key file, its
+/// sections' lengths, the spent sections' channel and the drained signal
+/// ([`read_ahead`]).
+type Reader = (
+    KeyReader,
+    Vec<(u32, u64)>,
+    mpsc::Receiver<Section>,
+    mpsc::Sender<()>,
+);
+
+/// Runs the plan's operations while `reader` reads key sections ahead on a
+/// thread of its own and the helpers run lanes on theirs; `between` as in
+/// [`Run::ops`]. Returns whether every pass ran.
+fn run_ops<'f>(
+    (plan, party, fss): (&Plan, Party, &'f dyn BatchEval),
+    (keys, lens, spent, drained): Reader,
+    (rounds, give_back): (&Rounds<'_>, &GiveBack),
+    (store, report): (&mut Store, &mut PartyReport),
+    between: impl FnMut(&mut Store, &mut PartyReport, usize) -> Result<bool, PartyError>,
+) -> Result<bool, PartyError> {
+    let (tx, rx) = mpsc::sync_channel::<Result<Staged<'f>, KeyFileError>>(2);
+    std::thread::scope(|scope| {
+        // The receiver moves into this closure, so an early return drops it
+        // and a reader blocked on the full channel wakes and stops, instead
+        // of `scope` waiting for it forever.
+        let rx = rx;
+        scope.spawn(move || {
+            yield_to_steps();
+            read_ahead(keys, lens, &tx, spent, drained, fss);
+            // The section digests hash key bytes in a stack buffer.
+            scrub_stack();
+        });
+        let mut run = Run {
+            plan,
+            party,
+            on: Online::new(party, rounds, 0, fss),
+            rounds,
+            rx,
+            give_back,
+            times: Times::new(party),
+        };
+        let helpers = Helpers::spawn(scope, plan, party, fss, rounds);
+        let finished = run.ops(&helpers, store, report, between)?;
+        if finished {
+            run.end_marker()?;
+        }
+        for (c, s) in run.times.by_category {
+            report.breakdown.entry(c).or_default().online_s = s;
+        }
+        Ok(finished)
+    })
 }
 
 /// After pass `pass`: its output share and the figures so far go to `io`,
