@@ -1582,6 +1582,34 @@ struct Canonical<'a> {
     normalize: bool,
 }
 
+impl Plan {
+    /// SHA-256 of the plan's canonical JSON: the version, the model and
+    /// its digest, the shape, every tensor, operation and linear layer,
+    /// the inputs, the passes and how the output is finished.
+    fn canonical_hash(&self) -> [u8; 32] {
+        let canonical = Canonical {
+            version: PLAN_VERSION,
+            model: &self.model,
+            model_digest: hex(&self.model_digest),
+            batch: self.batch,
+            seq: self.seq,
+            tensors: &self.tensors,
+            ops: &self.ops,
+            linears: &self.linears,
+            inputs: self.inputs,
+            output: self.output,
+            passes: &self.passes,
+            pad_bias: self.pad_bias,
+            finish: self.finish,
+            normalize: self.normalize,
+        };
+        // Serializing plain data to a Vec cannot fail; an empty hash input
+        // would still be caught by the header check against the dealer's.
+        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
+        Sha256::digest(&bytes).into()
+    }
+}
+
 /// What a linear layer's output bound was computed from (see
 /// `linear::product_key`).
 #[derive(Debug, PartialEq, Eq, Hash)]
@@ -2160,27 +2188,7 @@ impl Builder {
             self.passes
         };
         let last_use = last_uses(&self.ops, self.tensors.len(), &passes);
-        let canonical = Canonical {
-            version: PLAN_VERSION,
-            model,
-            model_digest: hex(&model_digest),
-            batch,
-            seq,
-            tensors: &self.tensors,
-            ops: &self.ops,
-            linears: &linears,
-            inputs,
-            output,
-            passes: &passes,
-            pad_bias,
-            finish,
-            normalize,
-        };
-        // Serializing plain data to a Vec cannot fail; an empty hash input
-        // would still be caught by the header check against the dealer's.
-        let bytes = serde_json::to_vec(&canonical).unwrap_or_default();
-        let hash: [u8; 32] = Sha256::digest(&bytes).into();
-        Ok(Plan {
+        let mut plan = Plan {
             model: model.to_string(),
             model_digest,
             batch,
@@ -2198,9 +2206,11 @@ impl Builder {
             finish,
             normalize,
             last_use,
-            hash,
+            hash: [0; 32],
             swapped: std::sync::OnceLock::new(),
-        })
+        };
+        plan.hash = plan.canonical_hash();
+        Ok(plan)
     }
 }
 
