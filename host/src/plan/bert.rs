@@ -321,30 +321,11 @@ fn encoder_attention(
         batch,
         ..
     } = *site;
-    let x_norm = &x.form;
     let (d, heads) = (cfg.hidden, cfg.heads);
     let dh = d / heads;
-    let n = batch * seq;
     let bh = batch * heads;
-
-    // Attention projections: one fused product.
-    let (qkv, qkv_linear) = linear_to_frac(
-        b,
-        x.t,
-        Some(x_norm),
-        format!("layer {l} query/key/value"),
-        Weights::new(
-            &[&layer.query, &layer.key, &layer.value],
-            1.0 / (dh as f64).sqrt(),
-        )
-        .folding(x.fold.as_ref()),
-        dh,
-        l,
-    )?;
-    b.at(Category::Linear, Some(l));
-    let [q, k, v] = split_heads(b, qkv, l, (heads, dh, bh * seq))?;
-
-    let scores = scores_bound(b, (q, k, qkv_linear), x_norm, heads, l);
+    let ([q, k, v], qkv_linear) = query_key_value(b, model, site)?;
+    let scores = scores_bound(b, (q, k, qkv_linear), &x.form, heads, l);
     let (o, score_abs) = attention::attend(
         b,
         attention::Heads {
@@ -364,7 +345,7 @@ fn encoder_attention(
         l,
     )?;
     b.at(Category::Linear, Some(l));
-    let om = merge_heads(b, o, l, (heads, dh, n))?;
+    let om = merge_heads(b, o, l, (heads, dh, batch * seq))?;
     let (a, _) = linear_product(
         b,
         om,
@@ -375,6 +356,36 @@ fn encoder_attention(
         l,
     )?;
     Ok((a, score_abs))
+}
+
+/// A layer's attention projections: one fused q/k/v product (the scale
+/// `1/√d_h` in the queries, the stream's fold in the weights) truncated
+/// to FRAC and split into heads; returns the heads and the product's
+/// linear layer.
+fn query_key_value(
+    b: &mut Builder,
+    model: &Model,
+    site: &Site<'_>,
+) -> Result<([usize; 3], usize), PlanError> {
+    let (l, layer, x) = (site.l, site.layer, site.x);
+    let (d, heads) = (model.config.hidden, model.config.heads);
+    let dh = d / heads;
+    let (qkv, qkv_linear) = linear_to_frac(
+        b,
+        x.t,
+        Some(&x.form),
+        format!("layer {l} query/key/value"),
+        Weights::new(
+            &[&layer.query, &layer.key, &layer.value],
+            1.0 / (dh as f64).sqrt(),
+        )
+        .folding(x.fold.as_ref()),
+        dh,
+        l,
+    )?;
+    b.at(Category::Linear, Some(l));
+    let rows = site.batch * heads * site.seq;
+    Ok((split_heads(b, qkv, l, (heads, dh, rows))?, qkv_linear))
 }
 
 /// The scores' bound: the product of the query and key rows' norms, or
