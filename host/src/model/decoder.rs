@@ -332,6 +332,80 @@ pub struct Decoder {
     pub tokenizer: Tokenizer,
 }
 
+/// [`Decoder::generated`]'s weights: each tensor a stream named after it,
+/// so the same `(config, seed)` gives the same model everywhere.
+struct Generator<'c> {
+    c: &'c DecoderConfig,
+    seed: u64,
+    llama: bool,
+}
+
+impl Generator<'_> {
+    /// A norm `width` wide: gains near 1, biases small (none for Llama).
+    fn norm(&self, name: &str, width: usize) -> Norm {
+        let seed = self.seed;
+        Norm {
+            gamma: Stream::new(seed, &format!("{name}.weight"))
+                .take(width, |s| 1.0 + 0.1 * (2.0 * s.uniform() - 1.0)),
+            beta: if self.llama {
+                vec![0.0; width]
+            } else {
+                Stream::new(seed, &format!("{name}.bias")).normals(width, 0.01)
+            },
+            eps: self.c.norm_eps,
+        }
+    }
+
+    /// A linear layer with weights N(0, 0.02²) (no biases for Llama).
+    fn linear(&self, name: &str, inputs: usize, outputs: usize) -> Linear {
+        let seed = self.seed;
+        Linear {
+            w: Stream::new(seed, &format!("{name}.weight")).normals(inputs * outputs, 0.02),
+            b: if self.llama {
+                vec![0.0; outputs]
+            } else {
+                Stream::new(seed, &format!("{name}.bias")).normals(outputs, 0.01)
+            },
+            inputs,
+            outputs,
+        }
+    }
+
+    /// Block `i`, with the norms its configuration's block form asks for.
+    fn layer(&self, i: usize) -> DecoderLayer {
+        let c = self.c;
+        let (h, q, kv) = (c.hidden, c.heads * c.head_dim, c.kv_width());
+        let p = format!("model.layers.{i}");
+        let norm = |name: &str| self.norm(&format!("{p}.{name}"), h);
+        let head_norm = |name: &str| self.norm(&format!("{p}.{name}"), c.head_dim);
+        let linear =
+            |name: &str, inputs, outputs| self.linear(&format!("{p}.{name}"), inputs, outputs);
+        DecoderLayer {
+            attn_norm: norm("input_layernorm"),
+            query: linear("self_attn.q_proj", h, q),
+            key: linear("self_attn.k_proj", h, kv),
+            value: linear("self_attn.v_proj", h, kv),
+            attn_out: linear("self_attn.o_proj", q, h),
+            mlp_norm: norm("post_attention_layernorm"),
+            gate: self
+                .llama
+                .then(|| linear("mlp.gate_proj", h, c.intermediate)),
+            up: linear("mlp.up_proj", h, c.intermediate),
+            down: linear("mlp.down_proj", c.intermediate, h),
+            qk_norm: c
+                .block
+                .qk_norm
+                .then(|| (head_norm("self_attn.q_norm"), head_norm("self_attn.k_norm"))),
+            post_norms: c.block.post_norms.then(|| {
+                (
+                    norm("post_attention_layernorm"),
+                    norm("post_feedforward_layernorm"),
+                )
+            }),
+        }
+    }
+}
+
 impl Decoder {
     /// A decoder with deterministic pseudo-random weights of realistic scale
     /// (GPT-2's initialization: weights N(0, 0.02²), norm gains near 1) and a
@@ -346,68 +420,20 @@ impl Decoder {
         if let Err(e) = config.check() {
             panic!("Decoder::generated: {e}");
         }
-        let c = &config;
-        let (h, q, kv) = (c.hidden, c.heads * c.head_dim, c.kv_width());
-        let llama = c.architecture == Architecture::Llama;
-        let norm_of = |name: &str, width: usize| Norm {
-            gamma: Stream::new(seed, &format!("{name}.weight"))
-                .take(width, |s| 1.0 + 0.1 * (2.0 * s.uniform() - 1.0)),
-            beta: if llama {
-                vec![0.0; width]
-            } else {
-                Stream::new(seed, &format!("{name}.bias")).normals(width, 0.01)
-            },
-            eps: c.norm_eps,
+        let g = Generator {
+            c: &config,
+            seed,
+            llama: config.architecture == Architecture::Llama,
         };
-        let norm = |name: &str| norm_of(name, h);
-        let head_norm = |name: &str| norm_of(name, c.head_dim);
-        let linear = |name: &str, inputs: usize, outputs: usize| Linear {
-            w: Stream::new(seed, &format!("{name}.weight")).normals(inputs * outputs, 0.02),
-            b: if llama {
-                vec![0.0; outputs]
-            } else {
-                Stream::new(seed, &format!("{name}.bias")).normals(outputs, 0.01)
-            },
-            inputs,
-            outputs,
-        };
-        let layers = (0..c.layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                let both = |a: &str, b: &str, f: &dyn Fn(&str) -> Norm| {
-                    (f(&format!("{p}.{a}")), f(&format!("{p}.{b}")))
-                };
-                DecoderLayer {
-                    attn_norm: norm(&format!("{p}.input_layernorm")),
-                    query: linear(&format!("{p}.self_attn.q_proj"), h, q),
-                    key: linear(&format!("{p}.self_attn.k_proj"), h, kv),
-                    value: linear(&format!("{p}.self_attn.v_proj"), h, kv),
-                    attn_out: linear(&format!("{p}.self_attn.o_proj"), q, h),
-                    mlp_norm: norm(&format!("{p}.post_attention_layernorm")),
-                    gate: llama.then(|| linear(&format!("{p}.mlp.gate_proj"), h, c.intermediate)),
-                    up: linear(&format!("{p}.mlp.up_proj"), h, c.intermediate),
-                    down: linear(&format!("{p}.mlp.down_proj"), c.intermediate, h),
-                    qk_norm: c
-                        .block
-                        .qk_norm
-                        .then(|| both("self_attn.q_norm", "self_attn.k_norm", &head_norm)),
-                    post_norms: c.block.post_norms.then(|| {
-                        both(
-                            "post_attention_layernorm",
-                            "post_feedforward_layernorm",
-                            &norm,
-                        )
-                    }),
-                }
-            })
-            .collect();
+        let layers = (0..config.layers).map(|i| g.layer(i)).collect();
+        let (c, h, llama) = (&config, config.hidden, g.llama);
         Decoder {
             name: format!("generated-decoder-{seed}"),
             embed: Stream::new(seed, "model.embed_tokens.weight").normals(c.vocab_size * h, 0.02),
             positions: (!llama)
                 .then(|| Stream::new(seed, "wpe.weight").normals(c.max_positions * h, 0.01)),
             layers,
-            final_norm: norm("model.norm"),
+            final_norm: g.norm("model.norm", h),
             lm_head: None,
             tokenizer: Tokenizer::char_level(c.vocab_size),
             config,
