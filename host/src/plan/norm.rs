@@ -518,6 +518,38 @@ fn normalized(
         let (v, frac_in, v_max) = sum_of_squares(b, r, (&yb, y_l2), eps, octaves.k, name, l)?;
         (r, v, frac_in, v_max, yb, y_l2, octaves)
     };
+    let rho = inverse_root(b, v, (frac_in, v_max), &octaves, name)?;
+    // |yᵢ|·ρ ≤ (1 + err)·|yᵢ|/‖y‖ ≤ 1 + err, plus ρ's rounding; the
+    // row's norm ‖y‖·ρ likewise, plus ‖y‖ times ρ's rounding.
+    let z_abs: Vec<f64> = yb
+        .abs
+        .iter()
+        .map(|a| 1.0 + INVERSE_REL_ERR + a * ulp(octaves.frac_out))
+        .collect();
+    let z_l2 = 1.0 + INVERSE_REL_ERR + y_l2 * ulp(octaves.frac_out);
+    let mut zb = Bound::from_abs(z_abs, d);
+    zb.l2[0] = zb.l2[0].min(z_l2);
+    let scale = y_scale + octaves.frac_out;
+    let z = b.tensor(format!("{name} normalized"), rows, d, scale, zb.clone())?;
+    b.push(Kind::MulRows {
+        x: y,
+        v: rho,
+        out: z,
+    });
+    Ok(Normalized { z, scale, zb, z_l2 })
+}
+
+/// `ρ = 1/√v` per row, for the sum of squares `v` (at `frac_in`, at most
+/// `v_max`), by the inverse chain at `octaves`' output scale: the table
+/// form in decode passes, the spline form elsewhere.
+fn inverse_root(
+    b: &mut Builder,
+    v: usize,
+    (frac_in, v_max): (u32, f64),
+    octaves: &Octaves,
+    name: &str,
+) -> Result<usize, PlanError> {
+    let rows = b.info(v).rows;
     let rho_max =
         (1.0 + INVERSE_REL_ERR) * pow2((frac_in - octaves.lo_bits) / 2) + ulp(octaves.frac_out);
     let rho = b.tensor(
@@ -539,24 +571,7 @@ fn normalized(
         }),
         out: rho,
     });
-    // |yᵢ|·ρ ≤ (1 + err)·|yᵢ|/‖y‖ ≤ 1 + err, plus ρ's rounding; the
-    // row's norm ‖y‖·ρ likewise, plus ‖y‖ times ρ's rounding.
-    let z_abs: Vec<f64> = yb
-        .abs
-        .iter()
-        .map(|a| 1.0 + INVERSE_REL_ERR + a * ulp(octaves.frac_out))
-        .collect();
-    let z_l2 = 1.0 + INVERSE_REL_ERR + y_l2 * ulp(octaves.frac_out);
-    let mut zb = Bound::from_abs(z_abs, d);
-    zb.l2[0] = zb.l2[0].min(z_l2);
-    let scale = y_scale + octaves.frac_out;
-    let z = b.tensor(format!("{name} normalized"), rows, d, scale, zb.clone())?;
-    b.push(Kind::MulRows {
-        x: y,
-        v: rho,
-        out: z,
-    });
-    Ok(Normalized { z, scale, zb, z_l2 })
+    Ok(rho)
 }
 
 /// `a = z·(γ√d) + β` at `z`'s scale plus WEIGHT_FRAC, for `z` (at its
