@@ -408,6 +408,38 @@ mod spline_form {
         })
     }
 
+    /// The spline of the mantissa (step 1's output) times the exponent
+    /// factor (step 0's second output): a Beaver product after the spline,
+    /// or (one round) the spline scaled by the factor. Returns the spline's
+    /// step, the product's if it has one, and the index of the step whose
+    /// output is the product.
+    fn times_factor(
+        form: Form,
+        spline_suf: &Suf,
+        k_spline: Width,
+    ) -> Result<(Step, Option<Step>, u8), SufError> {
+        let step = |i: u8, j: u8| Source::Output { step: i, index: j };
+        Ok(match form {
+            #[cfg(test)]
+            Form::TwoRounds => {
+                let times = Step::Mul {
+                    a: Lin::of(step(2, 0)),
+                    b: Lin::of(step(0, 1)),
+                };
+                let spline = suf_step(form, spline_suf, k_spline, Lin::of(step(1, 0)))?;
+                (spline, Some(times), 3)
+            }
+            Form::OneRound => {
+                let scaled = Step::Suf {
+                    gate: RingSuf::scaled(spline_suf, k_spline)?,
+                    input: Lin::of(step(1, 0)),
+                    factor: Some(Lin::of(step(0, 1))),
+                };
+                (scaled, None, 2)
+            }
+        })
+    }
+
     /// The spline chain: 4 rounds one-round (the spline scaled by the
     /// factor), 9 two-round (the spline, then a Beaver product).
     pub(crate) fn chain(
@@ -449,27 +481,7 @@ mod spline_form {
         if k_out >= n || sc.frac_out >= product_scale {
             return Err(SufError::FixedPoint);
         }
-        // The spline times the exponent factor: a Beaver product after the
-        // spline, or (one round) the spline scaled by the factor.
-        let (spline, times, product) = match form {
-            #[cfg(test)]
-            Form::TwoRounds => {
-                let times = Step::Mul {
-                    a: Lin::of(step(2, 0)),
-                    b: Lin::of(step(0, 1)),
-                };
-                let spline = suf_step(form, &spline_suf, k_spline, Lin::of(step(1, 0)))?;
-                (spline, Some(times), 3)
-            }
-            Form::OneRound => {
-                let scaled = Step::Suf {
-                    gate: RingSuf::scaled(&spline_suf, k_spline)?,
-                    input: Lin::of(step(1, 0)),
-                    factor: Some(Lin::of(step(0, 1))),
-                };
-                (scaled, None, 2)
-            }
-        };
+        let (spline, times, product) = times_factor(form, &spline_suf, k_spline)?;
         let out = truncation(
             form,
             ring,
