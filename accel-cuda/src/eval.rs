@@ -69,6 +69,33 @@ fn flags(p: &Params) -> u32 {
     u32::from(p.kind() == Kind::Dcf)
 }
 
+/// Key generation's inputs for `part`, as `suffuse_fss_gen` reads them:
+/// every α, every β, each key's two roots (two words each), then the
+/// random words.
+fn stage_gen_inputs(staging: &mut Vec<u64>, part: &GenBatch<'_>) {
+    staging.clear();
+    staging.extend_from_slice(part.alphas());
+    staging.extend_from_slice(part.betas());
+    for [r0, r1] in part.roots() {
+        staging.extend_from_slice(&word_of(*r0));
+        staging.extend_from_slice(&word_of(*r1));
+    }
+    staging.extend_from_slice(part.random());
+}
+
+/// P1's keys from P0's: P1's key is P0's body behind P1's root (lsb 1), as
+/// core writes it, so P0's bytes are copied on every core and then the
+/// roots replaced. `generate` checked that both hold the batch's keys.
+fn p1_keys(batch: &GenBatch<'_>, key0: &[u8], key1: &mut [u8]) {
+    let len = batch.params().key_len();
+    crate::par::zip_chunks(key1, 1 << 20, key0, 1 << 20, |a, b| {
+        a.copy_from_slice(b);
+    });
+    for (k1, [_, r1]) in key1.chunks_mut(len.max(1)).zip(batch.roots()) {
+        k1[..16].copy_from_slice(&r1.with_lsb(1).to_bytes());
+    }
+}
+
 impl<L: Launcher> State<L> {
     /// The device address of the four domains' AES keys, uploaded once.
     pub(crate) fn aes(&mut self, l: &L) -> Result<u64, CudaError> {
@@ -341,14 +368,7 @@ impl<L: Launcher> CudaEval<L> {
             let c = end - start;
             let out_words = (c * len).div_ceil(8);
             st.with_buffers(l, [c * (6 + draws), out_words], |staging, bufs| {
-                staging.clear();
-                staging.extend_from_slice(part.alphas());
-                staging.extend_from_slice(part.betas());
-                for [r0, r1] in part.roots() {
-                    staging.extend_from_slice(&word_of(*r0));
-                    staging.extend_from_slice(&word_of(*r1));
-                }
-                staging.extend_from_slice(part.random());
+                stage_gen_inputs(staging, &part);
                 l.upload(&mut bufs[0], staging)?;
                 let base = l.address(&bufs[0]);
                 let at = |i: usize| Arg::Ptr(base + 8 * u64_of(i));
@@ -384,16 +404,8 @@ impl<L: Launcher> CudaEval<L> {
         // The device's part is done: the copies below run without the lock,
         // so that other callers' device work goes on meanwhile.
         drop(st);
-        // P1's key is P0's body behind P1's root (lsb 1), as core writes it:
-        // P0's bytes copied on every core, then the roots replaced.
         let t = std::time::Instant::now();
-        // `generate` checked that both hold n keys.
-        crate::par::zip_chunks(key1, 1 << 20, key0, 1 << 20, |a, b| {
-            a.copy_from_slice(b);
-        });
-        for (k1, [_, r1]) in key1.chunks_mut(len.max(1)).zip(batch.roots()) {
-            k1[..16].copy_from_slice(&r1.with_lsb(1).to_bytes());
-        }
+        p1_keys(batch, key0, key1);
         l.host_phase(Phase::Unpack, t);
         Ok(())
     }
