@@ -196,17 +196,7 @@ pub(super) fn linear_product(
     group: usize,
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
-    let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| {
-        let (mut w, mut bias) = std::mem::take(&mut b.reals);
-        let outputs = real_weights_of(b, enc, &mut w, &mut bias);
-        let plain = bound::linear(xb, &w, &bias, outputs, group);
-        let out = match norm {
-            Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, outputs, group)),
-            None => plain,
-        };
-        b.reals = (w, bias);
-        out
-    };
+    let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| product_bound(b, xb, enc, norm, group);
     let xi = b.info(x).clone();
     let unbiased = !weights.biased;
     if let Some(done) = reuse(b, (x, unbiased), &name, norm, group, layer)? {
@@ -233,16 +223,50 @@ pub(super) fn linear_product(
         out = bound_of(b, &ti.bound, &enc);
         to = FRAC;
     }
+    b.at(Category::Linear, Some(layer));
+    push_product(b, (x, enc, out), &name, (norm, group), unbiased)
+}
+
+/// The bound of `x·W + b` for an input bounded by `xb`: the plain
+/// product's, or, for a norm's output, the tighter of it and the bound
+/// through the norm's form.
+fn product_bound(
+    b: &mut Builder,
+    xb: &Bound,
+    enc: &Enc,
+    norm: Option<&NormForm>,
+    group: usize,
+) -> Bound {
+    let (mut w, mut bias) = std::mem::take(&mut b.reals);
+    let outputs = real_weights_of(b, enc, &mut w, &mut bias);
+    let plain = bound::linear(xb, &w, &bias, outputs, group);
+    let out = match norm {
+        Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, outputs, group)),
+        None => plain,
+    };
+    b.reals = (w, bias);
+    out
+}
+
+/// Pushes the product `x·W + b` of the layer `enc` (encoded now if it is
+/// new), its output bounded by `out` and remembered for later passes;
+/// returns the product and the layer's index.
+fn push_product(
+    b: &mut Builder,
+    (x, enc, out): (usize, Enc, Bound),
+    name: &str,
+    (norm, group): (Option<&NormForm>, usize),
+    unbiased: bool,
+) -> Result<(usize, usize), PlanError> {
     let rows = b.info(x).rows;
     let scale = b.info(x).scale + WEIGHT_FRAC;
-    b.at(Category::Linear, Some(layer));
     let linear = match materialize(b, enc) {
         Enc::Built(i) => i,
         Enc::New(enc) => b.linear_layer(enc),
         Enc::Rebias { .. } => unreachable!("materialize encodes a rebias whole"),
     };
     let outputs = b.linear_ref(linear).outputs;
-    let key = product_key(&name, scale, &b.info(x).bound, norm, group);
+    let key = product_key(name, scale, &b.info(x).bound, norm, group);
     b.remember_product(key, out.clone());
     let y = b.tensor(format!("{name} product"), rows, outputs, scale, out)?;
     b.push(Kind::Linear {
