@@ -281,7 +281,9 @@ impl BatchEval for CpuEval {
         points: &[u64],
         out: &mut [u64],
     ) -> Result<EvalStats, Error> {
-        if points.len() != out.len() {
+        // A pair's query writes two words.
+        let words = keys.params().output().words();
+        if Some(out.len()) != points.len().checked_mul(words) {
             return Err(Error::BufferLength);
         }
         let per_key = keys.points_per_key(points.len())?;
@@ -290,7 +292,7 @@ impl BatchEval for CpuEval {
         let calls = self.install(|| {
             points
                 .par_chunks(CHUNK)
-                .zip(out.par_chunks_mut(CHUNK))
+                .zip(out.par_chunks_mut(CHUNK * words))
                 .enumerate()
                 .map(|(i, (p, o))| aes.eval_queries(keys, per_key, i * CHUNK, p, o, lanes, simd))
                 .try_reduce(|| 0, |a, b| Ok(a + b))

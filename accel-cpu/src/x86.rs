@@ -322,7 +322,9 @@ fn with_walk<H: Hasher>(
     (points, out): (&[u64], &mut [u64]),
     lanes: usize,
 ) -> Result<u64, Error> {
-    if points.len() != out.len() {
+    // A pair's query writes two words; the SIMD walkers take bit outputs.
+    let words = keys.params().output().words();
+    if Some(out.len()) != points.len().checked_mul(words) {
         return Err(Error::BufferLength);
     }
     let (done, calls) = match walk {
@@ -340,7 +342,7 @@ fn with_walk<H: Hasher>(
         per_key,
         first + done,
         &points[done..],
-        &mut out[done..],
+        &mut out[done * words..],
         lanes,
     )?;
     Ok(calls + rest)

@@ -10,7 +10,7 @@ use suffuse_core::Error;
 use suffuse_core::batch::{
     BatchEval, EvalJob, EvalStats, MatShape, Resident, Turned, full_domain_each,
 };
-use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
+use suffuse_core::fss::{GEN_LANES, GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 use zeroize::Zeroize;
 
@@ -61,9 +61,20 @@ fn block_of(lo: u64, hi: u64) -> Block {
 fn ring_bits(p: &Params) -> u32 {
     match p.output() {
         Output::Bit => 0,
-        Output::Ring(w) => w.bits(),
+        // Pairs never reach a kernel (`on_host`).
+        Output::Ring(w) | Output::Pair(w) => w.bits(),
     }
 }
+
+/// Whether keys of `p` take the host's walk: pair outputs, whose two value
+/// corrections per level and two words per query the kernels do not read
+/// (docs/BACKENDS.md, "Pair keys on the host").
+fn on_host(p: &Params) -> bool {
+    matches!(p.output(), Output::Pair(_))
+}
+
+/// Queries per task of [`CudaEval::eval_on_host`].
+const HOST_CHUNK: usize = 1 << 12;
 
 fn flags(p: &Params) -> u32 {
     u32::from(p.kind() == Kind::Dcf)
@@ -240,6 +251,46 @@ impl<L: Launcher> CudaEval<L> {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *slot = Some(e.to_string());
         Error::Unsupported
+    }
+
+    /// Evaluates keys that take the host's walk ([`on_host`]) with core's
+    /// lockstep evaluator, in runs of [`HOST_CHUNK`] queries split over the
+    /// host's cores.
+    fn eval_on_host(
+        &self,
+        keys: &KeyBatch<'_>,
+        per_key: usize,
+        points: &[u64],
+        out: &mut [u64],
+    ) -> Result<EvalStats, Error> {
+        let words = keys.params().output().words();
+        let starts: Vec<usize> = (0..points.len()).step_by(HOST_CHUNK).collect();
+        let failure = std::sync::Mutex::new(None);
+        let calls = std::sync::atomic::AtomicU64::new(0);
+        crate::par::zip_chunks(out, HOST_CHUNK * words, &starts, 1, |o, first| {
+            let first = first[0];
+            let p = &points[first..first + o.len() / words];
+            let lanes = suffuse_core::prg::HASH_CHUNK;
+            match suffuse_core::fss::eval_queries(&self.host, keys, per_key, first, p, o, lanes) {
+                Ok(c) => {
+                    calls.fetch_add(c, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => {
+                    *failure
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
+                }
+            }
+        });
+        match failure
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some(e) => Err(e),
+            None => Ok(EvalStats {
+                aes_calls: calls.into_inner(),
+            }),
+        }
     }
 
     pub(crate) fn eval_device(
@@ -592,12 +643,16 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
         points: &[u64],
         out: &mut [u64],
     ) -> Result<EvalStats, Error> {
-        if points.len() != out.len() {
+        let words = keys.params().output().words();
+        if Some(out.len()) != points.len().checked_mul(words) {
             return Err(Error::BufferLength);
         }
         let per_key = keys.points_per_key(points.len())?;
         if points.is_empty() {
             return Ok(EvalStats::default());
+        }
+        if on_host(&keys.params()) {
+            return self.eval_on_host(keys, per_key, points, out);
         }
         self.eval_device(keys, per_key, points, out)
             .map_err(|e| self.failed(e))?;
@@ -611,6 +666,12 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
         let mut stats = EvalStats::default();
         let mut start = 0;
         while start < jobs.len() {
+            let first = &mut jobs[start];
+            if on_host(&first.keys.params()) {
+                stats += self.eval(&first.keys, first.points, first.out)?;
+                start += 1;
+                continue;
+            }
             let first = &jobs[start];
             if first.points.len() != first.out.len() {
                 return Err(Error::BufferLength);
@@ -681,6 +742,10 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
         let n = batch.count();
         if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
             return Err(Error::BufferLength);
+        }
+        if on_host(&batch.params()) {
+            let aes_calls = suffuse_core::fss::generate(&self.host, batch, key0, key1, GEN_LANES)?;
+            return Ok(EvalStats { aes_calls });
         }
         if n > 0 {
             self.generate_device(batch, key0, key1)

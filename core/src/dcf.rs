@@ -39,9 +39,31 @@ pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     match (params.kind(), params.output()) {
         (Kind::Dcf, Output::Bit) => generate_bit(aes, params, alpha, roots, key0, key1),
         (Kind::Dcf, Output::Ring(_)) => {
-            fss::gen_pair(aes, params, alpha, beta, roots, Some(rng), key0, key1)
+            fss::gen_pair(aes, params, alpha, &[beta], roots, Some(rng), key0, key1)
         }
-        (Kind::Dpf, _) => Err(Error::KindMismatch),
+        (Kind::Dcf, Output::Pair(_)) | (Kind::Dpf, _) => Err(Error::KindMismatch),
+    }
+}
+
+/// Generates pair-output DCF keys for `(β_0, β_1)·[x < α]`
+/// ([`Output::Pair`]) into `key0` and `key1`; `rng` as for [`generate`].
+/// Returns the AES calls made.
+#[allow(clippy::too_many_arguments)]
+pub fn generate_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
+    aes: &H,
+    params: &Params,
+    alpha: u64,
+    beta: [u64; 2],
+    roots: [Block; 2],
+    rng: &mut R,
+    key0: &mut [u8],
+    key1: &mut [u8],
+) -> Result<u64, Error> {
+    match (params.kind(), params.output()) {
+        (Kind::Dcf, Output::Pair(_)) => {
+            fss::gen_pair(aes, params, alpha, &beta, roots, Some(rng), key0, key1)
+        }
+        _ => Err(Error::KindMismatch),
     }
 }
 
@@ -60,10 +82,32 @@ pub fn generate_bit<H: Hasher + ?Sized>(
         return Err(Error::KindMismatch);
     }
     let none: Option<&mut crate::prg::Prg> = None;
-    fss::gen_pair(aes, params, alpha, 1, roots, none, key0, key1)
+    fss::gen_pair(aes, params, alpha, &[1], roots, none, key0, key1)
 }
 
-/// Evaluates one party's DCF key at one public point (taken mod `2^k`).
+/// Evaluates one party's pair-output DCF key ([`Output::Pair`]) at one
+/// public point (taken mod `2^k`): both words of its share.
+pub fn eval_pair(
+    aes: &FixedKeyAes,
+    params: &Params,
+    party: Party,
+    key: &[u8],
+    x: u64,
+) -> Result<[u64; 2], Error> {
+    if params.kind() != Kind::Dcf || !matches!(params.output(), Output::Pair(_)) {
+        return Err(Error::KindMismatch);
+    }
+    let keys = KeyBatch::new(*params, party, key)?;
+    if keys.count() != 1 {
+        return Err(Error::BufferLength);
+    }
+    let mut out = [0u64; 2];
+    fss::eval_queries(aes, &keys, 1, 0, &[x], &mut out, 1)?;
+    Ok(out)
+}
+
+/// Evaluates one party's DCF key at one public point (taken mod `2^k`);
+/// pair outputs take [`eval_pair`].
 pub fn eval(
     aes: &FixedKeyAes,
     params: &Params,

@@ -29,7 +29,7 @@ pub fn generate<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     // `dcf::generate`, which the test oracles share.
     let _ = rng;
     let none: Option<&mut crate::prg::Prg> = None;
-    fss::gen_pair(aes, params, alpha, beta, roots, none, key0, key1)
+    fss::gen_pair(aes, params, alpha, &[beta], roots, none, key0, key1)
 }
 
 /// Evaluates one party's DPF key at one public point (taken mod `2^k`).

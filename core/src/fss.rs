@@ -72,6 +72,13 @@ pub enum Output {
     Bit,
     /// Z_2^w, additively shared.
     Ring(Width),
+    /// Two words of Z_2^w per point, additively shared, from one seed
+    /// chain: a DCF `(β_0, β_1)·[x < α]` whose two value corrections per
+    /// level are converted by one value hash (its low and high halves).
+    /// Two ring keys with the same threshold in one walk, for a key of
+    /// `k·(16 + 2·⌈w/8⌉) + 16` bytes instead of two of
+    /// `(k − ν)·(16 + ⌈w/8⌉) + 16`.
+    Pair(Width),
 }
 
 impl Output {
@@ -79,8 +86,21 @@ impl Output {
     pub const fn width(self) -> Width {
         match self {
             Output::Bit => Width::of(1),
-            Output::Ring(w) => w,
+            Output::Ring(w) | Output::Pair(w) => w,
         }
+    }
+
+    /// Words per evaluation: 2 for a pair, else 1.
+    pub const fn words(self) -> usize {
+        match self {
+            Output::Pair(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// Whether the output is additively shared in a ring (one word or two).
+    pub const fn in_ring(self) -> bool {
+        !matches!(self, Output::Bit)
     }
 }
 
@@ -161,11 +181,21 @@ impl Params {
     }
 
     /// Bits per output lane of the leaf block: 1 for bits, else the smallest
-    /// of 8/16/32/64 that holds the ring width.
+    /// of 8/16/32/64 that holds the ring width, twice that for a pair (its
+    /// two words side by side, [`Params::word_bits`] each).
     pub const fn lane_bits(&self) -> u32 {
         match self.output {
+            Output::Pair(_) => 2 * self.word_bits(),
+            _ => self.word_bits(),
+        }
+    }
+
+    /// Bits per output word in the leaf block: 1 for bits, else the
+    /// smallest of 8/16/32/64 that holds the ring width.
+    pub const fn word_bits(&self) -> u32 {
+        match self.output {
             Output::Bit => 1,
-            Output::Ring(w) => {
+            Output::Ring(w) | Output::Pair(w) => {
                 let b = w.bits();
                 if b <= 8 {
                     8
@@ -192,10 +222,13 @@ impl Params {
         self.domain.bits() - self.leaf_bits()
     }
 
-    /// Bytes of the value correction per level (ring DCF only).
+    /// Bytes of the value corrections per level (ring and pair DCFs
+    /// only): one word of `⌈w/8⌉` bytes per output word.
     pub const fn value_bytes(&self) -> usize {
         match (self.kind, self.output) {
-            (Kind::Dcf, Output::Ring(w)) => cast::usize_from_u32(w.bits().div_ceil(8)),
+            (Kind::Dcf, Output::Ring(w) | Output::Pair(w)) => {
+                self.output.words() * cast::usize_from_u32(w.bits().div_ceil(8))
+            }
             _ => 0,
         }
     }
@@ -239,16 +272,19 @@ impl Params {
     pub const fn aes_per_eval(&self) -> u64 {
         let l = cast::u64_from_u32(self.levels());
         match (self.kind, self.output) {
-            (Kind::Dcf, Output::Ring(_)) => 2 * l + 1,
+            (Kind::Dcf, Output::Ring(_) | Output::Pair(_)) => 2 * l + 1,
             _ => l + 1,
         }
     }
 
-    /// Uniform words generating one key pair draws: one per level for
-    /// ring-output DCFs (the off-path value corrections), none otherwise.
+    /// Uniform words generating one key pair draws: one per level and
+    /// output word for ring-output DCFs (the off-path value corrections),
+    /// none otherwise.
     pub const fn gen_random_words(&self) -> usize {
         match (self.kind, self.output) {
-            (Kind::Dcf, Output::Ring(_)) => cast::usize_from_u32(self.levels()),
+            (Kind::Dcf, Output::Ring(_) | Output::Pair(_)) => {
+                self.output.words() * cast::usize_from_u32(self.levels())
+            }
             _ => 0,
         }
     }
@@ -457,6 +493,8 @@ impl<'a> KeyBatch<'a> {
 /// Evaluates queries `first .. first + points.len()` of a batch in which
 /// query `q` is key `q / per_key` at `points[q − first]` (taken mod `2^k`),
 /// walking up to `lanes` queries in lockstep so their AES calls pipeline.
+/// Each query writes [`Output::words`] words to `out` (a pair's two words
+/// side by side).
 ///
 /// `lanes = 1` is the dependent AES chain of a one-at-a-time evaluator.
 /// Returns the number of AES calls made.
@@ -469,7 +507,8 @@ pub fn eval_queries<H: Hasher + ?Sized>(
     out: &mut [u64],
     lanes: usize,
 ) -> Result<u64, Error> {
-    if points.len() != out.len() {
+    let words = keys.params.output.words();
+    if Some(out.len()) != points.len().checked_mul(words) {
         return Err(Error::BufferLength);
     }
     if per_key == 0 || (first + points.len()).div_ceil(per_key) > keys.count() {
@@ -484,7 +523,7 @@ pub fn eval_queries<H: Hasher + ?Sized>(
     let mut q = 0;
     while q < points.len() {
         let n = lanes.min(points.len() - q);
-        let (p, o) = (&points[q..q + n], &mut out[q..q + n]);
+        let (p, o) = (&points[q..q + n], &mut out[q * words..(q + n) * words]);
         // One lane gets one-entry stack arrays: the serial baseline pays for
         // its dependent AES chain, not for zeroing unused lanes.
         calls += if lanes == 1 {
@@ -511,16 +550,20 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
     let k = p.domain.bits();
     let ring = match p.output {
         Output::Bit => None,
-        Output::Ring(w) => Some(w),
+        Output::Ring(w) | Output::Pair(w) => Some(w),
     };
+    // A pair's second word: its own accumulator, value correction and lane.
+    let pair = matches!(p.output, Output::Pair(_));
+    let words = p.output.words();
     let dcf = p.kind == Kind::Dcf;
-    let vbytes = p.value_bytes();
+    let vbytes = p.value_bytes() / words;
 
     let mut key_of = [&[][..]; L];
     let mut x = [0u64; L];
     let mut seed = [Block::ZERO; L];
     // DCF accumulator: XOR of control bits (bit output) or a sum (ring output).
     let mut acc = [0u64; L];
+    let mut acc2 = [0u64; L];
     let mut h = [Block::ZERO; L];
     let mut right = [Block::ZERO; L];
     let mut t_right = [0u64; L];
@@ -569,6 +612,17 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
                         acc[j] = acc[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
                         acc[j] &= w.mask();
                     }
+                    if pair {
+                        // The second word from the value hash's high half.
+                        let voff = voff + vbytes;
+                        for j in 0..n {
+                            let vcw = read_word(&key_of[j][voff..voff + vbytes]);
+                            let t = word_mask(t_right[j]);
+                            let share = right[j].high64().wrapping_add(vcw & t);
+                            acc2[j] = acc2[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
+                            acc2[j] &= w.mask();
+                        }
+                    }
                 }
             }
         }
@@ -577,25 +631,30 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
     h[..n].copy_from_slice(&seed[..n]);
     calls += aes.hash_many(Domain::Leaf, &mut h[..n]);
     let leaf_off = p.body_leaf_offset();
-    let lane_bits = p.lane_bits();
+    let word_bits = p.word_bits();
     let lane_mask = (1u64 << p.leaf_bits()) - 1;
     let sign = keys.party.index();
     for j in 0..n {
         let t = seed[j].lsb();
         let lcw = Block::read(&key_of[j][leaf_off..]);
-        let lane = cast::u32_from_small_u64(x[j] & lane_mask);
-        out[j] = match ring {
-            None => (acc[j] ^ (h[j] ^ (lcw & Block::mask(t))).bit(lane)) & 1,
+        // A pair's lane is two words: the first at 2·lane, the second next.
+        let lane = cast::u32_from_small_u64(x[j] & lane_mask) * cast::u32_from_small_usize(words);
+        let o = &mut out[j * words..(j + 1) * words];
+        match ring {
+            None => o[0] = (acc[j] ^ (h[j] ^ (lcw & Block::mask(t))).bit(lane)) & 1,
             Some(w) => {
-                let v = h[j]
-                    .lane(lane_bits, lane)
-                    .wrapping_add(lcw.lane(lane_bits, lane) & word_mask(t));
-                let sum = acc[j].wrapping_add(v);
-                // P1 negates so that the two shares add up to the output.
-                let neg = 0u64.wrapping_sub(sign);
-                w.reduce((sum ^ neg).wrapping_add(sign))
+                for (i, (o, a)) in o.iter_mut().zip([acc[j], acc2[j]]).enumerate() {
+                    let lane = lane + cast::u32_from_small_usize(i);
+                    let v = h[j]
+                        .lane(word_bits, lane)
+                        .wrapping_add(lcw.lane(word_bits, lane) & word_mask(t));
+                    let sum = a.wrapping_add(v);
+                    // P1 negates so that the two shares add up to the output.
+                    let neg = 0u64.wrapping_sub(sign);
+                    *o = w.reduce((sum ^ neg).wrapping_add(sign));
+                }
             }
-        };
+        }
     }
     calls
 }
@@ -616,7 +675,8 @@ pub(crate) fn write_word(bytes: &mut [u8], v: u64) {
 }
 
 /// Generates both parties' keys for `f(x) = β·[x < α]` (DCF) or
-/// `β·[x = α]` (DPF), writing full keys into `key0` and `key1`.
+/// `β·[x = α]` (DPF), writing full keys into `key0` and `key1`; `beta`
+/// holds [`Output::words`] words (a pair's two).
 ///
 /// `roots` are the parties' root seeds; their low bits are overwritten with
 /// the parties' indices (public root control bits, as in BGI16). α is taken
@@ -633,27 +693,28 @@ pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     aes: &H,
     params: &Params,
     alpha: u64,
-    beta: u64,
+    beta: &[u64],
     roots: [Block; 2],
     rng: Option<&mut R>,
     key0: &mut [u8],
     key1: &mut [u8],
 ) -> Result<u64, Error> {
-    // The words a ring DCF draws, one per level in level order: the same
-    // stream a level-by-level generator reads. Only ring DCFs draw any.
-    let draws = params.kind == Kind::Dcf && matches!(params.output, Output::Ring(_));
+    // The words a ring DCF draws, per level in level order (a pair's two
+    // side by side): the same stream a level-by-level generator reads.
+    // Only ring DCFs draw any.
+    let draws = params.kind == Kind::Dcf && params.output.in_ring();
     if draws != rng.is_some() {
         return Err(Error::KindMismatch);
     }
     let words = params.gen_random_words();
-    let mut random = [0u64; 64];
+    let mut random = [0u64; 128];
     if let Some(rng) = rng {
         for r in &mut random[..words] {
             *r = rng.next_u64();
         }
     }
-    let (alphas, betas, roots) = ([alpha], [beta], [roots]);
-    let batch = GenBatch::new(*params, &alphas, &betas, &roots, &random[..words])?;
+    let (alphas, roots) = ([alpha], [roots]);
+    let batch = GenBatch::new(*params, &alphas, beta, &roots, &random[..words])?;
     keygen::generate(aes, &batch, key0, key1, 1)
 }
 
@@ -736,7 +797,8 @@ pub(crate) fn full_domain_tiles<H: Hasher + ?Sized>(
     mut visit: impl FnMut(usize, &[u64]),
 ) -> Result<u64, Error> {
     let p = params;
-    if p.kind != Kind::Dpf {
+    // A full domain is one word per point: pairs are DCFs' (eval only).
+    if p.kind != Kind::Dpf || matches!(p.output, Output::Pair(_)) {
         return Err(Error::KindMismatch);
     }
     if key.root.len() != 16 || key.body.len() != p.body_len() {
@@ -903,6 +965,8 @@ fn write_leaves(
                 }
             }
         }
+        // Refused by `full_domain_tiles`.
+        Output::Pair(_) => {}
         Output::Bit => {
             for ((s, h), o) in seeds.iter().zip(h).zip(out.chunks_exact_mut(per_leaf)) {
                 let b = *h ^ (lcw & Block::mask(s.lsb()));

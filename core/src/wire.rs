@@ -49,6 +49,7 @@ pub fn write_key_header(params: &Params, party: Party, count: usize) -> [u8; KEY
     let (tag, w) = match params.output() {
         Output::Bit => (0, 1),
         Output::Ring(w) => (1, w.bits()),
+        Output::Pair(w) => (2, w.bits()),
     };
     h[7] = tag;
     h[8] = u8::try_from(params.domain().bits()).unwrap_or(0);
@@ -77,6 +78,10 @@ pub fn parse_key_batch(bytes: &[u8]) -> Result<KeyBatch<'_>, WireError> {
         (0, 1) => Output::Bit,
         (0, _) => return Err(WireError::BadWidth),
         (1, w) => Output::Ring(Width::new(u32::from(w)).map_err(|_| WireError::BadWidth)?),
+        // Pairs are comparison keys only.
+        (2, w) if kind == Kind::Dcf => {
+            Output::Pair(Width::new(u32::from(w)).map_err(|_| WireError::BadWidth)?)
+        }
         _ => return Err(WireError::UnknownTag),
     };
     let party = match header[10] {

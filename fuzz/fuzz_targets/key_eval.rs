@@ -36,7 +36,7 @@ fn aes() -> &'static FixedKeyAes {
 fn is_canonical(output: Output, y: u64) -> bool {
     match output {
         Output::Bit => y <= 1,
-        Output::Ring(w) => w.contains(y),
+        Output::Ring(w) | Output::Pair(w) => w.contains(y),
     }
 }
 
@@ -70,7 +70,9 @@ fuzz_target!(|data: &[u8]| {
     let points: Vec<u64> = (0..n)
         .flat_map(|_| per_key_points.iter().copied())
         .collect();
-    let mut out = vec![0u64; points.len()];
+    // A pair's query writes two words.
+    let words = params.output().words();
+    let mut out = vec![0u64; points.len() * words];
     let stats = serial()
         .eval(&keys, &points, &mut out)
         .expect("well-formed buffers must evaluate");
@@ -81,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
     assert!(out.iter().all(|&y| is_canonical(params.output(), y)));
 
     // A wrong output length is an error, not a panic.
-    let mut long = vec![0u64; points.len() + 1];
+    let mut long = vec![0u64; points.len() * words + 1];
     assert_eq!(
         serial().eval(&keys, &points, &mut long),
         Err(Error::BufferLength)
@@ -92,7 +94,7 @@ fuzz_target!(|data: &[u8]| {
     let roots: Vec<u8> = (0..n).flat_map(|i| keys.key(i).root().to_vec()).collect();
     let bodies: Vec<u8> = (0..n).flat_map(|i| keys.key(i).body().to_vec()).collect();
     let apart = KeyBatch::split(params, keys.party(), &roots, &bodies).expect("same keys");
-    let mut again = vec![0u64; points.len()];
+    let mut again = vec![0u64; points.len() * words];
     serial()
         .eval(&apart, &points, &mut again)
         .expect("well-formed buffers must evaluate");
@@ -101,13 +103,16 @@ fuzz_target!(|data: &[u8]| {
     // The one-key evaluators agree with the batch.
     let per_key = per_key_points.len();
     let (whole, len) = (keys.bytes().unwrap_or_default(), params.key_len());
-    for (q, (&x, &y)) in points.iter().zip(&out).enumerate() {
+    for (q, (&x, y)) in points.iter().zip(out.chunks_exact(words)).enumerate() {
         let key = &whole[q / per_key * len..(q / per_key + 1) * len];
-        let single = match params.kind() {
-            Kind::Dcf => dcf::eval(aes(), &params, keys.party(), key, x),
-            Kind::Dpf => dpf::eval(aes(), &params, keys.party(), key, x),
+        let single = match (params.kind(), params.output()) {
+            (Kind::Dcf, Output::Pair(_)) => {
+                dcf::eval_pair(aes(), &params, keys.party(), key, x).map(|w| w.to_vec())
+            }
+            (Kind::Dcf, _) => dcf::eval(aes(), &params, keys.party(), key, x).map(|w| vec![w]),
+            (Kind::Dpf, _) => dpf::eval(aes(), &params, keys.party(), key, x).map(|w| vec![w]),
         };
-        assert_eq!(single, Ok(y));
+        assert_eq!(single, Ok(y.to_vec()));
     }
 
     let k = params.domain().bits();

@@ -375,7 +375,7 @@ fn points_for(batch: &DealtBatch, per_key: usize, queries: usize, rng: &mut Prg)
 }
 
 fn serial_eval(keys: &KeyBatch<'_>, points: &[u64]) -> Vec<u64> {
-    let mut out = vec![UNWRITTEN; points.len()];
+    let mut out = vec![UNWRITTEN; points.len() * keys.params().output().words()];
     Serial::new()
         .eval(keys, points, &mut out)
         .unwrap_or_else(|e| panic!("Serial failed on {:?}: {e}", keys.params()));
@@ -409,7 +409,9 @@ fn build_suite() -> Suite {
     let mut rng = Prg::new(b"conformance v1\0\0");
     let max_keys = BATCH_SIZES.iter().copied().max().unwrap_or(0);
 
-    let point_cases = keys::shapes(&DOMAINS, &RING_WIDTHS)
+    let mut shapes = keys::shapes(&DOMAINS, &RING_WIDTHS);
+    shapes.extend(keys::pair_shapes(&DOMAINS, &RING_WIDTHS));
+    let point_cases = shapes
         .iter()
         .map(|params| {
             let keys = DealtBatch::deal(&aes, params, max_keys, &mut rng);
@@ -538,25 +540,29 @@ fn compare_layout(
     what: &str,
     report: &mut Report,
 ) {
-    let mut out = vec![UNWRITTEN; points.len()];
+    // A pair's query writes two words.
+    let words = keys.params().output().words();
+    let mut out = vec![UNWRITTEN; points.len() * words];
     report.calls += 1;
     let stats = match guarded(|| eval.eval(keys, points, &mut out)) {
         Ok(Ok(stats)) => stats,
         Ok(Err(e)) => return report.fail(format!("{what}: returned error {e:?}")),
         Err(panic) => return report.fail(format!("{what}: panicked: {panic}")),
     };
-    report.outputs += points.len();
+    report.outputs += out.len();
     let per_key = points.len().checked_div(keys.count()).unwrap_or(0);
-    if let Some(q) = (0..points.len()).find(|&q| out[q] != expected[q]) {
-        let wrong = (0..points.len()).filter(|&q| out[q] != expected[q]).count();
+    if let Some(i) = (0..out.len()).find(|&i| out[i] != expected[i]) {
+        let wrong = (0..out.len()).filter(|&i| out[i] != expected[i]).count();
+        let q = i / words;
         report.fail(format!(
-            "{what}: {wrong} of {} outputs differ; first at query {q} (key {}, point {:#x}): \
-             Serial {:#x}, got {:#x}",
-            points.len(),
+            "{what}: {wrong} of {} output words differ; first at query {q} (key {}, point \
+             {:#x}, word {}): Serial {:#x}, got {:#x}",
+            out.len(),
             q / per_key.max(1),
             points[q],
-            expected[q],
-            out[q]
+            i % words,
+            expected[i],
+            out[i]
         ));
     }
     let predicted = keys.params().aes_per_eval() * u64_from(points.len());
@@ -589,6 +595,7 @@ fn check_point_case(eval: &dyn BatchEval, case: &PointCase, scope: Scope, report
                 }
                 let keys = case.keys.batch(party, count);
                 let queries = count * set.per_key;
+                let words = queries * params.output().words();
                 let what = format!(
                     "eval {params:?} {party:?}, {count} keys × {} points",
                     set.per_key
@@ -597,7 +604,7 @@ fn check_point_case(eval: &dyn BatchEval, case: &PointCase, scope: Scope, report
                     eval,
                     &keys,
                     &set.points[..queries],
-                    &set.expected[party_index(party)][..queries],
+                    &set.expected[party_index(party)][..words],
                     &what,
                     report,
                 );
@@ -812,10 +819,11 @@ fn check_staged(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
             continue;
         }
         let set = &case.point_sets[1];
+        let words = case.keys.params.output().words();
         for party in PARTIES {
             let keys = case.keys.batch(party, 65);
             let points = &set.points[..65 * set.per_key];
-            let expected = &set.expected[party_index(party)][..65 * set.per_key];
+            let expected = &set.expected[party_index(party)][..65 * set.per_key * words];
             let what = format!("staged {:?} {party:?}", case.keys.params);
             let whole = keys.bytes().unwrap_or_default();
             eval.stage(whole);
@@ -834,7 +842,10 @@ fn check_staged(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
             compare_layout(eval, &split, (points, expected), &what, report);
             // Two chunks of one staged section, as a step's chunks are.
             let cut = 40 * set.per_key;
-            let (mut lo, mut hi) = (vec![UNWRITTEN; cut], vec![UNWRITTEN; points.len() - cut]);
+            let (mut lo, mut hi) = (
+                vec![UNWRITTEN; cut * words],
+                vec![UNWRITTEN; (points.len() - cut) * words],
+            );
             let mut jobs = [
                 suffuse_core::batch::EvalJob {
                     keys: split.slice(0, 40),
@@ -853,7 +864,7 @@ fn check_staged(eval: &dyn BatchEval, suite: &Suite, report: &mut Report) {
                 Ok(Err(e)) => report.fail(format!("{what}, eval_many: returned error {e:?}")),
                 Err(panic) => report.fail(format!("{what}, eval_many: panicked: {panic}")),
             }
-            if lo != expected[..cut] || hi != expected[cut..] {
+            if lo != expected[..cut * words] || hi != expected[cut * words..] {
                 report.fail(format!("{what}, eval_many: differs from Serial"));
             }
             eval.unstage(&bodies);
@@ -1003,7 +1014,9 @@ impl GenInputs {
     fn new(params: &Params, count: usize, rng: &mut Prg) -> GenInputs {
         GenInputs {
             alphas: (0..count).map(|_| keys::edgy_alpha(params, rng)).collect(),
-            betas: (0..count).map(|_| rng.next_u64()).collect(),
+            betas: (0..count * params.output().words())
+                .map(|_| rng.next_u64())
+                .collect(),
             roots: (0..count)
                 .map(|_| [rng.next_block(), rng.next_block()])
                 .collect(),
@@ -1038,7 +1051,9 @@ fn check_generation(eval: &dyn BatchEval, scope: Scope, report: &mut Report) {
         Params::new(Kind::Dcf, Width::of(24), Output::Ring(Width::of(13)))
     }];
     let mut cases: Vec<(Params, usize)> = Vec::new();
-    for params in keys::shapes(&DOMAINS, &RING_WIDTHS) {
+    let mut shapes = keys::shapes(&DOMAINS, &RING_WIDTHS);
+    shapes.extend(keys::pair_shapes(&DOMAINS, &RING_WIDTHS));
+    for params in shapes {
         cases.extend(GEN_COUNTS.iter().map(|&c| (params, c)));
     }
     if scope.small() {

@@ -18,8 +18,12 @@ pub struct KeyPair {
     pub params: Params,
     /// The threshold or point, reduced mod `2^k`.
     pub alpha: u64,
-    /// The payload, reduced mod `2^w` (1 for bit output).
+    /// The payload, reduced mod `2^w` (1 for bit output; a pair's first
+    /// word).
     pub beta: u64,
+    /// A pair's second payload word, reduced mod `2^w` (0 for every other
+    /// output).
+    pub second: u64,
     /// The root seeds handed to generation (before their low bits are set).
     pub roots: [Block; 2],
     /// P0's and P1's keys.
@@ -40,6 +44,21 @@ pub fn outputs(ring_widths: &[u32]) -> Vec<Output> {
     std::iter::once(Output::Bit)
         .chain(ring_widths.iter().map(|&w| Output::Ring(Width::of(w))))
         .collect()
+}
+
+/// Pair-output DCFs ([`Output::Pair`]) over domains `k` and ring widths.
+pub fn pair_shapes(domains: &[u32], ring_widths: &[u32]) -> Vec<Params> {
+    let mut all = Vec::new();
+    for &k in domains {
+        for &w in ring_widths {
+            all.push(Params::new(
+                Kind::Dcf,
+                Width::of(k),
+                Output::Pair(Width::of(w)),
+            ));
+        }
+    }
+    all
 }
 
 /// The cross product of kinds, domains `k` and output groups.
@@ -72,22 +91,27 @@ pub fn deal_with_roots(
     rng: &mut Prg,
 ) -> KeyPair {
     let alpha = params.domain().reduce(alpha);
-    let beta = match params.output() {
-        Output::Bit => 1,
-        Output::Ring(w) => w.reduce(beta),
+    let (beta, second) = match params.output() {
+        Output::Bit => (1, 0),
+        Output::Ring(w) => (w.reduce(beta), 0),
+        Output::Pair(w) => (w.reduce(beta), w.reduce(rng.next_u64())),
     };
     let mut key0 = vec![0u8; params.key_len()];
     let mut key1 = vec![0u8; params.key_len()];
-    let generate = match params.kind() {
-        Kind::Dcf => dcf::generate::<FixedKeyAes, Prg>,
-        Kind::Dpf => dpf::generate::<FixedKeyAes, Prg>,
+    let generated = match (params.kind(), params.output()) {
+        (Kind::Dcf, Output::Pair(_)) => {
+            let betas = [beta, second];
+            dcf::generate_pair(aes, params, alpha, betas, roots, rng, &mut key0, &mut key1)
+        }
+        (Kind::Dcf, _) => dcf::generate(aes, params, alpha, beta, roots, rng, &mut key0, &mut key1),
+        (Kind::Dpf, _) => dpf::generate(aes, params, alpha, beta, roots, rng, &mut key0, &mut key1),
     };
-    let gen_aes_calls = generate(aes, params, alpha, beta, roots, rng, &mut key0, &mut key1)
-        .unwrap_or_else(|e| panic!("generating {params:?} failed: {e}"));
+    let gen_aes_calls = generated.unwrap_or_else(|e| panic!("generating {params:?} failed: {e}"));
     KeyPair {
         params: *params,
         alpha,
         beta,
+        second,
         roots,
         keys: [key0, key1],
         gen_aes_calls,

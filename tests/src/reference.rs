@@ -26,16 +26,31 @@
 //! which this oracle pins down: the Z_2^w leaf combines lanes additively
 //! (not with ⊕), the value correction enters as `lsb(right)·VCW_i`, and it is
 //! P1 whose share is negated so that `y_0 + y_1` is the output.
+//!
+//! A pair output ([`Output::Pair`]) is two ring outputs from one walk: word
+//! `i` takes `VCW_i` (the i-th word after a level's `CW_i`), half `i` of
+//! `H_value(right)` (low, then high), and leaf word `2j + i` of a block of
+//! words of the ring's lane size.
 
 use suffuse_core::fss::{Kind, Output, Params, Party};
 use suffuse_core::prg::{Block, Domain, FixedKeyAes};
 
 /// Bits per output lane of the leaf block: 1 for bit output, else the
-/// smallest of 8/16/32/64 that holds `w`.
+/// smallest of 8/16/32/64 that holds `w`, twice that for a pair.
 pub fn lane_bits(output: Output) -> u32 {
     match output {
         Output::Bit => 1,
         Output::Ring(w) => w.bits().next_power_of_two().max(8),
+        Output::Pair(w) => 2 * w.bits().next_power_of_two().max(8),
+    }
+}
+
+/// Output words per evaluation: 2 for a pair, else 1.
+pub fn words(output: Output) -> usize {
+    if matches!(output, Output::Pair(_)) {
+        2
+    } else {
+        1
     }
 }
 
@@ -45,10 +60,13 @@ pub fn leaf_bits(params: &Params) -> u32 {
     per_block.ilog2().min(params.domain().bits())
 }
 
-/// Bytes of the per-level value correction: `⌈w/8⌉` for a ring DCF, else 0.
+/// Bytes of the per-level value corrections: `⌈w/8⌉` per output word
+/// for a ring or pair DCF, else 0.
 pub fn value_bytes(params: &Params) -> usize {
     match (params.kind(), params.output()) {
-        (Kind::Dcf, Output::Ring(w)) => usize::try_from(w.bits().div_ceil(8)).unwrap(),
+        (Kind::Dcf, Output::Ring(w) | Output::Pair(w)) => {
+            words(params.output()) * usize::try_from(w.bits().div_ceil(8)).unwrap()
+        }
         _ => 0,
     }
 }
@@ -91,11 +109,30 @@ fn lane(block: u128, lane_bits: u32, j: u32) -> u64 {
 }
 
 /// One party's output share of `key` at `x` (taken mod `2^k`): a bit for
-/// bit output, a canonical word of `Z_2^w` for ring output.
+/// bit output, a canonical word of `Z_2^w` for ring output (a pair's first
+/// word).
 ///
 /// Panics if `key` is not exactly [`key_len`] bytes.
 pub fn eval(aes: &FixedKeyAes, params: &Params, party: Party, key: &[u8], x: u64) -> u64 {
+    eval_word(aes, params, party, key, x, 0)
+}
+
+/// Word `word` of one party's output share of `key` at `x`: 0 for every
+/// output but a pair, whose second word is 1.
+///
+/// Panics if `key` is not exactly [`key_len`] bytes or `word` is out of
+/// range.
+pub fn eval_word(
+    aes: &FixedKeyAes,
+    params: &Params,
+    party: Party,
+    key: &[u8],
+    x: u64,
+    word: usize,
+) -> u64 {
     assert_eq!(key.len(), key_len(params), "key length for {params:?}");
+    assert!(word < words(params.output()), "word {word} of {params:?}");
+    let word_bytes = value_bytes(params) / words(params.output());
     let k = params.domain().bits();
     let x = x & params.domain().mask();
     let nu = leaf_bits(params);
@@ -117,9 +154,11 @@ pub fn eval(aes: &FixedKeyAes, params: &Params, party: Party, key: &[u8], x: u64
             let t_right = u64::try_from(right & 1).unwrap();
             match params.output() {
                 Output::Bit => acc ^= t_right,
-                Output::Ring(_) => {
-                    let vcw = word_at(key, level + 16, value_bytes(params));
-                    let converted = lane(hash(aes, Domain::Value, right), 64, 0);
+                Output::Ring(_) | Output::Pair(_) => {
+                    let at = level + 16 + word * word_bytes;
+                    let vcw = word_at(key, at, word_bytes);
+                    let half = u32::try_from(word).unwrap();
+                    let converted = lane(hash(aes, Domain::Value, right), 64, half);
                     acc = acc
                         .wrapping_add(converted)
                         .wrapping_add(t_right.wrapping_mul(vcw));
@@ -135,8 +174,10 @@ pub fn eval(aes: &FixedKeyAes, params: &Params, party: Party, key: &[u8], x: u64
     let j = u32::try_from(x & ((1 << nu) - 1)).unwrap();
     match params.output() {
         Output::Bit => acc ^ lane(g ^ (lcw * t), 1, j),
-        Output::Ring(w) => {
-            let lb = lane_bits(params.output());
+        Output::Ring(w) | Output::Pair(w) => {
+            let n = u32::try_from(words(params.output())).unwrap();
+            let lb = lane_bits(params.output()) / n;
+            let j = j * n + u32::try_from(word).unwrap();
             let t = u64::try_from(t).unwrap();
             let sum = acc
                 .wrapping_add(lane(g, lb, j))
@@ -161,7 +202,7 @@ pub fn ideal(params: &Params, alpha: u64, beta: u64, x: u64) -> u64 {
     };
     let beta = match params.output() {
         Output::Bit => 1,
-        Output::Ring(w) => w.reduce(beta),
+        Output::Ring(w) | Output::Pair(w) => w.reduce(beta),
     };
     if hit { beta } else { 0 }
 }
@@ -171,7 +212,7 @@ pub fn ideal(params: &Params, alpha: u64, beta: u64, x: u64) -> u64 {
 pub fn reconstruct(output: Output, y0: u64, y1: u64) -> u64 {
     match output {
         Output::Bit => y0 ^ y1,
-        Output::Ring(w) => w.add(y0, y1),
+        Output::Ring(w) | Output::Pair(w) => w.add(y0, y1),
     }
 }
 
@@ -180,6 +221,6 @@ pub fn reconstruct(output: Output, y0: u64, y1: u64) -> u64 {
 pub fn is_canonical(output: Output, y: u64) -> bool {
     match output {
         Output::Bit => y <= 1,
-        Output::Ring(w) => w.contains(y),
+        Output::Ring(w) | Output::Pair(w) => w.contains(y),
     }
 }

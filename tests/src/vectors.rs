@@ -222,11 +222,13 @@ fn make_vector(aes: &FixedKeyAes, index: usize, shape: &Shape) -> Vector {
         match shape.output {
             Output::Bit => "bit".to_owned(),
             Output::Ring(_) => "ring".to_owned(),
+            Output::Pair(_) => "pair".to_owned(),
         },
     );
     let width_label = match shape.output {
         Output::Bit => "bit".to_owned(),
         Output::Ring(w) => format!("ring{}", w.bits()),
+        Output::Pair(w) => format!("pair{}", w.bits()),
     };
     Vector {
         name: format!("{kind}-{width_label}-k{}", shape.k),

@@ -16,12 +16,13 @@ const DOMAINS: [u32; 5] = [1, 2, 3, 5, 8];
 /// One width in each leaf lane size (8, 16, 32, 64 bits), and w = 1.
 const RING_WIDTHS: [u32; 6] = [1, 5, 8, 13, 32, 64];
 
-/// `party`'s share at every x of the domain, through `Serial`.
+/// `party`'s share at every x of the domain, through `Serial` (a pair's
+/// two words per x side by side).
 fn table(pair: &KeyPair, party: Party) -> Vec<u64> {
     let params = pair.params;
     let points: Vec<u64> = (0..1u64 << params.domain().bits()).collect();
     let keys = KeyBatch::new(params, party, pair.key(party)).unwrap();
-    let mut out = vec![0; points.len()];
+    let mut out = vec![0; points.len() * params.output().words()];
     Serial::new().eval(&keys, &points, &mut out).unwrap();
     out
 }
@@ -87,6 +88,44 @@ fn dpf_every_alpha_every_x() {
     check_every_alpha_and_x(Kind::Dpf, b"exhaustive dpf\0\0");
 }
 
+/// Pair-output DCFs: every α and x, each word against its own payload and
+/// each party's word against the reference walk; and the key is the
+/// layout the reference recomputes.
+#[test]
+fn pair_dcf_every_alpha_every_x() {
+    let aes = FixedKeyAes::new();
+    let mut rng = Prg::new(b"exhaustive pair\0");
+    let mut checked = 0u64;
+    for params in keys::pair_shapes(&DOMAINS, &RING_WIDTHS) {
+        assert_eq!(params.key_len(), reference::key_len(&params), "{params:?}");
+        let size = 1u64 << params.domain().bits();
+        for alpha in 0..size {
+            let beta = beta_for(&params, alpha, &mut rng);
+            let pair = keys::deal(&aes, &params, alpha, beta, &mut rng);
+            assert_eq!(pair.gen_aes_calls, params.aes_per_gen(), "{params:?}");
+            let shares = PARTIES.map(|party| table(&pair, party));
+            for x in 0..size {
+                for (word, payload) in [pair.beta, pair.second].into_iter().enumerate() {
+                    let i = 2 * usize::try_from(x).unwrap() + word;
+                    let got = reference::reconstruct(params.output(), shares[0][i], shares[1][i]);
+                    let want = reference::ideal(&params, alpha, payload, x);
+                    assert_eq!(
+                        got, want,
+                        "{params:?} α = {alpha}, β = {payload:#x} (word {word}), x = {x}"
+                    );
+                    for (p, party) in PARTIES.into_iter().enumerate() {
+                        let r =
+                            reference::eval_word(&aes, &params, party, pair.key(party), x, word);
+                        assert_eq!(shares[p][i], r, "{params:?} {party:?} x = {x} word {word}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    println!("{checked} pair words equal the spec and the reference");
+}
+
 /// `[x < β] = DCF_r((x̂ − β) mod 2^k) ⊕ DCF_r(x̂) ⊕ [x̂ < β]` with
 /// `x̂ = x + r mod 2^k`, on shares: P0 adds the public `[x̂ < β]`. Checked
 /// over XOR (bit output) and over Z_2^w (ring output, with − for the middle
@@ -115,7 +154,7 @@ fn masked_comparison_identity_for_every_mask_threshold_and_input() {
                                 t0[idx(shifted)] ^ t0[idx(masked)] ^ public,
                                 t1[idx(shifted)] ^ t1[idx(masked)],
                             ),
-                            Output::Ring(w) => (
+                            Output::Ring(w) | Output::Pair(w) => (
                                 w.add(w.sub(t0[idx(shifted)], t0[idx(masked)]), public),
                                 w.sub(t1[idx(shifted)], t1[idx(masked)]),
                             ),

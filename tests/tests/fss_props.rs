@@ -66,11 +66,12 @@ fn params() -> impl Strategy<Value = Params> {
         .prop_map(|(kind, k, output)| Params::new(kind, Width::of(k), output))
 }
 
-/// Both parties' shares of `pair` at `points`, through `Serial`.
+/// Both parties' shares of `pair` at `points`, through `Serial` (a
+/// pair's two words per point side by side).
 fn shares(pair: &KeyPair, points: &[u64]) -> [Vec<u64>; 2] {
     PARTIES.map(|party| {
         let keys = KeyBatch::new(pair.params, party, pair.key(party)).unwrap();
-        let mut out = vec![0; points.len()];
+        let mut out = vec![0; points.len() * pair.params.output().words()];
         Serial::new().eval(&keys, points, &mut out).unwrap();
         out
     })
@@ -118,6 +119,46 @@ proptest! {
                     reference::eval(&aes, &params, party, pair.key(party), x),
                     "{:?} {:?} x = {:#x}", params, party, x
                 );
+            }
+        }
+    }
+
+    /// Pair-output DCFs at wide k: both words against their payloads and
+    /// the reference walk, at the same edge points.
+    #[test]
+    fn pair_keys_reconstruct_to_the_spec(
+        k in prop::sample::select(DOMAINS.to_vec()),
+        w in 1u32..=64,
+        alpha in pick(),
+        beta in pick(),
+        seed in any::<[u8; 16]>(),
+        extra in prop::collection::vec(any::<u64>(), 0..4),
+    ) {
+        let aes = FixedKeyAes::new();
+        let params = Params::new(Kind::Dcf, Width::of(k), Output::Pair(Width::of(w)));
+        let k = params.domain();
+        let alpha = alpha.value(k);
+        let pair = keys::deal(&aes, &params, alpha, beta.value(Width::W64), &mut Prg::new(&seed));
+        prop_assert_eq!(pair.gen_aes_calls, params.aes_per_gen());
+        prop_assert_eq!(params.key_len(), reference::key_len(&params));
+        let mut points = vec![alpha.wrapping_sub(1), alpha, alpha.wrapping_add(1), 0, k.mask()];
+        points.extend(extra);
+        let [s0, s1] = shares(&pair, &points);
+        for (q, &x) in points.iter().enumerate() {
+            for (word, payload) in [pair.beta, pair.second].into_iter().enumerate() {
+                let i = 2 * q + word;
+                prop_assert_eq!(
+                    reference::reconstruct(params.output(), s0[i], s1[i]),
+                    reference::ideal(&params, alpha, payload, x),
+                    "{:?} α = {:#x} β = {:#x} x = {:#x} word {}", params, alpha, payload, x, word
+                );
+                for (party, share) in [(Party::P0, s0[i]), (Party::P1, s1[i])] {
+                    prop_assert_eq!(
+                        share,
+                        reference::eval_word(&aes, &params, party, pair.key(party), x, word),
+                        "{:?} {:?} x = {:#x} word {}", params, party, x, word
+                    );
+                }
             }
         }
     }
@@ -213,6 +254,7 @@ fn generation_reduces_alpha_and_beta() {
                 params,
                 alpha,
                 beta: 0xF_FFFF,
+                second: 0,
                 roots,
                 keys: [k0, k1],
                 gen_aes_calls: 0,

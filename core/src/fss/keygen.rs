@@ -9,14 +9,15 @@
 use super::{Kind, Output, Params, cond_neg, ct_eq, ct_lt, select_u64, write_word};
 use crate::error::Error;
 use crate::prg::{Block, Domain, HASH_CHUNK, Hasher, word_mask};
-use crate::ring::Width;
+use crate::ring::{Width, cast};
 
 /// Keys walked in lockstep by [`generate`]: two hash blocks per key fill one
 /// `hash_many` call.
 pub const GEN_LANES: usize = HASH_CHUNK / 2;
 
-/// The secret inputs of a batch of key pairs: per key α, β, both parties'
-/// root seeds, and the uniform words ring-output DCFs draw.
+/// The secret inputs of a batch of key pairs: per key α, β (two words for
+/// a pair, [`Output::words`]), both parties' root seeds, and the uniform
+/// words ring-output DCFs draw.
 ///
 /// Those words become the off-path value corrections, so they must come
 /// from fresh dealer randomness, never from a party's seed (that party
@@ -42,9 +43,10 @@ impl core::fmt::Debug for GenBatch<'_> {
 }
 
 impl<'a> GenBatch<'a> {
-    /// A batch of `alphas.len()` keys. `betas` and `roots` have one entry per
-    /// key (β is ignored for bit outputs); `random` has
-    /// [`Params::gen_random_words`] words per key, key-major.
+    /// A batch of `alphas.len()` keys. `roots` has one entry per key and
+    /// `betas` [`Output::words`] (β is ignored for bit outputs; a pair's
+    /// two side by side); `random` has [`Params::gen_random_words`] words
+    /// per key, key-major.
     pub fn new(
         params: Params,
         alphas: &'a [u64],
@@ -54,7 +56,8 @@ impl<'a> GenBatch<'a> {
     ) -> Result<GenBatch<'a>, Error> {
         let n = alphas.len();
         let words = n.checked_mul(params.gen_random_words());
-        if betas.len() != n || roots.len() != n || words != Some(random.len()) {
+        let beta_words = n.checked_mul(params.output().words());
+        if beta_words != Some(betas.len()) || roots.len() != n || words != Some(random.len()) {
             return Err(Error::BufferLength);
         }
         Ok(GenBatch {
@@ -81,7 +84,8 @@ impl<'a> GenBatch<'a> {
         self.alphas
     }
 
-    /// Every key's β (secret; ignored for bit outputs).
+    /// Every key's β, [`Output::words`] words per key (secret; ignored for
+    /// bit outputs).
     pub fn betas(&self) -> &'a [u64] {
         self.betas
     }
@@ -100,10 +104,11 @@ impl<'a> GenBatch<'a> {
     /// The sub-batch of keys `start..end`; panics if out of range.
     pub fn slice(&self, start: usize, end: usize) -> GenBatch<'a> {
         let w = self.params.gen_random_words();
+        let b = self.params.output().words();
         GenBatch {
             params: self.params,
             alphas: &self.alphas[start..end],
-            betas: &self.betas[start..end],
+            betas: &self.betas[start * b..end * b],
             roots: &self.roots[start..end],
             random: &self.random[start * w..end * w],
         }
@@ -152,7 +157,8 @@ struct Lanes<const L: usize> {
     delta: [Block; L],
     a_hi: [u64; L],
     a_lo: [u64; L],
-    beta: [u64; L],
+    /// β, and a pair's second word.
+    beta: [[u64; 2]; L],
 }
 
 /// One lockstep group of at most `L` key pairs.
@@ -167,22 +173,25 @@ fn gen_group<H: Hasher + ?Sized, const L: usize>(
     let len = p.key_len();
     let ring = match p.output {
         Output::Bit => None,
-        Output::Ring(w) => Some(w),
+        Output::Ring(w) | Output::Pair(w) => Some(w),
     };
+    let words = p.output.words();
     let nu = p.leaf_bits();
     let mut st = Lanes::<L> {
         s: [[Block::ZERO; 2]; L],
         delta: [Block::ZERO; L],
         a_hi: [0; L],
         a_lo: [0; L],
-        beta: [0; L],
+        beta: [[0; 2]; L],
     };
     for j in 0..n {
         // α and β are secret: reduce them instead of branching on a range check.
         let alpha = p.domain.reduce(batch.alphas[j]);
         st.a_hi[j] = alpha >> nu;
         st.a_lo[j] = alpha & ((1u64 << nu) - 1);
-        st.beta[j] = ring.map_or(1, |w| w.reduce(batch.betas[j]));
+        for (i, b) in st.beta[j].iter_mut().enumerate().take(words) {
+            *b = ring.map_or(1, |w| w.reduce(batch.betas[j * words + i]));
+        }
         let [r0, r1] = batch.roots[j];
         st.s[j] = [r0.with_lsb(0), r1.with_lsb(1)];
         st.delta[j] = st.s[j][0] ^ st.s[j][1];
@@ -236,23 +245,30 @@ fn gen_level<H: Hasher + ?Sized, const L: usize>(
             l1 ^ (s1 & Block::mask(a_i[j])),
         ];
     }
-    if let (Kind::Dcf, Output::Ring(w)) = (p.kind, p.output) {
+    if let (Kind::Dcf, Output::Ring(w) | Output::Pair(w)) = (p.kind, p.output) {
         let t0: [u64; L] = core::array::from_fn(|j| right[j][0].lsb());
         calls += aes.hash_many(Domain::Value, right[..n].as_flattened_mut());
-        let words = p.gen_random_words();
+        let (draws, outs) = (p.gen_random_words(), p.output.words());
+        let vb = p.value_bytes() / outs;
+        let level = crate::ring::cast::usize_from_u32(level);
         for j in 0..n {
-            let random = batch.random[j * words + crate::ring::cast::usize_from_u32(level)];
-            let vcw = value_cw(w, right[j], t0[j], st.beta[j], a_i[j], random);
-            let at = j * len + off + 16;
-            write_word(&mut key0[at..at + p.value_bytes()], vcw);
+            // A pair's second word comes from the value hash's high half.
+            let halves = [right[j].map(Block::low64), right[j].map(Block::high64)];
+            for (i, hashed) in halves.into_iter().enumerate().take(outs) {
+                let random = batch.random[j * draws + level * outs + i];
+                let vcw = value_cw(w, hashed, t0[j], st.beta[j][i], a_i[j], random);
+                let at = j * len + off + 16 + i * vb;
+                write_word(&mut key0[at..at + vb], vcw);
+            }
         }
     }
     calls
 }
 
-/// The value correction of one level from the hashed right siblings.
-fn value_cw(w: Width, hashed: [Block; 2], t0: u64, beta: u64, a_i: u64, random: u64) -> u64 {
-    let (v0, v1) = (hashed[0].low64(), hashed[1].low64());
+/// The value correction of one level from the hashed right siblings'
+/// words (both parties').
+fn value_cw(w: Width, hashed: [u64; 2], t0: u64, beta: u64, a_i: u64, random: u64) -> u64 {
+    let [v0, v1] = hashed;
     // On path (α_i = 1): P0's +(v0 + t0·V) and P1's −(v1 + t1·V) must sum to
     // β, so V = (β − v0 + v1)·(t0 − t1) with t0 − t1 = ±1.
     let on = w.add(w.sub(beta, v0), v1);
@@ -273,7 +289,7 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
     let n = batch.count();
     let len = p.key_len();
     let dcf = p.kind == Kind::Dcf;
-    let lane_bits = p.lane_bits();
+    let word_bits = p.word_bits();
     let mut g = [[Block::ZERO; 2]; L];
     g[..n].copy_from_slice(&st.s[..n]);
     let calls = aes.hash_many(Domain::Leaf, g[..n].as_flattened_mut());
@@ -295,17 +311,21 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
                         Block::unit(a_lo)
                     }
             }
-            Output::Ring(w) => {
+            Output::Ring(w) | Output::Pair(w) => {
                 let flip = st.s[j][0].lsb() ^ 1;
                 let beta = st.beta[j];
-                Block::from_lanes(lane_bits, |i| {
+                // Word i of the block belongs to lane i / words; a pair's
+                // second word (odd i) carries β's second word.
+                let words = cast::u32_from_small_usize(p.output.words());
+                Block::from_lanes(word_bits, |i| {
+                    let beta = beta[cast::usize_from_u32(i % words)];
                     // Through the optimisation barrier: a plain `0 − bit`
                     // here was compiled into a select on α's low bits
                     // (`cargo xtask ct` caught it, 2026-11-27).
-                    let pj = beta & word_mask(payload_bit(i));
+                    let pj = beta & word_mask(payload_bit(i / words));
                     let v = w.add(
-                        w.sub(pj, w.reduce(g0.lane(lane_bits, i))),
-                        w.reduce(g1.lane(lane_bits, i)),
+                        w.sub(pj, w.reduce(g0.lane(word_bits, i))),
+                        w.reduce(g1.lane(word_bits, i)),
                     );
                     cond_neg(w, v, flip)
                 })

@@ -75,7 +75,7 @@ fn params_of(v: &FssVector) -> Params {
 fn reconstruct(output: Output, a: u64, b: u64) -> u64 {
     match output {
         Output::Bit => a ^ b,
-        Output::Ring(w) => w.add(a, b),
+        Output::Ring(w) | Output::Pair(w) => w.add(a, b),
     }
 }
 

@@ -152,14 +152,15 @@ impl PublicInputs {
 struct KeyPair {
     params: Params,
     alpha: u64,
-    beta: u64,
+    /// β, and a pair's second word.
+    beta: [u64; 2],
     key0: Vec<u8>,
     key1: Vec<u8>,
 }
 
 impl KeyPair {
-    /// The cleartext function at `x`.
-    fn expected(&self, x: u64) -> u64 {
+    /// Word `word` of the cleartext function at `x`.
+    fn expected(&self, x: u64, word: usize) -> u64 {
         let x = self.params.domain().reduce(x);
         let hit = match self.params.kind() {
             Kind::Dcf => x < self.alpha,
@@ -167,8 +168,8 @@ impl KeyPair {
         };
         match self.params.output() {
             Output::Bit => u64::from(hit),
-            Output::Ring(_) if hit => self.beta,
-            Output::Ring(_) => 0,
+            Output::Ring(_) | Output::Pair(_) if hit => self.beta[word],
+            Output::Ring(_) | Output::Pair(_) => 0,
         }
     }
 
@@ -176,7 +177,7 @@ impl KeyPair {
     fn reconstruct(&self, share0: u64, share1: u64) -> u64 {
         match self.params.output() {
             Output::Bit => share0 ^ share1,
-            Output::Ring(w) => w.add(share0, share1),
+            Output::Ring(w) | Output::Pair(w) => w.add(share0, share1),
         }
     }
 }
@@ -196,13 +197,16 @@ impl Shares<'_> {
     fn check(mut self) -> (usize, usize) {
         memcheck::declassify(self.share0.as_mut_slice());
         memcheck::declassify(self.share1.as_mut_slice());
-        let wrong = self
-            .points
-            .iter()
-            .zip(self.share0.iter().zip(&self.share1))
-            .filter(|(x, (s0, s1))| self.pair.reconstruct(**s0, **s1) != self.pair.expected(**x))
+        // A pair's query has two words, side by side.
+        let words = self.pair.params.output().words();
+        let wrong = (0..self.share0.len())
+            .filter(|&i| {
+                let (x, word) = (self.points[i / words], i % words);
+                let got = self.pair.reconstruct(self.share0[i], self.share1[i]);
+                got != self.pair.expected(x, word)
+            })
             .count();
-        (self.points.len(), wrong)
+        (self.share0.len(), wrong)
     }
 }
 
@@ -215,8 +219,9 @@ fn generate(
 ) -> HarnessResult<KeyPair> {
     let alpha = params.domain().reduce(inputs.next());
     let beta = match params.output() {
-        Output::Bit => 1,
-        Output::Ring(w) => w.reduce(inputs.next()),
+        Output::Bit => [1, 0],
+        Output::Ring(w) => [w.reduce(inputs.next()), 0],
+        Output::Pair(w) => [w.reduce(inputs.next()), w.reduce(inputs.next())],
     };
     // Secret copies; the cleartext `alpha`/`beta` above stay public for the
     // final check and for choosing points (points are public in the protocol).
@@ -231,13 +236,13 @@ fn generate(
     memcheck::mark_secret(&mut secret_beta);
     memcheck::mark_secret(&mut roots);
     memcheck::mark_secret(&mut dealer_seed);
-    stats.secret_bytes += 8 + 8 + 32 + 16;
+    stats.secret_bytes += 8 + 16 + 32 + 16;
     let mut dealer_rng = Prg::new(&dealer_seed);
 
     let mut key0 = vec![0u8; params.key_len()];
     let mut key1 = vec![0u8; params.key_len()];
-    let calls = match params.kind() {
-        Kind::Dcf => dcf::generate(
+    let calls = match (params.kind(), params.output()) {
+        (Kind::Dcf, Output::Pair(_)) => dcf::generate_pair(
             aes,
             &params,
             secret_alpha,
@@ -247,11 +252,21 @@ fn generate(
             &mut key0,
             &mut key1,
         )?,
-        Kind::Dpf => dpf::generate(
+        (Kind::Dcf, _) => dcf::generate(
             aes,
             &params,
             secret_alpha,
-            secret_beta,
+            secret_beta[0],
+            roots,
+            &mut dealer_rng,
+            &mut key0,
+            &mut key1,
+        )?,
+        (Kind::Dpf, _) => dpf::generate(
+            aes,
+            &params,
+            secret_alpha,
+            secret_beta[0],
             roots,
             &mut dealer_rng,
             &mut key0,
@@ -292,8 +307,9 @@ fn evaluate_pair<'a>(
     stats: &mut Stats,
     eval: &EvalOneParty<'_>,
 ) -> HarnessResult<Shares<'a>> {
-    let mut share0 = vec![0u64; points.len()];
-    let mut share1 = vec![0u64; points.len()];
+    let words = pair.params.output().words();
+    let mut share0 = vec![0u64; points.len() * words];
+    let mut share1 = vec![0u64; points.len() * words];
     for (party, key, out) in [
         (Party::P0, &pair.key0, &mut share0),
         (Party::P1, &pair.key1, &mut share1),
@@ -350,6 +366,16 @@ fn shapes() -> Vec<Params> {
             }
         }
     }
+    // Pair outputs: comparison keys only.
+    for k in domains {
+        for w in [8, 13, 64] {
+            shapes.push(Params::new(
+                Kind::Dcf,
+                Width::of(k),
+                Output::Pair(Width::of(w)),
+            ));
+        }
+    }
     shapes
 }
 
@@ -381,11 +407,15 @@ fn real_run() -> HarnessResult<Stats> {
         let points = points_for(&pair, &mut inputs, 3);
         let single =
             |party: Party, key: &[u8], points: &[u64], out: &mut [u64]| -> HarnessResult<u64> {
-                for (x, y) in points.iter().zip(out.iter_mut()) {
-                    *y = match params.kind() {
-                        Kind::Dcf => dcf::eval(&aes, &params, party, key, *x)?,
-                        Kind::Dpf => dpf::eval(&aes, &params, party, key, *x)?,
-                    };
+                let words = params.output().words();
+                for (x, y) in points.iter().zip(out.chunks_exact_mut(words)) {
+                    match (params.kind(), params.output()) {
+                        (Kind::Dcf, Output::Pair(_)) => {
+                            y.copy_from_slice(&dcf::eval_pair(&aes, &params, party, key, *x)?);
+                        }
+                        (Kind::Dcf, _) => y[0] = dcf::eval(&aes, &params, party, key, *x)?,
+                        (Kind::Dpf, _) => y[0] = dpf::eval(&aes, &params, party, key, *x)?,
+                    }
                 }
                 Ok(params.aes_per_eval() * points.len() as u64)
             };
@@ -463,7 +493,7 @@ fn real_run() -> HarnessResult<Stats> {
             memcheck::declassify(share1.as_mut_slice());
             for (i, pair) in pairs.iter().enumerate() {
                 stats.checked += 1;
-                if pair.reconstruct(share0[i], share1[i]) != pair.expected(points[i]) {
+                if pair.reconstruct(share0[i], share1[i]) != pair.expected(points[i], 0) {
                     stats.wrong += 1;
                 }
             }
