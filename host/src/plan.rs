@@ -60,8 +60,10 @@ use bound::Bound;
 /// change; and a LayerNorm's centring and sum of squares are one step
 /// ([`Kind::CentreSquare`]). 8: GeLU takes its products from dealer
 /// monomials (`activation::gelu_monomials`), 3 → 2 rounds, so its key
-/// sections change.
-pub const PLAN_VERSION: u32 = 8;
+/// sections change. 9: a max tree's one-round ReLU holds one pair-output
+/// key (`Output::Pair`) where it held two ring-output keys, so those
+/// levels' key sections change.
+pub const PLAN_VERSION: u32 = 9;
 
 /// The most sentences a plan takes in one run. Far above what one key set
 /// is dealt for in practice; it keeps every shape product small enough to

@@ -252,12 +252,10 @@ impl MaxTree {
             step_seed(fss, &seeds[1], level),
         ];
         if self.one_round(level) {
-            let [a0, b0, ..] = dcf0;
-            let [a1, b1, ..] = dcf1;
+            let [a0, ..] = dcf0;
+            let [a1, ..] = dcf1;
             let count = self.count(rows, level);
-            return self
-                .ring
-                .deal(fss, s, None, random, 0, count, [a0, b0], [a1, b1]);
+            return self.ring.deal(fss, s, None, random, 0, count, [a0], [a1]);
         }
         self.relu.deal(
             fss,

@@ -44,9 +44,12 @@ impl Group<'_> {
     }
 
     /// Generates the group's keys of one key slot, rooted at PRF `slot`:
-    /// thresholds `alphas`, payloads `betas` and `random` (this key slot's
+    /// thresholds `alphas`, payloads `betas` ([`Output::words`] per
+    /// element, a pair's two side by side) and `random` (this key slot's
     /// fresh words, the group's only), into the group's span of
     /// `key0`/`key1`. Returns the AES calls made.
+    ///
+    /// [`Output::words`]: crate::fss::Output::words
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn generate(
         &self,
@@ -63,7 +66,8 @@ impl Group<'_> {
         for (e, r) in roots[..m].iter_mut().enumerate() {
             *r = self.block(e, slot);
         }
-        let batch = GenBatch::new(params, &alphas[..m], &betas[..m], &roots[..m], random)?;
+        let b = m * params.output().words();
+        let batch = GenBatch::new(params, &alphas[..m], &betas[..b], &roots[..m], random)?;
         let len = params.key_len();
         let span = self.at * len..(self.at + m) * len;
         Ok(fss

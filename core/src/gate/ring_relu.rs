@@ -13,8 +13,9 @@
 //!
 //! (both cases of whether `[ρ, ρ + T)` wraps give it; the bit-output gates
 //! use the same three terms XORed). The first two are one DCF key
-//! `[x < ρ]` at two public points, the third is public. Two keys with the
-//! same threshold give `[s]` (payload 1) and `[r·s]` (payload r), so
+//! `[x < ρ]` at two public points, the third is public. One pair-output
+//! key ([`Output::Pair`]) with payloads `(1, r)` gives `[s]` and `[r·s]`
+//! (its two words), so
 //!
 //! `ReLU(d) = d − d·s = (d̂ − r) − d̂·s + r·s`
 //!
@@ -26,11 +27,14 @@
 //!
 //! # Cost
 //!
-//! One round, n bits sent per element; two k-bit ring-output keys,
-//! `2·((k − 1)·(16 + 8) + 16)` bytes of correction words (1,520 at k = 32),
+//! One round, n bits sent per element; one k-bit pair-output key,
+//! `k·(16 + 16) + 16` bytes of correction words at n > 32 (1,040 at k = 32,
+//! where two ring-output keys held `2·((k − 1)·(16 + 8) + 16)` = 1,520),
 //! against one bit-output key plus two words in two rounds for
 //! [`super::relu::relu_value`] (413 / 429 bytes at k = 32). Where rows have
 //! few comparisons left (a max tree's last levels) the round is worth it.
+//! The pair's two words come from one walk: `2·(2k + 1)` AES calls per
+//! element (two points), half of what two keys took.
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
@@ -41,13 +45,17 @@ use crate::mpc;
 use crate::prg::Hasher;
 use crate::ring::{Width, cast};
 
-/// PRF slots of one element: the mask share, then each key's root.
-const SLOTS: usize = 3;
+/// PRF slots of one element: the mask share, then the key's root.
+const SLOTS: usize = 2;
 const SLOT_MASK: usize = 0;
 const SLOT_ROOTS: usize = 1;
 
-/// Keys per element: the sign (payload 1) and the sign times the mask.
-const KEYS: usize = 2;
+/// Keys per element: one pair, the sign (payload 1) and the sign times the
+/// mask.
+const KEYS: usize = 1;
+
+/// Words per evaluation of the pair key.
+const WORDS: usize = 2;
 
 /// A one-round ReLU of inputs below `2^(k−1)` in magnitude.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -71,9 +79,9 @@ impl RingRelu {
         self.ring
     }
 
-    /// Both keys' parameters: a k-bit DCF with output in the ring.
+    /// The key's parameters: a k-bit DCF with a pair of ring words out.
     pub const fn key_params(&self) -> Params {
-        Params::new(Kind::Dcf, self.k, Output::Ring(self.ring))
+        Params::new(Kind::Dcf, self.k, Output::Pair(self.ring))
     }
 
     /// Keys per element.
@@ -81,14 +89,16 @@ impl RingRelu {
         KEYS
     }
 
-    /// Fresh random words the dealer supplies per element (both keys').
+    /// Fresh random words the dealer supplies per element (both words'
+    /// value corrections).
     pub const fn random_words(&self) -> usize {
         KEYS * self.key_params().gen_random_words()
     }
 
-    /// Scratch words an evaluator needs for `n` elements.
+    /// Scratch words an evaluator needs for `n` elements: the mask shares,
+    /// `[s]`, `d̂`, two points each and the pair's four words each.
     pub const fn scratch_words(n: usize) -> usize {
-        7 * n
+        9 * n
     }
 
     /// Per-element costs (key bytes without the roots, which are re-derived
@@ -102,7 +112,7 @@ impl RingRelu {
             key_bytes_p0: cw,
             key_bytes_p1: cw,
             aes_online: 1 + 2 * KEYS * cast::usize_from_small_u64(p.aes_per_eval()),
-            dcf_points: 2 * KEYS,
+            dcf_points: 2 * KEYS * WORDS,
         }
     }
 
@@ -114,11 +124,10 @@ impl RingRelu {
     }
 
     /// Deals `count` elements from element index `first`: both parties'
-    /// whole keys, key `j` of every element in `keys0[j]` / `keys1[j]`
-    /// (`count · key_len` bytes each). `random` holds
-    /// [`RingRelu::random_words`] fresh words per element, key 0's for every
-    /// element and then key 1's; `masks` pins each party's mask shares
-    /// (tests). Returns the AES calls made.
+    /// whole keys in `keys0[0]` / `keys1[0]` (`count · key_len` bytes
+    /// each). `random` holds [`RingRelu::random_words`] fresh words per
+    /// element; `masks` pins each party's mask shares (tests). Returns the
+    /// AES calls made.
     #[allow(clippy::too_many_arguments)]
     pub fn deal(
         &self,
@@ -137,31 +146,32 @@ impl RingRelu {
         if !sizes_ok || random.len() != count * KEYS * rw {
             return Err(Error::BufferLength);
         }
-        let mut keys = [keys0, keys1];
+        let [k0] = keys0;
+        let [k1] = keys1;
         let mut alphas = [0u64; GROUP];
-        let mut betas = [[1u64; GROUP]; KEYS];
+        // The pair's payloads (1, r), side by side.
+        let mut betas = [1u64; WORDS * GROUP];
         one_round::deal_groups(fss, self.ring, (seeds, SLOTS), masks, (first, count), |g| {
             for (e, &r) in g.masks.iter().enumerate() {
                 alphas[e] = self.k.reduce(r);
-                betas[1][e] = r;
+                betas[WORDS * e + 1] = r;
             }
-            let [k0, k1] = &mut keys;
-            one_round::generate_keys(
-                g,
+            let words = g.at * rw..(g.at + g.len()) * rw;
+            g.generate(
                 fss,
-                (params, SLOT_ROOTS),
-                count,
+                params,
+                SLOT_ROOTS,
                 (&alphas, &betas),
-                random,
+                &random[words],
                 k0,
                 k1,
             )
         })
     }
 
-    /// Writes each element's two key roots, re-derived from `party`'s
-    /// `seed`, into `roots[j]` (16 bytes per element): for keys whose
-    /// bodies stay where a key file was read.
+    /// Writes each element's key root, re-derived from `party`'s `seed`,
+    /// into `roots[0]` (16 bytes per element): for keys whose bodies stay
+    /// where a key file was read.
     pub fn derive_roots(
         &self,
         h: &dyn Hasher,
@@ -170,19 +180,18 @@ impl RingRelu {
         first: u64,
         roots: [&mut [u8]; KEYS],
     ) -> Result<u64, Error> {
-        let [a, b] = roots;
-        one_round::derive_roots(h, party, (seed, SLOT_ROOTS), first, &mut [a, b])
+        let [a] = roots;
+        one_round::derive_roots(h, party, (seed, SLOT_ROOTS), first, &mut [a])
     }
 
-    /// One party's two key batches: whole keys where `keys.roots[j]` is
-    /// empty, else roots and bodies.
+    /// One party's key batch: whole keys where `keys.roots[0]` is empty,
+    /// else roots and bodies.
     pub fn key_batches<'k>(
         &self,
         party: Party,
         keys: &PartyKeys<'k>,
     ) -> Result<[KeyBatch<'k>; KEYS], Error> {
-        let batch = |j| one_round::key_batch(self.key_params(), party, keys, j);
-        Ok([batch(0)?, batch(1)?])
+        Ok([one_round::key_batch(self.key_params(), party, keys, 0)?])
     }
 
     /// Fills this party's mask shares (expanded from `seed`, or `mask` in
@@ -196,7 +205,7 @@ impl RingRelu {
         first: u64,
         area: &mut [u64],
     ) -> Result<u64, Error> {
-        let n = area.len() / 7;
+        let n = area.len() / 9;
         if area.len() != Self::scratch_words(n) {
             return Err(Error::BufferLength);
         }
@@ -213,9 +222,9 @@ impl RingRelu {
         one_round::open(self.ring, r, d, &mut rest[..n], send)
     }
 
-    /// The peer's message: opens `d̂` and evaluates both keys at
-    /// `(u − T) mod 2^k` and `u`, keeping the difference of the two (the
-    /// secret terms of `[s]` and `[r·s]`).
+    /// The peer's message: opens `d̂` and evaluates the pair key at
+    /// `(u − T) mod 2^k` and `u`, keeping the difference of the two for
+    /// each word (the secret terms of `[s]` and `[r·s]`).
     pub fn close(
         &self,
         area: &mut [u64],
@@ -223,13 +232,14 @@ impl RingRelu {
         keys: &[KeyBatch<'_>; KEYS],
         backend: &dyn BatchEval,
     ) -> Result<(), Error> {
-        let n = area.len() / 7;
+        let n = area.len() / 9;
         if area.len() != Self::scratch_words(n) || keys.iter().any(|k| k.count() != n) {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
-        // r | mine, then [s] | d̂ | points, then [r·s] | evaluations, then
-        // the public term.
+        // r | mine, then [s] | d̂ | points, then [r·s] | evaluations (four
+        // words per element: both words at the first point, then at the
+        // second), then the public term.
         let (_, rest) = area.split_at_mut(n);
         let (s, rest) = rest.split_at_mut(n);
         let (dhat, rest) = rest.split_at_mut(n);
@@ -243,15 +253,14 @@ impl RingRelu {
         }
         backend.eval(&keys[0], points, out)?;
         for (i, si) in s.iter_mut().enumerate() {
-            *si = w.sub(out[2 * i], out[2 * i + 1]);
+            *si = w.sub(out[4 * i], out[4 * i + 2]);
         }
-        backend.eval(&keys[1], points, out)?;
         // In place, each index read before it is written: [r·s]'s secret
         // terms over the points, the public term [u < T] (from the points,
         // which went to the backend as public) over the evaluations.
         for i in 0..n {
             let c = u64::from(points[2 * i + 1] < half);
-            points[i] = w.sub(out[2 * i], out[2 * i + 1]);
+            points[i] = w.sub(out[4 * i + 1], out[4 * i + 3]);
             out[i] = c;
         }
         Ok(())
@@ -300,18 +309,28 @@ mod tests {
     /// `masks` where given; odd salts store bodies and re-derive roots);
     /// returns the reconstructed outputs.
     fn run(g: &RingRelu, ds: &[u64], masks: Option<&[u64]>, salt: u8) -> Vec<u64> {
+        run_tampered(g, ds, masks, salt, |_| {})
+    }
+
+    /// [`run`] with P0's whole keys handed to `tamper` after dealing.
+    fn run_tampered(
+        g: &RingRelu,
+        ds: &[u64],
+        masks: Option<&[u64]>,
+        salt: u8,
+        tamper: impl Fn(&mut [u8]),
+    ) -> Vec<u64> {
         let (n, w) = (ds.len(), g.ring());
         let (fss, aes) = (Serial::new(), FixedKeyAes::new());
         let setup = Setup::new(w, ds, masks, n * g.random_words(), salt);
         let (seeds, pinned, random) = (setup.seeds, setup.pinned(), &setup.random);
         let len = g.key_params().key_len();
-        let mut k: Vec<Vec<u8>> = (0..4).map(|_| vec![0u8; n * len]).collect();
+        let mut k: Vec<Vec<u8>> = (0..2).map(|_| vec![0u8; n * len]).collect();
         {
-            let [a0, b0, a1, b1] = &mut k[..] else {
-                unreachable!()
-            };
-            g.deal(&fss, seeds, pinned, random, 7, n, [a0, b0], [a1, b1])
+            let [a0, a1] = &mut k[..] else { unreachable!() };
+            g.deal(&fss, seeds, pinned, random, 7, n, [a0], [a1])
                 .unwrap();
+            tamper(a0);
         }
         let split = salt % 2 == 1;
         let mut out = vec![[0u64; 2]; n];
@@ -328,19 +347,15 @@ mod tests {
             let _ = party;
         }
         for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
-            let whole = [&k[2 * p][..], &k[2 * p + 1][..]];
-            let bodies: Vec<Vec<u8>> = whole.iter().map(|ks| bodies(ks, len)).collect();
-            let mut roots = vec![vec![0u8; 16 * n]; 2];
-            {
-                let [ra, rb] = &mut roots[..] else {
-                    unreachable!()
-                };
-                g.derive_roots(&aes, party, &seeds[p], 7, [ra, rb]).unwrap();
-            }
+            let whole = &k[p][..];
+            let bodies = bodies(whole, len);
+            let mut roots = vec![0u8; 16 * n];
+            g.derive_roots(&aes, party, &seeds[p], 7, [&mut roots])
+                .unwrap();
             let keys = if split {
-                PartyKeys::of(&[&bodies[0], &bodies[1]], &[&roots[0], &roots[1]], &[])
+                PartyKeys::of(&[&bodies], &[&roots], &[])
             } else {
-                PartyKeys::of(&[whole[0], whole[1]], &[], &[])
+                PartyKeys::of(&[whole], &[], &[])
             };
             let batches = g.key_batches(party, &keys).unwrap();
             g.close(&mut areas[p], &msgs[1 - p], &batches, &fss)
@@ -399,7 +414,33 @@ mod tests {
         let g = RingRelu::new(Width::W64, Width::of(32)).unwrap();
         let c = g.cost();
         assert_eq!((c.rounds, c.comm_bits), (1, 64));
-        assert_eq!(c.key_bytes_p0, 2 * (31 * 24 + 16));
+        // One pair key: 32 levels of a seed and two value corrections.
+        assert_eq!(c.key_bytes_p0, 32 * (16 + 16) + 16);
+        assert_eq!(c.key_bytes_p0, g.key_params().body_len());
+    }
+
+    /// A planted fault: one bit of the pair's second value correction
+    /// (the `[r·s]` word) flipped at some level of every P0 key. Every
+    /// input whose walk takes that level's sibling gets a wrong ReLU; the
+    /// first word's correction alone flipped does the same to `[s]`.
+    #[test]
+    fn a_flipped_value_correction_of_either_word_is_caught() {
+        let (n, k) = (Width::of(10), Width::of(6));
+        let g = RingRelu::new(n, k).unwrap();
+        let p = g.key_params();
+        let ds: Vec<u64> = (0..=n.mask()).filter(|d| in_range(&g, *d)).collect();
+        let clean = run(&g, &ds, None, 2);
+        let last = p.levels() - 1;
+        for (word, level) in [(0usize, 0u32), (1, 0), (1, last), (0, last)] {
+            let at = p.cw_offset(level) + 16 + word * (p.value_bytes() / 2);
+            let out = run_tampered(&g, &ds, None, 2, |keys| {
+                for key in keys.chunks_exact_mut(p.key_len()) {
+                    key[at] ^= 1;
+                }
+            });
+            let wrong = out.iter().zip(&clean).filter(|(a, b)| a != b).count();
+            assert!(wrong > 0, "word {word} level {level}: no output changed");
+        }
     }
 
     proptest! {

@@ -91,8 +91,8 @@ impl Step for RowMax<'_> {
             let party = on.party;
             mats.push(if tree.one_round(level) {
                 load_ring_material(RingShape::relu(&tree.ring), party, count, cur, |roots| {
-                    let [a, b, ..] = roots;
-                    tree.ring.derive_roots(h, party, &ls, 0, [a, b])
+                    let [a, ..] = roots;
+                    tree.ring.derive_roots(h, party, &ls, 0, [a])
                 })?
             } else {
                 load_material(&tree.relu, h, party, &ls, 0, count, cur)?
