@@ -2674,7 +2674,7 @@ mod tests {
                 );
                 let decoding = i > 0;
                 assert!(scores.iter().all(|one| *one == decoding), "{name} pass {i}");
-                let want = ONE_ROUND_TAIL + usize::from(decoding);
+                let want = ONE_ROUND_TAIL + 2 * usize::from(decoding);
                 assert!(
                     tails.iter().all(|t| *t == want),
                     "{name} pass {i}: {tails:?}"

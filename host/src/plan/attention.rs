@@ -363,13 +363,15 @@ fn row_max(
     Ok(m)
 }
 
-/// One-round levels at the end of a decode pass's max tree: one more than
+/// One-round levels at the end of a decode pass's max tree: two more than
 /// a prefill's. A decode pass's rows are its heads (9 of 65 keys for
 /// SmolLM2 at context 64), so the fifth-last level's 8 ReLUs a row cost
-/// 2.1 MB more keys per token for 30 rounds fewer; the level above it
-/// would cost 4.2 MB, the one above that 8.4 (`docs/PLAN.md`, "One round
-/// in decode passes").
-const DECODE_TAIL: usize = 5;
+/// 2.1 MB more keys per token for 30 rounds fewer, and, since the
+/// one-round ReLU holds one pair key, the sixth-last level's 16 cost 2.4
+/// MB more for 30 more (`docs/PLAN.md`, "One round in decode passes" and
+/// "One pair key per one-round ReLU"); the level above that would cost
+/// about 4.8 MB.
+const DECODE_TAIL: usize = 6;
 
 /// The row maxima of a prefill's causal (or banded) square blocks `x`
 /// (`[blocks·L × L]`, each row's keys after its own already replaced by
