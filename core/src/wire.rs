@@ -11,9 +11,9 @@
 //! | 0 | 4 | magic `SUFK` |
 //! | 4 | 2 | format version (1) |
 //! | 6 | 1 | kind: 0 = DCF, 1 = DPF |
-//! | 7 | 1 | output: 0 = bit, 1 = ring |
+//! | 7 | 1 | output: 0 = bit, 1 = ring, 2 = pair (DCF only) |
 //! | 8 | 1 | input width k, 1..=64 |
-//! | 9 | 1 | output width w: 1 for bit, 1..=64 for ring |
+//! | 9 | 1 | output width w: 1 for bit, 1..=64 for ring and pair |
 //! | 10 | 1 | party: 0 or 1 |
 //! | 11 | 1 | reserved, 0 |
 //! | 12 | 8 | key count |

@@ -140,8 +140,10 @@ pub struct DealtBatch {
     pub params: Params,
     /// α of each key.
     pub alphas: Vec<u64>,
-    /// β of each key.
+    /// β of each key (a pair's first word).
     pub betas: Vec<u64>,
+    /// A pair's second payload word of each key (0 for other outputs).
+    pub seconds: Vec<u64>,
     /// P0's and P1's keys, `count · key_len` bytes each.
     pub bytes: [Vec<u8>; 2],
 }
@@ -153,6 +155,7 @@ impl DealtBatch {
             params: *params,
             alphas: Vec::with_capacity(count),
             betas: Vec::with_capacity(count),
+            seconds: Vec::with_capacity(count),
             bytes: [Vec::new(), Vec::new()],
         };
         for _ in 0..count {
@@ -161,6 +164,7 @@ impl DealtBatch {
             let pair = deal(aes, params, alpha, beta, rng);
             batch.alphas.push(pair.alpha);
             batch.betas.push(pair.beta);
+            batch.seconds.push(pair.second);
             let [k0, k1] = pair.keys;
             batch.bytes[0].extend_from_slice(&k0);
             batch.bytes[1].extend_from_slice(&k1);

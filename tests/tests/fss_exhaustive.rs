@@ -27,6 +27,21 @@ fn table(pair: &KeyPair, party: Party) -> Vec<u64> {
     out
 }
 
+/// A key pair at α (β by [`beta_for`]), its generation's AES count checked,
+/// with both parties' shares at every x.
+fn dealt_with_shares(
+    aes: &FixedKeyAes,
+    params: &Params,
+    alpha: u64,
+    rng: &mut Prg,
+) -> (KeyPair, [Vec<u64>; 2]) {
+    let beta = beta_for(params, alpha, rng);
+    let pair = keys::deal(aes, params, alpha, beta, rng);
+    assert_eq!(pair.gen_aes_calls, params.aes_per_gen(), "{params:?}");
+    let shares = PARTIES.map(|party| table(&pair, party));
+    (pair, shares)
+}
+
 /// β for the key at α: the edges 1 and 2^w − 1, and uniform words.
 fn beta_for(params: &Params, alpha: u64, rng: &mut Prg) -> u64 {
     let w = params.output().width();
@@ -47,10 +62,7 @@ fn check_every_alpha_and_x(kind: Kind, seed: &[u8; 16]) {
         }
         let size = 1u64 << params.domain().bits();
         for alpha in 0..size {
-            let beta = beta_for(&params, alpha, &mut rng);
-            let pair = keys::deal(&aes, &params, alpha, beta, &mut rng);
-            assert_eq!(pair.gen_aes_calls, params.aes_per_gen(), "{params:?}");
-            let shares = PARTIES.map(|party| table(&pair, party));
+            let (pair, shares) = dealt_with_shares(&aes, &params, alpha, &mut rng);
             for x in 0..size {
                 let i = usize::try_from(x).unwrap();
                 let got = reference::reconstruct(params.output(), shares[0][i], shares[1][i]);
@@ -100,10 +112,7 @@ fn pair_dcf_every_alpha_every_x() {
         assert_eq!(params.key_len(), reference::key_len(&params), "{params:?}");
         let size = 1u64 << params.domain().bits();
         for alpha in 0..size {
-            let beta = beta_for(&params, alpha, &mut rng);
-            let pair = keys::deal(&aes, &params, alpha, beta, &mut rng);
-            assert_eq!(pair.gen_aes_calls, params.aes_per_gen(), "{params:?}");
-            let shares = PARTIES.map(|party| table(&pair, party));
+            let (pair, shares) = dealt_with_shares(&aes, &params, alpha, &mut rng);
             for x in 0..size {
                 for (word, payload) in [pair.beta, pair.second].into_iter().enumerate() {
                     let i = 2 * usize::try_from(x).unwrap() + word;

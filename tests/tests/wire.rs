@@ -73,14 +73,18 @@ fn header_layout_is_the_documented_one() {
 fn valid_files_round_trip_and_evaluate() {
     let aes = FixedKeyAes::new();
     let mut rng = Prg::new(b"wire: round trip");
-    for params in keys::shapes(&[1, 5, 8, 24, 64], &[1, 8, 13, 64]) {
+    let mut shapes = keys::shapes(&[1, 5, 8, 24, 64], &[1, 8, 13, 64]);
+    shapes.extend(keys::pair_shapes(&[1, 5, 8, 24, 64], &[1, 8, 13, 64]));
+    for params in shapes {
         let dealt = DealtBatch::deal(&aes, &params, 5, &mut rng);
+        // A pair's query has two words: β's and the second payload's.
+        let words = params.output().words();
         for count in [0, 1, 5] {
             let points: Vec<u64> = dealt.alphas[..count]
                 .iter()
                 .flat_map(|&a| [a.wrapping_sub(1), a, a.wrapping_add(1)])
                 .collect();
-            let mut shares = [vec![0; points.len()], vec![0; points.len()]];
+            let mut shares = [vec![0; points.len() * words], vec![0; points.len() * words]];
             for (party, out) in PARTIES.into_iter().zip(shares.iter_mut()) {
                 let file = serialize(&dealt, party, count);
                 let parsed = parse_key_batch(&file).unwrap();
@@ -92,11 +96,15 @@ fn valid_files_round_trip_and_evaluate() {
             }
             for (q, &x) in points.iter().enumerate() {
                 let i = q / 3;
-                assert_eq!(
-                    reference::reconstruct(params.output(), shares[0][q], shares[1][q]),
-                    reference::ideal(&params, dealt.alphas[i], dealt.betas[i], x),
-                    "{params:?} key {i} x = {x:#x}"
-                );
+                let payloads = [dealt.betas[i], dealt.seconds[i]];
+                for (word, &beta) in payloads.iter().enumerate().take(words) {
+                    let at = q * words + word;
+                    assert_eq!(
+                        reference::reconstruct(params.output(), shares[0][at], shares[1][at]),
+                        reference::ideal(&params, dealt.alphas[i], beta, x),
+                        "{params:?} key {i} x = {x:#x} word {word}"
+                    );
+                }
             }
         }
     }
@@ -158,12 +166,19 @@ fn other_versions_are_refused() {
 #[test]
 fn unknown_tags_are_refused() {
     let file = small_file();
-    for (field, name) in [(KIND, "kind"), (OUTPUT, "output"), (PARTY, "party")] {
-        for value in [2u8, 3, 0x80, 0xFF] {
+    for (field, name, first) in [
+        (KIND, "kind", 2),
+        (OUTPUT, "output", 3),
+        (PARTY, "party", 2),
+    ] {
+        for value in [first, first + 1, 0x80, 0xFF] {
             let bad = with_byte(&file, field, value);
             assert_eq!(error_of(&bad), WireError::UnknownTag, "{name} = {value}");
         }
     }
+    // Pair output (tag 2) is for comparison keys only.
+    let dpf = with_byte(&file, KIND, 1);
+    assert_eq!(error_of(&with_byte(&dpf, OUTPUT, 2)), WireError::UnknownTag);
 }
 
 #[test]
@@ -184,14 +199,16 @@ fn bad_widths_are_refused() {
             "bit output with w = {w}"
         );
     }
-    // Ring output has 1 ≤ w ≤ 64.
-    let ring = with_byte(&file, OUTPUT, 1);
-    for w in [0u8, 65, 255] {
-        assert_eq!(
-            error_of(&with_byte(&ring, WIDTH, w)),
-            WireError::BadWidth,
-            "ring output with w = {w}"
-        );
+    // Ring and pair outputs have 1 ≤ w ≤ 64.
+    for tag in [1u8, 2] {
+        let ring = with_byte(&file, OUTPUT, tag);
+        for w in [0u8, 65, 255] {
+            assert_eq!(
+                error_of(&with_byte(&ring, WIDTH, w)),
+                WireError::BadWidth,
+                "output {tag} with w = {w}"
+            );
+        }
     }
 }
 

@@ -250,7 +250,7 @@ fn gen_level<H: Hasher + ?Sized, const L: usize>(
         calls += aes.hash_many(Domain::Value, right[..n].as_flattened_mut());
         let (draws, outs) = (p.gen_random_words(), p.output.words());
         let vb = p.value_bytes() / outs;
-        let level = crate::ring::cast::usize_from_u32(level);
+        let level = cast::usize_from_u32(level);
         for j in 0..n {
             // A pair's second word comes from the value hash's high half.
             let halves = [right[j].map(Block::low64), right[j].map(Block::high64)];

@@ -241,37 +241,33 @@ fn generate(
 
     let mut key0 = vec![0u8; params.key_len()];
     let mut key1 = vec![0u8; params.key_len()];
-    let calls = match (params.kind(), params.output()) {
-        (Kind::Dcf, Output::Pair(_)) => dcf::generate_pair(
+    let (keys, rng) = ((&mut key0[..], &mut key1[..]), &mut dealer_rng);
+    let calls = if let Output::Pair(_) = params.output() {
+        dcf::generate_pair(
             aes,
             &params,
             secret_alpha,
             secret_beta,
             roots,
-            &mut dealer_rng,
-            &mut key0,
-            &mut key1,
-        )?,
-        (Kind::Dcf, _) => dcf::generate(
+            rng,
+            keys.0,
+            keys.1,
+        )?
+    } else {
+        let generate = match params.kind() {
+            Kind::Dcf => dcf::generate::<FixedKeyAes, Prg>,
+            Kind::Dpf => dpf::generate::<FixedKeyAes, Prg>,
+        };
+        generate(
             aes,
             &params,
             secret_alpha,
             secret_beta[0],
             roots,
-            &mut dealer_rng,
-            &mut key0,
-            &mut key1,
-        )?,
-        (Kind::Dpf, _) => dpf::generate(
-            aes,
-            &params,
-            secret_alpha,
-            secret_beta[0],
-            roots,
-            &mut dealer_rng,
-            &mut key0,
-            &mut key1,
-        )?,
+            rng,
+            keys.0,
+            keys.1,
+        )?
     };
     stats.key_pairs += 1;
     stats.aes_calls += calls;
