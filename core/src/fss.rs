@@ -97,11 +97,6 @@ impl Output {
             _ => 1,
         }
     }
-
-    /// Whether the output is additively shared in a ring (one word or two).
-    pub const fn in_ring(self) -> bool {
-        !matches!(self, Output::Bit)
-    }
 }
 
 /// One of the two evaluating parties.
@@ -552,8 +547,8 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
         Output::Bit => None,
         Output::Ring(w) | Output::Pair(w) => Some(w),
     };
-    // A pair's second word: its own accumulator, value correction and lane.
-    let pair = matches!(p.output, Output::Pair(_));
+    // A pair's second word has its own accumulator, value correction and
+    // lane.
     let words = p.output.words();
     let dcf = p.kind == Kind::Dcf;
     let vbytes = p.value_bytes() / words;
@@ -561,9 +556,9 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
     let mut key_of = [&[][..]; L];
     let mut x = [0u64; L];
     let mut seed = [Block::ZERO; L];
-    // DCF accumulator: XOR of control bits (bit output) or a sum (ring output).
-    let mut acc = [0u64; L];
-    let mut acc2 = [0u64; L];
+    // DCF accumulators: XOR of control bits (bit output) or a sum per
+    // output word (ring output).
+    let mut acc = [[0u64; L]; 2];
     let mut h = [Block::ZERO; L];
     let mut right = [Block::ZERO; L];
     let mut t_right = [0u64; L];
@@ -600,27 +595,22 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
             match ring {
                 None => {
                     for j in 0..n {
-                        acc[j] ^= t_right[j] & keep[j];
+                        acc[0][j] ^= t_right[j] & keep[j];
                     }
                 }
                 Some(w) => {
                     calls += aes.hash_many(Domain::Value, &mut right[..n]);
-                    let voff = off + 16;
-                    for j in 0..n {
-                        let vcw = read_word(&key_of[j][voff..voff + vbytes]);
-                        let share = right[j].low64().wrapping_add(vcw & word_mask(t_right[j]));
-                        acc[j] = acc[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
-                        acc[j] &= w.mask();
-                    }
-                    if pair {
-                        // The second word from the value hash's high half.
-                        let voff = voff + vbytes;
+                    // Word i (a pair's 0 and 1): half i of the value hash
+                    // and the level's i-th value correction.
+                    for (i, acc) in acc.iter_mut().enumerate().take(words) {
+                        let voff = off + 16 + i * vbytes;
+                        let half = cast::u32_from_small_usize(i);
                         for j in 0..n {
                             let vcw = read_word(&key_of[j][voff..voff + vbytes]);
-                            let t = word_mask(t_right[j]);
-                            let share = right[j].high64().wrapping_add(vcw & t);
-                            acc2[j] = acc2[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
-                            acc2[j] &= w.mask();
+                            let v = right[j].lane(64, half);
+                            let share = v.wrapping_add(vcw & word_mask(t_right[j]));
+                            acc[j] = acc[j].wrapping_add(share & 0u64.wrapping_sub(keep[j]));
+                            acc[j] &= w.mask();
                         }
                     }
                 }
@@ -641,9 +631,9 @@ fn walk_group<H: Hasher + ?Sized, const L: usize>(
         let lane = cast::u32_from_small_u64(x[j] & lane_mask) * cast::u32_from_small_usize(words);
         let o = &mut out[j * words..(j + 1) * words];
         match ring {
-            None => o[0] = (acc[j] ^ (h[j] ^ (lcw & Block::mask(t))).bit(lane)) & 1,
+            None => o[0] = (acc[0][j] ^ (h[j] ^ (lcw & Block::mask(t))).bit(lane)) & 1,
             Some(w) => {
-                for (i, (o, a)) in o.iter_mut().zip([acc[j], acc2[j]]).enumerate() {
+                for (i, (o, a)) in o.iter_mut().zip([acc[0][j], acc[1][j]]).enumerate() {
                     let lane = lane + cast::u32_from_small_usize(i);
                     let v = h[j]
                         .lane(word_bits, lane)
@@ -702,7 +692,7 @@ pub(crate) fn gen_pair<H: Hasher + ?Sized, R: rand_core::CryptoRng + ?Sized>(
     // The words a ring DCF draws, per level in level order (a pair's two
     // side by side): the same stream a level-by-level generator reads.
     // Only ring DCFs draw any.
-    let draws = params.kind == Kind::Dcf && params.output.in_ring();
+    let draws = params.kind == Kind::Dcf && params.output != Output::Bit;
     if draws != rng.is_some() {
         return Err(Error::KindMismatch);
     }

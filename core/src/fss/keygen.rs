@@ -290,6 +290,9 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
     let len = p.key_len();
     let dcf = p.kind == Kind::Dcf;
     let word_bits = p.word_bits();
+    // Word i of a ring block belongs to lane i / words; a pair's second
+    // word (odd i) carries β's second word.
+    let words = cast::u32_from_small_usize(p.output.words());
     let mut g = [[Block::ZERO; 2]; L];
     g[..n].copy_from_slice(&st.s[..n]);
     let calls = aes.hash_many(Domain::Leaf, g[..n].as_flattened_mut());
@@ -314,9 +317,6 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
             Output::Ring(w) | Output::Pair(w) => {
                 let flip = st.s[j][0].lsb() ^ 1;
                 let beta = st.beta[j];
-                // Word i of the block belongs to lane i / words; a pair's
-                // second word (odd i) carries β's second word.
-                let words = cast::u32_from_small_usize(p.output.words());
                 Block::from_lanes(word_bits, |i| {
                     let beta = beta[cast::usize_from_u32(i % words)];
                     // Through the optimisation barrier: a plain `0 − bit`
