@@ -5,7 +5,10 @@
 //
 // Keys arrive level-major (the host transposes them): level l's correction
 // word of key i is at cw[2·(l·count + i)], so neighbouring threads read
-// neighbouring words. Roots and leaf corrections are two words per key.
+// neighbouring words. Roots and leaf corrections are two words per key. A
+// ring DCF's value corrections are `words` per level and key, at
+// vcw[words·(l·count + i) + h] for output word h (a pair's two, core's
+// `Output::Pair`; one otherwise).
 //
 // Public (may steer branches and indices): shapes, the points (masked,
 // opened values), the party and domain indices. Secret (may not): seeds,
@@ -13,26 +16,55 @@
 
 // Shape flags of a key batch.
 #define FSS_DCF 1u
+// Two output words per point from one seed chain (a ring DCF only): word
+// h takes half h of the value hash and the level's h-th value correction,
+// and leaf lane 2·j + h of `word_bits` bits.
+#define FSS_PAIR 2u
+
+// Output words per point of a key batch with `flags`.
+__device__ __forceinline__ u32 fss_words(u32 flags) {
+    return 1u + ((flags & FSS_PAIR) >> 1);
+}
+
+// Half `h` (0 or 1, public) of a block: a pair's word h of the value hash;
+// also a pair's word h of two scalars (`blk` as a pair of words).
+__device__ __forceinline__ u64 blk_half(blk b, u32 h) {
+    return h == 0 ? b.lo : b.hi;
+}
+
+// The pair (a, b) as a block, so that blk_half picks a word by a public
+// index without an array (which the compiler puts in local memory).
+__device__ __forceinline__ blk blk_pair(u64 a, u64 b) {
+    blk r;
+    r.lo = a;
+    r.hi = b;
+    return r;
+}
 
 // Evaluates `queries` queries: query q is key q / per_key at points[q],
-// taken mod 2^k. Bit outputs are 0 or 1, ring outputs canonical in Z_2^w
-// (w = 0 means bit output).
+// taken mod 2^k, and writes its `words` outputs (fss_words) at
+// out[words·q + h]. Bit outputs are 0 or 1, ring outputs canonical in
+// Z_2^w (w = 0 means bit output). A pair's outputs must not overlap the
+// points (a thread's two words would overwrite a later query's point);
+// one word per query may evaluate in place.
 extern "C" __global__ void suffuse_fss_eval(const u32* aes_keys, const u64* roots, const u64* cw,
                                             const u64* vcw, const u64* leaf, const u64* points,
                                             u64* out, u64 queries, u64 per_key, u64 count, u32 k,
-                                            u32 levels, u32 nu, u32 lane_bits, u32 w, u32 flags,
+                                            u32 levels, u32 nu, u32 word_bits, u32 w, u32 flags,
                                             u32 party) {
     extern __shared__ u64 suffuse_smem[];
     u32* sh = (u32*)suffuse_smem;
     aes_setup(sh, aes_keys);
     const u32 dcf = flags & FSS_DCF;
+    const u32 words = fss_words(flags);
     const u64 wmask = low_mask(w);
     for (u64 q = global_thread(); q < queries; q += grid_threads()) {
         const u64 key = q / per_key;
         const u64 x = points[q] & low_mask(k);
         blk s = blk_load(roots + 2 * key);
-        // DCF accumulator: XOR of control bits (bit output) or a sum.
-        u64 acc = 0;
+        // DCF accumulators: XOR of control bits (bit output) or a sum per
+        // output word.
+        blk acc = blk_pair(0, 0);
         for (u32 level = 0; level < levels; level++) {
             const u32 shift = k - 1 - level;
             blk h = hash_block(sh, DOMAIN_TREE, s);
@@ -47,27 +79,36 @@ extern "C" __global__ void suffuse_fss_eval(const u32* aes_keys, const u64* root
             s = blk_xor(left, blk_and(s, word_mask(xb)));
             if (dcf) {
                 if (w == 0) {
-                    acc ^= t_right & keep;
+                    acc.lo ^= t_right & keep;
                 } else {
-                    const u64 v = hash_block(sh, DOMAIN_VALUE, right).lo;
-                    const u64 corr = vcw[(u64)level * count + key];
-                    const u64 share = v + (corr & word_mask(t_right));
-                    acc = (acc + (share & word_mask(keep))) & wmask;
+                    const blk v = hash_block(sh, DOMAIN_VALUE, right);
+                    const u64* corr = vcw + words * ((u64)level * count + key);
+                    const u64 t = word_mask(t_right);
+                    const u64 k = word_mask(keep);
+                    acc.lo = (acc.lo + ((v.lo + (corr[0] & t)) & k)) & wmask;
+                    // A pair's second word: the hash's high half.
+                    if (words == 2) {
+                        acc.hi = (acc.hi + ((v.hi + (corr[1] & t)) & k)) & wmask;
+                    }
                 }
             }
         }
         const blk h = hash_block(sh, DOMAIN_LEAF, s);
         const u64 t = s.lo & 1;
         const blk lcw = blk_load(leaf + 2 * key);
-        const u32 lane = (u32)(x & low_mask(nu));
+        // A pair's lane is two words: the first at 2·lane, the second next.
+        const u32 lane = (u32)(x & low_mask(nu)) * words;
         if (w == 0) {
-            out[q] = (acc ^ blk_bit(blk_xor(h, blk_and(lcw, word_mask(t))), lane)) & 1;
+            out[q] = (acc.lo ^ blk_bit(blk_xor(h, blk_and(lcw, word_mask(t))), lane)) & 1;
         } else {
-            const u64 v = blk_lane(h, lane_bits, lane) + (blk_lane(lcw, lane_bits, lane) & word_mask(t));
-            const u64 sum = acc + v;
-            // P1 negates so that the two shares add up to the output.
-            const u64 neg = (u64)0 - party;
-            out[q] = ((sum ^ neg) + party) & wmask;
+            for (u32 i = 0; i < words; i++) {
+                const u64 v = blk_lane(h, word_bits, lane + i) +
+                              (blk_lane(lcw, word_bits, lane + i) & word_mask(t));
+                const u64 sum = blk_half(acc, i) + v;
+                // P1 negates so that the two shares add up to the output.
+                const u64 neg = (u64)0 - party;
+                out[words * q + i] = ((sum ^ neg) + party) & wmask;
+            }
         }
     }
 }
@@ -163,9 +204,11 @@ __device__ __forceinline__ void put_block(u8* p, blk b) {
     put_word(p + 8, b.hi, 8);
 }
 
-// The leaf correction of one key pair (core's `gen_leaf`).
-__device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, u64 beta, u32 dcf, u32 lane_bits,
-                           u32 w) {
+// The leaf correction of one key pair (core's `gen_leaf`); `beta` holds
+// `words` words, and lane i of `word_bits` bits belongs to point i / words
+// and carries β's word i mod words.
+__device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, blk beta, u32 dcf,
+                           u32 word_bits, u32 w, u32 words) {
     const blk g0 = hash_block(sh, DOMAIN_LEAF, s0);
     const blk g1 = hash_block(sh, DOMAIN_LEAF, s1);
     blk lcw;
@@ -185,12 +228,13 @@ __device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, u64 beta, u3
     }
     const u64 wmask = low_mask(w);
     const u64 flip = (s0.lo & 1) ^ 1;
-    for (u32 i = 0; i < 128 / lane_bits; i++) {
-        const u64 bit = dcf ? ct_lt(i, a_lo) : ct_eq(i, a_lo);
-        const u64 pj = beta & word_mask(bit);
-        const u64 v = (pj - (blk_lane(g0, lane_bits, i) & wmask) + (blk_lane(g1, lane_bits, i) & wmask)) & wmask;
-        const u64 lanev = cond_neg(wmask, v, flip) & low_mask(lane_bits);
-        const u32 pos = i * lane_bits;
+    for (u32 i = 0; i < 128 / word_bits; i++) {
+        const u32 point = i / words;
+        const u64 bit = dcf ? ct_lt(point, a_lo) : ct_eq(point, a_lo);
+        const u64 pj = blk_half(beta, i % words) & word_mask(bit);
+        const u64 v = (pj - (blk_lane(g0, word_bits, i) & wmask) + (blk_lane(g1, word_bits, i) & wmask)) & wmask;
+        const u64 lanev = cond_neg(wmask, v, flip) & low_mask(word_bits);
+        const u32 pos = i * word_bits;
         if (pos < 64) {
             lcw.lo |= lanev << pos;
         } else {
@@ -202,16 +246,20 @@ __device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, u64 beta, u3
 
 // Generates key pair j of a batch into P0's key bytes (key-major,
 // `key_len` bytes each; core's layout). P1's key is P0's body behind its
-// own root, which the host writes. `roots` holds both parties' root seeds
-// (four words per pair); `random` the ring DCF's per-level words.
+// own root, which the host writes. `betas` holds `words` words per pair
+// (fss_words), `roots` both parties' root seeds (four words per pair),
+// `random` the ring DCF's words, `words` per level, level-major per pair;
+// `value_bytes` is a level's value corrections, all words together.
 extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alphas, const u64* betas,
                                            const u64* roots, const u64* random, u8* key0, u64 count,
-                                           u64 key_len, u32 k, u32 levels, u32 nu, u32 lane_bits,
+                                           u64 key_len, u32 k, u32 levels, u32 nu, u32 word_bits,
                                            u32 w, u32 flags, u32 value_bytes) {
     extern __shared__ u64 suffuse_smem[];
     u32* sh = (u32*)suffuse_smem;
     aes_setup(sh, aes_keys);
     const u32 dcf = flags & FSS_DCF;
+    const u32 words = fss_words(flags);
+    const u32 vb = value_bytes / words;
     const u64 wmask = low_mask(w);
     const u64 level_bytes = 16 + value_bytes;
     for (u64 j = global_thread(); j < count; j += grid_threads()) {
@@ -220,7 +268,11 @@ extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alpha
         const u64 alpha = alphas[j] & low_mask(k);
         const u64 a_hi = alpha >> nu;
         const u64 a_lo = alpha & low_mask(nu);
-        const u64 beta = w == 0 ? 1 : (betas[j] & wmask);
+        // β's words (a pair's two; the second unused otherwise), 1 for
+        // bit outputs.
+        const u64 b0 = betas[words * j] & wmask;
+        const u64 b1 = betas[words * j + words - 1] & wmask;
+        const blk beta = w == 0 ? blk_pair(1, 1) : blk_pair(b0, b1);
         blk s0 = blk_load(roots + 4 * j);
         blk s1 = blk_load(roots + 4 * j + 2);
         s0.lo &= ~(u64)1;
@@ -244,19 +296,25 @@ extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alpha
             s1 = blk_xor(l1, blk_and(s1, word_mask(a_i)));
             if (dcf && w != 0) {
                 const u64 t0 = r0.lo & 1;
-                const u64 v0 = hash_block(sh, DOMAIN_VALUE, r0).lo;
-                const u64 v1 = hash_block(sh, DOMAIN_VALUE, r1).lo;
-                // On path: P0's +(v0 + t0·V) and P1's −(v1 + t1·V) sum to β.
-                u64 on = (beta - (v0 & wmask) + (v1 & wmask)) & wmask;
-                on = cond_neg(wmask, on, t0 ^ 1);
-                // Off path V cancels; a random V makes the cases look alike.
-                const u64 rnd = random[j * levels + level] & wmask;
-                const u64 m = word_mask(a_i);
-                put_word(at + 16, (rnd & ~m) | (on & m), value_bytes);
+                const blk g0 = hash_block(sh, DOMAIN_VALUE, r0);
+                const blk g1 = hash_block(sh, DOMAIN_VALUE, r1);
+                for (u32 i = 0; i < words; i++) {
+                    const u64 v0 = blk_half(g0, i);
+                    const u64 v1 = blk_half(g1, i);
+                    // On path: P0's +(v0 + t0·V) and P1's −(v1 + t1·V) sum
+                    // to β's word i.
+                    u64 on = (blk_half(beta, i) - (v0 & wmask) + (v1 & wmask)) & wmask;
+                    on = cond_neg(wmask, on, t0 ^ 1);
+                    // Off path V cancels; a random V makes the cases look
+                    // alike.
+                    const u64 rnd = random[((u64)j * levels + level) * words + i] & wmask;
+                    const u64 m = word_mask(a_i);
+                    put_word(at + 16 + i * vb, (rnd & ~m) | (on & m), vb);
+                }
             }
         }
         put_block(key + 16 + levels * level_bytes,
-                  gen_leaf_cw(sh, s0, s1, a_lo, beta, dcf, lane_bits, w));
+                  gen_leaf_cw(sh, s0, s1, a_lo, beta, dcf, word_bits, w, words));
     }
 }
 
@@ -271,13 +329,14 @@ __device__ __forceinline__ u64 get_word(const u8* p, u32 n) {
 
 // Transposes key bodies that already lie in device memory (a staged key
 // section, in core's byte layout: per key, each level's 16-byte seed
-// correction and `vbytes`-byte value correction, then the 16-byte leaf
-// correction; keys `stride` bytes apart) into the level-major words the
-// evaluation reads: keys first .. first + count of a batch of `total`.
+// correction and `words` value corrections of `vbytes` bytes each, then
+// the 16-byte leaf correction; keys `stride` bytes apart) into the
+// level-major words the evaluation reads: keys first .. first + count of a
+// batch of `total`.
 extern "C" __global__ void suffuse_gather_keys(const u8* bodies, u64 stride, u64 count, u64 first,
-                                               u64 total, u32 levels, u32 vbytes, u64* cw, u64* vcw,
-                                               u64* leaf) {
-    const u64 level_bytes = 16 + vbytes;
+                                               u64 total, u32 levels, u32 vbytes, u32 words,
+                                               u64* cw, u64* vcw, u64* leaf) {
+    const u64 level_bytes = 16 + (u64)words * vbytes;
     for (u64 j = global_thread(); j < count; j += grid_threads()) {
         const u8* body = bodies + j * stride;
         const u64 i = first + j;
@@ -285,8 +344,8 @@ extern "C" __global__ void suffuse_gather_keys(const u8* bodies, u64 stride, u64
             const u8* at = body + l * level_bytes;
             cw[2 * ((u64)l * total + i)] = get_word(at, 8);
             cw[2 * ((u64)l * total + i) + 1] = get_word(at + 8, 8);
-            if (vbytes > 0) {
-                vcw[(u64)l * total + i] = get_word(at + 16, vbytes);
+            for (u32 h = 0; vbytes > 0 && h < words; h++) {
+                vcw[words * ((u64)l * total + i) + h] = get_word(at + 16 + h * vbytes, vbytes);
             }
         }
         const u8* at = body + levels * level_bytes;

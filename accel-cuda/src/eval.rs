@@ -10,7 +10,7 @@ use suffuse_core::Error;
 use suffuse_core::batch::{
     BatchEval, EvalJob, EvalStats, MatShape, Resident, Turned, full_domain_each,
 };
-use suffuse_core::fss::{GEN_LANES, GenBatch, KeyBatch, Kind, Output, Params};
+use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 use zeroize::Zeroize;
 
@@ -61,23 +61,43 @@ fn block_of(lo: u64, hi: u64) -> Block {
 fn ring_bits(p: &Params) -> u32 {
     match p.output() {
         Output::Bit => 0,
-        // Pairs never reach a kernel (`on_host`).
         Output::Ring(w) | Output::Pair(w) => w.bits(),
     }
 }
 
-/// Whether keys of `p` take the host's walk: pair outputs, whose two value
-/// corrections per level and two words per query the kernels do not read
-/// (docs/BACKENDS.md, "Pair keys on the host").
-fn on_host(p: &Params) -> bool {
-    matches!(p.output(), Output::Pair(_))
+/// The kernels' shape flags: `FSS_DCF` (1) and `FSS_PAIR` (2).
+fn flags(p: &Params) -> u32 {
+    u32::from(p.kind() == Kind::Dcf) | (u32::from(matches!(p.output(), Output::Pair(_))) << 1)
 }
 
-/// Queries per task of [`CudaEval::eval_on_host`].
-const HOST_CHUNK: usize = 1 << 12;
+/// Where a launch over `queries` queries of `words` output words each
+/// reads its points and writes its outputs, in one buffer: the buffer's
+/// words and the outputs' first word. One word per query evaluates in
+/// place (thread q reads point q before it writes output q, and no other
+/// thread touches either); a pair's two words would overwrite a later
+/// query's point, so its outputs follow the points.
+pub(crate) fn io_layout(queries: usize, words: usize) -> (usize, usize) {
+    let out_at = if words == 1 { 0 } else { queries };
+    (out_at + queries * words, out_at)
+}
 
-fn flags(p: &Params) -> u32 {
-    u32::from(p.kind() == Kind::Dcf)
+/// Copies a launch's outputs, `out.len()` words at `out_at` of `buf`, into
+/// `out` (through `staging` where they do not start the buffer).
+fn download_outputs<L: Launcher>(
+    l: &L,
+    buf: &L::Buffer,
+    out_at: usize,
+    staging: &mut Vec<u64>,
+    out: &mut [u64],
+) -> Result<(), CudaError> {
+    if out_at == 0 {
+        return l.download(buf, out);
+    }
+    staging.clear();
+    staging.resize(out_at + out.len(), 0);
+    l.download(buf, staging)?;
+    out.copy_from_slice(&staging[out_at..]);
+    Ok(())
 }
 
 /// Key generation's inputs for `part`, as `suffuse_fss_gen` reads them:
@@ -201,13 +221,14 @@ pub(crate) struct KeysAt {
 }
 
 /// Launches `suffuse_fss_eval` over `count · per_key` queries of `keys`,
-/// reading points at `io.0` and writing outputs at `io.1` (the same address
-/// evaluates in place).
+/// reading points at `io.0` and writing [`Output::words`] outputs per
+/// query at `io.1` ([`io_layout`] places both).
 ///
 /// # Safety
 ///
 /// `keys.base` must address `keys.at.total` words laid out as `keys.at`
-/// says, and both `io` addresses `count · per_key` words, on `l`.
+/// says, `io.0` the `count · per_key` points and `io.1` room for their
+/// outputs, on `l`, the outputs in place of the points or past them.
 pub(crate) unsafe fn launch_eval<L: Launcher>(
     l: &L,
     aes: u64,
@@ -232,7 +253,7 @@ pub(crate) unsafe fn launch_eval<L: Launcher>(
         Arg::U32(p.domain().bits()),
         Arg::U32(p.levels()),
         Arg::U32(p.leaf_bits()),
-        Arg::U32(p.lane_bits()),
+        Arg::U32(p.word_bits()),
         Arg::U32(ring_bits(p)),
         Arg::U32(flags(p)),
         Arg::U32(u32::from(keys.party == suffuse_core::fss::Party::P1)),
@@ -253,46 +274,6 @@ impl<L: Launcher> CudaEval<L> {
         Error::Unsupported
     }
 
-    /// Evaluates keys that take the host's walk ([`on_host`]) with core's
-    /// lockstep evaluator, in runs of [`HOST_CHUNK`] queries split over the
-    /// host's cores.
-    fn eval_on_host(
-        &self,
-        keys: &KeyBatch<'_>,
-        per_key: usize,
-        points: &[u64],
-        out: &mut [u64],
-    ) -> Result<EvalStats, Error> {
-        let words = keys.params().output().words();
-        let starts: Vec<usize> = (0..points.len()).step_by(HOST_CHUNK).collect();
-        let failure = std::sync::Mutex::new(None);
-        let calls = std::sync::atomic::AtomicU64::new(0);
-        crate::par::zip_chunks(out, HOST_CHUNK * words, &starts, 1, |o, first| {
-            let first = first[0];
-            let p = &points[first..first + o.len() / words];
-            let lanes = suffuse_core::prg::HASH_CHUNK;
-            match suffuse_core::fss::eval_queries(&self.host, keys, per_key, first, p, o, lanes) {
-                Ok(c) => {
-                    calls.fetch_add(c, std::sync::atomic::Ordering::Relaxed);
-                }
-                Err(e) => {
-                    *failure
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(e);
-                }
-            }
-        });
-        match failure
-            .into_inner()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-        {
-            Some(e) => Err(e),
-            None => Ok(EvalStats {
-                aes_calls: calls.into_inner(),
-            }),
-        }
-    }
-
     pub(crate) fn eval_device(
         &self,
         keys: &KeyBatch<'_>,
@@ -302,9 +283,10 @@ impl<L: Launcher> CudaEval<L> {
     ) -> Result<(), CudaError> {
         let l = &self.launcher;
         let p = keys.params();
+        let words = p.output().words();
         let mut st = self.lock();
         let aes = st.aes(l)?;
-        let unit = layout::words_per_key(&p) + per_key;
+        let unit = layout::words_per_key(&p) + io_layout(per_key, words).0;
         let piece = (st.pool.words_for_work(0) / unit).max(1);
         let n = keys.count();
         let mut start = 0;
@@ -314,16 +296,17 @@ impl<L: Launcher> CudaEval<L> {
             let key_words = layout::offsets(&p, end - start).total;
             let parts = [(keys, start, end)];
             let staged = st.staged_parts(l, &parts);
-            st.with_buffers(l, [key_words, q1 - q0], |staging, bufs| {
+            let (io_words, out_at) = io_layout(q1 - q0, words);
+            st.with_buffers(l, [key_words, io_words], |staging, bufs| {
                 let keys_at = place_keys(l, &parts, staged.as_deref(), staging, &mut bufs[0])?;
-                // Points in, outputs out, in place: thread q reads point q
-                // before it writes output q, and no other thread touches it.
                 l.upload(&mut bufs[1], &points[q0..q1])?;
                 let io = l.address(&bufs[1]);
                 // SAFETY: `place_keys` laid the keys out as `keys_at` says,
-                // and the point buffer holds `q1 − q0` words.
-                unsafe { launch_eval(l, aes, &keys_at, (io, io), per_key) }?;
-                l.download(&bufs[1], &mut out[q0..q1])
+                // and the query buffer holds the `q1 − q0` points and room
+                // for their outputs as `io_layout` places them.
+                unsafe { launch_eval(l, aes, &keys_at, (io, io + 8 * u64_of(out_at)), per_key) }?;
+                let out = &mut out[q0 * words..q1 * words];
+                download_outputs(l, &bufs[1], out_at, staging, out)
             })?;
             start = end;
         }
@@ -407,9 +390,10 @@ impl<L: Launcher> CudaEval<L> {
         let p = batch.params();
         let len = p.key_len();
         let draws = p.gen_random_words();
+        let words = p.output().words();
         let mut st = self.lock();
         let aes = st.aes(l)?;
-        let unit = 6 + draws + len.div_ceil(8) + 1;
+        let unit = 5 + words + draws + len.div_ceil(8) + 1;
         let piece = (st.pool.words_for_work(0) / unit).max(1);
         let n = batch.count();
         let mut start = 0;
@@ -418,7 +402,9 @@ impl<L: Launcher> CudaEval<L> {
             let part = batch.slice(start, end);
             let c = end - start;
             let out_words = (c * len).div_ceil(8);
-            st.with_buffers(l, [c * (6 + draws), out_words], |staging, bufs| {
+            // α, then β, then the roots, then the random words.
+            let roots = c + c * words;
+            st.with_buffers(l, [c * (5 + words + draws), out_words], |staging, bufs| {
                 stage_gen_inputs(staging, &part);
                 l.upload(&mut bufs[0], staging)?;
                 let base = l.address(&bufs[0]);
@@ -427,22 +413,22 @@ impl<L: Launcher> CudaEval<L> {
                     Arg::Ptr(aes),
                     at(0),
                     at(c),
-                    at(2 * c),
-                    at(6 * c),
+                    at(roots),
+                    at(roots + 4 * c),
                     Arg::Ptr(l.address(&bufs[1])),
                     Arg::U64(u64_of(c)),
                     Arg::U64(u64_of(len)),
                     Arg::U32(p.domain().bits()),
                     Arg::U32(p.levels()),
                     Arg::U32(p.leaf_bits()),
-                    Arg::U32(p.lane_bits()),
+                    Arg::U32(p.word_bits()),
                     Arg::U32(ring_bits(&p)),
                     Arg::U32(flags(&p)),
                     Arg::U32(u32_of(p.value_bytes())?),
                 ];
                 // SAFETY: `suffuse_fss_gen`'s list; the input buffer holds c
-                // α, c β, 4c root words and c·draws random words at the
-                // offsets passed, and the output buffer c·key_len bytes.
+                // α, c·words β, 4c root words and c·draws random words at
+                // the offsets passed, and the output buffer c·key_len bytes.
                 unsafe { l.launch(Kernel::FssGen, grid_line(l, c), &args) }?;
                 // The kernel wrote each key's bytes in order, so the words'
                 // little-endian bytes are P0's keys as they are. The
@@ -651,9 +637,6 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
         if points.is_empty() {
             return Ok(EvalStats::default());
         }
-        if on_host(&keys.params()) {
-            return self.eval_on_host(keys, per_key, points, out);
-        }
         self.eval_device(keys, per_key, points, out)
             .map_err(|e| self.failed(e))?;
         let aes_calls = keys.params().aes_per_eval() * u64_of(points.len());
@@ -666,24 +649,19 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
         let mut stats = EvalStats::default();
         let mut start = 0;
         while start < jobs.len() {
-            let first = &mut jobs[start];
-            if on_host(&first.keys.params()) {
-                stats += self.eval(&first.keys, first.points, first.out)?;
-                start += 1;
-                continue;
-            }
             let first = &jobs[start];
-            if first.points.len() != first.out.len() {
+            let (p, party) = (first.keys.params(), first.keys.party());
+            let words = p.output().words();
+            if Some(first.out.len()) != first.points.len().checked_mul(words) {
                 return Err(Error::BufferLength);
             }
-            let (p, party) = (first.keys.params(), first.keys.party());
             let per_key = first.keys.points_per_key(first.points.len())?;
             let mut end = start + 1;
             while end < jobs.len() {
                 let j = &jobs[end];
                 let same = j.keys.params() == p
                     && j.keys.party() == party
-                    && j.points.len() == j.out.len()
+                    && Some(j.out.len()) == j.points.len().checked_mul(words)
                     && j.keys.points_per_key(j.points.len()) == Ok(per_key);
                 if !same {
                     break;
@@ -742,10 +720,6 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
         let n = batch.count();
         if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
             return Err(Error::BufferLength);
-        }
-        if on_host(&batch.params()) {
-            let aes_calls = suffuse_core::fss::generate(&self.host, batch, key0, key1, GEN_LANES)?;
-            return Ok(EvalStats { aes_calls });
         }
         if n > 0 {
             self.generate_device(batch, key0, key1)

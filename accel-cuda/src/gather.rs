@@ -7,7 +7,7 @@
 
 use suffuse_core::batch::EvalJob;
 
-use crate::eval::launch_eval;
+use crate::eval::{io_layout, launch_eval, u64_of};
 use crate::launcher::Launcher;
 use crate::staged::place_keys;
 use crate::{CudaError, CudaEval, layout};
@@ -25,7 +25,7 @@ impl<L: Launcher> CudaEval<L> {
             return Ok(());
         };
         let p = first.keys.params();
-        let unit = layout::words_per_key(&p) + per_key;
+        let unit = layout::words_per_key(&p) + io_layout(per_key, p.output().words()).0;
         let room = self.lock().pool.words_for_work(0) / unit;
         let mut start = 0;
         while start < jobs.len() {
@@ -60,12 +60,13 @@ impl<L: Launcher> CudaEval<L> {
         let aes = st.aes(l)?;
         let key_words = layout::offsets(&p, keys).total;
         let queries = keys * per_key;
+        let (io_words, out_at) = io_layout(queries, p.output().words());
         // The batches are copied out (they borrow the key bytes, not the
         // jobs), so that the outputs can be written below.
         let batches: Vec<_> = jobs.iter().map(|j| j.keys).collect();
         let parts: Vec<_> = batches.iter().map(|k| (k, 0, k.count())).collect();
         let staged = st.staged_parts(l, &parts);
-        st.with_buffers(l, [key_words, queries], |staging, bufs| {
+        st.with_buffers(l, [key_words, io_words], |staging, bufs| {
             let keys_at = place_keys(l, &parts, staged.as_deref(), staging, &mut bufs[0])?;
             staging.clear();
             for j in jobs.iter() {
@@ -74,12 +75,14 @@ impl<L: Launcher> CudaEval<L> {
             l.upload(&mut bufs[1], staging)?;
             let io = l.address(&bufs[1]);
             // SAFETY: `place_keys` laid the `keys` keys out as `keys_at`
-            // says, and the query buffer holds their `queries` points,
-            // evaluated in place.
-            unsafe { launch_eval(l, aes, &keys_at, (io, io), per_key) }?;
-            staging.resize(queries, 0);
+            // says, and the query buffer holds their `queries` points and
+            // room for their outputs as `io_layout` places them.
+            unsafe { launch_eval(l, aes, &keys_at, (io, io + 8 * u64_of(out_at)), per_key) }?;
+            let outputs = io_layout(queries, p.output().words()).0 - out_at;
+            staging.clear();
+            staging.resize(out_at + outputs, 0);
             l.download(&bufs[1], staging)?;
-            let mut at = 0;
+            let mut at = out_at;
             for j in jobs.iter_mut() {
                 let len = j.out.len();
                 j.out.copy_from_slice(&staging[at..at + len]);

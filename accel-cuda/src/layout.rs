@@ -7,8 +7,11 @@
 //! | --- | --- | --- |
 //! | roots | 2n | `2i`, `2i + 1` (low, high) |
 //! | seed corrections | 2Ln | `2(l·n + i)`, `+ 1` |
-//! | value corrections (ring DCF) | Ln | `l·n + i` |
+//! | value corrections (ring DCF) | mLn | `m(l·n + i) + h` |
 //! | leaf corrections | 2n | `2i`, `2i + 1` |
+//!
+//! with m the value words per level ([`value_words`]: a pair's two, one
+//! for a ring DCF) and h the output word.
 
 use suffuse_core::fss::{KeyBatch, KeyRef, Kind, Output, Params};
 use suffuse_core::prg::Block;
@@ -30,15 +33,19 @@ pub struct Offsets {
     pub total: usize,
 }
 
-/// Whether keys of `p` carry a value correction per level.
-pub fn has_values(p: &Params) -> bool {
-    p.kind() == Kind::Dcf && matches!(p.output(), Output::Ring(_))
+/// Value corrections per level of a key of `p`: one per output word of a
+/// ring or pair DCF, none otherwise.
+pub fn value_words(p: &Params) -> usize {
+    match (p.kind(), p.output()) {
+        (Kind::Dcf, Output::Ring(_) | Output::Pair(_)) => p.output().words(),
+        _ => 0,
+    }
 }
 
 /// Words one transposed key takes.
 pub fn words_per_key(p: &Params) -> usize {
     let levels = p.levels() as usize;
-    4 + 2 * levels + if has_values(p) { levels } else { 0 }
+    4 + (2 + value_words(p)) * levels
 }
 
 /// The offsets of a transposed batch of `n` keys.
@@ -46,7 +53,7 @@ pub fn offsets(p: &Params, n: usize) -> Offsets {
     let levels = p.levels() as usize;
     let cw = 2 * n;
     let vcw = cw + 2 * levels * n;
-    let leaf = vcw + if has_values(p) { levels * n } else { 0 };
+    let leaf = vcw + value_words(p) * levels * n;
     Offsets {
         roots: 0,
         cw,
@@ -107,7 +114,8 @@ pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u6
     let (roots, rest) = dst.split_at_mut(at.cw);
     let (cw, rest) = rest.split_at_mut(at.vcw - at.cw);
     let (vcw, leaf) = rest.split_at_mut(at.leaf - at.vcw);
-    let vbytes = p.value_bytes();
+    let m = value_words(&p);
+    let vbytes = p.value_bytes() / m.max(1);
     let by_keys = |out: &mut [u64], read: &(dyn Fn(&KeyRef<'_>) -> Block + Sync)| {
         par::zip_chunks(out, 2 * TASK_KEYS, &keys, TASK_KEYS, |o, ks| {
             put_blocks(o, ks, read);
@@ -120,11 +128,14 @@ pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u6
         let off = p.body_cw_offset(l[0]);
         put_blocks(level, &keys, &|k| Block::read(&k.body()[off..]));
     });
-    if vbytes > 0 {
-        par::zip_chunks(vcw, n, &levels, 1, |level, l| {
+    if m > 0 {
+        par::zip_chunks(vcw, m * n, &levels, 1, |level, l| {
             let off = p.body_cw_offset(l[0]) + 16;
-            for (w, k) in level.iter_mut().zip(&keys) {
-                *w = word(&k.body()[off..off + vbytes]);
+            for (ws, k) in level.chunks_exact_mut(m).zip(&keys) {
+                for (h, w) in ws.iter_mut().enumerate() {
+                    let at = off + h * vbytes;
+                    *w = word(&k.body()[at..at + vbytes]);
+                }
             }
         });
     }

@@ -26,6 +26,8 @@ impl<L: Launcher> CudaEval<L> {
             Params::dcf_bit(Width::of(50)),
             Params::new(Kind::Dcf, Width::of(24), Output::Ring(Width::of(13))),
             Params::new(Kind::Dpf, Width::of(64), Output::Ring(Width::of(64))),
+            // The one-round ReLU's pair key at a max tree's width.
+            Params::new(Kind::Dcf, Width::of(28), Output::Pair(Width::of(64))),
         ];
         for p in shapes {
             self.check_keys(&p, &mut rng)?;
@@ -67,7 +69,8 @@ impl<L: Launcher> CudaEval<L> {
     fn check_keys(&self, p: &Params, rng: &mut Prg) -> Result<(), CudaError> {
         let mask = p.domain().mask();
         let alphas: Vec<u64> = (0..KEYS).map(|_| rng.next_u64() & mask).collect();
-        let betas: Vec<u64> = (0..KEYS).map(|_| rng.next_u64()).collect();
+        let words = p.output().words();
+        let betas: Vec<u64> = (0..KEYS * words).map(|_| rng.next_u64()).collect();
         let roots: Vec<[Block; 2]> = (0..KEYS)
             .map(|_| [rng.next_block(), rng.next_block()])
             .collect();
@@ -93,11 +96,11 @@ impl<L: Launcher> CudaEval<L> {
             .collect();
         for (party, bytes) in [(Party::P0, &w0), (Party::P1, &w1)] {
             let keys = KeyBatch::new(*p, party, bytes).map_err(|e| fail(format!("{e}")))?;
-            let mut want = vec![0u64; points.len()];
+            let mut want = vec![0u64; points.len() * words];
             Serial::new()
                 .eval(&keys, &points, &mut want)
                 .map_err(|e| fail(format!("{e}")))?;
-            let mut got = vec![0u64; points.len()];
+            let mut got = vec![0u64; points.len() * words];
             self.eval_device(&keys, 3, &points, &mut got)?;
             if want != got {
                 return Err(fail(format!("{p:?} evaluates differently from core")));

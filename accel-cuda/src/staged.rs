@@ -168,6 +168,7 @@ pub(crate) fn place_keys<L: Launcher>(
     l.upload(key_buf, staging)?;
     let base = l.address(key_buf);
     let word = |i: usize| Arg::Ptr(base + 8 * u64_of(i));
+    let words = layout::value_words(&params);
     let mut first_key = 0;
     for ((keys, a, b), bodies) in parts.iter().zip(addresses) {
         let count = b - a;
@@ -178,7 +179,8 @@ pub(crate) fn place_keys<L: Launcher>(
             Arg::U64(u64_of(first_key)),
             Arg::U64(u64_of(n)),
             Arg::U32(params.levels()),
-            Arg::U32(u32::try_from(params.value_bytes()).unwrap_or(0)),
+            Arg::U32(u32::try_from(params.value_bytes() / words.max(1)).unwrap_or(0)),
+            Arg::U32(u32::try_from(words).unwrap_or(0)),
             word(at.cw),
             word(at.vcw),
             word(at.leaf),
