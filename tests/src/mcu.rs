@@ -367,6 +367,7 @@ fn render_vector(s: &mut String, v: &Vector) {
     };
     let output = match v.output.as_str() {
         "bit" => "Output::Bit".to_owned(),
+        "pair" => format!("Output::Pair(Width::of({}))", v.w),
         _ => format!("Output::Ring(Width::of({}))", v.w),
     };
     let key = |hex: &str| vectors::from_hex(hex).unwrap();

@@ -10,7 +10,10 @@
 //! the two root blocks first, then feeds `dcf::generate`/`dpf::generate` as
 //! their rng. α and β are fixed per shape (edges and patterns, see
 //! [`SHAPES`]); the points are 0, α − 1, α, α + 1, 2^k − 1 and three words of
-//! `Prg::with_stream(seed, 1)`, all mod 2^k.
+//! `Prg::with_stream(seed, 1)`, all mod 2^k. A pair-output DCF
+//! (`Output::Pair`) draws its second payload word from the same stream
+//! right after the roots ([`keys::deal_with_roots`]) and records two
+//! output words per point, point-major.
 
 use std::path::{Path, PathBuf};
 
@@ -52,7 +55,7 @@ pub struct Vector {
     pub name: String,
     /// `"dcf"` or `"dpf"`.
     pub kind: String,
-    /// `"bit"` or `"ring"`.
+    /// `"bit"`, `"ring"` or `"pair"` (two ring words per point).
     pub output: String,
     /// Input width k.
     pub k: u32,
@@ -64,8 +67,11 @@ pub struct Vector {
     pub roots: [String; 2],
     /// The threshold (DCF) or point (DPF), below 2^k.
     pub alpha: u64,
-    /// The payload, below 2^w (1 for bit output).
+    /// The payload, below 2^w (1 for bit output); a pair's first word.
     pub beta: u64,
+    /// A pair's second payload word, below 2^w; absent for other outputs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta1: Option<u64>,
     /// Bytes per key.
     pub key_len: usize,
     /// AES calls generation made.
@@ -78,11 +84,11 @@ pub struct Vector {
     pub key1: String,
     /// Evaluation points, below 2^k.
     pub points: Vec<u64>,
-    /// P0's outputs at `points`.
+    /// P0's outputs at `points` (a pair's two words per point, point-major).
     pub out0: Vec<u64>,
-    /// P1's outputs at `points`.
+    /// P1's outputs at `points`, laid out as `out0`.
     pub out1: Vec<u64>,
-    /// The reconstructed function values `f(points)`.
+    /// The reconstructed function values `f(points)`, laid out as `out0`.
     pub values: Vec<u64>,
 }
 
@@ -114,10 +120,24 @@ const fn shape(kind: Kind, k: u32, ring: Option<u32>, alpha: u64, beta: u64) -> 
     }
 }
 
+/// A pair-output DCF's shape; its second payload word comes from the
+/// vector's stream.
+const fn pair_shape(k: u32, w: u32, alpha: u64, beta: u64) -> Shape {
+    Shape {
+        kind: Kind::Dcf,
+        k,
+        output: Output::Pair(Width::of(w)),
+        alpha,
+        beta,
+    }
+}
+
 /// The recorded shapes: DCF and DPF × bit and ring × k ∈ {5, 12, 50, 64};
 /// ring widths 5, 13, 32 and 64 put one vector on each leaf lane size, and
-/// α covers 0, 1, 2^k − 1 and interior values.
-pub const SHAPES: [Shape; 16] = [
+/// α covers 0, 1, 2^k − 1 and interior values. Then two pair-output DCFs:
+/// 13-bit words (two 16-bit lanes a point, ν = 2) and the one-round
+/// ReLU's shape, 64-bit words at k = 28 (ν = 0).
+pub const SHAPES: [Shape; 18] = [
     shape(Kind::Dcf, 5, None, 19, 1),
     shape(Kind::Dcf, 5, Some(5), 0, 0x17),
     shape(Kind::Dcf, 12, None, 0xA5C, 1),
@@ -140,6 +160,8 @@ pub const SHAPES: [Shape; 16] = [
         0xFEDC_BA98_7654_3210,
         0x7FFF_FFFF_FFFF_FFFF,
     ),
+    pair_shape(12, 13, 0x6B3, 0x1F0F),
+    pair_shape(28, 64, 0x0ABC_DEF1, 0x8000_0000_0000_0000),
 ];
 
 /// Lowercase hex of `bytes`.
@@ -175,6 +197,7 @@ pub fn params_of(vector: &Vector) -> Option<Params> {
     let output = match vector.output.as_str() {
         "bit" => Output::Bit,
         "ring" => Output::Ring(Width::new(vector.w).ok()?),
+        "pair" => Output::Pair(Width::new(vector.w).ok()?),
         _ => return None,
     };
     Some(Params::new(kind, Width::new(vector.k).ok()?, output))
@@ -202,9 +225,10 @@ fn make_vector(aes: &FixedKeyAes, index: usize, shape: &Shape) -> Vector {
     for p in &mut points {
         *p = k.reduce(*p);
     }
+    let words = params.output().words();
     let outputs = keys::PARTIES.map(|party| {
         let keys = KeyBatch::new(params, party, pair.key(party)).unwrap();
-        let mut out = vec![0u64; points.len()];
+        let mut out = vec![0u64; points.len() * words];
         Serial::new().eval(&keys, &points, &mut out).unwrap();
         out
     });
@@ -240,6 +264,7 @@ fn make_vector(aes: &FixedKeyAes, index: usize, shape: &Shape) -> Vector {
         roots: roots.map(|r| to_hex(&r.to_bytes())),
         alpha,
         beta: pair.beta,
+        beta1: matches!(shape.output, Output::Pair(_)).then_some(pair.second),
         key_len: params.key_len(),
         gen_aes_calls: pair.gen_aes_calls,
         eval_aes_calls: params.aes_per_eval(),
@@ -274,7 +299,10 @@ pub fn render() -> String {
             "points are 0, alpha-1, alpha, alpha+1, 2^k-1 and three words of ",
             "Prg::with_stream(seed, 1), all mod 2^k. out0/out1 are the parties' ",
             "shares (XOR for bit output, additive mod 2^w for ring output) and ",
-            "values their reconstruction."
+            "values their reconstruction. A pair output (two ring words per point ",
+            "from one key) takes its second payload word beta1 from the stream ",
+            "right after the roots, and its out0/out1/values hold both words of ",
+            "each point in turn."
         )
         .to_owned(),
         vectors: generate(),

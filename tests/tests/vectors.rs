@@ -30,7 +30,7 @@ fn committed() -> VectorFile {
 
 /// The first field in which two vectors differ.
 fn first_difference(old: &Vector, new: &Vector) -> &'static str {
-    let fields: [(&str, bool); 15] = [
+    let fields: [(&str, bool); 16] = [
         (
             "kind/output/k/w",
             (&old.kind, &old.output, old.k, old.w) == (&new.kind, &new.output, new.k, new.w),
@@ -39,6 +39,7 @@ fn first_difference(old: &Vector, new: &Vector) -> &'static str {
         ("roots", old.roots == new.roots),
         ("alpha", old.alpha == new.alpha),
         ("beta", old.beta == new.beta),
+        ("beta1", old.beta1 == new.beta1),
         ("key_len", old.key_len == new.key_len),
         ("gen_aes_calls", old.gen_aes_calls == new.gen_aes_calls),
         ("eval_aes_calls", old.eval_aes_calls == new.eval_aes_calls),
@@ -91,9 +92,14 @@ fn regenerated_vectors_equal_the_committed_file() {
 fn committed_keys_evaluate_to_committed_outputs() {
     let aes = FixedKeyAes::new();
     let file = committed();
-    assert!(file.vectors.len() >= 16);
+    assert!(file.vectors.len() >= 18);
+    let pairs = file.vectors.iter().filter(|v| v.output == "pair").count();
+    assert!(pairs >= 2, "the file must pin the pair-output key layout");
     for v in &file.vectors {
         let params = vectors::params_of(v).unwrap();
+        let words = params.output().words();
+        let betas = [Some(v.beta), v.beta1];
+        assert_eq!(v.beta1.is_some(), words == 2, "{}", v.name);
         assert_eq!(v.key_len, params.key_len(), "{}", v.name);
         assert_eq!(v.eval_aes_calls, params.aes_per_eval(), "{}", v.name);
         assert_eq!(v.gen_aes_calls, params.aes_per_gen(), "{}", v.name);
@@ -103,31 +109,28 @@ fn committed_keys_evaluate_to_committed_outputs() {
             (Party::P1, &keys[1], &v.out1),
         ] {
             let batch = KeyBatch::new(params, party, key).unwrap();
-            let mut out = vec![0; v.points.len()];
+            let mut out = vec![0; v.points.len() * words];
             Serial::new().eval(&batch, &v.points, &mut out).unwrap();
             assert_eq!(
                 &out, recorded,
                 "vector {} {party:?}: this build evaluates the committed key differently. {REGENERATE}",
                 v.name
             );
-            for (&x, &y) in v.points.iter().zip(recorded) {
-                assert_eq!(
-                    y,
-                    reference::eval(&aes, &params, party, key, x),
-                    "{}",
-                    v.name
-                );
+            for (&x, ys) in v.points.iter().zip(recorded.chunks_exact(words)) {
+                for (word, &y) in ys.iter().enumerate() {
+                    let want = reference::eval_word(&aes, &params, party, key, x, word);
+                    assert_eq!(y, want, "{} word {word}", v.name);
+                }
             }
         }
         for (i, &x) in v.points.iter().enumerate() {
-            let value = reference::reconstruct(params.output(), v.out0[i], v.out1[i]);
-            assert_eq!(value, v.values[i], "{} x = {x:#x}", v.name);
-            assert_eq!(
-                value,
-                reference::ideal(&params, v.alpha, v.beta, x),
-                "{} x = {x:#x}",
-                v.name
-            );
+            for (word, beta) in betas.iter().take(words).enumerate() {
+                let at = i * words + word;
+                let value = reference::reconstruct(params.output(), v.out0[at], v.out1[at]);
+                assert_eq!(value, v.values[at], "{} x = {x:#x}", v.name);
+                let ideal = reference::ideal(&params, v.alpha, beta.unwrap(), x);
+                assert_eq!(value, ideal, "{} x = {x:#x} word {word}", v.name);
+            }
         }
     }
 }

@@ -88,20 +88,23 @@ pub fn fss_vectors(marks: &mut Marks) -> usize {
     for (index, v) in FSS.iter().enumerate() {
         let p = params_of(v);
         let mut bad = 0;
+        let words = v.output.words();
         for (point, &x) in v.points.iter().enumerate() {
-            let mut y = [0u64; 2];
+            // Each party's output words at x (a pair's two).
+            let mut y = [[0u64; 2]; 2];
             for (i, (party, out)) in PARTIES.into_iter().zip(&mut y).enumerate() {
                 let key = v.keys[i];
-                let (r, used) = match v.kind {
-                    Kind::Dcf => high_water(|| dcf::eval(&aes, &p, party, key, x)),
-                    Kind::Dpf => high_water(|| dpf::eval(&aes, &p, party, key, x)),
-                };
-                marks.record(eval_name(v.kind), used);
-                *out = r.unwrap_or(u64::MAX);
-                bad += usize::from(*out != v.outs[i][point]);
+                let (r, used) = high_water(|| eval_point(&aes, v, &p, (party, key), x));
+                marks.record(eval_name(v), used);
+                *out = r.unwrap_or([u64::MAX; 2]);
+                let recorded = &v.outs[i][point * words..(point + 1) * words];
+                bad += usize::from(out[..words] != *recorded);
             }
             let planted = if index == 0 && point == 0 { PLANTED } else { 0 };
-            bad += usize::from(reconstruct(v.output, y[0], y[1]) != v.values[point] ^ planted);
+            let values = &v.values[point * words..(point + 1) * words];
+            for ((&a, &b), &want) in y[0].iter().zip(&y[1]).zip(values) {
+                bad += usize::from(reconstruct(v.output, a, b) != want ^ planted);
+            }
             points += 1;
         }
         if v.kind == Kind::Dpf && v.k <= FULL_DOMAIN_BITS {
@@ -121,10 +124,27 @@ pub fn fss_vectors(marks: &mut Marks) -> usize {
     wrong
 }
 
-fn eval_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Dcf => "dcf::eval",
-        Kind::Dpf => "dpf::eval",
+/// One party's output words of vector `v` at `x`: a pair's two, else one
+/// and a zero.
+fn eval_point(
+    aes: &FixedKeyAes,
+    v: &FssVector,
+    p: &Params,
+    (party, key): (Party, &[u8]),
+    x: u64,
+) -> Result<[u64; 2], Error> {
+    match (v.kind, v.output) {
+        (Kind::Dcf, Output::Pair(_)) => dcf::eval_pair(aes, p, party, key, x),
+        (Kind::Dcf, _) => dcf::eval(aes, p, party, key, x).map(|y| [y, 0]),
+        (Kind::Dpf, _) => dpf::eval(aes, p, party, key, x).map(|y| [y, 0]),
+    }
+}
+
+fn eval_name(v: &FssVector) -> &'static str {
+    match (v.kind, v.output) {
+        (Kind::Dcf, Output::Pair(_)) => "dcf::eval_pair",
+        (Kind::Dcf, _) => "dcf::eval",
+        (Kind::Dpf, _) => "dpf::eval",
     }
 }
 

@@ -21,9 +21,10 @@ pub struct FssVector {
     pub keys: [&'static [u8]; 2],
     /// Public evaluation points.
     pub points: &'static [u64],
-    /// P0's and P1's output shares at `points`.
+    /// P0's and P1's output shares at `points` (a pair's two words per
+    /// point, point-major).
     pub outs: [&'static [u64]; 2],
-    /// The reconstructed values at `points`.
+    /// The reconstructed values at `points`, laid out as `outs`.
     pub values: &'static [u64],
 }
 

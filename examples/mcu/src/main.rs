@@ -40,14 +40,14 @@ pub const CALL_BUDGET: usize = 16 * 1024;
 
 /// The worst stack use seen per core entry point.
 pub struct Marks {
-    entries: [(&'static str, usize); 16],
+    entries: [(&'static str, usize); 24],
     len: usize,
 }
 
 impl Marks {
     const fn new() -> Marks {
         Marks {
-            entries: [("", 0); 16],
+            entries: [("", 0); 24],
             len: 0,
         }
     }
