@@ -45,9 +45,10 @@ impl<L: Launcher> CudaEval<L> {
         let mut st = self.lock();
         let aes = st.aes(l)?;
         let key_words = layout::offsets(&p, n).total;
+        let outputs_len = points.len() * p.output().words();
         st.with_buffers(
             l,
-            [key_words, points.len(), points.len()],
+            [key_words, points.len(), outputs_len],
             |staging, bufs| {
                 let t0 = Instant::now();
                 let at = layout::transpose(keys, 0, n, staging);
@@ -63,8 +64,9 @@ impl<L: Launcher> CudaEval<L> {
                     at,
                 };
                 let io = (l.address(&bufs[1]), l.address(&bufs[2]));
-                // SAFETY: the key buffer holds the transposed batch, and both
-                // query buffers `points.len()` words.
+                // SAFETY: the key buffer holds the transposed batch, the
+                // point buffer `points.len()` words and the output buffer
+                // their outputs (`Output::words` each).
                 unsafe { launch_eval(l, aes, &resident, io, per_key) }?;
                 l.synchronize()?;
                 let t1 = Instant::now();
@@ -75,7 +77,7 @@ impl<L: Launcher> CudaEval<L> {
                 l.synchronize()?;
                 #[allow(clippy::cast_precision_loss)]
                 let launch_s = t1.elapsed().as_secs_f64() / reps.max(1) as f64;
-                let mut outputs = vec![0u64; points.len()];
+                let mut outputs = vec![0u64; outputs_len];
                 l.download(&bufs[2], &mut outputs)?;
                 Ok(ResidentTiming {
                     launch_s,

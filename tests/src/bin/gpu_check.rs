@@ -126,7 +126,9 @@ fn dealt(p: &Params, count: usize, seed: &[u8; 16]) -> ([Vec<u8>; 2], Vec<u64>) 
     let alphas: Vec<u64> = (0..count)
         .map(|_| rng.next_u64() & p.domain().mask())
         .collect();
-    let betas: Vec<u64> = (0..count).map(|_| rng.next_u64()).collect();
+    let betas: Vec<u64> = (0..count * p.output().words())
+        .map(|_| rng.next_u64())
+        .collect();
     let roots: Vec<[Block; 2]> = (0..count)
         .map(|_| [rng.next_block(), rng.next_block()])
         .collect();
@@ -155,12 +157,16 @@ fn points_near(alphas: &[u64], per_key: usize, rng: &mut Prg) -> Vec<u64> {
         .collect()
 }
 
-fn shapes() -> [Params; 4] {
+/// The one-round ReLU's pair key at a max tree's width.
+const PAIR: Params = Params::new(Kind::Dcf, Width::of(28), Output::Pair(Width::of(64)));
+
+fn shapes() -> [Params; 5] {
     [
         Params::dcf_bit(Width::of(50)),
         Params::new(Kind::Dcf, Width::of(50), Output::Ring(Width::of(64))),
         Params::new(Kind::Dcf, Width::of(26), Output::Ring(Width::of(13))),
         Params::new(Kind::Dpf, Width::of(64), Output::Ring(Width::of(50))),
+        PAIR,
     ]
 }
 
@@ -176,7 +182,7 @@ fn emu_vs<L: Launcher>(device: &CudaEval<L>, n: usize) -> Result<Value, String> 
         let (keys, alphas) = dealt(&p, count, b"gpu_check keys 1");
         let points = points_near(&alphas, per_key, &mut rng);
         let batch = KeyBatch::new(p, Party::P1, &keys[1]).map_err(|e| e.to_string())?;
-        let mut outs = [(); 3].map(|()| vec![0u64; points.len()]);
+        let mut outs = [(); 3].map(|()| vec![0u64; points.len() * p.output().words()]);
         let start = Instant::now();
         for (eval, out) in [device as &dyn BatchEval, &emu, &cpu]
             .iter()
@@ -186,7 +192,7 @@ fn emu_vs<L: Launcher>(device: &CudaEval<L>, n: usize) -> Result<Value, String> 
                 .map_err(|e| format!("{}: {e}", eval.name()))?;
         }
         let [d, e, c] = &outs;
-        let differ = (0..points.len())
+        let differ = (0..d.len())
             .filter(|&q| d[q] != e[q] || d[q] != c[q])
             .count();
         passed &= differ == 0;
@@ -212,6 +218,7 @@ fn bench<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<Value, String>
             Params::new(Kind::Dcf, Width::of(50), Output::Ring(Width::of(64))),
             1 << (20 - shift),
         ),
+        (PAIR, 1 << (20 - shift)),
     ] {
         let (keys, alphas) = dealt(&p, count, b"gpu_check keys 2");
         let points = points_near(&alphas, 4, &mut rng);
@@ -220,7 +227,9 @@ fn bench<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<Value, String>
         passed &= ok;
         results.push(r);
     }
-    let (keygen, ok) = bench_gen(device, shift)?;
+    let (keygen, ok) = bench_gen(device, Params::dcf_bit(Width::of(50)), shift)?;
+    passed &= ok;
+    let (keygen_pair, ok) = bench_gen(device, PAIR, shift)?;
     passed &= ok;
     let (turned, ok) = bench_turned(device, &cpu, shift)?;
     passed &= ok;
@@ -230,6 +239,7 @@ fn bench<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<Value, String>
         "passed": passed,
         "eval": results,
         "keygen": keygen,
+        "keygen_pair": keygen_pair,
         "turned_matmul": turned,
         "cpu_scaling": cpu_scaling(shift)?,
         "peak_device_bytes": device.peak_memory(),
@@ -252,12 +262,13 @@ fn bench_eval<L: Launcher>(
     let resident = device
         .time_resident_eval(batch, points, 5)
         .map_err(|e| e.to_string())?;
-    let mut want = vec![0u64; points.len()];
+    let words = batch.params().output().words();
+    let mut want = vec![0u64; points.len() * words];
     let t = Instant::now();
     cpu.eval(batch, points, &mut want)
         .map_err(|e| e.to_string())?;
     let cpu_s = t.elapsed().as_secs_f64();
-    let mut got = vec![0u64; points.len()];
+    let mut got = vec![0u64; points.len() * words];
     let before = device.phase_seconds();
     let t = Instant::now();
     device
@@ -333,15 +344,21 @@ fn rayon_threads() -> usize {
 }
 
 /// Key generation on the GPU against the CPU backend on every core.
-fn bench_gen<L: Launcher>(device: &CudaEval<L>, shift: u32) -> Result<(Value, bool), String> {
-    let p = Params::dcf_bit(Width::of(50));
+fn bench_gen<L: Launcher>(
+    device: &CudaEval<L>,
+    p: Params,
+    shift: u32,
+) -> Result<(Value, bool), String> {
     let count = 1 << (20 - shift);
     let mut rng = Prg::new(b"gpu_check gen v1");
     let alphas: Vec<u64> = (0..count).map(|_| rng.next_u64()).collect();
+    let mut words = |n: usize| -> Vec<u64> { (0..n).map(|_| rng.next_u64()).collect() };
+    let betas = words(count * p.output().words());
+    let random = words(count * p.gen_random_words());
     let roots: Vec<[Block; 2]> = (0..count)
         .map(|_| [rng.next_block(), rng.next_block()])
         .collect();
-    let batch = GenBatch::new(p, &alphas, &alphas, &roots, &[]).map_err(|e| e.to_string())?;
+    let batch = GenBatch::new(p, &alphas, &betas, &roots, &random).map_err(|e| e.to_string())?;
     let len = count * p.key_len();
     let timed = |eval: &dyn BatchEval| -> Result<(f64, [Vec<u8>; 2]), String> {
         let mut keys = [vec![0u8; len], vec![0u8; len]];
