@@ -114,6 +114,55 @@ fn stage_gen_inputs(staging: &mut Vec<u64>, part: &GenBatch<'_>) {
     staging.extend_from_slice(part.random());
 }
 
+/// `suffuse_dpf_leaves`'s arguments for `c` DPF keys of `keys`: their
+/// leaf corrections and leaf seeds at `leaves`, the outputs at `out`.
+fn leaves_args(
+    keys: &KeyBatch<'_>,
+    aes: u64,
+    leaves: (u64, u64),
+    out: u64,
+    c: usize,
+) -> Result<[Arg; 10], CudaError> {
+    let p = keys.params();
+    Ok([
+        Arg::Ptr(aes),
+        Arg::Ptr(leaves.0),
+        Arg::Ptr(leaves.1),
+        Arg::Ptr(out),
+        Arg::U64(u64_of(c)),
+        Arg::U32(p.levels()),
+        Arg::U32(p.leaf_bits()),
+        Arg::U32(p.lane_bits()),
+        Arg::U32(ring_bits(&p)),
+        Arg::U32(u32_of(keys.party().index() as usize)?),
+    ])
+}
+
+/// `suffuse_fss_gen`'s arguments for `c` key pairs of `p`: inputs staged
+/// at `io.0` as [`stage_gen_inputs`] lays them out (α, then β, then the
+/// roots, then the random words), P0's keys written at `io.1`.
+fn gen_args(p: &Params, aes: u64, io: (u64, u64), c: usize) -> Result<[Arg; 15], CudaError> {
+    let roots = c + c * p.output().words();
+    let at = |i: usize| Arg::Ptr(io.0 + 8 * u64_of(i));
+    Ok([
+        Arg::Ptr(aes),
+        at(0),
+        at(c),
+        at(roots),
+        at(roots + 4 * c),
+        Arg::Ptr(io.1),
+        Arg::U64(u64_of(c)),
+        Arg::U64(u64_of(p.key_len())),
+        Arg::U32(p.domain().bits()),
+        Arg::U32(p.levels()),
+        Arg::U32(p.leaf_bits()),
+        Arg::U32(p.word_bits()),
+        Arg::U32(ring_bits(p)),
+        Arg::U32(flags(p)),
+        Arg::U32(u32_of(p.value_bytes())?),
+    ])
+}
+
 /// P1's keys from P0's: P1's key is P0's body behind P1's root (lsb 1), as
 /// core writes it, so P0's bytes are copied on every core and then the
 /// roots replaced. `generate` checked that both hold the batch's keys.
@@ -358,18 +407,8 @@ impl<L: Launcher> CudaEval<L> {
                     unsafe { l.launch(Kernel::DpfLevel, dims, &args) }?;
                     (src, dst) = (dst, src);
                 }
-                let args = [
-                    Arg::Ptr(aes),
-                    Arg::Ptr(base + 8 * u64_of(at.leaf)),
-                    Arg::Ptr(l.address(&bufs[src])),
-                    Arg::Ptr(l.address(&bufs[3])),
-                    Arg::U64(u64_of(c)),
-                    Arg::U32(levels),
-                    Arg::U32(p.leaf_bits()),
-                    Arg::U32(p.lane_bits()),
-                    Arg::U32(ring_bits(&p)),
-                    Arg::U32(u32_of(keys.party().index() as usize)?),
-                ];
+                let leaves = (base + 8 * u64_of(at.leaf), l.address(&bufs[src]));
+                let args = leaves_args(keys, aes, leaves, l.address(&bufs[3]), c)?;
                 // SAFETY: `suffuse_dpf_leaves`'s list; the seeds buffer holds
                 // 2^levels leaf seeds per key and the output 2^k words per key.
                 unsafe { l.launch(Kernel::DpfLeaves, grid_line(l, c * nodes), &args) }?;
@@ -402,30 +441,11 @@ impl<L: Launcher> CudaEval<L> {
             let part = batch.slice(start, end);
             let c = end - start;
             let out_words = (c * len).div_ceil(8);
-            // α, then β, then the roots, then the random words.
-            let roots = c + c * words;
             st.with_buffers(l, [c * (5 + words + draws), out_words], |staging, bufs| {
                 stage_gen_inputs(staging, &part);
                 l.upload(&mut bufs[0], staging)?;
-                let base = l.address(&bufs[0]);
-                let at = |i: usize| Arg::Ptr(base + 8 * u64_of(i));
-                let args = [
-                    Arg::Ptr(aes),
-                    at(0),
-                    at(c),
-                    at(roots),
-                    at(roots + 4 * c),
-                    Arg::Ptr(l.address(&bufs[1])),
-                    Arg::U64(u64_of(c)),
-                    Arg::U64(u64_of(len)),
-                    Arg::U32(p.domain().bits()),
-                    Arg::U32(p.levels()),
-                    Arg::U32(p.leaf_bits()),
-                    Arg::U32(p.word_bits()),
-                    Arg::U32(ring_bits(&p)),
-                    Arg::U32(flags(&p)),
-                    Arg::U32(u32_of(p.value_bytes())?),
-                ];
+                let io = (l.address(&bufs[0]), l.address(&bufs[1]));
+                let args = gen_args(&p, aes, io, c)?;
                 // SAFETY: `suffuse_fss_gen`'s list; the input buffer holds c
                 // α, c·words β, 4c root words and c·draws random words at
                 // the offsets passed, and the output buffer c·key_len bytes.
