@@ -207,7 +207,7 @@ __device__ __forceinline__ void put_block(u8* p, blk b) {
 // The leaf correction of one key pair (core's `gen_leaf`); `beta` holds
 // `words` words, and lane i of `word_bits` bits belongs to point i / words
 // and carries β's word i mod words.
-__device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, blk beta, u32 dcf,
+__device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, const u64* beta, u32 dcf,
                            u32 word_bits, u32 w, u32 words) {
     const blk g0 = hash_block(sh, DOMAIN_LEAF, s0);
     const blk g1 = hash_block(sh, DOMAIN_LEAF, s1);
@@ -229,9 +229,10 @@ __device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, blk beta, u3
     const u64 wmask = low_mask(w);
     const u64 flip = (s0.lo & 1) ^ 1;
     for (u32 i = 0; i < 128 / word_bits; i++) {
-        const u32 point = i / words;
+        // words is 1 or 2: lane i is point i >> (words − 1), word i & (words − 1).
+        const u32 point = i >> (words - 1);
         const u64 bit = dcf ? ct_lt(point, a_lo) : ct_eq(point, a_lo);
-        const u64 pj = blk_half(beta, i % words) & word_mask(bit);
+        const u64 pj = beta[i & (words - 1)] & word_mask(bit);
         const u64 v = (pj - (blk_lane(g0, word_bits, i) & wmask) + (blk_lane(g1, word_bits, i) & wmask)) & wmask;
         const u64 lanev = cond_neg(wmask, v, flip) & low_mask(word_bits);
         const u32 pos = i * word_bits;
@@ -242,6 +243,17 @@ __device__ blk gen_leaf_cw(const u32* sh, blk s0, blk s1, u64 a_lo, blk beta, u3
         }
     }
     return lcw;
+}
+
+// One value correction (core's `value_cw`) from both parties' hashed right
+// siblings' words v0 and v1: on α's path (m all ones) P0's +(v0 + t0·V) and
+// P1's −(v1 + t1·V) sum to β; off it V cancels, and the random word makes
+// the two cases look alike.
+__device__ __forceinline__ u64 value_cw(u64 wmask, u64 v0, u64 v1, u64 t0, u64 beta, u64 rnd,
+                                        u64 m) {
+    u64 on = (beta - (v0 & wmask) + (v1 & wmask)) & wmask;
+    on = cond_neg(wmask, on, t0 ^ 1);
+    return ((rnd & wmask) & ~m) | (on & m);
 }
 
 // Generates key pair j of a batch into P0's key bytes (key-major,
@@ -268,11 +280,9 @@ extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alpha
         const u64 alpha = alphas[j] & low_mask(k);
         const u64 a_hi = alpha >> nu;
         const u64 a_lo = alpha & low_mask(nu);
-        // β's words (a pair's two; the second unused otherwise), 1 for
-        // bit outputs.
-        const u64 b0 = betas[words * j] & wmask;
-        const u64 b1 = betas[words * j + words - 1] & wmask;
-        const blk beta = w == 0 ? blk_pair(1, 1) : blk_pair(b0, b1);
+        // β's words (a pair's two), read where they are used rather than
+        // held across the levels (bit outputs ignore them).
+        const u64* beta = betas + (u64)words * j;
         blk s0 = blk_load(roots + 4 * j);
         blk s1 = blk_load(roots + 4 * j + 2);
         s0.lo &= ~(u64)1;
@@ -298,18 +308,13 @@ extern "C" __global__ void suffuse_fss_gen(const u32* aes_keys, const u64* alpha
                 const u64 t0 = r0.lo & 1;
                 const blk g0 = hash_block(sh, DOMAIN_VALUE, r0);
                 const blk g1 = hash_block(sh, DOMAIN_VALUE, r1);
-                for (u32 i = 0; i < words; i++) {
-                    const u64 v0 = blk_half(g0, i);
-                    const u64 v1 = blk_half(g1, i);
-                    // On path: P0's +(v0 + t0·V) and P1's −(v1 + t1·V) sum
-                    // to β's word i.
-                    u64 on = (blk_half(beta, i) - (v0 & wmask) + (v1 & wmask)) & wmask;
-                    on = cond_neg(wmask, on, t0 ^ 1);
-                    // Off path V cancels; a random V makes the cases look
-                    // alike.
-                    const u64 rnd = random[((u64)j * levels + level) * words + i] & wmask;
-                    const u64 m = word_mask(a_i);
-                    put_word(at + 16 + i * vb, (rnd & ~m) | (on & m), vb);
+                const u64 m = word_mask(a_i);
+                const u64* rnd = random + ((u64)j * levels + level) * words;
+                put_word(at + 16, value_cw(wmask, g0.lo, g1.lo, t0, beta[0], rnd[0], m), vb);
+                // A pair's second word: the hashes' high halves.
+                if (words == 2) {
+                    put_word(at + 16 + vb, value_cw(wmask, g0.hi, g1.hi, t0, beta[1], rnd[1], m),
+                             vb);
                 }
             }
         }
