@@ -84,11 +84,11 @@ extern "C" __global__ void suffuse_fss_eval(const u32* aes_keys, const u64* root
                     const blk v = hash_block(sh, DOMAIN_VALUE, right);
                     const u64* corr = vcw + words * ((u64)level * count + key);
                     const u64 t = word_mask(t_right);
-                    const u64 k = word_mask(keep);
-                    acc.lo = (acc.lo + ((v.lo + (corr[0] & t)) & k)) & wmask;
+                    const u64 kept = word_mask(keep);
+                    acc.lo = (acc.lo + ((v.lo + (corr[0] & t)) & kept)) & wmask;
                     // A pair's second word: the hash's high half.
                     if (words == 2) {
-                        acc.hi = (acc.hi + ((v.hi + (corr[1] & t)) & k)) & wmask;
+                        acc.hi = (acc.hi + ((v.hi + (corr[1] & t)) & kept)) & wmask;
                     }
                 }
             }

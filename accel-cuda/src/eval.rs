@@ -70,6 +70,20 @@ fn flags(p: &Params) -> u32 {
     u32::from(p.kind() == Kind::Dcf) | (u32::from(matches!(p.output(), Output::Pair(_))) << 1)
 }
 
+/// The key shape as `suffuse_fss_eval` and `suffuse_fss_gen` take it, in
+/// their order: k, the levels, ν, the bits per output word, the ring
+/// width (0 for bits) and the shape flags.
+fn shape_args(p: &Params) -> [Arg; 6] {
+    [
+        Arg::U32(p.domain().bits()),
+        Arg::U32(p.levels()),
+        Arg::U32(p.leaf_bits()),
+        Arg::U32(p.word_bits()),
+        Arg::U32(ring_bits(p)),
+        Arg::U32(flags(p)),
+    ]
+}
+
 /// Where a launch over `queries` queries of `words` output words each
 /// reads its points and writes its outputs, in one buffer: the buffer's
 /// words and the outputs' first word. One word per query evaluates in
@@ -141,10 +155,10 @@ fn leaves_args(
 /// `suffuse_fss_gen`'s arguments for `c` key pairs of `p`: inputs staged
 /// at `io.0` as [`stage_gen_inputs`] lays them out (α, then β, then the
 /// roots, then the random words), P0's keys written at `io.1`.
-fn gen_args(p: &Params, aes: u64, io: (u64, u64), c: usize) -> Result<[Arg; 15], CudaError> {
+fn gen_args(p: &Params, aes: u64, io: (u64, u64), c: usize) -> Result<Vec<Arg>, CudaError> {
     let roots = c + c * p.output().words();
     let at = |i: usize| Arg::Ptr(io.0 + 8 * u64_of(i));
-    Ok([
+    let mut args = vec![
         Arg::Ptr(aes),
         at(0),
         at(c),
@@ -153,14 +167,10 @@ fn gen_args(p: &Params, aes: u64, io: (u64, u64), c: usize) -> Result<[Arg; 15],
         Arg::Ptr(io.1),
         Arg::U64(u64_of(c)),
         Arg::U64(u64_of(p.key_len())),
-        Arg::U32(p.domain().bits()),
-        Arg::U32(p.levels()),
-        Arg::U32(p.leaf_bits()),
-        Arg::U32(p.word_bits()),
-        Arg::U32(ring_bits(p)),
-        Arg::U32(flags(p)),
-        Arg::U32(u32_of(p.value_bytes())?),
-    ])
+    ];
+    args.extend(shape_args(p));
+    args.push(Arg::U32(u32_of(p.value_bytes())?));
+    Ok(args)
 }
 
 /// P1's keys from P0's: P1's key is P0's body behind P1's root (lsb 1), as
@@ -288,7 +298,7 @@ pub(crate) unsafe fn launch_eval<L: Launcher>(
     let p = &keys.params;
     let queries = keys.count * per_key;
     let word = |i: usize| Arg::Ptr(keys.base + 8 * u64_of(i));
-    let args = [
+    let mut args = vec![
         Arg::Ptr(aes),
         word(keys.at.roots),
         word(keys.at.cw),
@@ -299,14 +309,11 @@ pub(crate) unsafe fn launch_eval<L: Launcher>(
         Arg::U64(u64_of(queries)),
         Arg::U64(u64_of(per_key)),
         Arg::U64(u64_of(keys.count)),
-        Arg::U32(p.domain().bits()),
-        Arg::U32(p.levels()),
-        Arg::U32(p.leaf_bits()),
-        Arg::U32(p.word_bits()),
-        Arg::U32(ring_bits(p)),
-        Arg::U32(flags(p)),
-        Arg::U32(u32::from(keys.party == suffuse_core::fss::Party::P1)),
     ];
+    args.extend(shape_args(p));
+    args.push(Arg::U32(u32::from(
+        keys.party == suffuse_core::fss::Party::P1,
+    )));
     // SAFETY: the arguments follow `suffuse_fss_eval`'s list, and the caller
     // guarantees the buffers behind them.
     unsafe { l.launch(Kernel::FssEval, grid_line(l, queries), &args) }
