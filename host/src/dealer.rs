@@ -8,6 +8,7 @@
 //! chunk window plus [`WRITE_AHEAD`] pieces per file, not by the model.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Instant;
 
@@ -19,7 +20,8 @@ use zeroize::Zeroize;
 use crate::exec::{self, Store};
 use crate::keyfile::{Header, KeyFileError, KeyWriter, Summary};
 use crate::plan::{Category, Plan, hex};
-use crate::proto::{self, DealError};
+use crate::proto::{self, DealError, Dealt};
+use crate::wipe::Wiped;
 
 /// What the dealer produced.
 #[derive(Clone, Debug, Default)]
@@ -241,6 +243,9 @@ enum Piece {
     Section { step: u32, len: u64 },
     /// Section bytes.
     Bytes(Vec<u8>),
+    /// Section bytes both files hold alike (key bodies), made and queued
+    /// once: the second writer done with them frees, and so wipes, them.
+    Shared(Arc<Wiped>),
 }
 
 /// A file's writer thread: writes pieces until the dealer hangs up, then
@@ -257,6 +262,7 @@ fn write_file(mut w: KeyWriter, rx: Receiver<Piece>) -> Result<u64, KeyFileError
                 crate::wipe::vec(&mut b);
                 wrote?;
             }
+            Piece::Shared(b) => w.write(&b)?,
         }
     }
     w.finish()
@@ -326,11 +332,23 @@ fn deal_step(
     }
     let mut seeds = [random::<16>()?, random::<16>()?];
     let mut written = [0u64; 2];
-    let mut emit = |parts: [Vec<u8>; 2]| -> Result<(), KeyFileError> {
-        for (p, part) in parts.into_iter().enumerate() {
-            written[p] += part.len() as u64;
-            // A closed channel is noticed at the next section.
-            let _ = tx[p].send(Piece::Bytes(part));
+    let mut emit = |dealt: Dealt| -> Result<(), KeyFileError> {
+        for (p, w) in written.iter_mut().enumerate() {
+            *w += dealt.len(p) as u64;
+        }
+        // A closed channel is noticed at the next section.
+        match dealt {
+            Dealt::Same(bytes) => {
+                let bytes = Arc::new(Wiped(bytes));
+                for t in tx {
+                    let _ = t.send(Piece::Shared(Arc::clone(&bytes)));
+                }
+            }
+            Dealt::Each(parts) => {
+                for (t, part) in tx.iter().zip(parts) {
+                    let _ = t.send(Piece::Bytes(part));
+                }
+            }
         }
         Ok(())
     };

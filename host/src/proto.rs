@@ -122,8 +122,39 @@ fn deal_core(step: u32) -> impl Fn(suffuse_core::Error) -> DealError {
     move |error| DealError::Core { step, error }
 }
 
+/// A run of section bytes as the dealer produces it. Key bytes are
+/// secrets: `Debug` shows lengths only.
+pub enum Dealt {
+    /// Bytes both servers' sections hold alike: a gate's key bodies (P1's
+    /// keys are P0's but for the roots, which each party re-derives from
+    /// its seed), made and queued once for both files.
+    Same(Vec<u8>),
+    /// Server P0's bytes, then server P1's.
+    Each([Vec<u8>; 2]),
+}
+
+impl Dealt {
+    /// The bytes it adds to server `server`'s section (0 or 1).
+    pub fn len(&self, server: usize) -> usize {
+        match self {
+            Dealt::Same(b) => b.len(),
+            Dealt::Each(parts) => parts[server].len(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Dealt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match self {
+            Dealt::Same(_) => "Same",
+            Dealt::Each(_) => "Each",
+        };
+        write!(f, "Dealt::{kind}({} / {} bytes)", self.len(0), self.len(1))
+    }
+}
+
 /// Receives both parties' section bytes as the dealer produces them.
-pub type Emit<'a> = dyn FnMut([Vec<u8>; 2]) -> Result<(), crate::keyfile::KeyFileError> + 'a;
+pub type Emit<'a> = dyn FnMut(Dealt) -> Result<(), crate::keyfile::KeyFileError> + 'a;
 
 /// One kind of interactive step, bound to its operation in a plan. Every
 /// method sees the section after its seed, which [`deal`] and [`run`]
@@ -275,13 +306,13 @@ pub fn deal(
     emit: &mut Emit<'_>,
 ) -> Result<(), DealError> {
     let swapped = role(plan, op, Party::P0) == Party::P1;
-    let mut to_servers = |mut parts: [Vec<u8>; 2]| {
-        if swapped {
+    let mut to_servers = |mut dealt: Dealt| {
+        if let (true, Dealt::Each(parts)) = (swapped, &mut dealt) {
             parts.swap(0, 1);
         }
-        emit(parts)
+        emit(dealt)
     };
-    to_servers([seeds[0].to_vec(), seeds[1].to_vec()])?;
+    to_servers(Dealt::Each([seeds[0].to_vec(), seeds[1].to_vec()]))?;
     match resolve(plan, op) {
         Some(s) => s.deal(fss, seeds, opened, &mut to_servers),
         None => Ok(()),

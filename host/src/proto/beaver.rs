@@ -14,7 +14,7 @@ use suffuse_core::prg::Prg;
 use zeroize::Zeroizing;
 
 use super::material::words_bytes;
-use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step};
+use super::{At, Cursor, DealError, Dealt, Emit, Online, ProtoError, Step};
 use crate::exec::{self, ExecError, Store};
 use crate::net::{get_words, put_words};
 use crate::plan::{Kind, Plan};
@@ -85,7 +85,7 @@ fn emit_c1(mut c1: Secret, c0: &[u64], emit: &mut Emit<'_>) -> Result<(), DealEr
     }
     let mut out = [Vec::new(), Vec::new()];
     put_words(&mut out[1], &c1);
-    Ok(emit(out)?)
+    Ok(emit(Dealt::Each(out))?)
 }
 
 /// Opens words: sends this party's, returns the sums.

@@ -16,8 +16,8 @@ use suffuse_core::gate::{DealScratch, PartyKeys, SingleKey};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    DealBuffers, Material, RingShape, deal_material, deal_ring_material, gate_bytes, load_material,
-    load_ring_material, words_bytes,
+    DealBuffers, Material, Parts, RingShape, deal_material, deal_ring_material, gate_bytes,
+    load_material, load_ring_material, words_bytes,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
 use crate::exec::{ExecError, Store};
@@ -69,7 +69,7 @@ impl RowChain<'_> {
         seeds: [[u8; 16]; 2],
         s: usize,
         shape: RingShape,
-        out: &mut [Vec<u8>; 2],
+        out: &mut Parts,
     ) -> Result<(), DealError> {
         let n = self.n();
         deal_ring_material(shape, (self.at.step, n), out, |k0, k1, ex, random| {
@@ -139,7 +139,7 @@ impl Step for RowChain<'_> {
     ) -> Result<(), DealError> {
         let (chain, n) = (self.c, self.n());
         let c = deal_core(self.at.step);
-        let mut out = [Vec::new(), Vec::new()];
+        let mut out = Parts::default();
         let mut buf = DealBuffers::new(fss, n, |m| chain.deal_scratch_blocks(n, m));
         for s in 0..chain.count {
             match &chain.steps[s] {
@@ -176,11 +176,11 @@ impl Step for RowChain<'_> {
                             &mut DealScratch::new(&mut [], &mut []),
                         )
                         .map_err(&c)?;
-                    put_words(&mut out[1], &ex);
+                    put_words(&mut out.each()[1], &ex);
                 }
             }
         }
-        Ok(emit(out)?)
+        out.emit(emit)
     }
 
     fn run(

@@ -17,7 +17,7 @@ use suffuse_core::prg::{Block, Hasher};
 
 use rayon::prelude::*;
 
-use super::{CHUNK, Cursor, DealError, Emit, ProtoError, core, deal_core};
+use super::{CHUNK, Cursor, DealError, Dealt, Emit, ProtoError, core, deal_core};
 use crate::net::{get_words, put_words};
 
 /// Bytes of P1's explicit words.
@@ -58,12 +58,66 @@ pub(super) fn as_mut(bufs: &mut [Vec<u8>; MAX_KEYS]) -> [&mut [u8]; MAX_KEYS] {
     std::array::from_fn(|_| it.next().map_or(&mut [][..], Vec::as_mut_slice))
 }
 
+/// Section bytes as they are dealt, in section order: runs both parties
+/// hold alike (key bodies) and runs each holds its own.
+#[derive(Default)]
+pub(super) struct Parts {
+    runs: Vec<Dealt>,
+    each: [Vec<u8>; 2],
+}
+
+impl Parts {
+    /// Each party's own bytes, to append to (P0's, P1's).
+    pub(super) fn each(&mut self) -> &mut [Vec<u8>; 2] {
+        &mut self.each
+    }
+
+    /// Appends `bytes` to both parties' sections.
+    pub(super) fn same(&mut self, bytes: Vec<u8>) {
+        self.close_each();
+        self.runs.push(Dealt::Same(bytes));
+    }
+
+    fn close_each(&mut self) {
+        if self.each.iter().any(|b| !b.is_empty()) {
+            self.runs.push(Dealt::Each(std::mem::take(&mut self.each)));
+        }
+    }
+
+    /// Hands every run to `emit`, in order.
+    pub(super) fn emit(mut self, emit: &mut Emit<'_>) -> Result<(), DealError> {
+        self.close_each();
+        for run in self.runs {
+            emit(run)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every key's bodies, key slot by key slot, each `count` keys of
+/// `len(k)` bytes whole in `keys[k]`: the roots are dropped (each party
+/// re-derives its own from the section's seed), and what is left is both
+/// parties' alike.
+fn bodies(keys: &[Vec<u8>], count: usize, len: impl Fn(usize) -> usize) -> Vec<u8> {
+    // Sized once: a growing `Vec` copies its key bytes to each new block
+    // and the allocator wipes the old one (4 % of the dealer's samples).
+    let total = (0..keys.len()).map(|k| count * (len(k) - 16)).sum();
+    let mut out = Vec::with_capacity(total);
+    for (k, buf) in keys.iter().enumerate() {
+        for key in buf.chunks_exact(len(k)) {
+            out.extend_from_slice(&key[16..]);
+        }
+    }
+    out
+}
+
 /// Deals `count` elements with `deal` (which fills full keys and P1's
-/// explicit words) and appends both parties' section bytes.
+/// explicit words) and appends both parties' section bytes: the key
+/// bodies once for both (P1's are P0's), then P1's words.
 pub(super) fn deal_material(
     g: &Gate,
     count: usize,
-    out: &mut [Vec<u8>; 2],
+    out: &mut Parts,
     deal: impl FnOnce(
         &mut [&mut [u8]; MAX_KEYS],
         &mut [&mut [u8]; MAX_KEYS],
@@ -74,20 +128,9 @@ pub(super) fn deal_material(
     let mut k1 = key_buffers(g, count);
     let mut explicit = vec![0u64; count * g.explicit_words()];
     deal(&mut as_mut(&mut k0), &mut as_mut(&mut k1), &mut explicit)?;
-    // Sized once: a growing `Vec` copies its key bytes to each new block
-    // and the allocator wipes the old one (4 % of the dealer's samples).
-    for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
-        out[p].reserve(gate_bytes(g, count, party));
-    }
-    for (p, keys) in [&k0, &k1].into_iter().enumerate() {
-        for (k, buf) in keys.iter().enumerate().take(g.compiled.key_count) {
-            let len = g.key_params(k).key_len();
-            for e in 0..count {
-                out[p].extend_from_slice(&buf[e * len + 16..(e + 1) * len]);
-            }
-        }
-    }
-    put_words(&mut out[1], &explicit);
+    let keys = &k0[..g.compiled.key_count];
+    out.same(bodies(keys, count, |k| g.key_params(k).key_len()));
+    put_words(&mut out.each()[1], &explicit);
     Ok(())
 }
 
@@ -274,7 +317,7 @@ impl RingShape {
 pub(super) fn deal_ring_material(
     shape: RingShape,
     (step, count): (u32, usize),
-    out: &mut [Vec<u8>; 2],
+    out: &mut Parts,
     deal: impl FnOnce(
         &mut [&mut [u8]; MAX_KEYS],
         &mut [&mut [u8]; MAX_KEYS],
@@ -302,17 +345,11 @@ pub(super) fn deal_ring_material(
     let dealt = deal(&mut as_mut(k0), &mut as_mut(k1), &mut explicit, &random);
     crate::wipe::vec(&mut random);
     dealt.map_err(deal_core(step))?;
-    for (p, party) in [Party::P0, Party::P1].into_iter().enumerate() {
-        out[p].reserve(shape.bytes(count, party));
-        // Bodies only: the roots are re-derived from the section's seed.
-        for k in keys[p].iter_mut().take(shape.keys) {
-            for key in k.chunks_exact(len) {
-                out[p].extend_from_slice(&key[16..]);
-            }
-            crate::wipe::vec(k);
-        }
+    out.same(bodies(&keys[0][..shape.keys], count, |_| len));
+    for k in keys.as_flattened_mut() {
+        crate::wipe::vec(k);
     }
-    put_words(&mut out[1], &explicit);
+    put_words(&mut out.each()[1], &explicit);
     crate::wipe::vec(&mut explicit);
     Ok(())
 }
@@ -370,19 +407,19 @@ pub(super) fn load_ring_material<'s>(
 pub(super) fn deal_chunks(
     n: usize,
     emit: &mut Emit<'_>,
-    deal: impl Fn(usize, usize, &mut [Vec<u8>; 2]) -> Result<(), DealError> + Sync,
+    deal: impl Fn(usize, usize, &mut Parts) -> Result<(), DealError> + Sync,
 ) -> Result<(), DealError> {
     let list: Vec<(usize, usize)> = chunks(n).collect();
     for window in list.chunks(2 * rayon::current_num_threads().max(1)) {
-        let parts: Vec<Result<[Vec<u8>; 2], DealError>> = window
+        let parts: Vec<Result<Parts, DealError>> = window
             .par_iter()
             .map(|&(first, count)| {
-                let mut out = [Vec::new(), Vec::new()];
+                let mut out = Parts::default();
                 deal(first, count, &mut out).map(|()| out)
             })
             .collect();
         for p in parts {
-            emit(p?)?;
+            p?.emit(emit)?;
         }
     }
     Ok(())

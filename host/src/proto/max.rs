@@ -9,7 +9,7 @@ use suffuse_core::gate::{DealScratch, PartyKeys};
 use suffuse_core::prg::Hasher;
 
 use super::material::{
-    DealBuffers, RingShape, deal_material, deal_ring_material, gate_bytes, load_material,
+    DealBuffers, Parts, RingShape, deal_material, deal_ring_material, gate_bytes, load_material,
     load_ring_material,
 };
 use super::{At, Cursor, DealError, Emit, Online, ProtoError, Step, core, deal_core};
@@ -51,7 +51,7 @@ impl Step for RowMax<'_> {
             tree.deal_scratch_blocks(rows, m)
         });
         for level in 0..tree.levels() {
-            let mut out = [Vec::new(), Vec::new()];
+            let mut out = Parts::default();
             let count = tree.count(rows, level);
             if tree.one_round(level) {
                 let shape = RingShape::relu(&tree.ring);
@@ -70,7 +70,7 @@ impl Step for RowMax<'_> {
                 })
                 .map_err(deal_core(self.at.step))?;
             }
-            emit(out)?;
+            out.emit(emit)?;
         }
         Ok(())
     }

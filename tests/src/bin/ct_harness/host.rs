@@ -38,8 +38,8 @@ pub fn run(fss: &dyn BatchEval, inputs: &mut PublicInputs) -> HarnessResult<(usi
             fss,
             seeds,
             &opened,
-            &mut |parts: [Vec<u8>; 2]| {
-                bytes += parts[0].len() + parts[1].len();
+            &mut |dealt: proto::Dealt| {
+                bytes += dealt.len(0) + dealt.len(1);
                 Ok(())
             },
         )?;
