@@ -336,20 +336,7 @@ fn deal_step(
         for (p, w) in written.iter_mut().enumerate() {
             *w += dealt.len(p) as u64;
         }
-        // A closed channel is noticed at the next section.
-        match dealt {
-            Dealt::Same(bytes) => {
-                let bytes = Arc::new(Wiped(bytes));
-                for t in tx {
-                    let _ = t.send(Piece::Shared(Arc::clone(&bytes)));
-                }
-            }
-            Dealt::Each(parts) => {
-                for (t, part) in tx.iter().zip(parts) {
-                    let _ = t.send(Piece::Bytes(part));
-                }
-            }
-        }
+        to_writers(tx, dealt);
         Ok(())
     };
     let dealt = proto::deal(plan, op, fss, seeds, opened, &mut emit);
@@ -373,6 +360,24 @@ fn deal_step(
         }
     }
     Ok(lens)
+}
+
+/// Queues a run of section bytes to the writers: bytes both files hold
+/// alike once, for both. A closed channel is noticed at the next section.
+fn to_writers(tx: &[SyncSender<Piece>; 2], dealt: Dealt) {
+    match dealt {
+        Dealt::Same(bytes) => {
+            let bytes = Arc::new(Wiped(bytes));
+            for t in tx {
+                let _ = t.send(Piece::Shared(Arc::clone(&bytes)));
+            }
+        }
+        Dealt::Each(parts) => {
+            for (t, part) in tx.iter().zip(parts) {
+                let _ = t.send(Piece::Bytes(part));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
