@@ -346,18 +346,7 @@ pub fn query_until(
     };
     let mut conn = client::connect(model, servers, timeouts, sec, expect)?;
     let v = conn.view().clone();
-    if v.batch != 1 || v.output_len != model.config.vocab_size {
-        return Err(GenerateError::NotGeneration(format!(
-            "batches of {} with outputs of {}",
-            v.batch, v.output_len
-        )));
-    }
-    let layout = Layout {
-        prompt: v.seq,
-        steps: v.decode_steps,
-        pad_bias: v.pad_bias,
-        logit_scale: v.output_scale,
-    };
+    let layout = generation_layout(model, &v)?;
     let mut out = Outcome {
         plan_hash: conn.plan_hash().to_string(),
         bucket: v.seq,
@@ -376,14 +365,7 @@ pub fn query_until(
             // caller stopped): the servers are told to stop, and learn how
             // many passes ran.
             if generated.tokens.len() <= layout.steps {
-                let pass = generated.tokens.len() as u32;
-                for (i, link) in conn.links().iter_mut().enumerate() {
-                    link.send(Frame::Input, pass, &[])
-                        .map_err(|e| ClientError::Net {
-                            server: i,
-                            error: e,
-                        })?;
-                }
+                stop_servers(&mut conn, generated.tokens.len() as u32)?;
             }
             out.generated = generated;
             Ok(out)
@@ -396,6 +378,35 @@ pub fn query_until(
             Err(e)
         }
     }
+}
+
+/// The generation a connection's servers were dealt for: one sequence,
+/// logits over the model's vocabulary.
+fn generation_layout(model: &Decoder, v: &client::ClientView) -> Result<Layout, GenerateError> {
+    if v.batch != 1 || v.output_len != model.config.vocab_size {
+        return Err(GenerateError::NotGeneration(format!(
+            "batches of {} with outputs of {}",
+            v.batch, v.output_len
+        )));
+    }
+    Ok(Layout {
+        prompt: v.seq,
+        steps: v.decode_steps,
+        pad_bias: v.pad_bias,
+        logit_scale: v.output_scale,
+    })
+}
+
+/// Tells both servers that the generation ended after `passes` passes.
+fn stop_servers(conn: &mut Connected, passes: u32) -> Result<(), GenerateError> {
+    for (i, link) in conn.links().iter_mut().enumerate() {
+        link.send(Frame::Input, passes, &[])
+            .map_err(|e| ClientError::Net {
+                server: i,
+                error: e,
+            })?;
+    }
+    Ok(())
 }
 
 /// One pass: shares out, logit shares back.

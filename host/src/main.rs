@@ -779,6 +779,18 @@ fn dealer_command(args: DealerArgs, choice: Choice) -> Result<ExitCode> {
         (true, dealer::KeysFor::Later),
         backend::resolve(choice)?,
     )?;
+    report_deal(&plan, &r, (batch, seq), &report_json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Says what one `suffuse dealer` run dealt for `batch` sentences of
+/// `seq` tokens, and writes its JSON report.
+fn report_deal(
+    plan: &plan::Plan,
+    r: &dealer::DealReport,
+    (batch, seq): (usize, usize),
+    report_json: &Option<PathBuf>,
+) -> Result<()> {
     eprintln!(
         "dealt plan {} for {} sentence(s) × {} tokens in {:.2} s",
         plan.hash_hex(),
@@ -799,8 +811,7 @@ fn dealer_command(args: DealerArgs, choice: Choice) -> Result<ExitCode> {
         "key_set": hex(&r.key_set),
         "breakdown": r.by_category.iter().map(|(c, b)| (c.name().to_string(), serde_json::json!({"key_bytes_per_party": b}))).collect::<serde_json::Map<_, _>>(),
     });
-    write_json(&report_json, &json)?;
-    Ok(ExitCode::SUCCESS)
+    write_json(report_json, &json)
 }
 
 /// `suffuse serve`.
@@ -835,15 +846,7 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
         u8::from(party == Party::P1),
         listener.local_addr()?
     );
-    let opts = ServeOptions {
-        timeouts: timeouts(timeout),
-        ledger: state.ledger()?,
-        keep_spent,
-        security: transport.security(match party {
-            Party::P0 => Role::P0,
-            _ => Role::P1,
-        })?,
-    };
+    let opts = serve_options(party, timeout, (&state, &transport), keep_spent)?;
     let fss = backend::resolve(choice)?;
     let keys = match (keys, keys_dir) {
         (Some(k), _) => k,
@@ -869,6 +872,25 @@ fn serve_command(args: ServeArgs, choice: Choice) -> Result<ExitCode> {
     );
     write_json(&report_json, &r)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A server's options as party `party`: `timeout` seconds, the state
+/// folder's ledger, the transport's security.
+fn serve_options(
+    party: Party,
+    timeout: u64,
+    (state, transport): (&State, &Transport),
+    keep_spent: bool,
+) -> Result<ServeOptions> {
+    Ok(ServeOptions {
+        timeouts: timeouts(timeout),
+        ledger: state.ledger()?,
+        keep_spent,
+        security: transport.security(match party {
+            Party::P0 => Role::P0,
+            _ => Role::P1,
+        })?,
+    })
 }
 
 /// `serve --keys-dir`'s limits and metrics address.
@@ -1125,17 +1147,7 @@ fn deal_pool(
     }
     let filled_s = start.elapsed().as_secs_f64();
     if let Some(keep) = fill.keep {
-        eprintln!(
-            "keeping {} at {keep} unspent key sets until SIGTERM",
-            dir.display()
-        );
-        while !stop.load(Ordering::Relaxed) {
-            if pool::unspent_sets(dir)? < keep {
-                deal_one(&mut sets)?;
-            } else {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
+        keep_filled(dir, keep, &stop, || deal_one(&mut sets))?;
     }
     let wall_s = start.elapsed().as_secs_f64();
     let json = serde_json::json!({
@@ -1152,6 +1164,28 @@ fn deal_pool(
     });
     write_json(report_json, &json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Deals a set with `deal` whenever the pool in `dir` holds fewer than
+/// `keep` unspent ones, until `stop` is set.
+fn keep_filled(
+    dir: &Path,
+    keep: usize,
+    stop: &AtomicBool,
+    mut deal: impl FnMut() -> Result<()>,
+) -> Result<()> {
+    eprintln!(
+        "keeping {} at {keep} unspent key sets until SIGTERM",
+        dir.display()
+    );
+    while !stop.load(Ordering::Relaxed) {
+        if pool::unspent_sets(dir)? < keep {
+            deal()?;
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
 }
 
 /// The prompt's token ids, leaving room for `max_new` positions.
