@@ -95,7 +95,13 @@ impl ServerMetrics {
             pool: Mutex::new(None),
             registry: Registry::default(),
         };
-        let r = &mut registry;
+        m.register(&mut registry);
+        ServerMetrics { registry, ..m }
+    }
+
+    /// Registers every metric in `r`.
+    fn register(&self, r: &mut Registry) {
+        let m = self;
         r.register("queries_served", "Queries answered", m.served.clone());
         r.register(
             "queries_failed",
@@ -137,7 +143,6 @@ impl ServerMetrics {
             "1 when the server admits queries and holds a key set",
             m.ready_gauge.clone(),
         );
-        ServerMetrics { registry, ..m }
     }
 
     /// Counts key sets in `pool` (this party's files) at each scrape.

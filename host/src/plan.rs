@@ -1770,9 +1770,39 @@ impl Builder {
         bound: Bound,
         fine: impl FnOnce() -> Fine,
     ) -> Result<(), PlanError> {
+        let fits = self.rope_fits(y, &fold, fine)?;
+        let t = &self.tensors[y];
+        let scale = t.scale + fold.keep;
+        let limit = limit_of(&t.name, &bound, scale)?;
+        match self.ops.last_mut() {
+            Some(Op {
+                kind: Kind::Linear { rope, .. },
+                ..
+            }) if fits => *rope = Some(Box::new(fold)),
+            _ => {
+                return Err(PlanError::RopeFold {
+                    tensor: t.name.clone(),
+                });
+            }
+        }
+        let t = &mut self.tensors[y];
+        (t.scale, t.limit, t.bound) = (scale, limit, bound);
+        Ok(())
+    }
+
+    /// Whether `fold` fits the last operation, the linear layer that
+    /// wrote `y`: its outputs pair up and its words at `keep` more
+    /// fraction bits (made by `fine` and kept, unless an earlier pass made
+    /// them) fit the fold's arithmetic.
+    fn rope_fits(
+        &mut self,
+        y: usize,
+        fold: &RopeTables,
+        fine: impl FnOnce() -> Fine,
+    ) -> Result<bool, PlanError> {
         let wide = |w: &u64| (*w as i64).unsigned_abs() >> RopeTables::WORD_BITS != 0;
         let block = if fold.adjacent { 2 } else { fold.head_dim };
-        let fits = match self.ops.last().map(|op| &op.kind) {
+        Ok(match self.ops.last().map(|op| &op.kind) {
             Some(Kind::Linear {
                 linear,
                 rope: None,
@@ -1806,24 +1836,7 @@ impl Builder {
                 ok
             }
             _ => false,
-        };
-        let t = &self.tensors[y];
-        let scale = t.scale + fold.keep;
-        let limit = limit_of(&t.name, &bound, scale)?;
-        match self.ops.last_mut() {
-            Some(Op {
-                kind: Kind::Linear { rope, .. },
-                ..
-            }) if fits => *rope = Some(Box::new(fold)),
-            _ => {
-                return Err(PlanError::RopeFold {
-                    tensor: t.name.clone(),
-                });
-            }
-        }
-        let t = &mut self.tensors[y];
-        (t.scale, t.limit, t.bound) = (scale, limit, bound);
-        Ok(())
+        })
     }
 
     /// Starts a client round trip: the operations that follow read its

@@ -108,20 +108,12 @@ fn plan_with(
 ) -> Result<(Plan, f64, std::collections::HashMap<String, f64>), PlanError> {
     let cfg = &model.config;
     let d = cfg.hidden;
-    let n = batch * seq;
     b.at(Category::Linear, None);
-
-    let x_bound = norm_output(&model.embeddings.norm, 1.0 + 1e-3).floor_to(ulp(FRAC));
-    let x = b.tensor("input embeddings", n, d, FRAC, x_bound)?;
+    let inputs = encoder_inputs(&mut b, model, (batch, seq), c)?;
     let pad_bias = encode(-c, FRAC);
-    let bias = b.tensor("attention bias", batch, seq, FRAC, Bound::uniform(seq, c))?;
-    let mask = match cfg.pooling {
-        Pooling::Mean => Some(b.tensor("pooling mask", batch, seq, 0, Bound::uniform(seq, 1.0))?),
-        Pooling::Cls => None,
-    };
 
     let mut h = Stream {
-        t: x,
+        t: inputs.x,
         form: embeddings_norm(model),
         fold: None,
     };
@@ -131,7 +123,7 @@ fn plan_with(
             l,
             layer,
             x: &h,
-            bias,
+            bias: inputs.bias,
             c,
             seq,
             batch,
@@ -144,8 +136,7 @@ fn plan_with(
     let h = h.t;
 
     b.at(Category::Pooling, None);
-    let (output, finish) = pool(&mut b, h, mask, (batch, seq, d))?;
-    let inputs = Inputs { x, bias, mask };
+    let (output, finish) = pool(&mut b, h, inputs.mask, (batch, seq, d))?;
     let bounds = b.bounds();
     let plan = b.finish(
         &model.name,
@@ -160,6 +151,26 @@ fn plan_with(
         cfg.normalize,
     )?;
     Ok((plan, scores, bounds))
+}
+
+/// The client's inputs for `batch` sentences of `seq` tokens: the
+/// embeddings (the embedding norm's output), the attention bias (0 or
+/// `−c` a key) and, for mean pooling, the pooling mask.
+fn encoder_inputs(
+    b: &mut Builder,
+    model: &Model,
+    (batch, seq): (usize, usize),
+    c: f64,
+) -> Result<Inputs, PlanError> {
+    let x_bound = norm_output(&model.embeddings.norm, 1.0 + 1e-3).floor_to(ulp(FRAC));
+    let d = model.config.hidden;
+    let x = b.tensor("input embeddings", batch * seq, d, FRAC, x_bound)?;
+    let bias = b.tensor("attention bias", batch, seq, FRAC, Bound::uniform(seq, c))?;
+    let mask = match model.config.pooling {
+        Pooling::Mean => Some(b.tensor("pooling mask", batch, seq, 0, Bound::uniform(seq, 1.0))?),
+        Pooling::Cls => None,
+    };
+    Ok(Inputs { x, bias, mask })
 }
 
 /// The client's LayerNorm output as a norm form: `Σnᵢ² ≤ d`, so
