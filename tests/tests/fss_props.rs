@@ -95,6 +95,9 @@ proptest! {
         let beta = beta.value(Width::W64);
         let pair = keys::deal(&aes, &params, alpha, beta, &mut Prg::new(&seed));
         prop_assert_eq!(pair.gen_aes_calls, params.aes_per_gen());
+        // P1's key is P0's but for the root: the dealer writes the bodies
+        // once for both key files (host `proto::Dealt::Same`).
+        prop_assert_eq!(&pair.keys[1][16..], &pair.keys[0][16..]);
 
         let mut points = vec![
             alpha.wrapping_sub(1),
@@ -141,6 +144,7 @@ proptest! {
         let pair = keys::deal(&aes, &params, alpha, beta.value(Width::W64), &mut Prg::new(&seed));
         prop_assert_eq!(pair.gen_aes_calls, params.aes_per_gen());
         prop_assert_eq!(params.key_len(), reference::key_len(&params));
+        prop_assert_eq!(&pair.keys[1][16..], &pair.keys[0][16..]);
         let mut points = vec![alpha.wrapping_sub(1), alpha, alpha.wrapping_add(1), 0, k.mask()];
         points.extend(extra);
         let [s0, s1] = shares(&pair, &points);
