@@ -6,6 +6,8 @@
 //! on all cores) and handed to one writer thread per file, so generation,
 //! P0's writes and P1's writes overlap, and memory is bounded by one step's
 //! chunk window plus [`WRITE_AHEAD`] pieces per file, not by the model.
+//! Key bodies, which both files hold alike ([`Dealt::Same`]), are made
+//! once and one buffer goes to both writers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -8,7 +8,7 @@
 //! | --- | --- |
 //! | [`model`], [`float`] | checkpoints, tokenizer, the f32 model |
 //! | [`fixed`], [`plan`] | fixed-point conventions; the plan with proven widths |
-//! | [`exec`], [`reference`] | local operations; the cleartext fixed-point reference |
+//! | [`exec`], [`reference`](mod@reference) | local operations; the cleartext fixed-point reference |
 //! | [`proto`] | every interactive step: key layout, dealer side, party side |
 //! | [`keyfile`], [`dealer`], [`ledger`], [`private`] | key files, the dealer that streams them, the spent-key ledger; who may use secret files and folders |
 //! | [`party`], [`server`], [`client`], [`net`] | the online phase over TCP |

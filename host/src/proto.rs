@@ -13,7 +13,7 @@
 //!
 //! | step | section |
 //! | --- | --- |
-//! | gate | seed_b · per chunk: DCF key bodies (roots are re-derived from the seed), then P1's explicit words |
+//! | gate | seed_b · per chunk: DCF key bodies (roots are re-derived from the seed; the same bytes in both parties' sections), then P1's explicit words |
 //! | chain (reciprocal, rsqrt, a per-row truncation) | seed_b · per chain step: the same, a one-round truncation's ring-output key bodies and P1's two words |
 //! | max | seed_b · per tree level: the same, for that level's ReLUs (a one-round level: both ring-output key bodies, no words) |
 //! | matmul, mulrows, square | seed_b · P1: its share of the triple's product (the rest is expanded from the seeds) |

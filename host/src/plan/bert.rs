@@ -154,8 +154,8 @@ fn plan_with(
 }
 
 /// The client's inputs for `batch` sentences of `seq` tokens: the
-/// embeddings (the embedding norm's output), the attention bias (0 or
-/// `−c` a key) and, for mean pooling, the pooling mask.
+/// embeddings (the embedding norm's output), the attention bias (0 for
+/// a token, `−c` for padding) and, for mean pooling, the pooling mask.
 fn encoder_inputs(
     b: &mut Builder,
     model: &Model,

@@ -127,11 +127,18 @@ pub(super) fn deal_material(
     let mut k0 = key_buffers(g, count);
     let mut k1 = key_buffers(g, count);
     let mut explicit = vec![0u64; count * g.explicit_words()];
-    deal(&mut as_mut(&mut k0), &mut as_mut(&mut k1), &mut explicit)?;
-    let keys = &k0[..g.compiled.key_count];
-    out.same(bodies(keys, count, |k| g.key_params(k).key_len()));
-    put_words(&mut out.each()[1], &explicit);
-    Ok(())
+    let dealt = deal(&mut as_mut(&mut k0), &mut as_mut(&mut k1), &mut explicit);
+    if dealt.is_ok() {
+        let keys = &k0[..g.compiled.key_count];
+        out.same(bodies(keys, count, |k| g.key_params(k).key_len()));
+        put_words(&mut out.each()[1], &explicit);
+    }
+    // Wiped as `deal_ring_material` wipes its own, on every path.
+    for k in k0.iter_mut().chain(&mut k1) {
+        crate::wipe::vec(k);
+    }
+    crate::wipe::vec(&mut explicit);
+    dealt.map(|_| ())
 }
 
 /// Dealing scratch sized by the backend: groups of its preferred batch
