@@ -89,11 +89,11 @@ impl Default for Emulator {
 
 impl Emulator {
     /// The emulator linked into this binary, or the library that
-    /// [`LIBRARY_VAR`] names.
+    /// `LIBRARY_VAR` names.
     ///
     /// # Panics
     ///
-    /// If [`LIBRARY_VAR`] is set and the library cannot be loaded: a test
+    /// If `LIBRARY_VAR` is set and the library cannot be loaded: a test
     /// that asked for an instrumented emulator must not silently run
     /// another.
     pub fn new() -> Emulator {

@@ -1,4 +1,4 @@
-//! [`BatchEval::eval_many`] on the device: the evaluations of a whole step
+//! [`BatchEval::eval_many`](suffuse_core::batch::BatchEval::eval_many) on the device: the evaluations of a whole step
 //! (every chunk's keys of one key slot) in one transposition, one upload
 //! and one launch, instead of one round trip per chunk.
 

@@ -94,8 +94,8 @@ const TASK_KEYS: usize = 1 << 12;
 /// The keys of several ranges of batches with the same params, one after
 /// another as one batch, transposed into `dst` (cleared first).
 ///
-/// Each part of the layout is filled on several threads ([`par`]): the
-/// roots and leaves in runs of [`TASK_KEYS`] keys, the corrections level by
+/// Each part of the layout is filled on several threads (`par`): the
+/// roots and leaves in runs of `TASK_KEYS` keys, the corrections level by
 /// level, so that every thread writes contiguous runs.
 pub fn transpose_parts(parts: &[(&KeyBatch<'_>, usize, usize)], dst: &mut Vec<u64>) -> Offsets {
     let Some((first, _, _)) = parts.first() else {

@@ -1,6 +1,6 @@
 //! # suffuse-accel-cuda
 //!
-//! [`CudaEval`] implements [`BatchEval`], core's accelerator boundary, with
+//! [`CudaEval`] implements [`BatchEval`](suffuse_core::batch::BatchEval), core's accelerator boundary, with
 //! CUDA kernels: DCF/DPF evaluation at public points and over whole
 //! domains, seed expansion, key generation and ring matrix products. The
 //! kernels are CUDA C under `kernels/`, with no CUDA headers, one thread per

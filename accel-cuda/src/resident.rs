@@ -1,6 +1,6 @@
 //! Public operands kept in device memory across calls: a model's weights
 //! are uploaded once per process, not once per product
-//! ([`BatchEval::matmul_resident`]). They count against the memory budget,
+//! ([`BatchEval::matmul_resident`](suffuse_core::batch::BatchEval::matmul_resident)). They count against the memory budget,
 //! and the least recently used one is dropped when a new one needs room.
 
 use suffuse_core::batch::{MatShape, Resident};

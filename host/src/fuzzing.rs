@@ -197,7 +197,7 @@ pub fn run_with_keys(party: u8, keys: Vec<u8>) -> Result<Vec<u64>, RunError> {
 }
 
 /// Runs `party` on its genuine keys against a peer whose every answer is
-/// chosen by `script` (see [`peer::Scripted`]): frames of any kind, step,
+/// chosen by `script` (see `peer::Scripted`): frames of any kind, step,
 /// length and content, in any order, cut short, replayed or missing.
 pub fn run_with_peer(party: u8, script: &[u8]) -> Result<Vec<u64>, RunError> {
     let keys = key_file(party).to_vec();

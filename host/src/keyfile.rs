@@ -424,7 +424,7 @@ impl KeyWriter {
     }
 
     /// [`KeyWriter::create`] for a file kept for later: written around the
-    /// page cache where the file system allows ([`direct`]), which spares
+    /// page cache where the file system allows (`direct`), which spares
     /// the dealer's CPU the kernel's copy and leaves no cached copy behind
     /// (a server started soon after on the same machine then reads the
     /// file from the disk).

@@ -209,7 +209,7 @@ enum Command {
         /// those architectures' shapes, for measuring cost).
         #[arg(long)]
         model: String,
-        /// Truncate each text to this many tokens ([CLS] and [SEP]
+        /// Truncate each text to this many tokens (CLS and SEP
         /// included), like sentence-transformers' max_seq_length. Default:
         /// the model's limit.
         #[arg(long)]
@@ -270,7 +270,7 @@ struct DealerArgs {
     /// Model folder, or a built-in model (see `embed --help`).
     #[arg(long)]
     model: String,
-    /// Tokens per sentence ([CLS] and [SEP] included); shorter
+    /// Tokens per sentence (CLS and SEP included); shorter
     /// sentences are padded (the servers do not learn by how much).
     #[arg(long)]
     seq: usize,

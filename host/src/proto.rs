@@ -1,6 +1,6 @@
-//! The interactive steps of a plan. Each step kind implements [`Step`] in
+//! The interactive steps of a plan. Each step kind implements `Step` in
 //! its own module: the layout of its key section, the dealer's side, the
-//! parties' side and the cleartext reference, in one place. [`resolve`] is
+//! parties' side and the cleartext reference, in one place. `resolve` is
 //! the one place that maps a plan's operation to its kind.
 //!
 //! Scalar gates are dealt and evaluated in chunks of [`CHUNK`] elements:

@@ -114,7 +114,7 @@ fn recv_agree(link: &mut Link) -> Result<Agree, ServeError> {
 /// (or the drain deadline has passed). `peer` is P0's address (P1 only).
 ///
 /// While it starts to accept, a thread plans every shape of this model
-/// that the pool holds a set for ([`Plans::for_pool`]): a plan takes
+/// that the pool holds a set for (`Plans::for_pool`): a plan takes
 /// seconds (SmolLM2 at bucket 64 with 8 passes, 16–20 s on 2 cores), and
 /// the first client would otherwise wait for both servers to plan, one
 /// after the other. The server reports ready (`/readyz`) once that is

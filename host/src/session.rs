@@ -321,7 +321,7 @@ fn generation_shape(
     })
 }
 
-/// [`generate`] of `max_new` tokens after `prompt` with the heavy operations
+/// [`generate()`] of `max_new` tokens after `prompt` with the heavy operations
 /// on `fss` instead of `opts.backend`, as [`run_on`].
 pub fn generate_on(
     model: &Decoder,

@@ -20,7 +20,7 @@ static ALLOCATOR_WIPES: AtomicBool = AtomicBool::new(false);
 
 /// Declares that this process's global allocator zeroes every block, its
 /// whole layout, as the block is freed, as the `suffuse` binary's does.
-/// [`vec`] then only frees: its own `memset` would be a second pass over
+/// [`vec()`] then only frees: its own `memset` would be a second pass over
 /// memory the allocator is about to zero (a key section or a gate's keys,
 /// hundreds of MB per query). A library user's allocator is never assumed
 /// to wipe; only a binary whose allocator does may call this.
@@ -42,7 +42,7 @@ pub fn vec<T: Copy + Default>(v: &mut Vec<T>) {
     *v = Vec::new();
 }
 
-/// A byte buffer wiped by [`vec`] when dropped, on every path: what
+/// A byte buffer wiped by [`vec()`] when dropped, on every path: what
 /// `zeroize::Zeroizing` does, at memory speed. Key sections are read into
 /// these.
 #[derive(Default)]

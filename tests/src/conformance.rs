@@ -20,7 +20,7 @@
 //!   `Serial`'s default (expand, then sum), with scratch for one, two and
 //!   every key's domain;
 //! * buffer-length errors and full-domain requests on DCF keys;
-//! * seed expansion ([`Hasher::hash_many`]) in every domain at
+//! * seed expansion ([`suffuse_core::prg::Hasher::hash_many`]) in every domain at
 //!   [`HASH_LENGTHS`] blocks, against the `aes` crate;
 //! * batched key generation for every shape at [`GEN_COUNTS`] keys, byte
 //!   for byte and AES call for AES call;
@@ -112,7 +112,7 @@ impl Report {
         self.failures.is_empty()
     }
 
-    /// The failures, one per line, at most [`FAILURES_SHOWN`] of them; empty
+    /// The failures, one per line, at most `FAILURES_SHOWN` of them; empty
     /// when the evaluator conforms.
     pub fn failure_summary(&self) -> String {
         if self.passed() {

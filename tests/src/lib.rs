@@ -1,6 +1,6 @@
 //! Cross-crate test support for suffuse.
 //!
-//! * [`reference`]: a small, readable one-party DCF/DPF evaluator written
+//! * [`mod@reference`]: a small, readable one-party DCF/DPF evaluator written
 //!   from the construction in `suffuse_core::fss`, and the cleartext
 //!   functionality; the oracle the tests compare against.
 //! * [`keys`]: deterministic dealing of random key pairs and key batches.

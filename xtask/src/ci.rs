@@ -95,6 +95,11 @@ fn run_steps(summary: &mut Summary) -> Result<()> {
     step("doc tests", &mut || {
         passed(command::run(&mut cargo(["test", "--workspace", "--doc"])))
     })?;
+    step("rustdoc -D warnings", &mut || {
+        let mut cmd = cargo(["doc", "--workspace", "--no-deps"]);
+        cmd.env("RUSTDOCFLAGS", "-D warnings");
+        passed(command::run(&mut cmd))
+    })?;
     step("no_std build of core", &mut || {
         let start = Instant::now();
         command::ensure_no_std_target()?;

@@ -3,7 +3,7 @@
 //!
 //! | command | what it does |
 //! | --- | --- |
-//! | `ci` | fmt, clippy, tests, doc tests, the no_std build of core, `mcu`, a fuzz smoke run, `ct` |
+//! | `ci` | fmt, clippy, tests, doc tests, rustdoc's warnings, the no_std build of core, `mcu`, a fuzz smoke run, `ct` |
 //! | `ct` | the constant-time check under valgrind memcheck |
 //! | `dudect` | a statistical timing test, fixed vs random secrets (not in `ci`) |
 //! | `audit` | licences, bans and sources (`cargo deny`), and core's no_std/no-unsafe properties |
@@ -35,7 +35,7 @@ const USAGE: &str = "\
 usage: cargo xtask <command>
 
 commands:
-  ci              fmt, clippy, tests, doc tests, no_std build, mcu, fuzz smoke run, ct
+  ci              fmt, clippy, tests, doc tests, rustdoc, no_std build, mcu, fuzz smoke run, ct
   ct              constant-time check: secrets marked undefined under valgrind memcheck
   dudect          statistical timing test (Welch t, fixed vs random secrets); not in ci
   audit           cargo deny (licences, bans, sources) and core's no_std/no-unsafe properties

@@ -131,7 +131,7 @@ impl CentreSquare {
         KEYS * self.key_params().gen_random_words()
     }
 
-    /// Scratch words an evaluator needs for `n` rows ([`Area`]).
+    /// Scratch words an evaluator needs for `n` rows (`Area`).
     pub const fn scratch_words(&self, n: usize) -> usize {
         Area::of(self, n).end
     }

@@ -238,7 +238,7 @@ impl RingSuf {
         self.bounds + 1
     }
 
-    /// Scratch words an evaluator needs for `n` elements ([`Area`]): the
+    /// Scratch words an evaluator needs for `n` elements (`Area`): the
     /// mask shares, the dealt words' shares, the opening, x̂ (and F̂), the
     /// points, the evaluations, the outputs (and the s-terms).
     pub const fn scratch_words(&self, n: usize) -> usize {

@@ -70,7 +70,7 @@ pub const SHARD_INDEX: &str = "model.safetensors.index.json";
 /// The shard holding the genuine tensors.
 pub const SHARD: &str = "model-00001-of-00001.safetensors";
 
-/// Loads the genuine folder saved as one shard ([`SHARD`]) with `index`
+/// Loads the genuine folder saved as one shard (`SHARD`) with `index`
 /// as its `model.safetensors.index.json`, so the index is what is read.
 pub fn load_sharded(index: &[u8]) -> Result<Transformer, ModelError> {
     let f = folder();
@@ -89,7 +89,7 @@ pub fn load_sharded(index: &[u8]) -> Result<Transformer, ModelError> {
     loaded
 }
 
-/// A genuine index: every tensor of the genuine file in [`SHARD`].
+/// A genuine index: every tensor of the genuine file in `SHARD`.
 pub fn genuine_index() -> Vec<u8> {
     let names = safetensors::SafeTensors::deserialize(&folder().safetensors)
         .map(|t| t.names().into_iter().map(str::to_owned).collect::<Vec<_>>())

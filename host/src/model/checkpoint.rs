@@ -395,7 +395,7 @@ fn listed_modules(dir: &Path) -> Result<Modules, ModelError> {
 }
 
 /// The pooling a sentence-transformers pooling `config.json` asks for:
-/// mean or [CLS], at the model's hidden width.
+/// mean or `[CLS]`, at the model's hidden width.
 fn pooling_config(pooling_path: &Path, hidden: usize) -> Result<Pooling, ModelError> {
     let json = read_json(pooling_path)?;
     let map = json.as_object().ok_or_else(|| ModelError::Json {

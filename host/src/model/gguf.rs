@@ -212,7 +212,7 @@ pub enum GgufError {
         /// Where it is.
         offset: u64,
     },
-    /// Arrays nested deeper than [`parse::MAX_DEPTH`].
+    /// Arrays nested deeper than `parse::MAX_DEPTH`.
     #[error("arrays nested more than {} deep at byte {offset}", parse::MAX_DEPTH)]
     TooDeep {
         /// Where the innermost array starts.

@@ -18,7 +18,7 @@
 //! trunc(2^s·y·ρ)`, `norm::post_norm_folded`): the next product folds `g`
 //! and `β` into its weights, and each residual `x` is added as `g⊙t + β`
 //! at the sublayer product's scale, before the truncation that product
-//! takes anyway ([`residual_sum`]). So a norm's output truncation drops
+//! takes anyway (`residual_sum`). So a norm's output truncation drops
 //! the bits of `y·ρ` only, not the gains' as well (docs/PLAN.md, "Post-norm
 //! gains folded into the stream").
 //!

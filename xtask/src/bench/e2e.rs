@@ -88,7 +88,7 @@ struct Case {
     before: Option<Before>,
 }
 
-/// 119 characters: with [CLS] and [SEP], a prompt that fits a 128-token
+/// 119 characters: with `[CLS]` and `[SEP]`, a prompt that fits a 128-token
 /// bucket of the generated models' character tokenizer.
 const PROMPT_120: &str = "Two servers run a decoder on secret shares of a prompt; neither \
     learns the text, the logits or the tokens picked next!!";

@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 
 use crate::command::{self, workspace_root};
 
-/// Seventeen MiniLM tokens ([CLS] and [SEP] included).
+/// Seventeen MiniLM tokens (`[CLS]` and `[SEP]` included).
 const SHORT: &str = "Two servers compute a private sentence embedding together; neither sees it.";
 
 fn env_or(name: &str, default: usize) -> usize {
