@@ -62,7 +62,7 @@ pub struct PartyReport {
     pub key_bytes: u64,
     /// Per category.
     pub breakdown: BTreeMap<Category, CategoryFigures>,
-    /// Key bytes and output elements per gate ([`Kind::key_label`]).
+    /// Key bytes and output elements per gate ([`crate::plan::Kind::key_label`]).
     #[serde(default)]
     pub by_gate: BTreeMap<String, GateKeys>,
     /// The backend that ran the heavy operations ([`BatchEval::name`]).
@@ -556,11 +556,15 @@ fn final_figures(
     before: crate::net::Traffic,
     fss: &dyn BatchEval,
 ) {
+    let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
     for (step, traffic) in link.traffic_by_step() {
         if let Some(op) = plan.op_of_step(*step) {
             let f = report.breakdown.entry(plan.ops[op].category).or_default();
             f.comm_bytes += traffic.sent;
             f.rounds += traffic.rounds;
+            if trace {
+                trace_step_traffic(plan, report.party, (op, *step), traffic);
+            }
         }
     }
     let total = link.traffic();
@@ -726,6 +730,27 @@ fn trace_op(plan: &Plan, party: Party, i: usize, took: f64) {
             .chars()
             .take(60)
             .collect::<String>()
+    );
+}
+
+/// A step's rounds and bytes sent, one line of `SUFFUSE_TRACE` at the
+/// end of a run (steps that share a round each count it).
+fn trace_step_traffic(
+    plan: &Plan,
+    party: u8,
+    (op, step): (usize, u32),
+    traffic: &crate::net::Traffic,
+) {
+    let out = &plan.tensors[plan.ops[op].kind.output()];
+    let lane = plan.ops[op]
+        .lane
+        .map_or(String::new(), |l| format!(" lane {}", l.lane));
+    eprintln!(
+        "P{party} traffic: step {step:5} op {op:5} rounds {:3} sent {:>10}  {:<16} {}{lane}",
+        traffic.rounds,
+        traffic.sent,
+        plan.ops[op].category.name(),
+        out.name
     );
 }
 
