@@ -394,23 +394,9 @@ impl Gate {
         explicit: &mut [u64],
         scratch: &mut DealScratch<'_>,
     ) -> Result<u64, Error> {
-        if let Some([m0, m1]) = masks
-            && (m0.len() != count || m1.len() != count)
-        {
-            return Err(Error::BufferLength);
-        }
-        let c = &self.compiled;
+        self.check_deal_buffers(masks, count, [dcf0, dcf1], explicit.len())?;
         let w = self.ring();
         let ew = self.explicit_words();
-        if explicit.len() != count * ew {
-            return Err(Error::BufferLength);
-        }
-        for k in 0..c.key_count {
-            let len = self.key_params(k).key_len();
-            if dcf0[k].len() != count * len || dcf1[k].len() != count * len {
-                return Err(Error::BufferLength);
-            }
-        }
         let per = self.prf_blocks();
         let (group, prf, mut gen_in) = scratch.parts(per)?;
         // Elements per batch: as many as both parties' blocks fit.
@@ -449,6 +435,33 @@ impl Gate {
             done += n;
         }
         Ok(calls)
+    }
+
+    /// Checks a dealer's buffers for `count` elements: both parties' mask
+    /// shares where given, every key slot of both parties at its key
+    /// length, and `explicit` words of P1's.
+    fn check_deal_buffers(
+        &self,
+        masks: Option<[&[u64]; 2]>,
+        count: usize,
+        [dcf0, dcf1]: [&[&mut [u8]; MAX_KEYS]; 2],
+        explicit: usize,
+    ) -> Result<(), Error> {
+        if let Some([m0, m1]) = masks
+            && (m0.len() != count || m1.len() != count)
+        {
+            return Err(Error::BufferLength);
+        }
+        if explicit != count * self.explicit_words() {
+            return Err(Error::BufferLength);
+        }
+        for k in 0..self.compiled.key_count {
+            let len = self.key_params(k).key_len();
+            if dcf0[k].len() != count * len || dcf1[k].len() != count * len {
+                return Err(Error::BufferLength);
+            }
+        }
+        Ok(())
     }
 
     /// Generates every DCF key pair of a group of `m` elements whose
@@ -683,6 +696,42 @@ impl Gate {
         let elements = if count < batch { count } else { batch };
         let elements = if elements == 0 { 1 } else { elements };
         2 * per * elements + 2 * group
+    }
+
+    /// Checks an evaluator's buffers for `n` elements as `party`: `inputs`
+    /// input shares (none for an [`Input::Masked`] gate), keys that hold
+    /// every key at its parameters, P1's explicit words (P0 holds none) and
+    /// at least the layout's scratch. Returns the layout.
+    fn check_eval_buffers(
+        &self,
+        party: Party,
+        n: usize,
+        keys: &PartyKeys<'_>,
+        inputs: usize,
+        scratch: usize,
+    ) -> Result<Layout, Error> {
+        let want_inputs = match self.input {
+            Input::Shares => n,
+            Input::Masked => 0,
+        };
+        let l = self.layout(n);
+        if inputs != want_inputs || scratch < l.end {
+            return Err(Error::BufferLength);
+        }
+        for k in 0..self.compiled.key_count {
+            if !keys.holds(k, self.key_params(k), n) {
+                return Err(Error::BufferLength);
+            }
+        }
+        let want = if party == Party::P1 {
+            n * self.explicit_words()
+        } else {
+            0
+        };
+        if keys.explicit.len() != want {
+            return Err(Error::BufferLength);
+        }
+        Ok(l)
     }
 
     const fn layout(&self, n: usize) -> Layout {
@@ -943,28 +992,10 @@ impl<'a> Eval<'a> {
         input: &[u64],
         scratch: &'a mut [u64],
     ) -> Result<Eval<'a>, Error> {
-        let inputs = match gate.input {
-            Input::Shares => n,
-            Input::Masked => 0,
-        };
-        if mask.is_some_and(|m| m.len() != n) || input.len() != inputs {
+        if mask.is_some_and(|m| m.len() != n) {
             return Err(Error::BufferLength);
         }
-        let c = &gate.compiled;
-        let l = gate.layout(n);
-        if scratch.len() < l.end {
-            return Err(Error::BufferLength);
-        }
-        for k in 0..c.key_count {
-            if !keys.holds(k, gate.key_params(k), n) {
-                return Err(Error::BufferLength);
-            }
-        }
-        let ew = gate.explicit_words();
-        let want = if party == Party::P1 { n * ew } else { 0 };
-        if keys.explicit.len() != want {
-            return Err(Error::BufferLength);
-        }
+        let l = gate.check_eval_buffers(party, n, &keys, input.len(), scratch.len())?;
         let mut ev = Eval {
             gate,
             party,
@@ -979,19 +1010,7 @@ impl<'a> Eval<'a> {
         };
         ev.load_seeded(h, seed, first);
         if let Some(m) = mask {
-            let w = gate.ring();
-            for (d, v) in ev.s[l.mask..l.mask + n].iter_mut().zip(m) {
-                *d = w.reduce(*v);
-            }
-            // Monomials equal to r read the mask share.
-            let mm = gate.plan.mono_count;
-            for (k, mono) in gate.plan.monos[..mm].iter().enumerate() {
-                if mono.is_seeded() && mono.r == 1 {
-                    for i in 0..n {
-                        ev.s[l.monos + k * n + i] = ev.s[l.mask + i];
-                    }
-                }
-            }
+            ev.set_mask(m);
         }
         // The opening's own half: x_b + r_b.
         let w = gate.ring();
@@ -999,6 +1018,25 @@ impl<'a> Eval<'a> {
             ev.s[l.x_hat + j] = w.add(*x, ev.s[l.mask + j]);
         }
         Ok(ev)
+    }
+
+    /// Takes the mask shares from the caller instead of the seed (as
+    /// [`Gate::deal`]'s `mask`): reduced to the gate's ring, and copied into
+    /// the monomials equal to `r`.
+    fn set_mask(&mut self, m: &[u64]) {
+        let (g, l, n) = (self.gate, self.l, self.n);
+        let w = g.ring();
+        for (d, v) in self.s[l.mask..l.mask + n].iter_mut().zip(m) {
+            *d = w.reduce(*v);
+        }
+        let mm = g.plan.mono_count;
+        for (k, mono) in g.plan.monos[..mm].iter().enumerate() {
+            if mono.is_seeded() && mono.r == 1 {
+                for i in 0..n {
+                    self.s[l.monos + k * n + i] = self.s[l.mask + i];
+                }
+            }
+        }
     }
 
     /// Unpacks this party's seeded material into scratch.
@@ -1568,7 +1606,6 @@ impl Eval<'_> {
     pub fn outputs_interpreted(&self, first: usize, arith: &mut [u64]) -> Result<(), Error> {
         use crate::phi::{MAX_ENTRIES, MAX_FACTORS, MAX_MONOS, Publics};
         let g = self.gate;
-        let c = &g.compiled;
         let outs = g.phi.count;
         let count = arith.len().checked_div(outs).unwrap_or(0);
         if arith.len() != count * outs || first + count > self.n {
@@ -1598,27 +1635,8 @@ impl Eval<'_> {
             for o in 0..outs {
                 let output = &g.phi.outputs[o];
                 coef[..m].fill(0);
-                for t in 0..output.len {
-                    let term = &output.terms[t];
-                    let p = w.mul(term.scale, term.public.at(x_hat));
-                    for f in 0..term.len {
-                        g.plan
-                            .entries(c, term.factors[f], &publics, &mut entries[f]);
-                    }
-                    while k < g.plan.contrib_count
-                        && usize::from(g.plan.contribs[k].output) == o
-                        && usize::from(g.plan.contribs[k].term) == t
-                    {
-                        let ct = &g.plan.contribs[k];
-                        let mut v = p;
-                        for f in 0..term.len {
-                            v = w.mul(v, entries[f][usize::from(ct.entries[f])]);
-                        }
-                        let mi = usize::from(ct.mono);
-                        coef[mi] = w.add(coef[mi], v);
-                        k += 1;
-                    }
-                }
+                let at = (o, x_hat, &publics);
+                interpret_terms(g, at, &mut k, &mut entries, &mut coef);
                 let mut acc = if pb == 0 { coef[0] } else { 0 };
                 for i in 1..m {
                     acc = w.add(acc, w.mul(coef[i], shares[i]));
@@ -1627,6 +1645,42 @@ impl Eval<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The interpreter's coefficients of output `o` at `x_hat`: each term's
+/// public factor times its entries, added to the coefficient of the
+/// monomial each contribution names; `k` walks the plan's contributions
+/// in order across the outputs.
+#[cfg(feature = "interpreter")]
+fn interpret_terms(
+    g: &Gate,
+    (o, x_hat, publics): (usize, u64, &crate::phi::Publics<'_>),
+    k: &mut usize,
+    entries: &mut [[u64; crate::phi::MAX_ENTRIES]; crate::phi::MAX_FACTORS],
+    coef: &mut [u64; crate::phi::MAX_MONOS],
+) {
+    let (c, w) = (&g.compiled, g.ring());
+    let output = &g.phi.outputs[o];
+    for t in 0..output.len {
+        let term = &output.terms[t];
+        let p = w.mul(term.scale, term.public.at(x_hat));
+        for f in 0..term.len {
+            g.plan.entries(c, term.factors[f], publics, &mut entries[f]);
+        }
+        while *k < g.plan.contrib_count
+            && usize::from(g.plan.contribs[*k].output) == o
+            && usize::from(g.plan.contribs[*k].term) == t
+        {
+            let ct = &g.plan.contribs[*k];
+            let mut v = p;
+            for f in 0..term.len {
+                v = w.mul(v, entries[f][usize::from(ct.entries[f])]);
+            }
+            let mi = usize::from(ct.mono);
+            coef[mi] = w.add(coef[mi], v);
+            *k += 1;
+        }
     }
 }
 

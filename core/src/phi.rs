@@ -719,39 +719,17 @@ impl Plan {
         }
         let mut idx = [0usize; MAX_FACTORS];
         loop {
-            let mut mono = Mono::ONE;
-            let mut ok = true;
-            let mut f = 0;
-            while f < term.len {
-                match mono.times(self.entry_mono(c, phi, term.factors[f], idx[f])) {
-                    Some(m) => mono = m,
-                    None => ok = false,
-                }
-                f += 1;
-            }
-            if !ok {
-                return Err(SufError::Program);
-            }
+            let mono = match self.combination_mono(c, phi, term, &idx) {
+                Ok(m) => m,
+                Err(e) => return Err(e),
+            };
             let mi = match self.mono_index(mono) {
                 Ok(i) => i,
                 Err(e) => return Err(e),
             };
-            if self.contrib_count >= MAX_CONTRIB {
-                return cap();
+            if let Err(e) = self.push_contrib((o, t), &idx, mi) {
+                return Err(e);
             }
-            let mut entries = [0u16; MAX_FACTORS];
-            let mut f = 0;
-            while f < MAX_FACTORS {
-                entries[f] = cast::u16_from_index(idx[f]);
-                f += 1;
-            }
-            self.contribs[self.contrib_count] = Contrib {
-                output: cast::u8_from_index(o),
-                term: cast::u8_from_index(t),
-                entries,
-                mono: mi,
-            };
-            self.contrib_count += 1;
             // Next combination, odometer order.
             let mut f = 0;
             loop {
@@ -766,6 +744,54 @@ impl Plan {
                 f += 1;
             }
         }
+    }
+
+    /// The monomial of one combination `idx` of a term's factors' entries:
+    /// the product of each entry's monomial (an error past the degree).
+    const fn combination_mono(
+        &self,
+        c: &Compiled,
+        phi: &Phi,
+        term: &Term,
+        idx: &[usize; MAX_FACTORS],
+    ) -> Result<Mono, SufError> {
+        let mut mono = Mono::ONE;
+        let mut f = 0;
+        while f < term.len {
+            match mono.times(self.entry_mono(c, phi, term.factors[f], idx[f])) {
+                Some(m) => mono = m,
+                None => return Err(SufError::Program),
+            }
+            f += 1;
+        }
+        Ok(mono)
+    }
+
+    /// Records that combination `idx` of term `t` of output `o` adds to
+    /// monomial `mono`.
+    const fn push_contrib(
+        &mut self,
+        (o, t): (usize, usize),
+        idx: &[usize; MAX_FACTORS],
+        mono: u8,
+    ) -> Result<(), SufError> {
+        if self.contrib_count >= MAX_CONTRIB {
+            return cap();
+        }
+        let mut entries = [0u16; MAX_FACTORS];
+        let mut f = 0;
+        while f < MAX_FACTORS {
+            entries[f] = cast::u16_from_index(idx[f]);
+            f += 1;
+        }
+        self.contribs[self.contrib_count] = Contrib {
+            output: cast::u8_from_index(o),
+            term: cast::u8_from_index(t),
+            entries,
+            mono,
+        };
+        self.contrib_count += 1;
+        Ok(())
     }
 
     /// How many expansion entries a factor has (a public fact).

@@ -242,11 +242,8 @@ impl CentreSquare {
                     w.mul(r, m),
                     sum_a2,
                 ];
-                for (j, v) in words.into_iter().enumerate() {
-                    let block = g.block(e, SLOT_WORDS + j / 2)[0];
-                    let p0 = w.reduce([block.low64(), block.high64()][j % 2]);
-                    explicit[(g.at + e) * WORDS + j] = w.sub(v, p0);
-                }
+                let out = &mut explicit[(g.at + e) * WORDS..(g.at + e + 1) * WORDS];
+                g.explicit(w, (e, SLOT_WORDS), words, out);
             }
             made += one_round::generate_keys(
                 g,

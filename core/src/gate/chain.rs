@@ -565,30 +565,40 @@ impl Chain {
                 }
                 gate.deal(fss, step_seeds, None, first, count, k0, k1)
             }
-            Step::Mul { .. } => {
-                if explicit.len() != count {
-                    return Err(Error::BufferLength);
-                }
-                let w = self.ring;
-                let mut calls = 0;
-                let mut t0 = [0u64; 4 * 64];
-                let mut t1 = [0u64; 4 * 64];
-                let mut done = 0;
-                while done < count {
-                    let n = 64.min(count - done);
-                    let at = first + cast::u64_from_usize(done);
-                    calls += triple_words(h, &step_seeds[0], at, n, &mut t0);
-                    calls += triple_words(h, &step_seeds[1], at, n, &mut t1);
-                    for e in 0..n {
-                        let a = w.add(t0[4 * e], t1[4 * e]);
-                        let b = w.add(t0[4 * e + 1], t1[4 * e + 1]);
-                        explicit[done + e] = w.sub(w.mul(a, b), w.reduce(t0[4 * e + 2]));
-                    }
-                    done += n;
-                }
-                Ok(calls)
-            }
+            Step::Mul { .. } => self.deal_mul(h, &step_seeds, (first, count), explicit),
         }
+    }
+
+    /// A Beaver step's material: P1's explicit `c = a·b − c₀` per element,
+    /// `a`, `b` and `c₀` expanded from both step seeds in runs of 64.
+    fn deal_mul(
+        &self,
+        h: &dyn Hasher,
+        step_seeds: &[[u8; 16]; 2],
+        (first, count): (u64, usize),
+        explicit: &mut [u64],
+    ) -> Result<u64, Error> {
+        if explicit.len() != count {
+            return Err(Error::BufferLength);
+        }
+        let w = self.ring;
+        let mut calls = 0;
+        let mut t0 = [0u64; 4 * 64];
+        let mut t1 = [0u64; 4 * 64];
+        let mut done = 0;
+        while done < count {
+            let n = 64.min(count - done);
+            let at = first + cast::u64_from_usize(done);
+            calls += triple_words(h, &step_seeds[0], at, n, &mut t0);
+            calls += triple_words(h, &step_seeds[1], at, n, &mut t1);
+            for e in 0..n {
+                let a = w.add(t0[4 * e], t1[4 * e]);
+                let b = w.add(t0[4 * e + 1], t1[4 * e + 1]);
+                explicit[done + e] = w.sub(w.mul(a, b), w.reduce(t0[4 * e + 2]));
+            }
+            done += n;
+        }
+        Ok(calls)
     }
 }
 

@@ -43,6 +43,23 @@ impl Group<'_> {
         self.blocks.map(|b| b[e * self.slots + slot])
     }
 
+    /// P1's explicit words of element `e`: each value less P0's seeded
+    /// share of it, two words per PRF block from `slot` on (low half,
+    /// then high), reduced to `ring`.
+    pub(crate) fn explicit(
+        &self,
+        ring: Width,
+        (e, slot): (usize, usize),
+        values: impl IntoIterator<Item = u64>,
+        explicit: &mut [u64],
+    ) {
+        for (j, (v, out)) in values.into_iter().zip(explicit).enumerate() {
+            let block = self.block(e, slot + j / 2)[0];
+            let p0 = ring.reduce([block.low64(), block.high64()][j % 2]);
+            *out = ring.sub(v, p0);
+        }
+    }
+
     /// Generates the group's keys of one key slot, rooted at PRF `slot`:
     /// thresholds `alphas`, payloads `betas` ([`Output::words`] per
     /// element, a pair's two side by side) and `random` (this key slot's

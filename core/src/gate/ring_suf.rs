@@ -320,35 +320,15 @@ impl RingSuf {
         {
             return Err(Error::BufferLength);
         }
-        let w = self.ring;
-        let (powers, words) = (self.powers(), self.words());
+        let words = self.words();
         let mut alphas = [0u64; GROUP];
         let mut betas = [[0u64; GROUP]; MAX_KEYS];
         let slots = self.root_slot() + keys_n;
-        one_round::deal_groups(fss, w, (seeds, slots), masks, (first, count), |g| {
+        one_round::deal_groups(fss, self.ring, (seeds, slots), masks, (first, count), |g| {
             for (e, &r) in g.masks.iter().enumerate() {
                 alphas[e] = self.k.reduce(r);
-                let [b0, b1] = g.block(e, SLOT_MASK);
-                let s = w.add(w.reduce(b0.high64()), w.reduce(b1.high64()));
-                // Key i's payload: r^i, then s·r^i; the dealt words are the
-                // payloads that are neither 1, r nor s.
-                let mut power = 1u64;
-                for i in 0..powers {
-                    betas[i][e] = power;
-                    if self.scaled {
-                        betas[powers + i][e] = w.mul(s, power);
-                    }
-                    power = w.mul(power, r);
-                }
-                let dealt = (2..powers)
-                    .map(|i| betas[i][e])
-                    .chain((1..powers).map(|i| betas[powers + i][e]))
-                    .take(words);
-                for (j, v) in dealt.enumerate() {
-                    let block = g.block(e, SLOT_WORDS + j / 2)[0];
-                    let p0 = w.reduce([block.low64(), block.high64()][j % 2]);
-                    explicit[(g.at + e) * words + j] = w.sub(v, p0);
-                }
+                let words = &mut explicit[(g.at + e) * words..(g.at + e + 1) * words];
+                self.payloads(g, (e, r), &mut betas, words);
             }
             one_round::generate_keys(
                 g,
@@ -361,6 +341,35 @@ impl RingSuf {
                 &mut keys1[..keys_n],
             )
         })
+    }
+
+    /// Element `e`'s key payloads, its mask `r` and `s` from both parties'
+    /// mask slots: key i's is r^i, then s·r^i; the dealt words (P1's
+    /// `explicit`, its share less P0's seeded one) are the payloads that
+    /// are neither 1, r nor s.
+    fn payloads(
+        &self,
+        g: &one_round::Group<'_>,
+        (e, r): (usize, u64),
+        betas: &mut [[u64; GROUP]; MAX_KEYS],
+        explicit: &mut [u64],
+    ) {
+        let w = self.ring;
+        let powers = self.powers();
+        let [b0, b1] = g.block(e, SLOT_MASK);
+        let s = w.add(w.reduce(b0.high64()), w.reduce(b1.high64()));
+        let mut power = 1u64;
+        for i in 0..powers {
+            betas[i][e] = power;
+            if self.scaled {
+                betas[powers + i][e] = w.mul(s, power);
+            }
+            power = w.mul(power, r);
+        }
+        let dealt = (2..powers)
+            .map(|i| betas[i][e])
+            .chain((1..powers).map(|i| betas[powers + i][e]));
+        g.explicit(w, (e, SLOT_WORDS), dealt, explicit);
     }
 
     /// Writes each element's key roots, re-derived from `party`'s `seed`,

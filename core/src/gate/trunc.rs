@@ -130,54 +130,9 @@ pub(crate) const fn shift_phi(
     unshift: u64,
     gate: Option<Factor>,
 ) -> Phi {
-    let n = ring.bits();
-    let low = View::new(Width::of(f), 0);
-    let carry = Term::new(ring.neg(1), Public::One, &[Factor::Wrap(low)]);
-    let mask_floor = Term::new(ring.neg(1), Public::One, &[Factor::Kappa(0)]);
     let (phi, mut terms) = match range {
-        Range::Exact => {
-            let main = View::new(k, offset);
-            let shifted = Public::ViewShr {
-                view: main,
-                shift: f,
-            };
-            (
-                Phi::new(PolyMode::Monomials).with_kappa(Kappa::MaskBits { width: k, shift: f }),
-                [
-                    Term::new(1, shifted, &[]),
-                    mask_floor,
-                    carry,
-                    Term::new(1u64 << (k.bits() - f), Public::One, &[Factor::Wrap(main)]),
-                    Term::constant(unshift),
-                ],
-            )
-        }
-        Range::Gap => {
-            let full = View::new(ring, offset);
-            let shifted = Public::ViewShr {
-                view: full,
-                shift: f,
-            };
-            (
-                Phi::new(PolyMode::Monomials)
-                    .with_kappa(Kappa::MaskBits {
-                        width: ring,
-                        shift: f,
-                    })
-                    .with_kappa(Kappa::MaskMsb(ring)),
-                [
-                    Term::new(1, shifted, &[]),
-                    mask_floor,
-                    carry,
-                    Term::new(
-                        ring.reduce(1u64 << (n - f)),
-                        Public::NotMsb(full),
-                        &[Factor::Kappa(1)],
-                    ),
-                    Term::constant(unshift),
-                ],
-            )
-        }
+        Range::Exact => exact_terms(ring, k, f, (offset, unshift)),
+        Range::Gap => gap_terms(ring, f, (offset, unshift)),
     };
     if let Some(d) = gate {
         let mut i = 0;
@@ -187,6 +142,72 @@ pub(crate) const fn shift_phi(
         }
     }
     phi.with_output(ring, &terms)
+}
+
+/// The exact form's Φ and terms: `⌊x̂_k / 2^f⌋ − ⌊r_k / 2^f⌋ − carry` over
+/// the k-bit view, its wrap weighted by `2^(k−f)`, and the unshift.
+const fn exact_terms(
+    ring: Width,
+    k: Width,
+    f: u32,
+    (offset, unshift): (u64, u64),
+) -> (Phi, [Term; 5]) {
+    let main = View::new(k, offset);
+    let shifted = Public::ViewShr {
+        view: main,
+        shift: f,
+    };
+    (
+        Phi::new(PolyMode::Monomials).with_kappa(Kappa::MaskBits { width: k, shift: f }),
+        [
+            Term::new(1, shifted, &[]),
+            mask_floor(ring),
+            carry(ring, f),
+            Term::new(1u64 << (k.bits() - f), Public::One, &[Factor::Wrap(main)]),
+            Term::constant(unshift),
+        ],
+    )
+}
+
+/// The gap form's Φ and terms: the same over the whole ring, the wrap
+/// read from the mask's top bit and x̂'s (no comparison).
+const fn gap_terms(ring: Width, f: u32, (offset, unshift): (u64, u64)) -> (Phi, [Term; 5]) {
+    let full = View::new(ring, offset);
+    let shifted = Public::ViewShr {
+        view: full,
+        shift: f,
+    };
+    (
+        Phi::new(PolyMode::Monomials)
+            .with_kappa(Kappa::MaskBits {
+                width: ring,
+                shift: f,
+            })
+            .with_kappa(Kappa::MaskMsb(ring)),
+        [
+            Term::new(1, shifted, &[]),
+            mask_floor(ring),
+            carry(ring, f),
+            Term::new(
+                ring.reduce(1u64 << (ring.bits() - f)),
+                Public::NotMsb(full),
+                &[Factor::Kappa(1)],
+            ),
+            Term::constant(unshift),
+        ],
+    )
+}
+
+/// `−[x̂ mod 2^f < r mod 2^f]`: the borrow out of the dropped bits.
+const fn carry(ring: Width, f: u32) -> Term {
+    let low = View::new(Width::of(f), 0);
+    Term::new(ring.neg(1), Public::One, &[Factor::Wrap(low)])
+}
+
+/// `−⌊r_view / 2^f⌋`: the first κ word (the mask's bits above the
+/// dropped ones), from the dealer.
+const fn mask_floor(ring: Width) -> Term {
+    Term::new(ring.neg(1), Public::One, &[Factor::Kappa(0)])
 }
 
 /// What the gate computes on every ring word (for [`Range::Exact`] and

@@ -313,23 +313,36 @@ impl TruncOpen {
             a[i] = w.reduce(b.low64());
             d[i] = w.reduce(b.high64());
         });
-        match party {
-            Party::P0 => {
-                let at = (seed, SLOT_WORDS);
-                calls += one_round::dealt_words(h, (w, party), at, first, &[], &mut [hi, msb])?;
-                let at = (seed, SLOT_RHO);
-                calls += one_round::dealt_words(h, (w, party), at, first, &[], &mut [rho])?;
-            }
-            Party::P1 => {
-                for (i, ex) in explicit.chunks_exact(per).enumerate() {
-                    (hi[i], msb[i], rho[i]) = (ex[0], ex[1], ex[2]);
-                    if self.squared {
-                        (sq_a[i], sq_ad[i]) = (ex[3], ex[4]);
-                    }
+        let dealt = [hi, msb, rho, sq_a, sq_ad];
+        Ok(calls + self.load_dealt(h, (party, seed), first, explicit, dealt)?)
+    }
+
+    /// This party's shares of the dealt words `⌊r/2^f⌋`, `MSB(r)`, ρ and,
+    /// squared, `A²` and `2AD + D²`: P0 expands its own from `seed`, P1
+    /// copies its `explicit` words. Returns the AES calls made.
+    fn load_dealt(
+        &self,
+        h: &dyn Hasher,
+        (party, seed): (Party, &[u8; 16]),
+        first: u64,
+        explicit: &[u64],
+        [hi, msb, rho, sq_a, sq_ad]: [&mut [u64]; 5],
+    ) -> Result<u64, Error> {
+        let w = self.ring;
+        if party == Party::P1 {
+            for (i, ex) in explicit.chunks_exact(self.explicit_words()).enumerate() {
+                (hi[i], msb[i], rho[i]) = (ex[0], ex[1], ex[2]);
+                if self.squared {
+                    (sq_a[i], sq_ad[i]) = (ex[3], ex[4]);
                 }
             }
+            return Ok(0);
         }
-        if self.squared && party == Party::P0 {
+        let at = (seed, SLOT_WORDS);
+        let mut calls = one_round::dealt_words(h, (w, party), at, first, &[], &mut [hi, msb])?;
+        let at = (seed, SLOT_RHO);
+        calls += one_round::dealt_words(h, (w, party), at, first, &[], &mut [rho])?;
+        if self.squared {
             let at = (seed, SLOT_SQUARE);
             calls += one_round::dealt_words(h, (w, party), at, first, &[], &mut [sq_a, sq_ad])?;
         }

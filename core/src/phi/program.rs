@@ -699,31 +699,36 @@ pub fn run(
                 .step_by(n)
                 .fold(0, |a, b| a ^ b),
         );
-        for op in prog.section(section) {
-            match *op {
-                Op::StoreOpened { src, slot } => {
-                    let col = &blocks[usize::from(src)];
-                    store(
-                        prog.ring,
-                        &at,
-                        width,
-                        usize::from(slot),
-                        col,
-                        Some(input.a),
-                        out,
-                    );
-                }
-                Op::StoreOutput { src, output } => {
-                    let ring = prog.out_ring[usize::from(output)];
-                    let col = &blocks[usize::from(src)];
-                    store(ring, &at, width, usize::from(output), col, None, out);
-                }
-                op => step(prog, op, p0, &at, input, blocks),
-            }
-        }
+        run_block(prog, (section, p0, &at), input, (out, width), blocks);
         start += at.count;
     }
     Ok(())
+}
+
+/// One block of [`run`]: every operation of `section` on the block's
+/// columns, the stores writing `width` words per element into `out`.
+fn run_block(
+    prog: &Program,
+    (section, p0, at): (Section, bool, &Block),
+    input: &Inputs<'_>,
+    (out, width): (&mut [u64], usize),
+    blocks: &mut [[u64; BLOCK]],
+) {
+    for op in prog.section(section) {
+        match *op {
+            Op::StoreOpened { src, slot } => {
+                let col = &blocks[usize::from(src)];
+                let slot = usize::from(slot);
+                store(prog.ring, at, width, slot, col, Some(input.a), out);
+            }
+            Op::StoreOutput { src, output } => {
+                let ring = prog.out_ring[usize::from(output)];
+                let col = &blocks[usize::from(src)];
+                store(ring, at, width, usize::from(output), col, None, out);
+            }
+            op => step(prog, op, p0, at, input, blocks),
+        }
+    }
 }
 
 /// Where a block lies in the batch.
