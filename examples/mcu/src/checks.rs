@@ -258,21 +258,33 @@ pub fn key_parser(marks: &mut Marks) -> usize {
             wrong += 1;
         }
     }
+    wrong + corrupted_batches(&mut b.bytes[..], (&valid, len), marks)
+}
+
+/// Each corruption of a valid batch (`valid` its header, `len` its
+/// length, its key already in `bytes`) against its typed error. Returns
+/// the corruptions that did not give theirs.
+fn corrupted_batches(
+    bytes: &mut [u8],
+    (valid, len): (&[u8; wire::KEY_HEADER_LEN], usize),
+    marks: &mut Marks,
+) -> usize {
+    let mut wrong = 0;
     for (name, corruption, want) in CORRUPTIONS {
-        b.bytes[..wire::KEY_HEADER_LEN].copy_from_slice(&valid);
-        b.bytes[len] = 0;
+        bytes[..wire::KEY_HEADER_LEN].copy_from_slice(valid);
+        bytes[len] = 0;
         let end = match corruption {
             Corruption::Byte(at, value) => {
-                b.bytes[at] = value;
+                bytes[at] = value;
                 len
             }
             Corruption::Count(c) => {
-                b.bytes[12..20].copy_from_slice(&c.to_le_bytes());
+                bytes[12..20].copy_from_slice(&c.to_le_bytes());
                 len
             }
             Corruption::Length(d) => len.saturating_add_signed(d),
         };
-        let (got, used) = high_water(|| wire::parse_key_batch(&b.bytes[..end]).map(|_| ()));
+        let (got, used) = high_water(|| wire::parse_key_batch(&bytes[..end]).map(|_| ()));
         marks.record("wire::parse_key_batch", used);
         let ok = got == Err(want);
         wrong += usize::from(!ok);
@@ -390,7 +402,6 @@ fn run_party(
     marks: &mut Marks,
 ) -> Result<usize, Error> {
     let aes = FixedKeyAes::new();
-    let serial = Serial::new();
     let party = t.party();
     let n = t.input.len();
     let words = gate.scratch_words(n);
@@ -419,27 +430,9 @@ fn run_party(
     });
     marks.record("Eval::new", used);
     let mut ev = ev?;
-    let mut messages_wrong = 0;
-    if ev.rounds() != t.sent.len() || ev.rounds() != t.received.len() {
-        hprintln!(
-            "gate {}: {} rounds, transcript has {}",
-            t.name,
-            ev.rounds(),
-            t.sent.len()
-        );
+    let Some(messages_wrong) = play_rounds(&mut ev, t, send, marks)? else {
         return Ok(1);
-    }
-    for i in 0..ev.rounds() {
-        let len = ev.send_len(i);
-        let out = &mut send[..len];
-        let (r, used) = high_water(|| ev.prepare(i, out));
-        marks.record("Eval::prepare", used);
-        r?;
-        messages_wrong += usize::from(*out != *t.sent[i]);
-        let (r, used) = high_water(|| ev.finish(i, t.received[i], &serial));
-        marks.record("Eval::finish", used);
-        r?;
-    }
+    };
     let mut arith = [0u64; 2 * MAX_ELEMENTS];
     let mut bits = [0u64; 4 * MAX_ELEMENTS];
     let arith = &mut arith[..n * gate.outputs()];
@@ -462,6 +455,40 @@ fn run_party(
         verdict(reference_ok)
     );
     Ok(messages_wrong + usize::from(!shares_ok) + usize::from(!reference_ok))
+}
+
+/// Plays the transcript's rounds on `ev`: each message this party sends
+/// against the host's, then the host's reply. Returns the messages that
+/// differ, or `None` (said why) if the round counts differ.
+fn play_rounds(
+    ev: &mut Eval<'_>,
+    t: &GateTranscript,
+    send: &mut [u8; MAX_MESSAGE],
+    marks: &mut Marks,
+) -> Result<Option<usize>, Error> {
+    if ev.rounds() != t.sent.len() || ev.rounds() != t.received.len() {
+        hprintln!(
+            "gate {}: {} rounds, transcript has {}",
+            t.name,
+            ev.rounds(),
+            t.sent.len()
+        );
+        return Ok(None);
+    }
+    let serial = Serial::new();
+    let mut wrong = 0;
+    for i in 0..ev.rounds() {
+        let len = ev.send_len(i);
+        let out = &mut send[..len];
+        let (r, used) = high_water(|| ev.prepare(i, out));
+        marks.record("Eval::prepare", used);
+        r?;
+        wrong += usize::from(*out != *t.sent[i]);
+        let (r, used) = high_water(|| ev.finish(i, t.received[i], &serial));
+        marks.record("Eval::finish", used);
+        r?;
+    }
+    Ok(Some(wrong))
 }
 
 /// The party's keys in `layout`, with the roots derived from its seed into
