@@ -303,6 +303,14 @@ impl Path {
             n,
             accumulate,
         };
+        self.tiled(&job, c, m);
+        Ok(())
+    }
+
+    /// Runs `job` over C (`m` rows) in tiles of the blocking `plan` picks,
+    /// on rayon's threads when there are several tiles and threads.
+    fn tiled(self, job: &Job<'_>, c: &mut [u64], m: usize) {
+        let (k, n) = (job.k, job.n);
         let (mr, nr) = self.tile();
         let threads = rayon::current_num_threads();
         let (block_rows, block_cols) = plan(m, k, n, mr, nr, threads);
@@ -312,8 +320,8 @@ impl Path {
                 col0: 0,
                 rows: c.chunks_exact_mut(n).collect(),
             };
-            self.run(&job, &mut tile);
-            return Ok(());
+            self.run(job, &mut tile);
+            return;
         }
         let col_blocks = n.div_ceil(block_cols);
         let mut tiles: Vec<Tile<'_>> = (0..m.div_ceil(block_rows) * col_blocks)
@@ -332,14 +340,13 @@ impl Path {
         }
         if threads <= 1 {
             for mut tile in tiles {
-                self.run(&job, &mut tile);
+                self.run(job, &mut tile);
             }
         } else {
             tiles
                 .into_par_iter()
-                .for_each(|mut tile| self.run(&job, &mut tile));
+                .for_each(|mut tile| self.run(job, &mut tile));
         }
-        Ok(())
     }
 
     /// Runs one tile on this path's kernel.
