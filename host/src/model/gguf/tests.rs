@@ -63,35 +63,8 @@ fn all_tensors() -> Vec<Sample> {
         (0x0081, f32::from_bits(0x0081_0000)),
         (0x4049, 3.140625),
     ];
-    // Q8_0, two blocks: d = 0.5 with q_j = j − 16, d = −2 with q_j = 127 − 8j.
-    let mut q8 = Vec::new();
-    let mut q8_want = Vec::new();
-    for (d_bits, d, q) in [
-        (
-            0x3800u16,
-            0.5f32,
-            (0..32).map(|j| j - 16).collect::<Vec<i32>>(),
-        ),
-        (0xc000, -2.0, (0..32).map(|j| 127 - 8 * j).collect()),
-    ] {
-        q8.extend(d_bits.to_le_bytes());
-        q8.extend(q.iter().map(|&v| v as i8 as u8));
-        q8_want.extend(q.iter().map(|&v| v as f32 * d));
-    }
-    // Q4_1, one block per row of a 32×2 matrix: d = 0.25, m = −1 with
-    // byte j = j | (15 − j) << 4; then d = 1, m = 0.5 with every byte 0xf0.
-    let mut q4 = Vec::new();
-    let mut q4_want = vec![0.0; 64];
-    q4.extend([0x00, 0x34, 0x00, 0xbc]);
-    q4.extend((0..16u8).map(|j| j | (15 - j) << 4));
-    for j in 0..16 {
-        q4_want[j] = j as f32 * 0.25 - 1.0;
-        q4_want[j + 16] = (15 - j) as f32 * 0.25 - 1.0;
-    }
-    q4.extend([0x00, 0x3c, 0x00, 0x38]);
-    q4.extend([0xf0; 16]);
-    q4_want[32..48].fill(0.5);
-    q4_want[48..].fill(15.5);
+    let (q8, q8_want) = q8_0_blocks();
+    let (q4, q4_want) = q4_1_blocks();
     vec![
         (
             "f32",
@@ -123,6 +96,45 @@ fn all_tensors() -> Vec<Sample> {
         (name, vec![values.len() as u64], ty, bytes, values)
     }))
     .collect()
+}
+
+/// Q8_0, two blocks: d = 0.5 with q_j = j − 16, d = −2 with q_j = 127 − 8j.
+/// Returns the stored bytes and their values.
+fn q8_0_blocks() -> (Vec<u8>, Vec<f32>) {
+    let mut q8 = Vec::new();
+    let mut q8_want = Vec::new();
+    for (d_bits, d, q) in [
+        (
+            0x3800u16,
+            0.5f32,
+            (0..32).map(|j| j - 16).collect::<Vec<i32>>(),
+        ),
+        (0xc000, -2.0, (0..32).map(|j| 127 - 8 * j).collect()),
+    ] {
+        q8.extend(d_bits.to_le_bytes());
+        q8.extend(q.iter().map(|&v| v as i8 as u8));
+        q8_want.extend(q.iter().map(|&v| v as f32 * d));
+    }
+    (q8, q8_want)
+}
+
+/// Q4_1, one block per row of a 32×2 matrix: d = 0.25, m = −1 with byte
+/// j = j | (15 − j) << 4; then d = 1, m = 0.5 with every byte 0xf0.
+/// Returns the stored bytes and their values.
+fn q4_1_blocks() -> (Vec<u8>, Vec<f32>) {
+    let mut q4 = Vec::new();
+    let mut q4_want = vec![0.0; 64];
+    q4.extend([0x00, 0x34, 0x00, 0xbc]);
+    q4.extend((0..16u8).map(|j| j | (15 - j) << 4));
+    for j in 0..16 {
+        q4_want[j] = j as f32 * 0.25 - 1.0;
+        q4_want[j + 16] = (15 - j) as f32 * 0.25 - 1.0;
+    }
+    q4.extend([0x00, 0x3c, 0x00, 0x38]);
+    q4.extend([0xf0; 16]);
+    q4_want[32..48].fill(0.5);
+    q4_want[48..].fill(15.5);
+    (q4, q4_want)
 }
 
 /// `tests/fixtures/make_kquants.py`'s known answers: for each block type,
@@ -528,68 +540,71 @@ type Digests = (
     &'static [(&'static str, &'static str, &'static str)],
 );
 
+/// The two K-quant checkpoints' tensors the test below digests, one of
+/// each quantized type in each file: the SHA-256 of the little-endian f32
+/// values, as `gguf.quants.dequantize` (gguf 0.17.1) gave them.
+const DIGESTS: [Digests; 2] = [
+    (
+        "Qwen2.5-Coder-0.5B-Instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        &[
+            (
+                "blk.0.ffn_down.weight",
+                "Q6_K",
+                "ab075951878740c9f8ad4cf65c0ce93f5c0c048c0110a555d872725bba271996",
+            ),
+            (
+                "blk.0.ffn_gate.weight",
+                "Q5_0",
+                "210e767c19efd42af0ee10bc30136a2d69b9d004e5c51603b89f57da1504d732",
+            ),
+            (
+                "blk.0.attn_v.weight",
+                "Q8_0",
+                "eaf7101a791d9c8de19271ec4dfaa0bd3f3e1d91d30d9685bc7199cde97408ff",
+            ),
+            (
+                "blk.11.ffn_down.weight",
+                "Q4_K",
+                "f48a7c976f6fce6b8cd9515c4cb0721f8ebe8328d7d2fcf07bf0cd208cc17536",
+            ),
+        ],
+    ),
+    (
+        "gemma-3-270m/gemma-3-270m-q4_k_m.gguf",
+        &[
+            (
+                "blk.0.attn_k.weight",
+                "Q5_0",
+                "e9148680cf79c2265aa182d501323da97bf5f038a92e860172e2f071e5f1ae24",
+            ),
+            (
+                "blk.0.attn_output.weight",
+                "Q4_K",
+                "84421b360695121d4fa8c5b47aa4b9729eb814b9608b4856a3af07a1736cf47f",
+            ),
+            (
+                "blk.0.attn_v.weight",
+                "Q8_0",
+                "7f2d145de2fbde18074eb84ca7f5b6d2c44308ed933e8f8520a0bbb4c663d11e",
+            ),
+            (
+                "blk.0.ffn_down.weight",
+                "Q6_K",
+                "b718ca6bf05ad89435100bb9da1f6a6300a627c3396bc3bdb91809ca7dcdb4d8",
+            ),
+        ],
+    ),
+];
+
 /// Tensors of the two K-quant checkpoints (`cargo xtask fetch-model
 /// qwen2.5-coder-0.5b`, `gemma3-270m`), when fetched, dequantized here and
-/// by the `gguf` package: the SHA-256 of the little-endian f32 values, as
-/// `gguf.quants.dequantize` (gguf 0.17.1) gave them. Every tensor of both
-/// files must also dequantize to its element count.
+/// by the `gguf` package ([`DIGESTS`]). Every tensor of both files must
+/// also dequantize to its element count.
 #[test]
 fn k_quant_checkpoints_dequantize_as_the_gguf_package_does() {
     use sha2::{Digest, Sha256};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
-    let files: [Digests; 2] = [
-        (
-            "Qwen2.5-Coder-0.5B-Instruct/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
-            &[
-                (
-                    "blk.0.ffn_down.weight",
-                    "Q6_K",
-                    "ab075951878740c9f8ad4cf65c0ce93f5c0c048c0110a555d872725bba271996",
-                ),
-                (
-                    "blk.0.ffn_gate.weight",
-                    "Q5_0",
-                    "210e767c19efd42af0ee10bc30136a2d69b9d004e5c51603b89f57da1504d732",
-                ),
-                (
-                    "blk.0.attn_v.weight",
-                    "Q8_0",
-                    "eaf7101a791d9c8de19271ec4dfaa0bd3f3e1d91d30d9685bc7199cde97408ff",
-                ),
-                (
-                    "blk.11.ffn_down.weight",
-                    "Q4_K",
-                    "f48a7c976f6fce6b8cd9515c4cb0721f8ebe8328d7d2fcf07bf0cd208cc17536",
-                ),
-            ],
-        ),
-        (
-            "gemma-3-270m/gemma-3-270m-q4_k_m.gguf",
-            &[
-                (
-                    "blk.0.attn_k.weight",
-                    "Q5_0",
-                    "e9148680cf79c2265aa182d501323da97bf5f038a92e860172e2f071e5f1ae24",
-                ),
-                (
-                    "blk.0.attn_output.weight",
-                    "Q4_K",
-                    "84421b360695121d4fa8c5b47aa4b9729eb814b9608b4856a3af07a1736cf47f",
-                ),
-                (
-                    "blk.0.attn_v.weight",
-                    "Q8_0",
-                    "7f2d145de2fbde18074eb84ca7f5b6d2c44308ed933e8f8520a0bbb4c663d11e",
-                ),
-                (
-                    "blk.0.ffn_down.weight",
-                    "Q6_K",
-                    "b718ca6bf05ad89435100bb9da1f6a6300a627c3396bc3bdb91809ca7dcdb4d8",
-                ),
-            ],
-        ),
-    ];
-    for (file, tensors) in files {
+    for (file, tensors) in DIGESTS {
         let path = root.join(file);
         if !path.exists() {
             eprintln!("note: {} is absent; skipping", path.display());
