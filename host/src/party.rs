@@ -734,7 +734,9 @@ fn trace_op(plan: &Plan, party: Party, i: usize, took: f64) {
 }
 
 /// A step's rounds and bytes sent, one line of `SUFFUSE_TRACE` at the
-/// end of a run (steps that share a round each count it).
+/// end of a run. A round that lanes share is one frame, counted under the
+/// step of the first lane that sent in it (`lanes`), so a group's other
+/// steps show only the rounds they had alone.
 fn trace_step_traffic(
     plan: &Plan,
     party: u8,
