@@ -442,6 +442,18 @@ fn run_party(
     r?;
     let shares_ok = *arith == *t.arith && *bits == *t.bits;
     let reference_ok = reference_agrees(gate, t, arith, bits, marks);
+    let verdicts = [messages_wrong == 0, shares_ok, reference_ok];
+    say_verdicts(t, (layout, n, ev.rounds()), verdicts);
+    Ok(messages_wrong + usize::from(!shares_ok) + usize::from(!reference_ok))
+}
+
+/// One line per party and gate: the messages, the output shares and the
+/// reconstruction, each equal or wrong.
+fn say_verdicts(
+    t: &GateTranscript,
+    (layout, n, rounds): (Layout, usize, usize),
+    [messages, shares, reference]: [bool; 3],
+) {
     let verdict = |ok: bool| if ok { "equal" } else { "WRONG" };
     hprintln!(
         "gate {} P{} ({}): {} elements, {} rounds; sent messages {} to the host's, output shares {} to the host's, reconstruction {} to the reference",
@@ -449,12 +461,11 @@ fn run_party(
         t.party,
         layout.name(),
         n,
-        ev.rounds(),
-        verdict(messages_wrong == 0),
-        verdict(shares_ok),
-        verdict(reference_ok)
+        rounds,
+        verdict(messages),
+        verdict(shares),
+        verdict(reference)
     );
-    Ok(messages_wrong + usize::from(!shares_ok) + usize::from(!reference_ok))
 }
 
 /// Plays the transcript's rounds on `ev`: each message this party sends
