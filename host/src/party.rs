@@ -556,7 +556,7 @@ fn final_figures(
     before: crate::net::Traffic,
     fss: &dyn BatchEval,
 ) {
-    let trace = std::env::var_os("SUFFUSE_TRACE").is_some();
+    let trace = tracing();
     for (step, traffic) in link.traffic_by_step() {
         if let Some(op) = plan.op_of_step(*step) {
             let f = report.breakdown.entry(plan.ops[op].category).or_default();
@@ -593,7 +593,7 @@ impl Times {
         Times {
             party,
             by_category: BTreeMap::new(),
-            trace: std::env::var_os("SUFFUSE_TRACE").is_some(),
+            trace: tracing(),
         }
     }
 
@@ -707,14 +707,26 @@ impl<'f> Run<'_, '_, 'f> {
     }
 }
 
+/// Whether `SUFFUSE_TRACE` asks for the per-operation and per-step
+/// lines on stderr.
+fn tracing() -> bool {
+    std::env::var_os("SUFFUSE_TRACE").is_some()
+}
+
+/// " lane N" for an operation in a lane group, else nothing: the trace
+/// lines' tag.
+fn lane_suffix(plan: &Plan, op: usize) -> String {
+    plan.ops[op]
+        .lane
+        .map_or(String::new(), |l| format!(" lane {}", l.lane))
+}
+
 /// One operation's line of `SUFFUSE_TRACE` (a lane's operations are
 /// timed on their own threads and overlap).
 fn trace_op(plan: &Plan, party: Party, i: usize, took: f64) {
     let op = &plan.ops[i];
     let out = &plan.tensors[op.kind.output()];
-    let lane = op
-        .lane
-        .map_or(String::new(), |l| format!(" lane {}", l.lane));
+    let lane = lane_suffix(plan, i);
     let keys = op
         .kind
         .key_label()
@@ -744,9 +756,7 @@ fn trace_step_traffic(
     traffic: &crate::net::Traffic,
 ) {
     let out = &plan.tensors[plan.ops[op].kind.output()];
-    let lane = plan.ops[op]
-        .lane
-        .map_or(String::new(), |l| format!(" lane {}", l.lane));
+    let lane = lane_suffix(plan, op);
     eprintln!(
         "P{party} traffic: step {step:5} op {op:5} rounds {:3} sent {:>10}  {:<16} {}{lane}",
         traffic.rounds,
