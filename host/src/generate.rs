@@ -6,6 +6,7 @@
 //! the prompt, the logits or the tokens. They learn the prompt bucket and
 //! how many decode passes ran.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use serde::Serialize;
@@ -482,6 +483,8 @@ pub struct Figures {
     pub rounds_per_layer_per_token: f64,
     /// Mean key bytes per decode pass (the larger party's).
     pub key_bytes_per_token_per_party: f64,
+    /// Mean rounds and bytes sent per decode pass, per kind of step.
+    pub rounds_by_gate_per_token: BTreeMap<String, crate::report::GateRounds>,
 }
 
 impl Figures {
@@ -509,6 +512,9 @@ impl Figures {
             rounds_per_token: rounds,
             rounds_per_layer_per_token: rounds / layers.max(1) as f64,
             key_bytes_per_token_per_party: per(&|r| r.key_bytes),
+            rounds_by_gate_per_token: o.reports.last().map_or_else(BTreeMap::new, |last| {
+                crate::report::rounds_by_gate(last, 1..o.reports.len())
+            }),
         }
     }
 }

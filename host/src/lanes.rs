@@ -112,6 +112,11 @@ impl<'l> Rounds<'l> {
         self.lock().link.traffic()
     }
 
+    /// The link's traffic so far per step ([`Link::traffic_by_step`]).
+    pub fn traffic_by_step(&self) -> std::collections::BTreeMap<u32, Traffic> {
+        self.lock().link.traffic_by_step().clone()
+    }
+
     /// Lane `lane` has sent its last message. It may complete a turn, whose
     /// exchange then fails here if the link does.
     pub fn done(&self, lane: usize) -> Result<(), LaneError> {

@@ -45,6 +45,19 @@ pub struct GateKeys {
     pub key_bytes: u64,
 }
 
+/// The traffic of one kind of step ([`crate::plan::Kind::key_label`]) in
+/// one pass, on one party.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct StepTraffic {
+    /// Steps of this kind in the pass.
+    pub steps: u64,
+    /// Rounds counted under them. A round that lanes share is one frame,
+    /// counted under the step of the first lane that sent in it.
+    pub rounds: u64,
+    /// Bytes this party sent for them.
+    pub sent: u64,
+}
+
 /// What one party measured.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct PartyReport {
@@ -65,6 +78,11 @@ pub struct PartyReport {
     /// Key bytes and output elements per gate ([`crate::plan::Kind::key_label`]).
     #[serde(default)]
     pub by_gate: BTreeMap<String, GateKeys>,
+    /// Rounds and bytes sent per kind of step, one map per pass of the
+    /// plan (a generation's prefill first, then its decode passes); filled
+    /// when the run ends.
+    #[serde(default)]
+    pub traffic_by_pass: Vec<BTreeMap<String, StepTraffic>>,
     /// The backend that ran the heavy operations ([`BatchEval::name`]).
     #[serde(default)]
     pub backend: String,
@@ -518,6 +536,7 @@ fn pass_done(
     let share = store.take(plan, plan.passes[pass].output)?;
     let traffic = rounds.traffic();
     report.rounds = traffic.rounds - before.rounds;
+    report.traffic_by_pass = traffic_by_pass(plan, &rounds.traffic_by_step());
     report.comm_bytes = traffic.sent - before.sent;
     device_figures(report, fss);
     report.online_s = start.elapsed().as_secs_f64();
@@ -567,11 +586,41 @@ fn final_figures(
             }
         }
     }
+    report.traffic_by_pass = traffic_by_pass(plan, link.traffic_by_step());
     let total = link.traffic();
     report.comm_bytes = total.sent - before.sent;
     report.recv_bytes = total.received - before.received;
     report.rounds = total.rounds - before.rounds;
     device_figures(report, fss);
+}
+
+/// The link's traffic per step gathered by pass and kind of step
+/// ([`step_label`]).
+fn traffic_by_pass(
+    plan: &Plan,
+    by_step: &BTreeMap<u32, crate::net::Traffic>,
+) -> Vec<BTreeMap<String, StepTraffic>> {
+    let mut passes = vec![BTreeMap::new(); plan.passes.len().max(1)];
+    for (op, step) in plan.step_of.iter().enumerate() {
+        let Some(step) = step else { continue };
+        let pass = plan.pass_of(op).min(passes.len() - 1);
+        let t: &mut StepTraffic = passes[pass].entry(step_label(plan, op)).or_default();
+        t.steps += 1;
+        if let Some(traffic) = by_step.get(step) {
+            t.rounds += traffic.rounds;
+            t.sent += traffic.sent;
+        }
+    }
+    passes
+}
+
+/// A step's kind in the reports: its gate's key label, else its
+/// category's name.
+fn step_label(plan: &Plan, op: usize) -> String {
+    let op = &plan.ops[op];
+    op.kind
+        .key_label()
+        .unwrap_or_else(|| op.category.name().to_owned())
 }
 
 /// The device's figures so far.

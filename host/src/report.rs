@@ -84,6 +84,9 @@ pub struct Report {
     /// Key bytes per gate (`Kind::key_label`: a truncation by the bits it
     /// drops), with the elements those gates output.
     pub keys_by_gate: BTreeMap<String, GateBreakdown>,
+    /// Rounds and bytes sent per kind of step (`Kind::key_label`, else the
+    /// category), over every pass that ran: where a case's rounds go.
+    pub rounds_by_gate: BTreeMap<String, GateRounds>,
 }
 
 /// The key bytes of one kind of gate.
@@ -93,6 +96,53 @@ pub struct GateBreakdown {
     pub elements: u64,
     /// Key bytes of P0 and of P1.
     pub key_bytes_per_party: [u64; 2],
+}
+
+/// The rounds and bytes sent of one kind of step, over some passes and
+/// divided by a count of them (1 for a whole run; the decode passes for a
+/// generation's per-token figures).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GateRounds {
+    /// Steps of this kind.
+    pub steps: f64,
+    /// Rounds counted under them (the larger party's count). A round that
+    /// lanes share is counted once, under the first lane's step, so the
+    /// kinds add up to the run's rounds.
+    pub rounds: f64,
+    /// Bytes P0 and P1 sent for them.
+    pub comm_bytes_per_party: [f64; 2],
+}
+
+/// The parties' traffic per kind of step over `passes`, divided by their
+/// number.
+pub fn rounds_by_gate(
+    parties: &[PartyReport; 2],
+    passes: std::ops::Range<usize>,
+) -> BTreeMap<String, GateRounds> {
+    // Per kind: steps, and each party's rounds and bytes sent.
+    let mut sums: BTreeMap<&str, (u64, [u64; 2], [u64; 2])> = BTreeMap::new();
+    for (p, r) in parties.iter().enumerate() {
+        let maps = r.traffic_by_pass.get(passes.clone()).unwrap_or_default();
+        for (label, t) in maps.iter().flatten() {
+            let (steps, rounds, sent) = sums.entry(label).or_default();
+            if p == 0 {
+                *steps += t.steps;
+            }
+            rounds[p] += t.rounds;
+            sent[p] += t.sent;
+        }
+    }
+    let per = passes.len().max(1) as f64;
+    sums.into_iter()
+        .map(|(label, (steps, rounds, sent))| {
+            let g = GateRounds {
+                steps: steps as f64 / per,
+                rounds: rounds[0].max(rounds[1]) as f64 / per,
+                comm_bytes_per_party: sent.map(|b| b as f64 / per),
+            };
+            (label.to_owned(), g)
+        })
+        .collect()
 }
 
 impl Report {
@@ -134,6 +184,8 @@ impl Report {
                 b.key_bytes_per_party[p] = g.key_bytes;
             }
         }
+        let passes = parties[0].traffic_by_pass.len();
+        self.rounds_by_gate = rounds_by_gate(parties, 0..passes);
         match dealer {
             Some(d) => {
                 self.keygen_s = d.keygen_s;

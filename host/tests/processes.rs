@@ -180,6 +180,7 @@ fn three_processes_give_the_in_process_answer() {
         "cosine_to_float",
         "breakdown",
         "keys_by_gate",
+        "rounds_by_gate",
     ] {
         assert!(r.get(field).is_some(), "report lacks {field}: {r}");
     }
@@ -303,6 +304,9 @@ fn three_process_generation_gives_the_in_process_tokens() {
     ] {
         assert!(r[field].as_f64().is_some(), "report lacks {field}: {r}");
     }
+    // The servers' per-step traffic reaches a remote client too.
+    let max = &r["rounds_by_gate_per_token"]["max"]["rounds"];
+    assert!(max.as_f64().unwrap() > 0.0, "{r}");
 }
 
 #[test]

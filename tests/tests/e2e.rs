@@ -99,6 +99,24 @@ fn demo_batch_of_different_lengths_is_bit_exact_and_close_to_float() {
         );
     }
     assert!(r.keys_by_gate.keys().any(|k| k.starts_with("trunc, ")));
+    // Every round and byte sent counts once by kind of step.
+    let by_step: f64 = r.rounds_by_gate.values().map(|g| g.rounds).sum();
+    assert_eq!(by_step, r.rounds as f64);
+    for p in 0..2 {
+        let sent: f64 = r
+            .rounds_by_gate
+            .values()
+            .map(|g| g.comm_bytes_per_party[p])
+            .sum();
+        let by_kind: u64 = r
+            .breakdown
+            .values()
+            .map(|b| b.comm_bytes_per_party[p])
+            .sum();
+        assert_eq!(sent, by_kind as f64, "party {p}");
+    }
+    assert!(r.rounds_by_gate.values().all(|g| g.steps >= 1.0));
+    assert!(r.rounds_by_gate["max"].rounds > 0.0);
 }
 
 #[test]

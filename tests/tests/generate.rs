@@ -41,6 +41,17 @@ fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
     assert_eq!(fig.generated_token_ids, *tokens);
     assert!(fig.rounds_per_token > 0.0 && fig.comm_bytes_per_token_per_party > 0.0);
     assert!(fig.key_bytes_per_token_per_party > 0.0);
+    // A decode pass's rounds, by kind of step, add up to its rounds.
+    let by_step: f64 = fig
+        .rounds_by_gate_per_token
+        .values()
+        .map(|g| g.rounds)
+        .sum();
+    assert!(
+        (by_step - fig.rounds_per_token).abs() < 1e-9,
+        "{by_step} rounds by step"
+    );
+    assert!(fig.rounds_by_gate_per_token["max"].rounds > 0.0);
 
     // A planted fault: the reference of a model one weight away differs,
     // so the bit-exact comparison can fail.

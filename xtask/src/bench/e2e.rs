@@ -20,6 +20,7 @@
 //! that context. Context 512 is not a case: its prefill alone needs keys
 //! this machine's disk and memory cannot hold (see docs/DECODERS.md).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail};
@@ -264,6 +265,10 @@ struct Record {
     /// All rounds of the run over the layers (the prefill's, for a
     /// decoder; its decode passes have `rounds_per_layer_per_token`).
     rounds_per_layer: f64,
+    /// Rounds per layer by kind of step: the whole run's for an encoder, a
+    /// decode pass's for a decoder (its `rounds_by_gate_per_token`); kinds
+    /// with no round of their own are left out.
+    rounds_per_layer_by_gate: BTreeMap<String, f64>,
     /// The same case's rounds before issue 28 (for "before and after").
     #[serde(skip_serializing_if = "Option::is_none")]
     rounds_before: Option<Before>,
@@ -315,6 +320,7 @@ pub fn run() -> Result<String> {
         let report = reports.swap_remove(reports.len() / 2);
         runs.sort_by(f64::total_cmp);
         let rounds_per_layer = prefill_rounds(&report) / case.layers as f64;
+        let rounds_per_layer_by_gate = per_layer_by_gate(&report, case.layers);
         let dealer = if super::chosen("SUFFUSE_E2E_DEALER", "1") {
             let keygen_s = deal(&bin, &model, case, &scratch, &report)?;
             let over_online = keygen_s / number(&report, "online_s");
@@ -330,6 +336,7 @@ pub fn run() -> Result<String> {
             report,
             online_s_runs: runs,
             rounds_per_layer,
+            rounds_per_layer_by_gate,
             rounds_before: case.before,
             dealer,
             anchors: case.anchors,
@@ -448,6 +455,24 @@ fn prefill_rounds(r: &Report) -> f64 {
     }
 }
 
+/// Rounds per layer by kind of step ([`Record::rounds_per_layer_by_gate`]).
+fn per_layer_by_gate(r: &Report, layers: usize) -> BTreeMap<String, f64> {
+    let field = match r.contains_key("rounds_by_gate_per_token") {
+        true => "rounds_by_gate_per_token",
+        false => "rounds_by_gate",
+    };
+    let Some(kinds) = r.get(field).and_then(Value::as_object) else {
+        return BTreeMap::new();
+    };
+    kinds
+        .iter()
+        .filter_map(|(kind, v)| {
+            let rounds = v.get("rounds")?.as_f64()?;
+            (rounds > 0.0).then(|| (kind.clone(), rounds / layers.max(1) as f64))
+        })
+        .collect()
+}
+
 /// A number field of a report (NaN if absent).
 fn number(r: &Report, key: &str) -> f64 {
     r.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN)
@@ -504,6 +529,10 @@ fn print_table(records: &[Record]) {
                 d.keygen_s, d.over_online
             );
         }
+        let mut kinds: Vec<_> = rec.rounds_per_layer_by_gate.iter().collect();
+        kinds.sort_by(|a, b| b.1.total_cmp(a.1));
+        let kinds: Vec<String> = kinds.iter().map(|(k, r)| format!("{k} {r:.1}")).collect();
+        println!("  rounds per layer by step   {}", kinds.join(", "));
         if let Some(b) = rec.rounds_before {
             println!(
                 "  before issue 28            {:.0} rounds, {:.1} per layer  [{}]",
