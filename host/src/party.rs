@@ -45,7 +45,7 @@ pub struct GateKeys {
     pub key_bytes: u64,
 }
 
-/// The traffic of one kind of step ([`crate::plan::Kind::key_label`]) in
+/// The traffic of one kind of step ([`crate::plan::Kind::round_label`]) in
 /// one pass, on one party.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 pub struct StepTraffic {
@@ -614,12 +614,12 @@ fn traffic_by_pass(
     passes
 }
 
-/// A step's kind in the reports: its gate's key label, else its
+/// A step's kind in the report's traffic: its round label, else its
 /// category's name.
 fn step_label(plan: &Plan, op: usize) -> String {
     let op = &plan.ops[op];
     op.kind
-        .key_label()
+        .round_label()
         .unwrap_or_else(|| op.category.name().to_owned())
 }
 

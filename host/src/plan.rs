@@ -862,6 +862,25 @@ impl Kind {
         )
     }
 
+    /// What kind of step this is in the report's rounds per kind of step:
+    /// the key label, without a truncation's shift (its rounds do not
+    /// depend on it). `None` for local operations.
+    pub fn round_label(&self) -> Option<String> {
+        let label = match self {
+            Kind::Gate {
+                gate: GateSpec::Trunc { .. },
+                ..
+            } => "trunc",
+            Kind::Chain {
+                spec: ChainSpec::Trunc { .. },
+                ..
+            } => "trunc, one round",
+            Kind::TruncSquare { .. } => "trunc and square",
+            other => return other.key_label(),
+        };
+        Some(label.to_owned())
+    }
+
     /// What a step's key section is for, in the report's key bytes per
     /// gate: the gate and, for a truncation, the bits it drops (its key is
     /// a comparison over them). `None` for local operations.

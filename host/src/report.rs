@@ -84,8 +84,8 @@ pub struct Report {
     /// Key bytes per gate (`Kind::key_label`: a truncation by the bits it
     /// drops), with the elements those gates output.
     pub keys_by_gate: BTreeMap<String, GateBreakdown>,
-    /// Rounds and bytes sent per kind of step (`Kind::key_label`, else the
-    /// category), over every pass that ran: where a case's rounds go.
+    /// Rounds and bytes sent per kind of step (`Kind::round_label`, else
+    /// the category), over every pass that ran: where a case's rounds go.
     pub rounds_by_gate: BTreeMap<String, GateRounds>,
 }
 

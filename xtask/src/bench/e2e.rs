@@ -265,8 +265,9 @@ struct Record {
     /// All rounds of the run over the layers (the prefill's, for a
     /// decoder; its decode passes have `rounds_per_layer_per_token`).
     rounds_per_layer: f64,
-    /// Rounds per layer by kind of step: the whole run's for an encoder, a
-    /// decode pass's for a decoder (its `rounds_by_gate_per_token`); kinds
+    /// Rounds per layer by kind of step: the whole run's for an encoder or
+    /// a prefill alone, a decode pass's for a decoder that decoded (its
+    /// `rounds_by_gate_per_token`); kinds
     /// with no round of their own are left out.
     rounds_per_layer_by_gate: BTreeMap<String, f64>,
     /// The same case's rounds before issue 28 (for "before and after").
@@ -457,11 +458,9 @@ fn prefill_rounds(r: &Report) -> f64 {
 
 /// Rounds per layer by kind of step ([`Record::rounds_per_layer_by_gate`]).
 fn per_layer_by_gate(r: &Report, layers: usize) -> BTreeMap<String, f64> {
-    let field = match r.contains_key("rounds_by_gate_per_token") {
-        true => "rounds_by_gate_per_token",
-        false => "rounds_by_gate",
-    };
-    let Some(kinds) = r.get(field).and_then(Value::as_object) else {
+    let kinds = |field: &str| r.get(field).and_then(Value::as_object);
+    let decode = kinds("rounds_by_gate_per_token").filter(|k| !k.is_empty());
+    let Some(kinds) = decode.or_else(|| kinds("rounds_by_gate")) else {
         return BTreeMap::new();
     };
     kinds
