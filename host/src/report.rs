@@ -113,6 +113,21 @@ pub struct GateRounds {
     pub comm_bytes_per_party: [f64; 2],
 }
 
+/// One line of rounds per kind of step, most first; nothing where no
+/// kind has a round.
+pub fn rounds_line(s: &mut String, title: &str, kinds: &BTreeMap<String, GateRounds>) {
+    let mut kinds: Vec<_> = kinds.iter().filter(|(_, g)| g.rounds > 0.0).collect();
+    if kinds.is_empty() {
+        return;
+    }
+    kinds.sort_by(|a, b| b.1.rounds.total_cmp(&a.1.rounds));
+    let list: Vec<String> = kinds
+        .iter()
+        .map(|(k, g)| format!("{k} {}", g.rounds))
+        .collect();
+    let _ = writeln!(s, "{title}: {}", list.join(", "));
+}
+
 /// The parties' traffic per kind of step over `passes`, divided by their
 /// number.
 pub fn rounds_by_gate(
@@ -226,6 +241,11 @@ impl Report {
         }
         let (comm, keys) = (self.comm_bytes_per_party, self.key_bytes_per_party);
         table_row(&mut s, "total", self.online_s, comm, self.rounds, keys);
+        rounds_line(&mut s, "rounds by kind of step", &self.rounds_by_gate);
+        if let Some(g) = &self.generation {
+            let title = "rounds per decode pass by kind of step";
+            rounds_line(&mut s, title, &g.rounds_by_gate_per_token);
+        }
         self.table_notes(&mut s);
         s
     }
