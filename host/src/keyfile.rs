@@ -1322,16 +1322,16 @@ mod tests {
     }
 
     /// Written around the page cache: sections crossing the 8 MiB chunks
-    /// (three of them, so that a chunk is gathered while the one before is
-    /// on its way and the buffers change places twice) and ending off a
-    /// block boundary read back whole, through either path (where /tmp
-    /// refuses `O_DIRECT`, through the page cache).
+    /// (five whole and a part, so that a chunk is gathered while two are
+    /// on their way and each of the three buffers is used again) and
+    /// ending off a block boundary read back whole, through either path
+    /// (where /tmp refuses `O_DIRECT`, through the page cache).
     #[test]
     fn a_directly_written_file_reads_back_whole() {
         let d = tmp("direct");
         let p = d.join("k.p0");
         let mut w = KeyWriter::create_with(&p, &header(), true, WRITE_BEHIND).unwrap();
-        let big: Vec<u8> = (0..(25 << 20) + 12_345u32)
+        let big: Vec<u8> = (0..(41 << 20) + 12_345u32)
             .map(|i| (i % 251) as u8)
             .collect();
         w.section(0, big.len() as u64).unwrap();
