@@ -513,7 +513,8 @@ impl Figures {
             rounds_per_layer_per_token: rounds / layers.max(1) as f64,
             key_bytes_per_token_per_party: per(&|r| r.key_bytes),
             rounds_by_gate_per_token: o.reports.last().map_or_else(BTreeMap::new, |last| {
-                crate::report::rounds_by_gate(last, 1..o.reports.len())
+                let decode = o.reports.len() - 1;
+                crate::report::rounds_by_gate(last, 1..o.reports.len(), decode)
             }),
         }
     }

@@ -112,9 +112,13 @@ impl<'l> Rounds<'l> {
         self.lock().link.traffic()
     }
 
-    /// The link's traffic so far per step ([`Link::traffic_by_step`]).
-    pub fn traffic_by_step(&self) -> std::collections::BTreeMap<u32, Traffic> {
-        self.lock().link.traffic_by_step().clone()
+    /// `f` of the link's traffic so far per step
+    /// ([`Link::traffic_by_step`]).
+    pub fn with_traffic_by_step<R>(
+        &self,
+        f: impl FnOnce(&std::collections::BTreeMap<u32, Traffic>) -> R,
+    ) -> R {
+        f(self.lock().link.traffic_by_step())
     }
 
     /// Lane `lane` has sent its last message. It may complete a turn, whose

@@ -460,7 +460,13 @@ pub fn run_passes(
     );
     drop(rounds);
     let finished = result?;
-    final_figures(&mut report, plan, link, before, fss);
+    // The passes that ran: every one, or up to the one after which the
+    // client sent no more input.
+    let ran = match finished {
+        true => plan.passes.len(),
+        false => report.traffic_by_pass.len(),
+    };
+    final_figures(&mut report, plan, (link, before, ran), fss);
     report.online_s = start.elapsed().as_secs_f64();
     if finished {
         let last = plan.passes.len().saturating_sub(1);
@@ -536,7 +542,10 @@ fn pass_done(
     let share = store.take(plan, plan.passes[pass].output)?;
     let traffic = rounds.traffic();
     report.rounds = traffic.rounds - before.rounds;
-    report.traffic_by_pass = traffic_by_pass(plan, &rounds.traffic_by_step());
+    // This pass's kinds only: the passes before keep theirs.
+    let kinds = rounds.with_traffic_by_step(|by_step| pass_traffic(plan, pass, by_step));
+    report.traffic_by_pass.truncate(pass);
+    report.traffic_by_pass.push(kinds);
     report.comm_bytes = traffic.sent - before.sent;
     device_figures(report, fss);
     report.online_s = start.elapsed().as_secs_f64();
@@ -566,13 +575,13 @@ fn set_inputs(
     Ok(())
 }
 
-/// The figures of the whole run from the link: traffic per category and
-/// in all, and the device's.
+/// The figures of the whole run from the link: traffic per category, per
+/// kind of step in each of the `ran` passes that ran, and in all, and the
+/// device's.
 fn final_figures(
     report: &mut PartyReport,
     plan: &Plan,
-    link: &Link,
-    before: crate::net::Traffic,
+    (link, before, ran): (&Link, crate::net::Traffic, usize),
     fss: &dyn BatchEval,
 ) {
     let trace = tracing();
@@ -586,7 +595,9 @@ fn final_figures(
             }
         }
     }
-    report.traffic_by_pass = traffic_by_pass(plan, link.traffic_by_step());
+    report.traffic_by_pass = (0..ran)
+        .map(|p| pass_traffic(plan, p, link.traffic_by_step()))
+        .collect();
     let total = link.traffic();
     report.comm_bytes = total.sent - before.sent;
     report.recv_bytes = total.received - before.received;
@@ -594,24 +605,26 @@ fn final_figures(
     device_figures(report, fss);
 }
 
-/// The link's traffic per step gathered by pass and kind of step
-/// ([`step_label`]).
-fn traffic_by_pass(
+/// The link's traffic per step for pass `pass`'s steps, gathered by kind
+/// of step ([`step_label`]).
+fn pass_traffic(
     plan: &Plan,
+    pass: usize,
     by_step: &BTreeMap<u32, crate::net::Traffic>,
-) -> Vec<BTreeMap<String, StepTraffic>> {
-    let mut passes = vec![BTreeMap::new(); plan.passes.len().max(1)];
-    for (op, step) in plan.step_of.iter().enumerate() {
-        let Some(step) = step else { continue };
-        let pass = plan.pass_of(op).min(passes.len() - 1);
-        let t: &mut StepTraffic = passes[pass].entry(step_label(plan, op)).or_default();
+) -> BTreeMap<String, StepTraffic> {
+    let mut kinds = BTreeMap::new();
+    for op in plan.pass_ops(pass) {
+        let Some(step) = plan.step_of[op] else {
+            continue;
+        };
+        let t: &mut StepTraffic = kinds.entry(step_label(plan, op)).or_default();
         t.steps += 1;
-        if let Some(traffic) = by_step.get(step) {
+        if let Some(traffic) = by_step.get(&step) {
             t.rounds += traffic.rounds;
             t.sent += traffic.sent;
         }
     }
-    passes
+    kinds
 }
 
 /// A step's kind in the report's traffic: its round label, else its

@@ -113,8 +113,8 @@ pub struct GateRounds {
     pub comm_bytes_per_party: [f64; 2],
 }
 
-/// One line of rounds per kind of step, most first; nothing where no
-/// kind has a round.
+/// One line of rounds per kind of step, most first (a mean to two
+/// decimals); nothing where no kind has a round.
 pub fn rounds_line(s: &mut String, title: &str, kinds: &BTreeMap<String, GateRounds>) {
     let mut kinds: Vec<_> = kinds.iter().filter(|(_, g)| g.rounds > 0.0).collect();
     if kinds.is_empty() {
@@ -123,16 +123,17 @@ pub fn rounds_line(s: &mut String, title: &str, kinds: &BTreeMap<String, GateRou
     kinds.sort_by(|a, b| b.1.rounds.total_cmp(&a.1.rounds));
     let list: Vec<String> = kinds
         .iter()
-        .map(|(k, g)| format!("{k} {}", g.rounds))
+        .map(|(k, g)| format!("{k} {}", (g.rounds * 100.0).round() / 100.0))
         .collect();
     let _ = writeln!(s, "{title}: {}", list.join(", "));
 }
 
-/// The parties' traffic per kind of step over `passes`, divided by their
-/// number.
+/// The parties' traffic per kind of step over `passes`, divided by `per`
+/// (1 for the sums).
 pub fn rounds_by_gate(
     parties: &[PartyReport; 2],
     passes: std::ops::Range<usize>,
+    per: usize,
 ) -> BTreeMap<String, GateRounds> {
     // Per kind: steps, and each party's rounds and bytes sent.
     let mut sums: BTreeMap<&str, (u64, [u64; 2], [u64; 2])> = BTreeMap::new();
@@ -147,7 +148,7 @@ pub fn rounds_by_gate(
             sent[p] += t.sent;
         }
     }
-    let per = passes.len().max(1) as f64;
+    let per = per.max(1) as f64;
     sums.into_iter()
         .map(|(label, (steps, rounds, sent))| {
             let g = GateRounds {
@@ -200,7 +201,7 @@ impl Report {
             }
         }
         let passes = parties[0].traffic_by_pass.len();
-        self.rounds_by_gate = rounds_by_gate(parties, 0..passes);
+        self.rounds_by_gate = rounds_by_gate(parties, 0..passes, 1);
         match dealer {
             Some(d) => {
                 self.keygen_s = d.keygen_s;

@@ -52,6 +52,8 @@ fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
         "{by_step} rounds by step"
     );
     assert!(fig.rounds_by_gate_per_token["max"].rounds > 0.0);
+    let all: f64 = g.report.rounds_by_gate.values().map(|k| k.rounds).sum();
+    assert_eq!(all, g.report.rounds as f64);
 
     // A planted fault: the reference of a model one weight away differs,
     // so the bit-exact comparison can fail.
@@ -162,6 +164,14 @@ fn generation_stops_at_eos_and_the_servers_stop_with_it() {
     assert_eq!(g.outcome.generated.tokens, want);
     assert_eq!(g.outcome.pass_s.len(), 1);
     assert_eq!(g.report.bit_exact, Some(true));
+    // The report's traffic by kind of step counts the prefill's steps
+    // alone, not those of the decode passes that never ran.
+    let r = &g.report;
+    let steps: f64 = r.rounds_by_gate.values().map(|k| k.steps).sum();
+    let prefill = plan.pass_ops(0).filter(|op| plan.step_of[*op].is_some());
+    assert_eq!(steps, prefill.count() as f64);
+    let rounds: f64 = r.rounds_by_gate.values().map(|k| k.rounds).sum();
+    assert_eq!(rounds, r.rounds as f64);
 }
 
 /// A prompt longer than the bucket asked for is refused before the dealer

@@ -12,9 +12,10 @@
 //!
 //! Chunks go to the disk from a thread of its own, [`DEPTH`] at most on
 //! their way, while the next one gathers in another buffer, so the
-//! writer's hashing and copying overlap the device (BERT-base at 128 tokens: the P1 writer's copy, hash, wipe
-//! and blocking writes in one thread had set the dealer's pace, 13.3 s
-//! against 11.0 s online; docs/BACKENDS.md, twenty-sixth session).
+//! writer's hashing and copying overlap the device (BERT-base at 128
+//! tokens: the P1 writer's copy, hash, wipe and blocking writes in one
+//! thread had set the dealer's pace, 13.3 s against 11.0 s online;
+//! docs/BACKENDS.md, twenty-sixth session).
 //!
 //! Each buffer is carved out of a plain `Vec` at an aligned offset (no
 //! custom allocation) and wiped when the writer is dropped: it holds key

@@ -267,8 +267,8 @@ struct Record {
     rounds_per_layer: f64,
     /// Rounds per layer by kind of step: the whole run's for an encoder or
     /// a prefill alone, a decode pass's for a decoder that decoded (its
-    /// `rounds_by_gate_per_token`); kinds
-    /// with no round of their own are left out.
+    /// `rounds_by_gate_per_token`); kinds with no round of their own are
+    /// left out.
     rounds_per_layer_by_gate: BTreeMap<String, f64>,
     /// The same case's rounds before issue 28 (for "before and after").
     #[serde(skip_serializing_if = "Option::is_none")]
