@@ -78,9 +78,9 @@ pub struct PartyReport {
     /// Key bytes and output elements per gate ([`crate::plan::Kind::key_label`]).
     #[serde(default)]
     pub by_gate: BTreeMap<String, GateKeys>,
-    /// Rounds and bytes sent per kind of step, one map per pass of the
-    /// plan (a generation's prefill first, then its decode passes); filled
-    /// when the run ends.
+    /// Rounds and bytes sent per kind of step, one map per pass that ran
+    /// (a generation's prefill first, then its decode passes), each
+    /// gathered when its pass ends.
     #[serde(default)]
     pub traffic_by_pass: Vec<BTreeMap<String, StepTraffic>>,
     /// The backend that ran the heavy operations ([`BatchEval::name`]).
@@ -576,7 +576,8 @@ fn set_inputs(
 }
 
 /// The figures of the whole run from the link: traffic per category, per
-/// kind of step in each of the `ran` passes that ran, and in all, and the
+/// kind of step in the passes `pass_done` did not gather (up to `ran`, the
+/// passes that ran: the last, when every pass did), and in all, and the
 /// device's.
 fn final_figures(
     report: &mut PartyReport,
@@ -585,19 +586,21 @@ fn final_figures(
     fss: &dyn BatchEval,
 ) {
     let trace = tracing();
-    for (step, traffic) in link.traffic_by_step() {
-        if let Some(op) = plan.op_of_step(*step) {
-            let f = report.breakdown.entry(plan.ops[op].category).or_default();
-            f.comm_bytes += traffic.sent;
-            f.rounds += traffic.rounds;
-            if trace {
-                trace_step_traffic(plan, report.party, (op, *step), traffic);
-            }
+    let by_step = link.traffic_by_step();
+    for (op, step) in plan.step_of.iter().enumerate() {
+        let Some((step, traffic)) = step.and_then(|s| Some((s, by_step.get(&s)?))) else {
+            continue;
+        };
+        let f = report.breakdown.entry(plan.ops[op].category).or_default();
+        f.comm_bytes += traffic.sent;
+        f.rounds += traffic.rounds;
+        if trace {
+            trace_step_traffic(plan, report.party, (op, step), traffic);
         }
     }
-    report.traffic_by_pass = (0..ran)
-        .map(|p| pass_traffic(plan, p, link.traffic_by_step()))
-        .collect();
+    for p in report.traffic_by_pass.len()..ran {
+        report.traffic_by_pass.push(pass_traffic(plan, p, by_step));
+    }
     let total = link.traffic();
     report.comm_bytes = total.sent - before.sent;
     report.recv_bytes = total.received - before.received;

@@ -1302,20 +1302,6 @@ impl Plan {
         start..end
     }
 
-    /// The pass operation `op` belongs to (0 in a plan of one pass).
-    pub fn pass_of(&self, op: usize) -> usize {
-        self.passes
-            .iter()
-            .filter(|p| p.first_op <= op)
-            .count()
-            .saturating_sub(1)
-    }
-
-    /// The operation index of step `s`.
-    pub fn op_of_step(&self, s: u32) -> Option<usize> {
-        self.step_of.iter().position(|x| *x == Some(s))
-    }
-
     /// The operations of the group of lanes that starts at operation `i`,
     /// if one does.
     pub fn group_at(&self, i: usize) -> Option<std::ops::Range<usize>> {

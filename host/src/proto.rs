@@ -595,7 +595,7 @@ mod tests {
             .max()
             .unwrap_or(0);
         assert!(widest > 0, "no step with explicit words to balance");
-        let pass_of = |op: usize| plan.pass_of(op);
+        let pass_of = |op: usize| plan.passes.iter().filter(|p| p.first_op <= op).count();
         let (mut total, mut swapped, mut pass) = ([0u64; 2], 0, 0);
         for &op in &steps {
             if pass_of(op) != pass {
