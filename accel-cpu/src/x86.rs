@@ -185,6 +185,47 @@ impl<'a> Ahead<'a> {
     }
 }
 
+/// A lockstep group's keys and points: query `first + j`'s key body and
+/// root as raw pointers (the walks load correction words by offset), and
+/// its point reduced to the domain.
+struct Heads<const G: usize> {
+    body: [*const u8; G],
+    root: [*const u8; G],
+    x: [u64; G],
+}
+
+impl<const G: usize> Heads<G> {
+    /// The group of queries `first..first + G`, query `q` being key
+    /// `q / per_key` at `points[q − first]`; `points` holds `G` entries.
+    fn new(keys: &KeyBatch<'_>, per_key: usize, first: usize, points: &[u64]) -> Self {
+        let mask = keys.params().domain().mask();
+        let mut h = Heads {
+            body: [core::ptr::null(); G],
+            root: [core::ptr::null(); G],
+            x: [0; G],
+        };
+        for (j, point) in points.iter().enumerate().take(G) {
+            let key = keys.key((first + j) / per_key);
+            h.body[j] = key.body().as_ptr();
+            h.root[j] = key.root().as_ptr();
+            h.x[j] = point & mask;
+        }
+        h
+    }
+
+    /// Each query's output bit: the leaf block's bit at `x mod 2^ν` (query
+    /// `j`'s block is `leaf[2j..2j + 2]`, low word first) XOR its DCF
+    /// accumulator's low bit (`accs[2j]`).
+    fn leaf_bits(&self, leaf_bits: u32, leaf: &[u64], accs: &[u64], out: &mut [u64]) {
+        let lane_mask = (1u64 << leaf_bits) - 1;
+        for (j, out) in out.iter_mut().enumerate().take(G) {
+            let lane = self.x[j] & lane_mask;
+            let word = leaf[2 * j + usize::from(lane >= 64)];
+            *out = ((word >> (lane & 63)) & 1) ^ (accs[2 * j] & 1);
+        }
+    }
+}
+
 /// σ(x) = swap64(x) ⊕ (x ∧ high-half): `(x_L ⊕ x_R) ‖ x_L` per 128-bit block.
 #[inline(always)]
 fn sigma128(x: __m128i) -> __m128i {

@@ -9,7 +9,7 @@
 use core::arch::x86_64::*;
 use suffuse_core::fss::{KeyBatch, Kind};
 
-use super::AesNi;
+use super::{AesNi, Heads};
 
 /// Evaluations per lockstep group: sixteen blocks in flight per level,
 /// twice AES-NI's latency × throughput.
@@ -80,15 +80,12 @@ unsafe fn walk_group(
     let rk_tree = &h.keys[0].0;
     let rk_leaf = &h.keys[1].0;
 
-    let mut key_ptr = [core::ptr::null::<u8>(); GROUP];
-    let mut x = [0u64; GROUP];
+    let heads = Heads::<GROUP>::new(keys, per_key, first, points);
+    let (key_ptr, x) = (&heads.body, &heads.x);
     let mut s = [_mm_setzero_si128(); GROUP];
-    for j in 0..GROUP {
-        let key = keys.key((first + j) / per_key);
-        key_ptr[j] = key.body().as_ptr();
-        x[j] = points[j] & p.domain().mask();
+    for (s, root) in s.iter_mut().zip(heads.root) {
         // SAFETY: a key's root is 16 bytes.
-        s[j] = unsafe { _mm_loadu_si128(key.root().as_ptr().cast()) };
+        *s = unsafe { _mm_loadu_si128(root.cast()) };
     }
     let lsb_lo = _mm_set_epi64x(0, 1);
     let mut acc = [0u64; GROUP];

@@ -12,7 +12,7 @@
 use core::arch::x86_64::*;
 use suffuse_core::fss::{KeyBatch, Kind};
 
-use super::Vaes256;
+use super::{Heads, Vaes256};
 
 /// Evaluations per lockstep group: sixteen registers of two, twice what
 /// VAES-256's latency × throughput needs, so the serial work between levels
@@ -105,29 +105,15 @@ unsafe fn walk_group(
 ) -> u64 {
     let p = keys.params();
     let k = p.domain().bits();
-    let levels = p.levels();
-    let dcf = p.kind() == Kind::Dcf;
-    let rk_tree = &h.keys[0];
-    let rk_leaf = &h.keys[1];
-
-    let mut key_ptr = [core::ptr::null::<u8>(); GROUP];
-    let mut root_ptr = [core::ptr::null::<u8>(); GROUP];
-    let mut x = [0u64; GROUP];
-    for j in 0..GROUP {
-        let key = keys.key((first + j) / per_key);
-        key_ptr[j] = key.body().as_ptr();
-        root_ptr[j] = key.root().as_ptr();
-        x[j] = points[j] & p.domain().mask();
-    }
+    let heads = Heads::<GROUP>::new(keys, per_key, first, points);
     let lsb_lo = _mm256_set_epi64x(0, 1, 0, 1);
     let hi_half = _mm256_set_epi64x(-1, 0, -1, 0);
-
     let mut s = [_mm256_setzero_si256(); PAIRS];
     let mut xv = [_mm256_setzero_si256(); PAIRS];
     for q in 0..PAIRS {
-        let b = 2 * q;
+        let (b, x) = (2 * q, &heads.x);
         // SAFETY: a key's root is 16 bytes.
-        s[q] = unsafe { load2(root_ptr[b], root_ptr[b + 1]) };
+        s[q] = unsafe { load2(heads.root[b], heads.root[b + 1]) };
         // Both 64-bit halves of a lane carry that lane's point, shifted so
         // that the first level's bit x_{k−1} is the sign bit.
         let (hi, lo) = ((x[b + 1] << (64 - k)) as i64, (x[b] << (64 - k)) as i64);
@@ -136,40 +122,21 @@ unsafe fn walk_group(
     // DCF accumulator per lane: its low bit (of each lane's low half) is
     // the share; the bits above it are never read.
     let mut acc = [_mm256_setzero_si256(); PAIRS];
-
-    for level in 0..levels {
-        let off = p.body_cw_offset(level);
+    for level in 0..p.levels() {
         next.step(level);
-        let hs = hash(&s, rk_tree, hi_half);
-        for q in 0..PAIRS {
-            let b = 2 * q;
-            // SAFETY: level < levels, so `off + 16 ≤ body_len` for every key.
-            let cw = unsafe { load2(key_ptr[b].add(off), key_ptr[b + 1].add(off)) };
-            let t = lsb_mask(s[q], lsb_lo);
-            let left = _mm256_xor_si256(hs[q], _mm256_and_si256(cw, t));
-            let right = _mm256_xor_si256(left, s[q]);
-            // All ones where x_i = 1: x_i is the sign bit at this level.
-            let xb = _mm256_cmpgt_epi64(_mm256_setzero_si256(), xv[q]);
-            xv[q] = _mm256_add_epi64(xv[q], xv[q]);
-            if dcf {
-                // x_i = 0: the right sibling's control bit shares [x < α]
-                // here; only the low bit of `acc` is read at the end.
-                acc[q] = _mm256_xor_si256(acc[q], _mm256_andnot_si256(xb, right));
-            }
-            s[q] = _mm256_blendv_epi8(left, right, xb);
-        }
+        // SAFETY: level < levels, so `off + 16 ≤ body_len` for every key.
+        unsafe { step(h, keys, &heads, level, (&mut s, &mut xv, &mut acc)) };
     }
 
     // Leaf: H_leaf(s) ⊕ t·LCW, then the bit at x mod 2^ν.
     let leaf_off = p.body_leaf_offset();
-    let hs = hash(&s, rk_leaf, hi_half);
-    let lane_mask = (1u64 << p.leaf_bits()) - 1;
+    let hs = hash(&s, &h.keys[1], hi_half);
     let mut leaf = [0u64; 2 * GROUP];
     let mut accs = [0u64; 2 * GROUP];
     for q in 0..PAIRS {
         let b = 2 * q;
         // SAFETY: the leaf correction is the body's last 16 bytes.
-        let lcw = unsafe { load2(key_ptr[b].add(leaf_off), key_ptr[b + 1].add(leaf_off)) };
+        let lcw = unsafe { load2(heads.body[b].add(leaf_off), heads.body[b + 1].add(leaf_off)) };
         let t = lsb_mask(s[q], lsb_lo);
         let v = _mm256_xor_si256(hs[q], _mm256_and_si256(lcw, t));
         // SAFETY: `leaf` and `accs` have room for four words at 4q.
@@ -181,11 +148,49 @@ unsafe fn walk_group(
             _mm256_storeu_si256(accs.as_mut_ptr().add(4 * q).cast(), bit);
         }
     }
-    for j in 0..GROUP {
-        let lane = x[j] & lane_mask;
-        let word = leaf[2 * j + usize::from(lane >= 64)];
-        let bit = (word >> (lane & 63)) & 1;
-        out[j] = bit ^ (accs[2 * j] & 1);
+    heads.leaf_bits(p.leaf_bits(), &leaf, &accs, out);
+    GROUP as u64 * u64::from(p.levels() + 1)
+}
+
+/// One level of the walk: each seed becomes its child on the point's path
+/// (the point's bit for this level is each lane's sign bit, and `xv`
+/// shifts to the next), and a DCF's accumulator takes the right sibling's
+/// control bit where the point goes left.
+///
+/// # Safety
+/// `level` is below the keys' levels; the CPU must support AVX2 and VAES.
+#[target_feature(enable = "avx2,vaes")]
+#[inline]
+unsafe fn step(
+    h: &Vaes256,
+    keys: &KeyBatch<'_>,
+    heads: &Heads<GROUP>,
+    level: u32,
+    (s, xv, acc): (
+        &mut [__m256i; PAIRS],
+        &mut [__m256i; PAIRS],
+        &mut [__m256i; PAIRS],
+    ),
+) {
+    let p = keys.params();
+    let off = p.body_cw_offset(level);
+    let lsb_lo = _mm256_set_epi64x(0, 1, 0, 1);
+    let hs = hash(s, &h.keys[0], _mm256_set_epi64x(-1, 0, -1, 0));
+    for q in 0..PAIRS {
+        let b = 2 * q;
+        // SAFETY: the caller's `level` keeps `off + 16` inside every body.
+        let cw = unsafe { load2(heads.body[b].add(off), heads.body[b + 1].add(off)) };
+        let t = lsb_mask(s[q], lsb_lo);
+        let left = _mm256_xor_si256(hs[q], _mm256_and_si256(cw, t));
+        let right = _mm256_xor_si256(left, s[q]);
+        // All ones where x_i = 1: x_i is the sign bit at this level.
+        let xb = _mm256_cmpgt_epi64(_mm256_setzero_si256(), xv[q]);
+        xv[q] = _mm256_add_epi64(xv[q], xv[q]);
+        if p.kind() == Kind::Dcf {
+            // x_i = 0: the right sibling's control bit shares [x < α]
+            // here; only the low bit of `acc` is read at the end.
+            acc[q] = _mm256_xor_si256(acc[q], _mm256_andnot_si256(xb, right));
+        }
+        s[q] = _mm256_blendv_epi8(left, right, xb);
     }
-    GROUP as u64 * u64::from(levels + 1)
 }
