@@ -196,7 +196,8 @@ struct Heads<const G: usize> {
 
 impl<const G: usize> Heads<G> {
     /// The group of queries `first..first + G`, query `q` being key
-    /// `q / per_key` at `points[q − first]`; `points` holds `G` entries.
+    /// `q / per_key` at `points[q − first]`; `points` holds at least `G`
+    /// entries (fewer panic).
     fn new(keys: &KeyBatch<'_>, per_key: usize, first: usize, points: &[u64]) -> Self {
         let mask = keys.params().domain().mask();
         let mut h = Heads {
@@ -204,7 +205,9 @@ impl<const G: usize> Heads<G> {
             root: [core::ptr::null(); G],
             x: [0; G],
         };
-        for (j, point) in points.iter().enumerate().take(G) {
+        // A short `points` panics here rather than leave a null pointer
+        // for the walks' unsafe loads.
+        for (j, point) in points[..G].iter().enumerate() {
             let key = keys.key((first + j) / per_key);
             h.body[j] = key.body().as_ptr();
             h.root[j] = key.root().as_ptr();
