@@ -364,7 +364,10 @@ pub fn spectral_norm(a: &[f64], rows: usize, cols: usize) -> f64 {
     spectral_radius(&g, cols).sqrt().min(frob)
 }
 
-/// `aᵀa` for `a` of `[rows × cols]`.
+/// `aᵀa` for `a` of `[rows × cols]`. The upper triangle is summed and
+/// mirrored: entry (j, i) would add the same products `a_ri·a_rj` in the
+/// same row order, so only the signs of zero sums can differ from the
+/// full square (a skipped zero row entry adds nothing either way).
 pub fn gram(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
     let mut g = vec![0.0f64; cols * cols];
     for r in 0..rows {
@@ -374,9 +377,15 @@ pub fn gram(a: &[f64], rows: usize, cols: usize) -> Vec<f64> {
             if ri == 0.0 {
                 continue;
             }
-            for j in 0..cols {
-                g[i * cols + j] += ri * row[j];
+            let upper = &mut g[i * cols + i..(i + 1) * cols];
+            for (gij, rj) in upper.iter_mut().zip(&row[i..]) {
+                *gij += ri * rj;
             }
+        }
+    }
+    for i in 0..cols {
+        for j in 0..i {
+            g[i * cols + j] = g[j * cols + i];
         }
     }
     g
@@ -488,6 +497,37 @@ mod tests {
         let want = 5.0 + 13f64.sqrt();
         let r = spectral_radius(&k, 2);
         assert!(r >= want && r < want * 1.02, "{r} vs {want}");
+    }
+
+    #[test]
+    fn the_mirrored_gram_matrix_equals_the_full_square() {
+        // The full square, as `gram` summed it before it took the triangle.
+        let full = |a: &[f64], rows: usize, cols: usize| {
+            let mut g = vec![0.0f64; cols * cols];
+            for r in 0..rows {
+                let row = &a[r * cols..(r + 1) * cols];
+                for i in 0..cols {
+                    for j in 0..cols {
+                        g[i * cols + j] += row[i] * row[j];
+                    }
+                }
+            }
+            g
+        };
+        for (rows, cols) in [(1, 1), (7, 5), (64, 33), (3, 128)] {
+            // Every fifth entry zero, so that the skipped entries count.
+            let a: Vec<f64> = (0..rows * cols)
+                .map(|i| match i % 5 {
+                    0 => 0.0,
+                    _ => (((i * 7919) % 2003) as f64 - 1001.0) / 97.0,
+                })
+                .collect();
+            let (got, want) = (gram(&a, rows, cols), full(&a, rows, cols));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                // Equal as reals: only a zero's sign may differ.
+                assert!(g == w, "{rows}×{cols} at {i}: {g} vs {w}");
+            }
+        }
     }
 
     #[test]
