@@ -357,7 +357,7 @@ impl BatchEval for CpuEval {
     ) -> Result<EvalStats, Error> {
         let len = batch.params().key_len();
         let n = batch.count();
-        if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
+        if Some(key0.len()) != n.checked_mul(len) || !fss::p1_keys_fit(key0, key1) {
             return Err(Error::BufferLength);
         }
         let aes = &self.aes;
@@ -369,9 +369,15 @@ impl BatchEval for CpuEval {
             return Ok(EvalStats { aes_calls: calls });
         }
         let step = GEN_CHUNK * len.max(1);
+        // An empty `key1` (P0's keys only) gives every chunk an empty one.
+        let empty = std::iter::repeat_with(|| -> &mut [u8] { &mut [] });
+        let pieces: Vec<(&mut [u8], &mut [u8])> = key0
+            .chunks_mut(step)
+            .zip(key1.chunks_mut(step).chain(empty))
+            .collect();
         let calls = self.install(|| {
-            key0.par_chunks_mut(step)
-                .zip(key1.par_chunks_mut(step))
+            pieces
+                .into_par_iter()
                 .enumerate()
                 .map(|(i, (k0, k1))| {
                     let start = i * GEN_CHUNK;

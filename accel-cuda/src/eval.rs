@@ -10,7 +10,7 @@ use suffuse_core::Error;
 use suffuse_core::batch::{
     BatchEval, EvalJob, EvalStats, MatShape, Resident, Turned, full_domain_each,
 };
-use suffuse_core::fss::{GenBatch, KeyBatch, Kind, Output, Params};
+use suffuse_core::fss::{self, GenBatch, KeyBatch, Kind, Output, Params};
 use suffuse_core::prg::{Block, Domain, Hasher, domain_key};
 use zeroize::Zeroize;
 
@@ -175,7 +175,8 @@ fn gen_args(p: &Params, aes: u64, io: (u64, u64), c: usize) -> Result<Vec<Arg>, 
 
 /// P1's keys from P0's: P1's key is P0's body behind P1's root (lsb 1), as
 /// core writes it, so P0's bytes are copied on every core and then the
-/// roots replaced. `generate` checked that both hold the batch's keys.
+/// roots replaced. `generate` checked that `key0` holds the batch's keys
+/// and `key1` as many or none (P0's keys only: nothing to do).
 fn p1_keys(batch: &GenBatch<'_>, key0: &[u8], key1: &mut [u8]) {
     let len = batch.params().key_len();
     crate::par::zip_chunks(key1, 1 << 20, key0, 1 << 20, |a, b| {
@@ -745,7 +746,7 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
     ) -> Result<EvalStats, Error> {
         let len = batch.params().key_len();
         let n = batch.count();
-        if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
+        if Some(key0.len()) != n.checked_mul(len) || !fss::p1_keys_fit(key0, key1) {
             return Err(Error::BufferLength);
         }
         if n > 0 {

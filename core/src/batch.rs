@@ -377,7 +377,8 @@ pub trait BatchEval: Hasher + Sync {
 
     /// Generates every key pair of `batch` into `key0` and `key1`
     /// (`count · key_len` bytes each, key-major), byte for byte what
-    /// [`fss::generate`] writes.
+    /// [`fss::generate`] writes; an empty `key1` asks for P0's keys only
+    /// ([`fss::p1_keys_fit`]).
     fn generate(
         &self,
         batch: &GenBatch<'_>,

@@ -28,7 +28,7 @@
 use crate::batch::{BatchEval, EvalJob};
 use crate::compile::{Compiled, MAX_KEYS};
 use crate::error::{Error, SufError};
-use crate::fss::{GenBatch, KeyBatch, Params, Party};
+use crate::fss::{GenBatch, KeyBatch, Params, Party, p1_keys_fit, p1_span};
 use crate::mpc;
 use crate::phi::program::{self, BLOCK, Program, Section};
 use crate::phi::{Mono, Phi, Plan};
@@ -372,6 +372,8 @@ impl Gate {
 
     /// Deals `count` elements starting at element index `first`: writes both
     /// parties' full DCF keys (roots included) and P1's explicit words.
+    /// An empty P1 key slot asks for P0's keys alone
+    /// ([`crate::fss::p1_keys_fit`]); every gate's `deal` takes that.
     ///
     /// The input mask shares come from the seeds unless `masks` supplies
     /// them (then the evaluators must be given the same shares); tests use
@@ -457,7 +459,7 @@ impl Gate {
         }
         for k in 0..self.compiled.key_count {
             let len = self.key_params(k).key_len();
-            if dcf0[k].len() != count * len || dcf1[k].len() != count * len {
+            if dcf0[k].len() != count * len || !p1_keys_fit(dcf0[k], dcf1[k]) {
                 return Err(Error::BufferLength);
             }
         }
@@ -496,7 +498,8 @@ impl Gate {
             let batch = GenBatch::new(params, alphas, betas, &gen_in.roots[..m], &[])?;
             let len = params.key_len();
             let span = first * len..(first + m) * len;
-            let stats = fss.generate(&batch, &mut dcf0[k][span.clone()], &mut dcf1[k][span])?;
+            let p1 = p1_span(dcf1[k], span.clone());
+            let stats = fss.generate(&batch, &mut dcf0[k][span], p1)?;
             calls += stats.aes_calls;
         }
         Ok(calls)
@@ -2308,7 +2311,8 @@ mod tests {
     }
 
     /// Dealt keys in one-element PRF batches, with the least scratch,
-    /// equal those in full batches; less scratch than that is refused.
+    /// equal those in full batches, and so do P0's keys dealt alone; less
+    /// scratch than that is refused.
     #[test]
     fn deal_scratch_size_changes_nothing_but_batching() {
         let gate = Gate::new(
@@ -2320,9 +2324,12 @@ mod tests {
         .unwrap();
         let n = 37;
         let seeds = [[3; 16], [4; 16]];
-        let deal = |blocks: usize, group: usize| {
+        let deal_as = |blocks: usize, group: usize, p1: bool| {
             let len = n * gate.key_params(0).key_len();
-            let (mut a, mut b) = (std::vec![0u8; len], std::vec![0u8; len]);
+            let (mut a, mut b) = (
+                std::vec![0u8; len],
+                std::vec![0u8; if p1 { len } else { 0 }],
+            );
             let mut ex = std::vec![0u64; n * gate.explicit_words()];
             let mut d0: [&mut [u8]; MAX_KEYS] = Default::default();
             let mut d1: [&mut [u8]; MAX_KEYS] = Default::default();
@@ -2342,8 +2349,12 @@ mod tests {
             );
             r.map(|_| (a, b, ex))
         };
+        let deal = |blocks: usize, group: usize| deal_as(blocks, group, true);
         assert_eq!(gate.compiled.key_count, 1);
         let full = deal(gate.deal_scratch_blocks(n, n), n).unwrap();
+        // P0's keys alone (an empty P1 slot): the same bytes.
+        let (a, b, ex) = deal_as(gate.deal_scratch_blocks(n, 5), 5, false).unwrap();
+        assert_eq!((&a, b.len(), &ex), (&full.0, 0, &full.2));
         // Groups of one, of five (across PRF batches of one and of all),
         // and larger than the PRF batch.
         assert_eq!(deal(gate.deal_scratch_min(1), 1).unwrap(), full);

@@ -1031,12 +1031,14 @@ impl GenInputs {
     }
 }
 
+/// Both parties' keys, or P0's alone (`p1` false: an empty `key1`).
 fn generate_with(
     eval: &dyn BatchEval,
     batch: &GenBatch<'_>,
+    p1: bool,
 ) -> Result<([Vec<u8>; 2], u64), String> {
     let len = batch.params().key_len() * batch.count();
-    let mut keys = [vec![0xA5u8; len], vec![0x5Au8; len]];
+    let mut keys = [vec![0xA5u8; len], vec![0x5Au8; if p1 { len } else { 0 }]];
     let [k0, k1] = &mut keys;
     match guarded(|| eval.generate(batch, k0, k1)) {
         Ok(Ok(stats)) => Ok((keys, stats.aes_calls)),
@@ -1066,11 +1068,18 @@ fn check_generation(eval: &dyn BatchEval, scope: Scope, report: &mut Report) {
         let batch = inputs.batch(params);
         let what = format!("generate {params:?}, {count} keys");
         report.calls += 1;
-        let (want, _) = match generate_with(&Serial::new(), &batch) {
+        let (want, _) = match generate_with(&Serial::new(), &batch, true) {
             Ok(w) => w,
             Err(e) => panic!("Serial failed to {what}: {e}"),
         };
-        let (got, calls) = match generate_with(eval, &batch) {
+        match generate_with(eval, &batch, false) {
+            Ok(([alone, _], _)) if alone != want[0] => {
+                report.fail(format!("{what}: P0's keys alone differ from Serial's"));
+            }
+            Ok(_) => {}
+            Err(e) => report.fail(format!("{what}, P0's keys alone: {e}")),
+        }
+        let (got, calls) = match generate_with(eval, &batch, true) {
             Ok(g) => g,
             Err(e) => {
                 report.fail(format!("{what}: {e}"));

@@ -176,6 +176,8 @@ enum Fault {
     SwapsKeysPastAGroup,
     /// Reports AES calls for one party's generation only.
     MiscountsGeneration,
+    /// Refuses to generate P0's keys alone (an empty `key1`).
+    RefusesP0KeysAlone,
     /// Ignores `accumulate` on transposed products.
     OverwritesTransposedAccumulate,
     /// Accepts a `c` longer than the shape.
@@ -299,8 +301,11 @@ impl BatchEval for Faulty {
         let mut stats = Serial::new().generate(batch, key0, key1)?;
         let len = batch.params().key_len();
         match self.fault {
-            Fault::SwapsKeysPastAGroup if batch.count() > 32 => {
+            Fault::SwapsKeysPastAGroup if batch.count() > 32 && !key1.is_empty() => {
                 key0[32 * len..33 * len].swap_with_slice(&mut key1[32 * len..33 * len]);
+            }
+            Fault::RefusesP0KeysAlone if key1.is_empty() => {
+                return Err(suffuse_core::Error::BufferLength);
             }
             Fault::MiscountsGeneration => stats.aes_calls /= 2,
             _ => {}
@@ -386,6 +391,7 @@ fn harness_catches_planted_faults() {
         Fault::HashesOneBlockWrong,
         Fault::SwapsKeysPastAGroup,
         Fault::MiscountsGeneration,
+        Fault::RefusesP0KeysAlone,
         Fault::OverwritesTransposedAccumulate,
         Fault::AcceptsLongProduct,
         Fault::ShiftsSplitRoots,

@@ -115,10 +115,28 @@ impl<'a> GenBatch<'a> {
     }
 }
 
+/// Whether `key1` fits `key0` in a key generation call: the same length,
+/// or empty, which asks for P0's keys only. P1's keys are P0's but for the
+/// 16-byte root, which P1 re-derives from its own seed, so a dealer that
+/// stores one body for both parties need not write them.
+pub fn p1_keys_fit(key0: &[u8], key1: &[u8]) -> bool {
+    key1.len() == key0.len() || key1.is_empty()
+}
+
+/// `key1[span]`, or the empty buffer when only P0's keys are asked for
+/// ([`p1_keys_fit`]).
+pub fn p1_span(key1: &mut [u8], span: core::ops::Range<usize>) -> &mut [u8] {
+    match key1.is_empty() {
+        true => key1,
+        false => &mut key1[span],
+    }
+}
+
 /// Generates every key pair of `batch` into `key0` and `key1`
 /// (`count · key_len` bytes each, key-major), walking up to `lanes` keys in
-/// lockstep. `lanes = 1` is the one-at-a-time reference; any lane count
-/// writes the same bytes. Returns the AES calls made.
+/// lockstep; an empty `key1` writes P0's keys only ([`p1_keys_fit`]).
+/// `lanes = 1` is the one-at-a-time reference; any lane count writes the
+/// same bytes. Returns the AES calls made.
 pub fn generate<H: Hasher + ?Sized>(
     aes: &H,
     batch: &GenBatch<'_>,
@@ -128,7 +146,7 @@ pub fn generate<H: Hasher + ?Sized>(
 ) -> Result<u64, Error> {
     let len = batch.params.key_len();
     let n = batch.count();
-    if Some(key0.len()) != n.checked_mul(len) || key1.len() != key0.len() {
+    if Some(key0.len()) != n.checked_mul(len) || !p1_keys_fit(key0, key1) {
         return Err(Error::BufferLength);
     }
     let lanes = lanes.clamp(1, GEN_LANES);
@@ -139,7 +157,7 @@ pub fn generate<H: Hasher + ?Sized>(
         let part = batch.slice(start, end);
         let (k0, k1) = (
             &mut key0[start * len..end * len],
-            &mut key1[start * len..end * len],
+            p1_span(key1, start * len..end * len),
         );
         calls += if lanes == 1 {
             gen_group::<H, 1>(aes, &part, k0, k1)
@@ -196,15 +214,17 @@ fn gen_group<H: Hasher + ?Sized, const L: usize>(
         st.s[j] = [r0.with_lsb(0), r1.with_lsb(1)];
         st.delta[j] = st.s[j][0] ^ st.s[j][1];
         st.s[j][0].write(&mut key0[j * len..]);
-        st.s[j][1].write(&mut key1[j * len..]);
     }
     let mut calls = 0;
     for level in 0..p.levels() {
         calls += gen_level(aes, batch, &mut st, level, key0);
     }
     calls += gen_leaf(aes, batch, &st, key0);
-    for j in 0..n {
-        key1[j * len + 16..(j + 1) * len].copy_from_slice(&key0[j * len + 16..(j + 1) * len]);
+    // P1's keys where asked for (an empty `key1` has no chunks): its own
+    // root, then P0's body.
+    for (j, key) in key1.chunks_exact_mut(len).enumerate() {
+        batch.roots[j][1].with_lsb(1).write(key);
+        key[16..].copy_from_slice(&key0[j * len + 16..(j + 1) * len]);
     }
     calls
 }

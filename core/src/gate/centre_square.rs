@@ -46,7 +46,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{Params, Party};
+use crate::fss::{Params, Party, p1_keys_fit};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::protocol::Protocol;
 use crate::gate::ring_trunc::RingTrunc;
@@ -211,8 +211,10 @@ impl CentreSquare {
         let params = self.key_params();
         let len = params.key_len();
         let sizes = |k: &[&mut [u8]]| k.len() == KEYS && k.iter().all(|b| b.len() == count * len);
+        let p1_fit =
+            keys1.len() == KEYS && keys0.iter().zip(&*keys1).all(|(a, b)| p1_keys_fit(a, b));
         if !sizes(keys0)
-            || !sizes(keys1)
+            || !p1_fit
             || random.len() != count * self.random_words()
             || explicit.len() != count * WORDS
         {

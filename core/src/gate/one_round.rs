@@ -6,7 +6,7 @@
 use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::Error;
-use crate::fss::{GenBatch, KeyBatch, Params, Party};
+use crate::fss::{GenBatch, KeyBatch, Params, Party, p1_span};
 use crate::gate::{PartyKeys, prf_slots};
 use crate::mpc;
 use crate::prg::{Block, Hasher};
@@ -88,7 +88,7 @@ impl Group<'_> {
         let len = params.key_len();
         let span = self.at * len..(self.at + m) * len;
         Ok(fss
-            .generate(&batch, &mut key0[span.clone()], &mut key1[span])?
+            .generate(&batch, &mut key0[span.clone()], p1_span(key1, span))?
             .aes_calls)
     }
 }

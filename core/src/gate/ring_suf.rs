@@ -61,7 +61,7 @@
 use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
-use crate::fss::{Kind, Output, Params, Party};
+use crate::fss::{Kind, Output, Params, Party, p1_keys_fit};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::{Cost, PartyKeys};
 use crate::mpc;
@@ -313,7 +313,7 @@ impl RingSuf {
         let params = self.key_params();
         let (len, keys_n) = (params.key_len(), self.key_count());
         let sizes_ok =
-            (0..keys_n).all(|i| keys0[i].len() == count * len && keys1[i].len() == count * len);
+            (0..keys_n).all(|i| keys0[i].len() == count * len && p1_keys_fit(keys0[i], keys1[i]));
         if !sizes_ok
             || random.len() != count * self.random_words()
             || explicit.len() != count * self.explicit_words()

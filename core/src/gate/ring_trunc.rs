@@ -34,7 +34,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{KeyBatch, Kind, Output, Params, Party};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party, p1_keys_fit};
 use crate::gate::one_round::{self, GROUP};
 
 #[cfg(test)]
@@ -165,7 +165,7 @@ impl RingTrunc {
         let params = self.key_params();
         let (len, rw) = (params.key_len(), self.random_words());
         if key0.len() != count * len
-            || key1.len() != count * len
+            || !p1_keys_fit(key0, key1)
             || explicit.len() != 2 * count
             || random.len() != count * rw
         {
@@ -573,6 +573,27 @@ mod tests {
         );
         g.deal(&fss, seeds, None, &random, 0, 2, &mut k0, &mut k1, &mut ex)
             .unwrap();
+        // P0's keys alone (an empty P1 buffer) are the same bytes; a P1
+        // buffer of another length is refused.
+        let (mut alone, mut ex2) = (vec![0u8; 2 * len], vec![0u64; 4]);
+        g.deal(
+            &fss,
+            seeds,
+            None,
+            &random,
+            0,
+            2,
+            &mut alone,
+            &mut [],
+            &mut ex2,
+        )
+        .unwrap();
+        assert_eq!((&alone, &ex2), (&k0, &ex));
+        let short = &mut vec![0u8; len][..];
+        let dealt = g.deal(
+            &fss, seeds, None, &random, 0, 2, &mut alone, short, &mut ex2,
+        );
+        assert_eq!(dealt, Err(Error::BufferLength));
         let aes = FixedKeyAes::new();
         let mut s = vec![0u64; RingTrunc::scratch_words(2)];
         let keys = |k| PartyKeys::of(&[k], &[], &[]);

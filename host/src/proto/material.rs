@@ -42,7 +42,8 @@ pub(super) fn gate_bytes(g: &Gate, count: usize, party: Party) -> usize {
     count * body_bytes(g) + ex
 }
 
-/// Full-key buffers for `count` elements.
+/// P0's full-key buffers for `count` elements (P1's keys are not
+/// written: they differ only in the roots, which each party re-derives).
 fn key_buffers(g: &Gate, count: usize) -> [Vec<u8>; MAX_KEYS] {
     std::array::from_fn(|k| {
         if k < g.compiled.key_count {
@@ -51,6 +52,11 @@ fn key_buffers(g: &Gate, count: usize) -> [Vec<u8>; MAX_KEYS] {
             Vec::new()
         }
     })
+}
+
+/// Empty P1 key slots: a gate's `deal` then writes P0's keys alone.
+fn no_keys() -> [&'static mut [u8]; MAX_KEYS] {
+    std::array::from_fn(|_| &mut [][..])
 }
 
 pub(super) fn as_mut(bufs: &mut [Vec<u8>; MAX_KEYS]) -> [&mut [u8]; MAX_KEYS] {
@@ -94,26 +100,26 @@ impl Parts {
     }
 }
 
-/// Every key's bodies, key slot by key slot, each `count` keys of
-/// `len(k)` bytes whole in `keys[k]`: the roots are dropped (each party
-/// re-derives its own from the section's seed), and what is left is both
-/// parties' alike.
-fn bodies(keys: &[Vec<u8>], count: usize, len: impl Fn(usize) -> usize) -> Vec<u8> {
-    // Sized once: a growing `Vec` copies its key bytes to each new block
-    // and the allocator wipes the old one (4 % of the dealer's samples).
-    let total = (0..keys.len()).map(|k| count * (len(k) - 16)).sum();
-    let mut out = Vec::with_capacity(total);
-    for (k, buf) in keys.iter().enumerate() {
-        for key in buf.chunks_exact(len(k)) {
-            out.extend_from_slice(&key[16..]);
+/// Appends every key slot's bodies to both parties' sections, slot by
+/// slot: `keys[k]` holds whole keys of `len(k)` bytes, each loses its
+/// 16-byte root in place (each party re-derives its own from the section's
+/// seed) and the buffer itself, left with what both parties hold alike,
+/// becomes the run (no copy; the cut tail is wiped with the buffer).
+fn append_bodies(out: &mut Parts, keys: &mut [Vec<u8>], len: impl Fn(usize) -> usize) {
+    for (k, buf) in keys.iter_mut().enumerate() {
+        let (len, count) = (len(k), buf.len() / len(k).max(1));
+        for j in 0..count {
+            buf.copy_within(j * len + 16..(j + 1) * len, j * (len - 16));
         }
+        buf.truncate(count * (len - 16));
+        out.same(std::mem::take(buf));
     }
-    out
 }
 
-/// Deals `count` elements with `deal` (which fills full keys and P1's
-/// explicit words) and appends both parties' section bytes: the key
-/// bodies once for both (P1's are P0's), then P1's words.
+/// Deals `count` elements with `deal` (which fills P0's full keys, given
+/// empty P1 key slots, and P1's explicit words) and appends both parties'
+/// section bytes: the key bodies once for both (P1's are P0's), then P1's
+/// words.
 pub(super) fn deal_material(
     g: &Gate,
     count: usize,
@@ -125,16 +131,15 @@ pub(super) fn deal_material(
     ) -> Result<u64, suffuse_core::Error>,
 ) -> Result<(), suffuse_core::Error> {
     let mut k0 = key_buffers(g, count);
-    let mut k1 = key_buffers(g, count);
     let mut explicit = vec![0u64; count * g.explicit_words()];
-    let dealt = deal(&mut as_mut(&mut k0), &mut as_mut(&mut k1), &mut explicit);
+    let dealt = deal(&mut as_mut(&mut k0), &mut no_keys(), &mut explicit);
     if dealt.is_ok() {
-        let keys = &k0[..g.compiled.key_count];
-        out.same(bodies(keys, count, |k| g.key_params(k).key_len()));
+        let keys = &mut k0[..g.compiled.key_count];
+        append_bodies(out, keys, |k| g.key_params(k).key_len());
         put_words(&mut out.each()[1], &explicit);
     }
     // Wiped as `deal_ring_material` wipes its own, on every path.
-    for k in k0.iter_mut().chain(&mut k1) {
+    for k in &mut k0 {
         crate::wipe::vec(k);
     }
     crate::wipe::vec(&mut explicit);
@@ -317,8 +322,8 @@ impl RingShape {
 }
 
 /// Deals `count` elements of a one-round gate with `deal` (which fills
-/// both parties' whole keys, key by key, and P1's explicit words from the
-/// fresh words it is given) and appends both parties' section bytes. The
+/// P0's whole keys, key by key, given empty P1 key slots, and P1's
+/// explicit words from the fresh words it is given) and appends both parties' section bytes. The
 /// fresh words come from the operating system: a ring-output key's value
 /// corrections must not be predictable from either party's seed.
 pub(super) fn deal_ring_material(
@@ -333,10 +338,8 @@ pub(super) fn deal_ring_material(
     ) -> Result<u64, suffuse_core::Error>,
 ) -> Result<(), DealError> {
     let len = shape.params.key_len();
-    let buffers = || -> [Vec<u8>; MAX_KEYS] {
-        std::array::from_fn(|k| vec![0u8; if k < shape.keys { count * len } else { 0 }])
-    };
-    let mut keys = [buffers(), buffers()];
+    let mut keys: [Vec<u8>; MAX_KEYS] =
+        std::array::from_fn(|k| vec![0u8; if k < shape.keys { count * len } else { 0 }]);
     let mut explicit = vec![0u64; count * shape.explicit];
     let mut bytes = vec![0u8; 8 * count * shape.random];
     getrandom::fill(&mut bytes).map_err(|e| DealError::Random {
@@ -348,17 +351,23 @@ pub(super) fn deal_ring_material(
         .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
         .collect();
     crate::wipe::vec(&mut bytes);
-    let [k0, k1] = &mut keys;
-    let dealt = deal(&mut as_mut(k0), &mut as_mut(k1), &mut explicit, &random);
+    let dealt = deal(
+        &mut as_mut(&mut keys),
+        &mut no_keys(),
+        &mut explicit,
+        &random,
+    );
     crate::wipe::vec(&mut random);
-    dealt.map_err(deal_core(step))?;
-    out.same(bodies(&keys[0][..shape.keys], count, |_| len));
-    for k in keys.as_flattened_mut() {
+    if dealt.is_ok() {
+        append_bodies(out, &mut keys[..shape.keys], |_| len);
+        put_words(&mut out.each()[1], &explicit);
+    }
+    // Wiped on every path, as `deal_material` wipes its own.
+    for k in &mut keys {
         crate::wipe::vec(k);
     }
-    put_words(&mut out.each()[1], &explicit);
     crate::wipe::vec(&mut explicit);
-    Ok(())
+    dealt.map(|_| ()).map_err(deal_core(step))
 }
 
 /// Every chunk's material ([`chunks`] of `n` elements) of a one-round gate
