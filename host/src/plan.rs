@@ -1686,6 +1686,20 @@ fn limit_of(name: &str, bound: &Bound, scale: u32) -> Result<u64, PlanError> {
     Ok(((max * bound::MARGIN * fixed::pow2(scale)).ceil() + 2.0) as u64)
 }
 
+/// The bound memoized under `key` in `bounds`, computed and kept if new.
+fn memo(
+    bounds: &mut std::collections::HashMap<String, f64>,
+    key: &str,
+    compute: impl FnOnce() -> f64,
+) -> f64 {
+    if let Some(v) = bounds.get(key) {
+        return *v;
+    }
+    let v = compute();
+    bounds.insert(key.to_string(), v);
+    v
+}
+
 impl Builder {
     /// A builder that reuses an earlier pass's encoded layers and bounds.
     pub fn with_memo(
@@ -1730,12 +1744,20 @@ impl Builder {
 
     /// A bound computed once per build, by key.
     pub fn memo_bound(&mut self, key: &str, compute: impl FnOnce() -> f64) -> f64 {
-        if let Some(v) = self.memo_bounds.get(key) {
-            return *v;
-        }
-        let v = compute();
-        self.memo_bounds.insert(key.to_string(), v);
-        v
+        memo(&mut self.memo_bounds, key, compute)
+    }
+
+    /// [`Builder::memo_bound`] of a bound computed from linear `i`'s
+    /// encoding, lent to `compute` (not copied: a layer's fused q/k/v
+    /// weights are 14 MB at BERT-base's shape).
+    pub fn memo_linear_bound(
+        &mut self,
+        key: &str,
+        i: usize,
+        compute: impl FnOnce(&EncodedLinear) -> f64,
+    ) -> f64 {
+        let linear = &self.linears[i];
+        memo(&mut self.memo_bounds, key, || compute(linear))
     }
 
     /// The memoized bounds (to carry into the next pass).

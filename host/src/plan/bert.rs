@@ -411,9 +411,8 @@ fn scores_bound(
 ) -> f64 {
     let qn = b.info(q).bound.row_l2();
     let kn = b.info(k).bound.row_l2();
-    let enc = b.linear_ref(qkv_linear).clone();
-    let bilinear = b.memo_bound(&format!("layer {l} scores"), || {
-        score_bound(&enc, x_norm, heads)
+    let bilinear = b.memo_linear_bound(&format!("layer {l} scores"), qkv_linear, |enc| {
+        score_bound(enc, x_norm, heads)
     });
     (qn * kn).min(bilinear)
 }
