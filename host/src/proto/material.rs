@@ -323,9 +323,10 @@ impl RingShape {
 
 /// Deals `count` elements of a one-round gate with `deal` (which fills
 /// P0's whole keys, key by key, given empty P1 key slots, and P1's
-/// explicit words from the fresh words it is given) and appends both parties' section bytes. The
-/// fresh words come from the operating system: a ring-output key's value
-/// corrections must not be predictable from either party's seed.
+/// explicit words from the fresh words it is given) and appends both
+/// parties' section bytes. The fresh words come from the operating
+/// system: a ring-output key's value corrections must not be predictable
+/// from either party's seed.
 pub(super) fn deal_ring_material(
     shape: RingShape,
     (step, count): (u32, usize),
