@@ -746,7 +746,7 @@ impl<L: Launcher> BatchEval for CudaEval<L> {
     ) -> Result<EvalStats, Error> {
         let len = batch.params().key_len();
         let n = batch.count();
-        if Some(key0.len()) != n.checked_mul(len) || !fss::p1_keys_fit(key0, key1) {
+        if !fss::key_buffers_fit(key0, key1, n, len) {
             return Err(Error::BufferLength);
         }
         if n > 0 {

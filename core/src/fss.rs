@@ -50,7 +50,7 @@
 
 mod keygen;
 
-pub use keygen::{GEN_LANES, GenBatch, generate, p1_keys_fit, p1_span};
+pub use keygen::{GEN_LANES, GenBatch, generate, key_buffers_fit, p1_keys_fit, p1_span};
 
 use crate::error::Error;
 use crate::prg::{Block, Domain, HASH_CHUNK, Hasher, word_mask};

@@ -28,7 +28,7 @@
 use crate::batch::{BatchEval, EvalJob};
 use crate::compile::{Compiled, MAX_KEYS};
 use crate::error::{Error, SufError};
-use crate::fss::{GenBatch, KeyBatch, Params, Party, p1_keys_fit, p1_span};
+use crate::fss::{GenBatch, KeyBatch, Params, Party, key_buffers_fit, p1_span};
 use crate::mpc;
 use crate::phi::program::{self, BLOCK, Program, Section};
 use crate::phi::{Mono, Phi, Plan};
@@ -459,7 +459,7 @@ impl Gate {
         }
         for k in 0..self.compiled.key_count {
             let len = self.key_params(k).key_len();
-            if dcf0[k].len() != count * len || !p1_keys_fit(dcf0[k], dcf1[k]) {
+            if !key_buffers_fit(dcf0[k], dcf1[k], count, len) {
                 return Err(Error::BufferLength);
             }
         }
@@ -1655,7 +1655,7 @@ impl Eval<'_> {
 /// public factor times its entries, added to the coefficient of the
 /// monomial each contribution names; `k` walks the plan's contributions
 /// in order across the outputs.
-#[cfg(feature = "interpreter")]
+#[cfg(any(test, feature = "interpreter"))]
 fn interpret_terms(
     g: &Gate,
     (o, x_hat, publics): (usize, u64, &crate::phi::Publics<'_>),

@@ -123,6 +123,13 @@ pub fn p1_keys_fit(key0: &[u8], key1: &[u8]) -> bool {
     key1.len() == key0.len() || key1.is_empty()
 }
 
+/// Whether `key0` holds exactly `count` keys of `key_len` bytes and `key1`
+/// fits it ([`p1_keys_fit`]): the one length rule of every key generation
+/// call, gates' and backends' alike. A product that overflows fits nothing.
+pub fn key_buffers_fit(key0: &[u8], key1: &[u8], count: usize, key_len: usize) -> bool {
+    Some(key0.len()) == count.checked_mul(key_len) && p1_keys_fit(key0, key1)
+}
+
 /// `key1[span]`, or the empty buffer when only P0's keys are asked for
 /// ([`p1_keys_fit`]).
 pub fn p1_span(key1: &mut [u8], span: core::ops::Range<usize>) -> &mut [u8] {
@@ -146,7 +153,7 @@ pub fn generate<H: Hasher + ?Sized>(
 ) -> Result<u64, Error> {
     let len = batch.params.key_len();
     let n = batch.count();
-    if Some(key0.len()) != n.checked_mul(len) || !p1_keys_fit(key0, key1) {
+    if !key_buffers_fit(key0, key1, n, len) {
         return Err(Error::BufferLength);
     }
     let lanes = lanes.clamp(1, GEN_LANES);
@@ -354,4 +361,24 @@ fn gen_leaf<H: Hasher + ?Sized, const L: usize>(
         lcw.write(&mut key0[j * len + p.leaf_offset()..]);
     }
     calls
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_buffers_fit;
+
+    /// `count` keys of `len` bytes in `key0`, and `key1` of the same length
+    /// or empty; anything else, an overflowing product included, is
+    /// refused.
+    #[test]
+    fn key_buffers_fit_takes_whole_batches_and_p0_alone() {
+        let (k0, k1) = ([0u8; 12], [0u8; 12]);
+        assert!(key_buffers_fit(&k0, &k1, 3, 4));
+        assert!(key_buffers_fit(&k0, &[], 3, 4));
+        assert!(key_buffers_fit(&[], &[], 0, 4));
+        assert!(!key_buffers_fit(&k0, &k1[..8], 3, 4));
+        assert!(!key_buffers_fit(&k0[..8], &k1[..8], 3, 4));
+        assert!(!key_buffers_fit(&k0, &k1, 4, 4));
+        assert!(!key_buffers_fit(&[], &[], usize::MAX, 2));
+    }
 }

@@ -46,7 +46,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{Params, Party, p1_keys_fit};
+use crate::fss::{Params, Party, key_buffers_fit};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::protocol::Protocol;
 use crate::gate::ring_trunc::RingTrunc;
@@ -210,14 +210,10 @@ impl CentreSquare {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let len = params.key_len();
-        let sizes = |k: &[&mut [u8]]| k.len() == KEYS && k.iter().all(|b| b.len() == count * len);
-        let p1_fit =
-            keys1.len() == KEYS && keys0.iter().zip(&*keys1).all(|(a, b)| p1_keys_fit(a, b));
-        if !sizes(keys0)
-            || !p1_fit
-            || random.len() != count * self.random_words()
-            || explicit.len() != count * WORDS
-        {
+        let fit = keys0.len() == KEYS
+            && keys1.len() == KEYS
+            && (keys0.iter().zip(&*keys1)).all(|(a, b)| key_buffers_fit(a, b, count, len));
+        if !fit || random.len() != count * self.random_words() || explicit.len() != count * WORDS {
             return Err(Error::BufferLength);
         }
         let (w, f) = (self.ring(), self.mean_shift());

@@ -33,7 +33,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{KeyBatch, Kind, Output, Params, Party, p1_keys_fit};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party, key_buffers_fit};
 use crate::gate::inverse::InverseTable;
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::{Cost, SingleKey};
@@ -190,7 +190,7 @@ impl RingLut {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let len = params.key_len();
-        if key0.len() != count * len || !p1_keys_fit(key0, key1) {
+        if !key_buffers_fit(key0, key1, count, len) {
             return Err(Error::BufferLength);
         }
         let betas = [1u64; GROUP];

@@ -38,7 +38,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{KeyBatch, Kind, Output, Params, Party, p1_keys_fit};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party, key_buffers_fit};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::{Cost, PartyKeys};
 use crate::mpc;
@@ -142,8 +142,8 @@ impl RingRelu {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let (len, rw) = (params.key_len(), params.gen_random_words());
-        let sizes_ok = (keys0.iter().zip(&keys1))
-            .all(|(k0, k1)| k0.len() == count * len && p1_keys_fit(k0, k1));
+        let sizes_ok =
+            (keys0.iter().zip(&keys1)).all(|(k0, k1)| key_buffers_fit(k0, k1, count, len));
         if !sizes_ok || random.len() != count * KEYS * rw {
             return Err(Error::BufferLength);
         }

@@ -61,7 +61,7 @@
 use crate::batch::BatchEval;
 use crate::compile::MAX_KEYS;
 use crate::error::{Error, SufError};
-use crate::fss::{Kind, Output, Params, Party, p1_keys_fit};
+use crate::fss::{Kind, Output, Params, Party, key_buffers_fit};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::{Cost, PartyKeys};
 use crate::mpc;
@@ -312,8 +312,7 @@ impl RingSuf {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let (len, keys_n) = (params.key_len(), self.key_count());
-        let sizes_ok =
-            (0..keys_n).all(|i| keys0[i].len() == count * len && p1_keys_fit(keys0[i], keys1[i]));
+        let sizes_ok = (0..keys_n).all(|i| key_buffers_fit(keys0[i], keys1[i], count, len));
         if !sizes_ok
             || random.len() != count * self.random_words()
             || explicit.len() != count * self.explicit_words()

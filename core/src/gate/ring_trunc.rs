@@ -34,7 +34,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{KeyBatch, Kind, Output, Params, Party, p1_keys_fit};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party, key_buffers_fit};
 use crate::gate::one_round::{self, GROUP};
 
 #[cfg(test)]
@@ -164,8 +164,7 @@ impl RingTrunc {
     ) -> Result<u64, Error> {
         let params = self.key_params();
         let (len, rw) = (params.key_len(), self.random_words());
-        if key0.len() != count * len
-            || !p1_keys_fit(key0, key1)
+        if !key_buffers_fit(key0, key1, count, len)
             || explicit.len() != 2 * count
             || random.len() != count * rw
         {

@@ -60,7 +60,7 @@
 
 use crate::batch::BatchEval;
 use crate::error::{Error, SufError};
-use crate::fss::{KeyBatch, Kind, Output, Params, Party, p1_keys_fit};
+use crate::fss::{KeyBatch, Kind, Output, Params, Party, key_buffers_fit};
 use crate::gate::one_round::{self, GROUP};
 use crate::gate::{Cost, PartyKeys, Protocol, SingleKey};
 use crate::mpc;
@@ -210,7 +210,7 @@ impl TruncOpen {
         let params = self.key_params();
         let len = params.key_len();
         let per = self.explicit_words();
-        if key0.len() != count * len || !p1_keys_fit(key0, key1) || explicit.len() != per * count {
+        if !key_buffers_fit(key0, key1, count, len) || explicit.len() != per * count {
             return Err(Error::BufferLength);
         }
         let w = self.ring;
