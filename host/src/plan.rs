@@ -1661,10 +1661,6 @@ pub struct Builder {
     groups: u32,
     /// Truncations' outputs that fused steps took in: nothing writes them.
     fused: Vec<usize>,
-    /// A layer's weights and biases decoded to reals for its bound, kept
-    /// between layers so that their pages are zeroed once per build, not
-    /// once per layer (`plan::linear::real_weights_of`).
-    reals: (Vec<f64>, Vec<f64>),
 }
 
 /// The limit of a tensor with `bound` at `scale`: the bound with the

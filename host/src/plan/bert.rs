@@ -33,7 +33,7 @@ use rayon::prelude::*;
 
 use super::attention;
 use super::bound::{self, Bound, NormForm};
-use super::linear::{Folded, Weights, linear_product, linear_to_frac, real_weights};
+use super::linear::{Folded, Weights, for_bounds, linear_product, linear_to_frac};
 use super::mlp;
 use super::norm::{affine_bound, norm_output, post_norm, post_norm_folded};
 use super::scale::{truncate, ulp};
@@ -243,7 +243,7 @@ fn pool(
 /// rounding terms. σ(A·Bᵀ)² is the spectral radius of `(AᵀA)(BᵀB)`, a
 /// d_h × d_h matrix.
 fn score_bound(enc: &EncodedLinear, norm: &NormForm, heads: usize) -> f64 {
-    let (w, bias) = real_weights(enc);
+    let (w, bias) = for_bounds(&enc.w, &enc.b, enc.bias_scale);
     let d = norm.gain.len();
     let dh = d / heads;
     let outs = enc.outputs;

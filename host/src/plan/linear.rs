@@ -155,13 +155,20 @@ fn encode_bias(w: Weights<'_>, bias_scale: u32) -> Vec<u64> {
         .collect()
 }
 
-/// The real values of an encoded layer, for bounds.
-pub(super) fn real_weights(l: &EncodedLinear) -> (Vec<f64>, Vec<f64>) {
+/// A layer as its bounds read it: the weights' words, decoded where they
+/// are read, and the biases (at `bias_scale`) as reals.
+pub(super) fn for_bounds<'a>(
+    words: &'a [u64],
+    bias: &[u64],
+    bias_scale: u32,
+) -> (bound::Words<'a>, Vec<f64>) {
+    let w = bound::Words {
+        words,
+        frac: WEIGHT_FRAC,
+    };
     (
-        l.w.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)).collect(),
-        l.b.iter()
-            .map(|v| fixed::decode(*v, l.bias_scale))
-            .collect(),
+        w,
+        bias.iter().map(|v| fixed::decode(*v, bias_scale)).collect(),
     )
 }
 
@@ -231,21 +238,19 @@ pub(super) fn linear_product(
 /// product's, or, for a norm's output, the tighter of it and the bound
 /// through the norm's form.
 fn product_bound(
-    b: &mut Builder,
+    b: &Builder,
     xb: &Bound,
     enc: &Enc,
     norm: Option<&NormForm>,
     group: usize,
 ) -> Bound {
-    let (mut w, mut bias) = std::mem::take(&mut b.reals);
-    let outputs = real_weights_of(b, enc, &mut w, &mut bias);
+    let (words, bias, bias_scale, outputs) = enc.parts(b);
+    let (w, bias) = for_bounds(words, bias, bias_scale);
     let plain = bound::linear(xb, &w, &bias, outputs, group);
-    let out = match norm {
+    match norm {
         Some(nf) => plain.min(&bound::linear_from_norm(nf, &w, &bias, outputs, group)),
         None => plain,
-    };
-    b.reals = (w, bias);
-    out
+    }
 }
 
 /// Pushes the product `x·W + b` of the layer `enc` (encoded now if it is
@@ -460,22 +465,6 @@ fn encoded(b: &mut Builder, name: &str, w: Weights<'_>, in_scale: u32) -> Enc {
         },
         None => Enc::New(encode_linear(name.to_string(), w, in_scale)),
     }
-}
-
-/// A layer's weights and biases as reals into `w` and `bias` (cleared
-/// first, their memory reused), and its output count, for one bound. They
-/// were once cached for the whole build, but that held an f64 copy of
-/// every layer (4 GB for Qwen2.5-Coder-0.5B) in each process while it
-/// planned; decode passes reuse their products' bounds (`reuse`) and
-/// rarely come back here. Decoding into fresh vectors had the kernel zero
-/// every layer's pages (SmolLM2's planning: a fifth of its samples).
-fn real_weights_of(b: &Builder, enc: &Enc, w: &mut Vec<f64>, bias: &mut Vec<f64>) -> usize {
-    let (lw, lb, bias_scale, outputs) = enc.parts(b);
-    w.clear();
-    w.extend(lw.iter().map(|v| fixed::decode(*v, WEIGHT_FRAC)));
-    bias.clear();
-    bias.extend(lb.iter().map(|v| fixed::decode(*v, bias_scale)));
-    outputs
 }
 
 /// A pre-norm's output, its form for bounds, and the gains the layer
