@@ -107,7 +107,8 @@ impl Parts {
 /// becomes the run (no copy; the cut tail is wiped with the buffer).
 fn append_bodies(out: &mut Parts, keys: &mut [Vec<u8>], len: impl Fn(usize) -> usize) {
     for (k, buf) in keys.iter_mut().enumerate() {
-        let (len, count) = (len(k), buf.len() / len(k).max(1));
+        let len = len(k);
+        let count = buf.len() / len.max(1);
         for j in 0..count {
             buf.copy_within(j * len + 16..(j + 1) * len, j * (len - 16));
         }
