@@ -203,7 +203,7 @@ pub(super) fn linear_product(
     group: usize,
     layer: usize,
 ) -> Result<(usize, usize), PlanError> {
-    let bound_of = |b: &mut Builder, xb: &Bound, enc: &Enc| product_bound(b, xb, enc, norm, group);
+    let bound_of = |b: &Builder, xb: &Bound, enc: &Enc| product_bound(b, xb, enc, norm, group);
     let xi = b.info(x).clone();
     let unbiased = !weights.biased;
     if let Some(done) = reuse(b, (x, unbiased), &name, norm, group, layer)? {

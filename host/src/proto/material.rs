@@ -134,17 +134,30 @@ pub(super) fn deal_material(
     let mut k0 = key_buffers(g, count);
     let mut explicit = vec![0u64; count * g.explicit_words()];
     let dealt = deal(&mut as_mut(&mut k0), &mut no_keys(), &mut explicit);
-    if dealt.is_ok() {
-        let keys = &mut k0[..g.compiled.key_count];
-        append_bodies(out, keys, |k| g.key_params(k).key_len());
-        put_words(&mut out.each()[1], &explicit);
+    let used = g.compiled.key_count;
+    let len = |k| g.key_params(k).key_len();
+    append_dealt(out, dealt.is_ok(), (&mut k0, used, len), &mut explicit);
+    dealt.map(|_| ())
+}
+
+/// What a deal left, handed on: if it succeeded, the bodies of the first
+/// `used` key slots (of `len(k)` bytes a key) once for both parties
+/// ([`append_bodies`]), then P1's explicit words; on every path the keys
+/// and the words are wiped.
+fn append_dealt(
+    out: &mut Parts,
+    ok: bool,
+    (keys, used, len): (&mut [Vec<u8>; MAX_KEYS], usize, impl Fn(usize) -> usize),
+    explicit: &mut Vec<u64>,
+) {
+    if ok {
+        append_bodies(out, &mut keys[..used], len);
+        put_words(&mut out.each()[1], explicit);
     }
-    // Wiped as `deal_ring_material` wipes its own, on every path.
-    for k in &mut k0 {
+    for k in keys {
         crate::wipe::vec(k);
     }
-    crate::wipe::vec(&mut explicit);
-    dealt.map(|_| ())
+    crate::wipe::vec(explicit);
 }
 
 /// Dealing scratch sized by the backend: groups of its preferred batch
@@ -360,15 +373,12 @@ pub(super) fn deal_ring_material(
         &random,
     );
     crate::wipe::vec(&mut random);
-    if dealt.is_ok() {
-        append_bodies(out, &mut keys[..shape.keys], |_| len);
-        put_words(&mut out.each()[1], &explicit);
-    }
-    // Wiped on every path, as `deal_material` wipes its own.
-    for k in &mut keys {
-        crate::wipe::vec(k);
-    }
-    crate::wipe::vec(&mut explicit);
+    append_dealt(
+        out,
+        dealt.is_ok(),
+        (&mut keys, shape.keys, |_| len),
+        &mut explicit,
+    );
     dealt.map(|_| ()).map_err(deal_core(step))
 }
 
