@@ -154,6 +154,7 @@ fn pool(model: &Model, states: &[f32], mask: &[bool]) -> Vec<f32> {
 /// independent of the rows around it (padding, batch) and of threads.
 fn linear(l: &Linear, x: &[f32]) -> Vec<f32> {
     let (n, m) = (l.inputs, l.outputs);
+    let w = l.w.values();
     let mut y = vec![0.0f32; x.len() / n * m];
     // One band of rows per thread, so that each column strip of `w` is
     // loaded into cache once per band and used by all its rows; inside a
@@ -172,11 +173,11 @@ fn linear(l: &Linear, x: &[f32]) -> Vec<f32> {
             while j0 + TILE_COLS <= m {
                 let mut r0 = 0;
                 while r0 + TILE_ROWS <= rows {
-                    tile::<TILE_ROWS>(l, xb, yb, r0, j0);
+                    tile::<TILE_ROWS>(l, &w, xb, yb, r0, j0);
                     r0 += TILE_ROWS;
                 }
                 for r in r0..rows {
-                    tile::<1>(l, xb, yb, r, j0);
+                    tile::<1>(l, &w, xb, yb, r, j0);
                 }
                 j0 += TILE_COLS;
             }
@@ -184,7 +185,7 @@ fn linear(l: &Linear, x: &[f32]) -> Vec<f32> {
                 for j in j0..m {
                     let mut acc = 0.0f32;
                     for k in 0..n {
-                        acc += xb[r * n + k] * l.w[k * m + j];
+                        acc += xb[r * n + k] * w[k * m + j];
                     }
                     yb[r * m + j] = acc + l.b[j];
                 }
@@ -200,11 +201,11 @@ const TILE_ROWS: usize = 4;
 const TILE_COLS: usize = 8;
 
 /// Rows `r0..r0+R`, columns `j0..j0+TILE_COLS` of [`linear`].
-fn tile<const R: usize>(l: &Linear, xb: &[f32], yb: &mut [f32], r0: usize, j0: usize) {
+fn tile<const R: usize>(l: &Linear, w: &[f32], xb: &[f32], yb: &mut [f32], r0: usize, j0: usize) {
     let (n, m) = (l.inputs, l.outputs);
     let mut acc = [[0.0f32; TILE_COLS]; R];
     for k in 0..n {
-        let wk = &l.w[k * m + j0..][..TILE_COLS];
+        let wk = &w[k * m + j0..][..TILE_COLS];
         for (r, acc_r) in acc.iter_mut().enumerate() {
             let a = xb[(r0 + r) * n + k];
             for (o, &w) in acc_r.iter_mut().zip(wk) {

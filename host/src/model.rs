@@ -226,13 +226,77 @@ pub struct Linear {
     /// `[inputs × outputs]`, row-major: row `i` holds input `i`'s weights to
     /// every output. Hugging Face `nn.Linear` stores `[outputs, inputs]`, so
     /// loading transposes.
-    pub w: Vec<f32>,
+    pub w: Matrix,
     /// `[outputs]`.
     pub b: Vec<f32>,
     /// Input width.
     pub inputs: usize,
     /// Output width.
     pub outputs: usize,
+}
+
+/// A dense layer's weights, `[inputs × outputs]` row-major as
+/// [`Linear::w`] reads: held as `f32`, or left in the GGUF file's bytes as
+/// the file stores them (`[outputs][inputs]`, quantized) and dequantized
+/// and transposed when read. A GGUF decoder's matrices are read a few
+/// times while a plan is built (its fixed-point words are what the servers
+/// multiply by), so holding their `f32`s beside the words would cost 4
+/// bytes a weight for nothing (docs/BACKENDS.md, "Weights left in the
+/// GGUF file").
+#[derive(Clone)]
+pub enum Matrix {
+    /// The values, `[inputs × outputs]`.
+    Held(Vec<f32>),
+    /// A tensor of a GGUF file.
+    Stored(gguf::Stored),
+}
+
+impl Matrix {
+    /// The values, `[inputs × outputs]`: borrowed where held, else
+    /// dequantized now (a stored matrix's values are never kept).
+    pub fn values(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            Matrix::Held(w) => std::borrow::Cow::Borrowed(w),
+            Matrix::Stored(s) => std::borrow::Cow::Owned(s.values()),
+        }
+    }
+
+    /// The values to change in place, held from now on.
+    pub fn held_mut(&mut self) -> &mut Vec<f32> {
+        if let Matrix::Stored(s) = self {
+            *self = Matrix::Held(s.values());
+        }
+        match self {
+            Matrix::Held(w) => w,
+            Matrix::Stored(_) => unreachable!("made held above"),
+        }
+    }
+
+    /// Number of weights.
+    pub fn len(&self) -> usize {
+        match self {
+            Matrix::Held(w) => w.len(),
+            Matrix::Stored(s) => s.len(),
+        }
+    }
+
+    /// Whether it has no weights.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Vec<f32>> for Matrix {
+    fn from(w: Vec<f32>) -> Matrix {
+        Matrix::Held(w)
+    }
+}
+
+/// Equal values, however each is kept.
+impl PartialEq for Matrix {
+    fn eq(&self, other: &Matrix) -> bool {
+        self.len() == other.len() && self.values() == other.values()
+    }
 }
 
 /// LayerNorm parameters: `y = (x − mean)/√(var + eps)·gamma + beta`.
@@ -714,7 +778,7 @@ impl Model {
                 f(
                     &format!("encoder.layer.{i}.{part}.weight"),
                     &[lin.inputs, lin.outputs],
-                    &lin.w,
+                    &lin.w.values(),
                 );
                 f(
                     &format!("encoder.layer.{i}.{part}.bias"),
@@ -756,6 +820,16 @@ impl Norm {
 }
 
 // Shapes only: the derived forms would print every weight.
+impl std::fmt::Debug for Matrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = match self {
+            Matrix::Held(_) => "held",
+            Matrix::Stored(_) => "in its file",
+        };
+        write!(f, "Matrix({} weights, {kept})", self.len())
+    }
+}
+
 impl std::fmt::Debug for Linear {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Linear({} → {})", self.inputs, self.outputs)

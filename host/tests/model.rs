@@ -109,7 +109,7 @@ fn map_weights(model: &mut Model, f: impl Fn(f32) -> f32) {
             &mut l.ffn_in,
             &mut l.ffn_out,
         ] {
-            all.push(&mut lin.w);
+            all.push(lin.w.held_mut());
             all.push(&mut lin.b);
         }
         for n in [&mut l.attn_norm, &mut l.ffn_norm] {
@@ -142,7 +142,7 @@ fn generated_models_are_deterministic_and_seeded() {
     );
 
     // Realistic scales: weights ~ N(0, 0.02²), gammas within 1 ± 0.1.
-    let w = &a.layers[0].ffn_in.w;
+    let w = a.layers[0].ffn_in.w.values();
     let std = (w.iter().map(|x| x * x).sum::<f32>() / w.len() as f32).sqrt();
     assert!((0.018..0.022).contains(&std), "weight std {std}");
     assert!(
@@ -194,7 +194,7 @@ fn written_checkpoints_use_hugging_face_names_and_layout() {
     assert_eq!(up.shape(), [256, 64]);
     let hf: Vec<f32> = f32s(up.data()).collect();
     let lin = &model.layers[1].ffn_in;
-    assert_eq!(hf[5 * 64 + 3], lin.w[3 * lin.outputs + 5]);
+    assert_eq!(hf[5 * 64 + 3], lin.w.values()[3 * lin.outputs + 5]);
 
     let config: Value =
         serde_json::from_slice(&std::fs::read(dir.join("config.json")).unwrap()).unwrap();

@@ -58,7 +58,7 @@ fn tiny_llama_generates_eight_greedy_tokens_bit_exact() {
     // A planted fault: the reference of a model one weight away differs,
     // so the bit-exact comparison can fail.
     let mut other = model.clone();
-    other.layers[0].up.w[0] += 0.05;
+    other.layers[0].up.w.held_mut()[0] += 0.05;
     let shape = Shape {
         batch: 1,
         seq: g.report.tokens,

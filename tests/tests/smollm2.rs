@@ -17,7 +17,7 @@
 
 use serde::Deserialize;
 use suffuse_host::model::gguf::Gguf;
-use suffuse_host::model::{Decoder, RopeStyle};
+use suffuse_host::model::{Decoder, Matrix, RopeStyle};
 use suffuse_tests::decoders::{self, Fixture, TeacherForced};
 
 #[derive(Deserialize)]
@@ -102,6 +102,31 @@ fn fixture_has_what_the_accuracy_tests_need() {
     assert!(tf.rotate_half_top1_equals_next_token * 4 < tf.top1_equals_next_token * 3);
 }
 
+/// With the file kept, every matrix stays in its Q4_1 and Q8_0 bytes and
+/// reads as the held model's, bit for bit: the layers compare their
+/// values, and the digest hashes every tensor.
+#[test]
+fn a_kept_file_reads_as_the_held_model() {
+    let (Some(g), Some(again)) = (load(), load()) else {
+        return;
+    };
+    let held = Decoder::from_gguf(&g, "SmolLM2-135M-Instruct").unwrap();
+    let kept =
+        Decoder::from_gguf_kept(std::sync::Arc::new(again), "SmolLM2-135M-Instruct").unwrap();
+    assert!(
+        kept.layers
+            .iter()
+            .all(|l| matches!(l.down.w, Matrix::Stored(_)))
+    );
+    assert!(
+        held.layers
+            .iter()
+            .all(|l| matches!(l.down.w, Matrix::Held(_)))
+    );
+    assert_eq!(kept.layers, held.layers);
+    assert_eq!(kept.digest(), held.digest());
+}
+
 /// The adapter reads SmolLM2's hyper-parameters and weights as the issue
 /// states them, the head tied to the embedding table and RoPE on adjacent
 /// pairs, with the tokenizer of its metadata.
@@ -121,7 +146,7 @@ fn decoder_from_gguf_has_smollm2s_shape() {
         g.dequantize("token_embd.weight").unwrap()[576..1152]
     );
     let k = g.dequantize("blk.0.attn_k.weight").unwrap();
-    assert_eq!(m.layers[0].key.w[5 * 192 + 7], k[7 * 576 + 5]);
+    assert_eq!(m.layers[0].key.w.values()[5 * 192 + 7], k[7 * 576 + 5]);
     let f = fixture().common;
     assert_eq!(
         m.tokenizer.encode(&f.greedy[0].prompt, usize::MAX).unwrap(),

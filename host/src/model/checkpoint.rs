@@ -553,7 +553,7 @@ fn hf_tensors(model: &Model) -> Vec<(String, F32Tensor)> {
             put(
                 format!("{p}.{part}.weight"),
                 vec![lin.outputs, lin.inputs],
-                Cow::Owned(transpose(&lin.w, lin.inputs, lin.outputs)),
+                Cow::Owned(transpose(&lin.w.values(), lin.inputs, lin.outputs)),
             );
             put(
                 format!("{p}.{part}.bias"),
@@ -583,7 +583,7 @@ fn put_norm(put: &mut impl FnMut(String, Vec<usize>, Cow<'_, [f32]>), name: &str
 }
 
 /// `[rows × cols]` row-major to `[cols × rows]` row-major.
-fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+pub(crate) fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut t = vec![0.0f32; m.len()];
     for (r, row) in m.chunks_exact(cols).enumerate().take(rows) {
         for (col, &v) in row.iter().enumerate() {
@@ -703,7 +703,7 @@ impl<'a> Tensors<'a> {
     ) -> Result<Linear, ModelError> {
         let w = self.get(&format!("{prefix}.weight"), &[outputs, inputs])?;
         Ok(Linear {
-            w: transpose(&w, outputs, inputs),
+            w: transpose(&w, outputs, inputs).into(),
             b: self.bias(prefix, outputs, bias)?,
             inputs,
             outputs,
@@ -713,7 +713,9 @@ impl<'a> Tensors<'a> {
     /// A GPT-2 `Conv1D`: `weight` is already `[inputs, outputs]`.
     fn conv1d(&self, prefix: &str, inputs: usize, outputs: usize) -> Result<Linear, ModelError> {
         Ok(Linear {
-            w: self.get(&format!("{prefix}.weight"), &[inputs, outputs])?,
+            w: self
+                .get(&format!("{prefix}.weight"), &[inputs, outputs])?
+                .into(),
             b: self.bias(prefix, outputs, true)?,
             inputs,
             outputs,

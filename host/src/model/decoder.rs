@@ -360,7 +360,9 @@ impl Generator<'_> {
     fn linear(&self, name: &str, inputs: usize, outputs: usize) -> Linear {
         let seed = self.seed;
         Linear {
-            w: Stream::new(seed, &format!("{name}.weight")).normals(inputs * outputs, 0.02),
+            w: Stream::new(seed, &format!("{name}.weight"))
+                .normals(inputs * outputs, 0.02)
+                .into(),
             b: if self.llama {
                 vec![0.0; outputs]
             } else {
@@ -477,14 +479,8 @@ impl Decoder {
             return h.clone();
         }
         let (v, d) = (self.config.vocab_size, self.config.hidden);
-        let mut w = vec![0.0f32; d * v];
-        for t in 0..v {
-            for i in 0..d {
-                w[i * v + t] = self.embed[t * d + i];
-            }
-        }
         Linear {
-            w,
+            w: super::checkpoint::transpose(&self.embed, v, d).into(),
             b: vec![0.0; v],
             inputs: d,
             outputs: v,
@@ -553,7 +549,7 @@ impl Decoder {
             }
         }
         if let Some(head) = &self.lm_head {
-            put(&head.w);
+            put(&head.w.values());
             put(&head.b);
         }
         h.finalize().into()
@@ -571,7 +567,7 @@ impl Decoder {
                 .chain(l.gate.as_ref())
                 .chain([&l.up, &l.down])
             {
-                put(&lin.w);
+                put(&lin.w.values());
                 put(&lin.b);
             }
             digest_norm(put, &l.mlp_norm);
@@ -649,7 +645,7 @@ mod tests {
         let m = Decoder::builtin("tiny-llama").unwrap();
         let h = m.head();
         let (v, d) = (m.config.vocab_size, m.config.hidden);
-        assert_eq!(h.w[3 * v + 7], m.embed[7 * d + 3]);
+        assert_eq!(h.w.values()[3 * v + 7], m.embed[7 * d + 3]);
     }
 
     #[test]

@@ -34,7 +34,9 @@ pub(super) fn model(config: Config, seed: u64) -> Model {
         eps: c.ln_eps,
     };
     let linear = |name: &str, inputs: usize, outputs: usize| Linear {
-        w: Stream::new(seed, &format!("{name}.weight")).normals(inputs * outputs, WEIGHT_STD),
+        w: Stream::new(seed, &format!("{name}.weight"))
+            .normals(inputs * outputs, WEIGHT_STD)
+            .into(),
         b: Stream::new(seed, &format!("{name}.bias")).normals(outputs, BIAS_STD),
         inputs,
         outputs,

@@ -29,6 +29,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 mod gemma3;
 mod llama;
@@ -433,6 +434,76 @@ impl Gguf {
             tensor: info.name.clone(),
             ty: info.ty,
         })
+    }
+}
+
+/// A matrix left in its GGUF file ([`crate::model::Matrix::Stored`]): a
+/// tensor with `ne = [inputs, outputs]`, stored as `outputs` rows of
+/// `inputs` values each, every row a whole number of its type's blocks.
+#[derive(Clone)]
+pub struct Stored {
+    file: Arc<Gguf>,
+    tensor: usize,
+    inputs: usize,
+    outputs: usize,
+}
+
+/// Output rows dequantized together before they are written transposed,
+/// so that each write of [`Stored::values`] is a run of this many values.
+const ROWS_AT_ONCE: usize = 64;
+
+impl Stored {
+    /// Tensor `name` of `file`, if it has `ne = [inputs, outputs]`, a type
+    /// [`Gguf::dequantize`] reads, and rows of whole blocks; `None`
+    /// otherwise (the caller then dequantizes it whole, and reports what
+    /// is wrong with it).
+    pub(crate) fn new(file: &Arc<Gguf>, name: &str, inputs: usize, outputs: usize) -> Option<Self> {
+        let tensor = *file.names.get(name)?;
+        let info = &file.tensors[tensor];
+        let (block, block_bytes) = info.ty.block();
+        let dims = [inputs as u64, outputs as u64];
+        let whole_rows = block > 0 && (inputs as u64).is_multiple_of(block);
+        let bytes = (inputs as u64 / block.max(1)).checked_mul(block_bytes)?;
+        let sized = bytes.checked_mul(outputs as u64)? == info.len as u64;
+        (info.dims == dims && whole_rows && sized && quant::dequantizes(info.ty)).then(|| Stored {
+            file: file.clone(),
+            tensor,
+            inputs,
+            outputs,
+        })
+    }
+
+    /// The values, `[inputs × outputs]`: row `i` holds input `i`'s weight
+    /// to every output, each as [`Gguf::dequantize`] gives it.
+    pub fn values(&self) -> Vec<f32> {
+        let (inputs, outputs) = (self.inputs, self.outputs);
+        let info = &self.file.tensors[self.tensor];
+        let bytes = self.file.bytes(info);
+        let row_bytes = bytes.len() / outputs.max(1);
+        let mut w = vec![0.0f32; inputs * outputs];
+        for (chunk, rows) in bytes.chunks(row_bytes.max(1) * ROWS_AT_ONCE).enumerate() {
+            let o0 = chunk * ROWS_AT_ONCE;
+            // `new` proved the type dequantizes and the rows are whole.
+            let values = quant::dequantize(info.ty, rows).unwrap_or_default();
+            let n = values.len() / inputs.max(1);
+            for i in 0..inputs {
+                let out = &mut w[i * outputs + o0..][..n];
+                for (r, v) in out.iter_mut().enumerate() {
+                    *v = values[r * inputs + i];
+                }
+            }
+        }
+        w
+    }
+
+    /// Number of weights.
+    pub fn len(&self) -> usize {
+        self.inputs * self.outputs
+    }
+
+    /// Whether it has no weights.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 

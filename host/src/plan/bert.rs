@@ -578,7 +578,11 @@ mod tests {
     /// A layer `d → d` with seeded weights and biases.
     fn layer(d: usize) -> model::Linear {
         model::Linear {
-            w: uniform(d * d, 0.5, 7).iter().map(|v| *v as f32).collect(),
+            w: uniform(d * d, 0.5, 7)
+                .iter()
+                .map(|v| *v as f32)
+                .collect::<Vec<_>>()
+                .into(),
             b: uniform(d, 1.0, 9).iter().map(|v| *v as f32).collect(),
             inputs: d,
             outputs: d,
@@ -710,7 +714,7 @@ mod tests {
             for j in 0..d {
                 let mut tol = 8.0 * u;
                 for (i, zi) in z.iter().enumerate() {
-                    let wij = f64::from(lin.w[i * d + j]).abs();
+                    let wij = f64::from(lin.w.values()[i * d + j]).abs();
                     let g = f64::from(n.gamma[i]) * root;
                     let hi = g * zi + f64::from(n.beta[i]).abs();
                     // Gained: x's floor (on the residual and through W),

@@ -81,10 +81,11 @@ impl<'a> Weights<'a> {
         let mut col = 0;
         for (pi, p) in self.parts.iter().enumerate() {
             let s = self.part_scale(pi);
+            let pw = p.w.values();
             for i in 0..inputs {
                 let g = self.fold.map_or(1.0, |f| f.gain[i]);
                 for j in 0..p.outputs {
-                    let real = f64::from(p.w[i * p.outputs + j]) * s * g;
+                    let real = f64::from(pw[i * p.outputs + j]) * s * g;
                     w[i * outputs + col + j] = encode(real, frac);
                 }
             }
@@ -99,13 +100,20 @@ impl<'a> Weights<'a> {
         let mut bias = Vec::with_capacity(self.outputs());
         for (pi, p) in self.parts.iter().enumerate() {
             let s = self.part_scale(pi);
+            // The weights are read (a stored matrix dequantized) only
+            // where some shift is not 0.
+            let shifts = self
+                .fold
+                .is_some_and(|f| f.shift.iter().any(|beta| *beta != 0.0));
+            let pw = shifts.then(|| p.w.values());
+            let weight = |i: usize, j: usize| pw.as_deref().map_or(0.0, |w| w[i * p.outputs + j]);
             let shifted = |j: usize| -> f64 {
                 self.fold.map_or(0.0, |f| {
                     f.shift
                         .iter()
                         .enumerate()
                         .filter(|(_, beta)| **beta != 0.0)
-                        .map(|(i, beta)| beta * f64::from(p.w[i * p.outputs + j]))
+                        .map(|(i, beta)| beta * f64::from(weight(i, j)))
                         .sum()
                 })
             };

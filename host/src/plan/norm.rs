@@ -899,7 +899,7 @@ mod tests {
                 .collect();
             let bias: Vec<f32> = uniform(outputs, 1.0, 9).iter().map(|v| *v as f32).collect();
             let layer = model::Linear {
-                w: w.clone(),
+                w: w.clone().into(),
                 b: bias.clone(),
                 inputs: d,
                 outputs,

@@ -15,8 +15,8 @@ use serde_json::Value;
 
 use super::{Fields, Tensors, WeightFiles, folder_name, tokenizer};
 use crate::model::{
-    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm,
-    RopeStyle,
+    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, Matrix, ModelError,
+    Norm, RopeStyle,
 };
 
 /// A Llama folder.
@@ -238,12 +238,15 @@ fn head(t: &Tensors<'_>, c: &DecoderConfig, tied: bool) -> Result<Option<Linear>
 fn split_columns(packed: &Linear) -> [Linear; 3] {
     let w = packed.outputs / 3;
     std::array::from_fn(|part| Linear {
-        w: packed
-            .w
-            .chunks_exact(packed.outputs)
-            .flat_map(|row| &row[part * w..(part + 1) * w])
-            .copied()
-            .collect(),
+        w: Matrix::Held(
+            packed
+                .w
+                .values()
+                .chunks_exact(packed.outputs)
+                .flat_map(|row| &row[part * w..(part + 1) * w])
+                .copied()
+                .collect(),
+        ),
         b: packed.b[part * w..(part + 1) * w].to_vec(),
         inputs: packed.inputs,
         outputs: w,

@@ -105,7 +105,7 @@ mod tests {
         let e = got.embed_token(3, 0).unwrap();
         assert_eq!(e[1], got.embed[3 * 64 + 1] * 8.0);
         // Head element (input 0, token 3) is embedding row 3's first value.
-        assert_eq!(got.head().w[3], got.embed[3 * 64]);
+        assert_eq!(got.head().w.values()[3], got.embed[3 * 64]);
     }
 
     #[test]

@@ -29,11 +29,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{Gguf, GgufError};
+use super::{Gguf, GgufError, Stored};
 use crate::model::{
-    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, ModelError, Norm,
-    RopeStyle, Tokenizer,
+    Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, Matrix, ModelError,
+    Norm, RopeStyle, Tokenizer,
 };
 
 /// A GGUF architecture with Llama's block: pre-norm RMSNorm, RoPE,
@@ -74,10 +75,22 @@ const DEFAULT_CONTEXT: usize = 2048;
 impl Decoder {
     /// The decoder a GGUF file of the `llama` or `qwen2` architecture holds, with the
     /// tokenizer from its metadata, named `name`. Quantized tensors are
-    /// dequantized to f32 as ggml does.
+    /// dequantized to f32 as ggml does, and held.
     pub fn from_gguf(g: &Gguf, name: &str) -> Result<Decoder, ModelError> {
+        Decoder::read_gguf(Tensors::new(g, None), name)
+    }
+
+    /// [`Decoder::from_gguf`], keeping the file: each linear layer's
+    /// matrix stays in the file's bytes ([`Matrix::Stored`]) and is
+    /// dequantized, the same values, whenever it is read. The model then
+    /// holds the file (its quantized bytes) instead of 4 bytes a weight.
+    pub fn from_gguf_kept(g: Arc<Gguf>, name: &str) -> Result<Decoder, ModelError> {
+        Decoder::read_gguf(Tensors::new(&g, Some(&g)), name)
+    }
+
+    fn read_gguf(mut t: Tensors<'_>, name: &str) -> Result<Decoder, ModelError> {
+        let g = t.g;
         let (family, config) = config(g)?;
-        let mut t = Tensors::new(g);
         let (h, q, kv) = (
             config.hidden,
             config.heads * config.head_dim,
@@ -132,7 +145,7 @@ impl Decoder {
             false => path.file_stem(),
         };
         let name = name.map_or_else(|| "gguf".into(), |n| n.to_string_lossy());
-        Decoder::from_gguf(&Gguf::open(&file)?, &name)
+        Decoder::from_gguf_kept(Arc::new(Gguf::open(&file)?), &name)
     }
 }
 
@@ -300,22 +313,31 @@ fn layer(
 }
 
 /// The file's tensors, each taken at most once, with the names taken
-/// recorded so that a tensor left over is reported.
+/// recorded so that a tensor left over is reported; with `kept`, the
+/// file the matrices stay in.
 struct Tensors<'a> {
     g: &'a Gguf,
+    kept: Option<&'a Arc<Gguf>>,
     used: BTreeSet<String>,
 }
 
 impl<'a> Tensors<'a> {
-    fn new(g: &'a Gguf) -> Tensors<'a> {
+    fn new(g: &'a Gguf, kept: Option<&'a Arc<Gguf>>) -> Tensors<'a> {
         Tensors {
             g,
+            kept,
             used: BTreeSet::new(),
         }
     }
 
     /// A tensor's values in ggml order, its `ne` checked against `dims`.
     fn take(&mut self, name: &str, dims: &[usize]) -> Result<Vec<f32>, ModelError> {
+        self.check(name, dims)?;
+        Ok(self.g.dequantize(name)?)
+    }
+
+    /// Whether the tensor is there with `ne = dims`; records it as used.
+    fn check(&mut self, name: &str, dims: &[usize]) -> Result<(), ModelError> {
         let info = self
             .g
             .tensor(name)
@@ -329,7 +351,7 @@ impl<'a> Tensors<'a> {
             });
         }
         self.used.insert(name.to_string());
-        Ok(self.g.dequantize(name)?)
+        Ok(())
     }
 
     /// An RMSNorm weight: a gain, no bias.
@@ -343,14 +365,23 @@ impl<'a> Tensors<'a> {
 
     /// A matrix with `ne = [inputs, outputs]` (row-major `[outputs][inputs]`)
     /// as `[inputs × outputs]`.
+    /// Where the file is kept and its rows are whole blocks, the matrix
+    /// stays in it ([`Stored`]).
     fn linear(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Linear, ModelError> {
-        let stored = self.take(name, &[inputs, outputs])?;
-        let mut w = vec![0.0f32; stored.len()];
-        for (o, row) in stored.chunks_exact(inputs).enumerate() {
-            for (i, v) in row.iter().enumerate() {
-                w[i * outputs + o] = *v;
+        let kept = self
+            .kept
+            .and_then(|g| Stored::new(g, name, inputs, outputs));
+        let w = match kept {
+            Some(stored) => {
+                self.check(name, &[inputs, outputs])?;
+                Matrix::Stored(stored)
             }
-        }
+            None => Matrix::Held(crate::model::checkpoint::transpose(
+                &self.take(name, &[inputs, outputs])?,
+                outputs,
+                inputs,
+            )),
+        };
         Ok(Linear {
             w,
             b: vec![0.0; outputs],
@@ -461,12 +492,7 @@ pub(super) mod tests {
             f32_bytes(&d.embed),
         );
         let matrix = |w: &mut Writer, name: String, l: &Linear| {
-            let mut stored = vec![0.0f32; l.w.len()];
-            for i in 0..l.inputs {
-                for o in 0..l.outputs {
-                    stored[o * l.inputs + i] = l.w[i * l.outputs + o];
-                }
-            }
+            let stored = crate::model::checkpoint::transpose(&l.w.values(), l.inputs, l.outputs);
             let ne = dims(l.inputs, l.outputs);
             w.tensor(&name, &ne, TensorType::F32, f32_bytes(&stored));
         };
@@ -545,7 +571,44 @@ pub(super) mod tests {
         let h = got.lm_head.as_ref().unwrap();
         assert!(!got.config.tied_head);
         let (t, i) = (7, 3);
-        assert_eq!(h.w[i * c.vocab_size + t], head[t * c.hidden + i]);
+        assert_eq!(h.w.values()[i * c.vocab_size + t], head[t * c.hidden + i]);
+        // Kept in the file, the head reads the same.
+        let kept = kept(&w);
+        assert!(matches!(
+            kept.lm_head.as_ref().unwrap().w,
+            Matrix::Stored(_)
+        ));
+        assert_eq!(kept.lm_head, got.lm_head);
+    }
+
+    /// [`load`] with the file kept ([`Decoder::from_gguf_kept`]).
+    fn kept(w: &Writer) -> Decoder {
+        let g = Arc::new(Gguf::from_bytes(w.to_bytes()).unwrap());
+        Decoder::from_gguf_kept(g, "tiny").unwrap()
+    }
+
+    #[test]
+    fn a_kept_file_gives_the_held_model_and_its_plan() {
+        let (_, w) = tiny();
+        let (held, kept) = (load(&w).unwrap(), kept(&w));
+        let matrices = |d: &Decoder| -> Vec<bool> {
+            let l = &d.layers[0];
+            [&l.query, &l.key, &l.value, &l.attn_out, &l.up, &l.down]
+                .iter()
+                .map(|l| matches!(l.w, Matrix::Stored(_)))
+                .collect()
+        };
+        assert!(matrices(&kept).iter().all(|s| *s));
+        assert!(matrices(&held).iter().all(|s| !*s));
+        assert_eq!(kept.layers, held.layers);
+        assert_eq!(kept.digest(), held.digest());
+        let shape = crate::plan::Shape {
+            batch: 1,
+            seq: 8,
+            decode_steps: 2,
+        };
+        let plan = |d: &Decoder| crate::plan::build(d, shape).unwrap().hash;
+        assert_eq!(plan(&kept), plan(&held));
     }
 
     #[test]

@@ -141,6 +141,11 @@ impl std::fmt::Debug for TensorType {
     }
 }
 
+/// Whether [`dequantize`] reads `ty`.
+pub(super) fn dequantizes(ty: TensorType) -> bool {
+    dequantize(ty, &[]).is_some()
+}
+
 /// The f32 values of `bytes` stored as `ty`, or `None` for a type this
 /// crate does not dequantize. A trailing partial block is ignored; the
 /// parser has already proved that a tensor's bytes are whole blocks.

@@ -624,3 +624,74 @@ fn k_quant_checkpoints_dequantize_as_the_gguf_package_does() {
         }
     }
 }
+
+/// A file holding `tensors` (name, `ne`, type, bytes) and nothing else.
+fn holding(tensors: &[(&str, [u64; 2], TensorType, Vec<u8>)]) -> Arc<Gguf> {
+    let mut w = Writer::new(3);
+    for (name, ne, ty, bytes) in tensors {
+        w.tensor(name, ne, *ty, bytes.clone());
+    }
+    Arc::new(Gguf::from_bytes(w.to_bytes()).expect("a well-formed file"))
+}
+
+/// Q8_0 rows that differ from one another: row `o`'s blocks have scale
+/// bits `0x3400 + o` and quants `(j + 7o) mod 256` as `i8`.
+fn q8_0_rows(inputs: usize, outputs: usize) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for o in 0..outputs {
+        for _ in 0..inputs / 32 {
+            bytes.extend((0x3400u16 + o as u16).to_le_bytes());
+            bytes.extend((0..32).map(|j| (j + 7 * o) as u8));
+        }
+    }
+    bytes
+}
+
+#[test]
+fn stored_matrices_read_as_the_whole_tensor_transposed() {
+    // 100 outputs: one whole group of rows dequantized together and a
+    // partial one; every block type of the known answers, one block a row.
+    let mut tensors = vec![("q8", [64, 100], TensorType::Q8_0, q8_0_rows(64, 100))];
+    let answers = known_answers();
+    for (name, ty, bytes, bits) in &answers {
+        let block = ty.block().0;
+        tensors.push((name, [block, bits.len() as u64 / block], *ty, bytes.clone()));
+    }
+    let g = holding(&tensors);
+    for (name, [inputs, outputs], ..) in &tensors {
+        let (inputs, outputs) = (*inputs as usize, *outputs as usize);
+        let s = Stored::new(&g, name, inputs, outputs).expect("a matrix of whole-block rows");
+        let want =
+            crate::model::checkpoint::transpose(&g.dequantize(name).unwrap(), outputs, inputs);
+        let got = s.values();
+        assert_eq!(got.len(), inputs * outputs, "{name}");
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}"
+        );
+        assert_eq!(s.len(), got.len());
+    }
+}
+
+#[test]
+fn matrices_that_cannot_stay_in_the_file_are_refused() {
+    // (A row of a block and a half does not parse: see
+    // `tensor_corruptions_are_typed_errors`.)
+    let g = holding(&[
+        ("q8", [64, 3], TensorType::Q8_0, q8_0_rows(64, 3)),
+        // A type with a known geometry that is not dequantized.
+        (
+            "q8_1",
+            [32, 1],
+            TensorType::from_id(9).unwrap(),
+            vec![0; 36],
+        ),
+    ]);
+    assert!(Stored::new(&g, "q8_1", 32, 1).is_none());
+    assert!(Stored::new(&g, "absent", 64, 3).is_none());
+    // Another shape than the file's.
+    assert!(Stored::new(&g, "q8", 3, 64).is_none());
+    assert!(Stored::new(&g, "q8", 64, 3).is_some());
+}
