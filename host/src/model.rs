@@ -261,6 +261,23 @@ impl Matrix {
         }
     }
 
+    /// `f(i, o, w)` for every weight `w` of input `i` to output `o` of a
+    /// matrix `outputs` wide, in an order that reads it where it lies in
+    /// runs (a stored one a few output rows at a time, nothing dequantized
+    /// beyond them).
+    pub fn for_each_weight(&self, outputs: usize, mut f: impl FnMut(usize, usize, f32)) {
+        match self {
+            Matrix::Held(w) => {
+                for (i, row) in w.chunks_exact(outputs.max(1)).enumerate() {
+                    for (o, v) in row.iter().enumerate() {
+                        f(i, o, *v);
+                    }
+                }
+            }
+            Matrix::Stored(s) => s.for_each_weight(f),
+        }
+    }
+
     /// The values to change in place, held from now on.
     pub fn held_mut(&mut self) -> &mut Vec<f32> {
         if let Matrix::Stored(s) = self {
@@ -283,6 +300,96 @@ impl Matrix {
     /// Whether it has no weights.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A table of rows, `[rows × width]` row-major (a decoder's token
+/// embeddings): held as `f32`, or left in the GGUF file's bytes, where a
+/// table is stored row by row, and dequantized when read.
+#[derive(Clone)]
+pub enum Rows {
+    /// The values, `[rows × width]`.
+    Held(Vec<f32>),
+    /// A tensor of a GGUF file with `ne = [width, rows]`.
+    Stored(gguf::Stored),
+}
+
+impl Rows {
+    /// The values, `[rows × width]`: borrowed where held, else dequantized
+    /// now.
+    pub fn values(&self) -> std::borrow::Cow<'_, [f32]> {
+        match self {
+            Rows::Held(v) => std::borrow::Cow::Borrowed(v),
+            Rows::Stored(s) => {
+                let mut v = Vec::with_capacity(s.len());
+                s.for_each_row(|row| v.extend_from_slice(row));
+                std::borrow::Cow::Owned(v)
+            }
+        }
+    }
+
+    /// Row `r` of a table `width` wide, or `None` past the last.
+    pub fn row(&self, r: usize, width: usize) -> Option<std::borrow::Cow<'_, [f32]>> {
+        match self {
+            Rows::Held(v) => {
+                let at = r.checked_mul(width)?;
+                v.get(at..)?.get(..width).map(std::borrow::Cow::Borrowed)
+            }
+            Rows::Stored(s) => s.row(r).map(std::borrow::Cow::Owned),
+        }
+    }
+
+    /// Every row of a table `width` wide, in order.
+    pub fn for_each_row(&self, width: usize, f: impl FnMut(&[f32])) {
+        match self {
+            Rows::Held(v) => v.chunks_exact(width.max(1)).for_each(f),
+            Rows::Stored(s) => s.for_each_row(f),
+        }
+    }
+
+    /// The table transposed, `[width × rows]`, as a matrix (a tied LM
+    /// head): a stored table is the same tensor read the other way.
+    pub fn transposed(&self, rows: usize, width: usize) -> Matrix {
+        match self {
+            Rows::Held(v) => Matrix::Held(checkpoint::transpose(v, rows, width)),
+            Rows::Stored(s) => Matrix::Stored(s.clone()),
+        }
+    }
+
+    /// Number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::Held(v) => v.len(),
+            Rows::Stored(s) => s.len(),
+        }
+    }
+
+    /// Whether it has no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl From<Vec<f32>> for Rows {
+    fn from(v: Vec<f32>) -> Rows {
+        Rows::Held(v)
+    }
+}
+
+/// Equal values, however each is kept.
+impl PartialEq for Rows {
+    fn eq(&self, other: &Rows) -> bool {
+        self.len() == other.len() && self.values() == other.values()
+    }
+}
+
+impl std::fmt::Debug for Rows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = match self {
+            Rows::Held(_) => "held",
+            Rows::Stored(_) => "in its file",
+        };
+        write!(f, "Rows({} values, {kept})", self.len())
     }
 }
 

@@ -142,7 +142,7 @@ fn decoder_from_gguf_has_smollm2s_shape() {
     assert!(c.tied_head && m.lm_head.is_none());
     // token_embd row 1 is dequantized as is; attn_k is transposed.
     assert_eq!(
-        m.embed[576..1152],
+        m.embed.values()[576..1152],
         g.dequantize("token_embd.weight").unwrap()[576..1152]
     );
     let k = g.dequantize("blk.0.attn_k.weight").unwrap();

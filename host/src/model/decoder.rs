@@ -8,7 +8,7 @@
 use sha2::{Digest as _, Sha256};
 
 use super::generate::Stream;
-use super::{Linear, ModelError, Norm, Tokenizer};
+use super::{Linear, ModelError, Norm, Rows, Tokenizer};
 
 /// Which decoder family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -318,7 +318,7 @@ pub struct Decoder {
     /// Shapes and hyper-parameters.
     pub config: DecoderConfig,
     /// Token embeddings `[vocab_size × hidden]` (the client looks them up).
-    pub embed: Vec<f32>,
+    pub embed: Rows,
     /// GPT-2's learned positions `[max_positions × hidden]`; `None` for Llama.
     pub positions: Option<Vec<f32>>,
     /// The blocks, in order.
@@ -431,7 +431,9 @@ impl Decoder {
         let (c, h, llama) = (&config, config.hidden, g.llama);
         Decoder {
             name: format!("generated-decoder-{seed}"),
-            embed: Stream::new(seed, "model.embed_tokens.weight").normals(c.vocab_size * h, 0.02),
+            embed: Stream::new(seed, "model.embed_tokens.weight")
+                .normals(c.vocab_size * h, 0.02)
+                .into(),
             positions: (!llama)
                 .then(|| Stream::new(seed, "wpe.weight").normals(c.max_positions * h, 0.01)),
             layers,
@@ -480,7 +482,7 @@ impl Decoder {
         }
         let (v, d) = (self.config.vocab_size, self.config.hidden);
         Linear {
-            w: super::checkpoint::transpose(&self.embed, v, d).into(),
+            w: self.embed.transposed(v, d),
             b: vec![0.0; v],
             inputs: d,
             outputs: v,
@@ -505,7 +507,13 @@ impl Decoder {
             });
         }
         let d = c.hidden;
-        let mut row = self.embed[token as usize * d..][..d].to_vec();
+        let mut row = (self.embed.row(token as usize, d))
+            .ok_or(ModelError::TokenOutOfRange {
+                token,
+                position,
+                vocab_size: c.vocab_size,
+            })?
+            .into_owned();
         if let Some(scale) = c.block.embed_scale {
             row.iter_mut().for_each(|x| *x *= scale);
         }
@@ -558,7 +566,7 @@ impl Decoder {
     /// The tensors every family has, in the digest's canonical order: the
     /// embeddings, each layer's norms and linear layers, the final norm.
     fn digest_tensors(&self, put: &mut dyn FnMut(&[f32])) {
-        put(&self.embed);
+        put(&self.embed.values());
         put(self.positions.as_deref().unwrap_or_default());
         for l in &self.layers {
             digest_norm(put, &l.attn_norm);
@@ -645,7 +653,7 @@ mod tests {
         let m = Decoder::builtin("tiny-llama").unwrap();
         let h = m.head();
         let (v, d) = (m.config.vocab_size, m.config.hidden);
-        assert_eq!(h.w.values()[3 * v + 7], m.embed[7 * d + 3]);
+        assert_eq!(h.w.values()[3 * v + 7], m.embed.values()[7 * d + 3]);
     }
 
     #[test]
@@ -669,6 +677,6 @@ mod tests {
         let e = m.embed_token(5, 3).unwrap();
         let d = m.config.hidden;
         let p = m.positions.as_ref().unwrap();
-        assert_eq!(e[0], m.embed[5 * d] + p[3 * d]);
+        assert_eq!(e[0], m.embed.values()[5 * d] + p[3 * d]);
     }
 }

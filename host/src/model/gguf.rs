@@ -476,24 +476,59 @@ impl Stored {
     /// The values, `[inputs × outputs]`: row `i` holds input `i`'s weight
     /// to every output, each as [`Gguf::dequantize`] gives it.
     pub fn values(&self) -> Vec<f32> {
-        let (inputs, outputs) = (self.inputs, self.outputs);
-        let info = &self.file.tensors[self.tensor];
-        let bytes = self.file.bytes(info);
-        let row_bytes = bytes.len() / outputs.max(1);
-        let mut w = vec![0.0f32; inputs * outputs];
-        for (chunk, rows) in bytes.chunks(row_bytes.max(1) * ROWS_AT_ONCE).enumerate() {
-            let o0 = chunk * ROWS_AT_ONCE;
-            // `new` proved the type dequantizes and the rows are whole.
-            let values = quant::dequantize(info.ty, rows).unwrap_or_default();
+        let outputs = self.outputs;
+        let mut w = vec![0.0f32; self.len()];
+        self.for_each_weight(|i, o, v| w[i * outputs + o] = v);
+        w
+    }
+
+    /// `f(i, o, w)` for every weight `w` of input `i` to output `o`: a few
+    /// output rows are dequantized at once and visited input by input, so
+    /// that a caller writing `[inputs × outputs]` writes runs of them.
+    pub fn for_each_weight(&self, mut f: impl FnMut(usize, usize, f32)) {
+        let inputs = self.inputs;
+        self.chunks(|o0, values| {
             let n = values.len() / inputs.max(1);
             for i in 0..inputs {
-                let out = &mut w[i * outputs + o0..][..n];
-                for (r, v) in out.iter_mut().enumerate() {
-                    *v = values[r * inputs + i];
+                for r in 0..n {
+                    f(i, o0 + r, values[r * inputs + i]);
                 }
             }
+        });
+    }
+
+    /// Row `o` as the file stores it (output `o`'s `inputs` weights, or
+    /// token `o`'s embedding), or `None` past the last row.
+    pub fn row(&self, o: usize) -> Option<Vec<f32>> {
+        let (ty, bytes, row_bytes) = self.bytes();
+        let row = bytes.get(o.checked_mul(row_bytes)?..)?.get(..row_bytes)?;
+        (o < self.outputs).then(|| quant::dequantize(ty, row).unwrap_or_default())
+    }
+
+    /// Every row in file order, `[outputs × inputs]`, handed to `f` one
+    /// at a time.
+    pub fn for_each_row(&self, mut f: impl FnMut(&[f32])) {
+        self.chunks(|_, values| values.chunks_exact(self.inputs.max(1)).for_each(&mut f));
+    }
+
+    /// [`ROWS_AT_ONCE`] rows at a time, dequantized, with the first's
+    /// index.
+    fn chunks(&self, mut f: impl FnMut(usize, &[f32])) {
+        let (ty, bytes, row_bytes) = self.bytes();
+        for (chunk, rows) in bytes.chunks(row_bytes.max(1) * ROWS_AT_ONCE).enumerate() {
+            // `new` proved the type dequantizes and the rows are whole.
+            f(
+                chunk * ROWS_AT_ONCE,
+                &quant::dequantize(ty, rows).unwrap_or_default(),
+            );
         }
-        w
+    }
+
+    /// The tensor's type, its bytes and the bytes of one row.
+    fn bytes(&self) -> (TensorType, &[u8], usize) {
+        let info = &self.file.tensors[self.tensor];
+        let bytes = self.file.bytes(info);
+        (info.ty, bytes, bytes.len() / self.outputs.max(1))
     }
 
     /// Number of weights.

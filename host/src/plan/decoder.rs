@@ -292,28 +292,14 @@ impl Position {
 /// encoded at FRAC.
 fn embedding_bound(model: &Decoder) -> Bound {
     let d = model.config.hidden;
-    let col_max = |table: &[f32]| -> (Vec<f64>, f64) {
-        let mut abs = vec![0.0f64; d];
-        let mut l2 = 0.0f64;
-        for row in table.chunks_exact(d.max(1)) {
-            let mut n = 0.0;
-            for (a, v) in abs.iter_mut().zip(row) {
-                let v = f64::from(v.abs());
-                *a = a.max(v);
-                n += v * v;
-            }
-            l2 = l2.max(n.sqrt());
-        }
-        (abs, l2)
-    };
-    let (mut abs, mut l2) = col_max(&model.embed);
+    let (mut abs, mut l2) = col_max(d, |f| model.embed.for_each_row(d, f));
     if let Some(scale) = model.config.block.embed_scale {
         let scale = f64::from(scale.abs());
         abs.iter_mut().for_each(|a| *a *= scale);
         l2 *= scale;
     }
     if let Some(p) = &model.positions {
-        let (pa, pl) = col_max(p);
+        let (pa, pl) = col_max(d, |f| p.chunks_exact(d.max(1)).for_each(f));
         for (a, b) in abs.iter_mut().zip(pa) {
             *a += b;
         }
@@ -324,6 +310,23 @@ fn embedding_bound(model: &Decoder) -> Bound {
     let mut bound = Bound::from_abs(abs.into_iter().map(slack).collect(), d);
     bound.l2[0] = bound.l2[0].min(slack(l2) + (d as f64).sqrt() * ulp(FRAC));
     bound
+}
+
+/// Each of `d` columns' largest magnitude and the largest row norm, over
+/// the rows `table` hands on.
+fn col_max(d: usize, table: impl FnOnce(&mut dyn FnMut(&[f32]))) -> (Vec<f64>, f64) {
+    let mut abs = vec![0.0f64; d];
+    let mut l2 = 0.0f64;
+    table(&mut |row: &[f32]| {
+        let mut n = 0.0;
+        for (a, v) in abs.iter_mut().zip(row) {
+            let v = f64::from(v.abs());
+            *a = a.max(v);
+            n += v * v;
+        }
+        l2 = l2.max(n.sqrt());
+    });
+    (abs, l2)
 }
 
 /// Where a block's attention pre-norm puts its output. In a decode pass

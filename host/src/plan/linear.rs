@@ -81,14 +81,10 @@ impl<'a> Weights<'a> {
         let mut col = 0;
         for (pi, p) in self.parts.iter().enumerate() {
             let s = self.part_scale(pi);
-            let pw = p.w.values();
-            for i in 0..inputs {
-                let g = self.fold.map_or(1.0, |f| f.gain[i]);
-                for j in 0..p.outputs {
-                    let real = f64::from(pw[i * p.outputs + j]) * s * g;
-                    w[i * outputs + col + j] = encode(real, frac);
-                }
-            }
+            let gain = |i: usize| self.fold.map_or(1.0, |f| f.gain[i]);
+            p.w.for_each_weight(p.outputs, |i, j, v| {
+                w[i * outputs + col + j] = encode(f64::from(v) * s * gain(i), frac);
+            });
             col += p.outputs;
         }
         w

@@ -43,7 +43,7 @@ pub(super) fn llama(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         .collect::<Result<Vec<_>, ModelError>>()?;
     Ok(Decoder {
         name: folder_name(dir),
-        embed: t.get("embed_tokens.weight", &[c.vocab_size, h])?,
+        embed: t.get("embed_tokens.weight", &[c.vocab_size, h])?.into(),
         positions: None,
         layers,
         final_norm: rms("norm")?,
@@ -140,7 +140,7 @@ pub(super) fn gpt2(dir: &Path, f: &Fields<'_>) -> Result<Decoder, ModelError> {
         .collect::<Result<Vec<_>, ModelError>>()?;
     Ok(Decoder {
         name: folder_name(dir),
-        embed: t.get("wte.weight", &[c.vocab_size, h])?,
+        embed: t.get("wte.weight", &[c.vocab_size, h])?.into(),
         positions: Some(t.get("wpe.weight", &[c.max_positions, h])?),
         layers,
         final_norm: ln("ln_f")?,

@@ -103,9 +103,9 @@ mod tests {
         assert_eq!(got.config.attention_of(6), (Some(4), 10_000.0));
         // The client scales a token's embedding; the tied head does not.
         let e = got.embed_token(3, 0).unwrap();
-        assert_eq!(e[1], got.embed[3 * 64 + 1] * 8.0);
+        assert_eq!(e[1], got.embed.values()[3 * 64 + 1] * 8.0);
         // Head element (input 0, token 3) is embedding row 3's first value.
-        assert_eq!(got.head().w.values()[3], got.embed[3 * 64]);
+        assert_eq!(got.head().w.values()[3], got.embed.values()[3 * 64]);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use super::{Gguf, GgufError, Stored};
 use crate::model::{
     Architecture, BlockForm, Decoder, DecoderConfig, DecoderLayer, Linear, Matrix, ModelError,
-    Norm, RopeStyle, Tokenizer,
+    Norm, RopeStyle, Rows, Tokenizer,
 };
 
 /// A GGUF architecture with Llama's block: pre-norm RMSNorm, RoPE,
@@ -96,7 +96,7 @@ impl Decoder {
             config.heads * config.head_dim,
             config.kv_width(),
         );
-        let embed = t.take("token_embd.weight", &[h, config.vocab_size])?;
+        let embed = t.table("token_embd.weight", h, config.vocab_size)?;
         let layers = (0..config.layers)
             .map(|i| layer(&mut t, family, &config, i, [h, q, kv]))
             .collect::<Result<Vec<_>, _>>()?;
@@ -354,6 +354,18 @@ impl<'a> Tensors<'a> {
         Ok(())
     }
 
+    /// A table of `rows` rows `width` wide (`ne = [width, rows]`), kept in
+    /// the file where it is kept.
+    fn table(&mut self, name: &str, width: usize, rows: usize) -> Result<Rows, ModelError> {
+        match self.kept.and_then(|g| Stored::new(g, name, width, rows)) {
+            Some(stored) => {
+                self.check(name, &[width, rows])?;
+                Ok(Rows::Stored(stored))
+            }
+            None => Ok(Rows::Held(self.take(name, &[width, rows])?)),
+        }
+    }
+
     /// An RMSNorm weight: a gain, no bias.
     fn norm(&mut self, name: &str, width: usize, eps: f32) -> Result<Norm, ModelError> {
         Ok(Norm {
@@ -489,7 +501,7 @@ pub(super) mod tests {
             "token_embd.weight",
             &dims(c.hidden, c.vocab_size),
             TensorType::F32,
-            f32_bytes(&d.embed),
+            f32_bytes(&d.embed.values()),
         );
         let matrix = |w: &mut Writer, name: String, l: &Linear| {
             let stored = crate::model::checkpoint::transpose(&l.w.values(), l.inputs, l.outputs);
@@ -602,6 +614,20 @@ pub(super) mod tests {
         assert!(matrices(&held).iter().all(|s| !*s));
         assert_eq!(kept.layers, held.layers);
         assert_eq!(kept.digest(), held.digest());
+        // The embeddings stay in the file too, and the tied head is them
+        // read the other way.
+        assert!(matches!(kept.embed, Rows::Stored(_)));
+        assert_eq!(kept.embed, held.embed);
+        assert!(matches!(kept.head().w, Matrix::Stored(_)));
+        assert_eq!(kept.head(), held.head());
+        let last = kept.config.vocab_size as u32 - 1;
+        for token in [0, 5, last] {
+            assert_eq!(
+                kept.embed_token(token, 3).unwrap(),
+                held.embed_token(token, 3).unwrap()
+            );
+        }
+        assert!(kept.embed_token(last + 1, 0).is_err());
         let shape = crate::plan::Shape {
             batch: 1,
             seq: 8,

@@ -672,6 +672,16 @@ fn stored_matrices_read_as_the_whole_tensor_transposed() {
             "{name}"
         );
         assert_eq!(s.len(), got.len());
+        // In file order: row by row, and every row in turn.
+        let whole = g.dequantize(name).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for (o, want) in whole.chunks_exact(inputs).enumerate() {
+            assert_eq!(bits(&s.row(o).unwrap()), bits(want), "{name} row {o}");
+        }
+        assert!(s.row(outputs).is_none() && s.row(usize::MAX).is_none());
+        let mut rows = Vec::new();
+        s.for_each_row(|row| rows.extend_from_slice(row));
+        assert_eq!(bits(&rows), bits(&whole), "{name}");
     }
 }
 
