@@ -457,14 +457,16 @@ impl Stored {
     /// [`Gguf::dequantize`] reads, and rows of whole blocks; `None`
     /// otherwise (the caller then dequantizes it whole, and reports what
     /// is wrong with it).
-    pub(crate) fn new(file: &Arc<Gguf>, name: &str, inputs: usize, outputs: usize) -> Option<Self> {
+    pub fn new(file: &Arc<Gguf>, name: &str, inputs: usize, outputs: usize) -> Option<Self> {
         let tensor = *file.names.get(name)?;
         let info = &file.tensors[tensor];
         let (block, block_bytes) = info.ty.block();
         let dims = [inputs as u64, outputs as u64];
         let whole_rows = block > 0 && (inputs as u64).is_multiple_of(block);
-        let bytes = (inputs as u64 / block.max(1)).checked_mul(block_bytes)?;
-        let sized = bytes.checked_mul(outputs as u64)? == info.len as u64;
+        // In u128: a row's bytes need not fit 64 bits where there are no
+        // rows (`[2^63, 0]`).
+        let row_bytes = u128::from(inputs as u64 / block.max(1)) * u128::from(block_bytes);
+        let sized = row_bytes * outputs as u128 == info.len as u128;
         (info.dims == dims && whole_rows && sized && quant::dequantizes(info.ty)).then(|| Stored {
             file: file.clone(),
             tensor,

@@ -705,3 +705,16 @@ fn matrices_that_cannot_stay_in_the_file_are_refused() {
     assert!(Stored::new(&g, "q8", 3, 64).is_none());
     assert!(Stored::new(&g, "q8", 64, 3).is_some());
 }
+
+#[test]
+fn a_matrix_of_no_rows_stays_in_the_file_whatever_its_width() {
+    // Found by the fuzz target: a row of 2^63 F32 values is 2^65 bytes,
+    // which the size check must not overflow on.
+    let wide = 15_564_440_312_192_434_176u64;
+    let g = holding(&[("empty", [wide, 0], TensorType::F32, Vec::new())]);
+    let s = Stored::new(&g, "empty", wide as usize, 0).expect("no rows");
+    assert!(s.values().is_empty() && s.row(0).is_none());
+    let mut rows = 0;
+    s.for_each_row(|_| rows += 1);
+    assert_eq!(rows, 0);
+}
