@@ -278,6 +278,15 @@ impl Matrix {
         }
     }
 
+    /// The [`tensor_hash`] of [`Matrix::values`]: of a stored matrix,
+    /// computed once.
+    pub fn hash(&self) -> [u8; 32] {
+        match self {
+            Matrix::Held(w) => tensor_hash(w.len(), |f| f(w)),
+            Matrix::Stored(s) => s.hash(true, || tensor_hash(s.len(), |f| f(&s.values()))),
+        }
+    }
+
     /// The values to change in place, held from now on.
     pub fn held_mut(&mut self) -> &mut Vec<f32> {
         if let Matrix::Stored(s) = self {
@@ -301,6 +310,23 @@ impl Matrix {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// SHA-256 of `len` values handed on in runs: the count (u64, little
+/// endian), then each value's `f32` bits (little endian). A decoder's
+/// digest ([`Decoder::digest`]) hashes each tensor so.
+pub(crate) fn tensor_hash(len: usize, runs: impl FnOnce(&mut dyn FnMut(&[f32]))) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update((len as u64).to_le_bytes());
+    let mut bytes = Vec::with_capacity(4096);
+    runs(&mut |run: &[f32]| {
+        for chunk in run.chunks(1024) {
+            bytes.clear();
+            bytes.extend(chunk.iter().flat_map(|v| v.to_le_bytes()));
+            h.update(&bytes);
+        }
+    });
+    h.finalize().into()
 }
 
 /// A table of rows, `[rows × width]` row-major (a decoder's token
@@ -344,6 +370,15 @@ impl Rows {
         match self {
             Rows::Held(v) => v.chunks_exact(width.max(1)).for_each(f),
             Rows::Stored(s) => s.for_each_row(f),
+        }
+    }
+
+    /// The [`tensor_hash`] of [`Rows::values`]: of a stored table,
+    /// computed once, a few rows at a time.
+    pub fn hash(&self) -> [u8; 32] {
+        match self {
+            Rows::Held(v) => tensor_hash(v.len(), |f| f(v)),
+            Rows::Stored(s) => s.hash(false, || tensor_hash(s.len(), |f| s.for_each_row(f))),
         }
     }
 

@@ -8,7 +8,7 @@
 use sha2::{Digest as _, Sha256};
 
 use super::generate::Stream;
-use super::{Linear, ModelError, Norm, Rows, Tokenizer};
+use super::{Linear, ModelError, Norm, Rows, Tokenizer, tensor_hash};
 
 /// Which decoder family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -526,20 +526,17 @@ impl Decoder {
     }
 
     /// SHA-256 of everything that determines the outputs from token ids:
-    /// the config, then every tensor in canonical order. The name and the
-    /// tokenizer are not included.
+    /// the config, then every tensor's [`tensor_hash`] in canonical
+    /// order. The name and the tokenizer are not included. A tensor left
+    /// in a GGUF file is hashed once and remembered (its bytes never
+    /// change), so that a client, which sends the digest with every query,
+    /// does not dequantize the model each time.
     pub fn digest(&self) -> [u8; 32] {
         let mut h = Sha256::new();
-        h.update(b"suffuse decoder digest v1\0");
+        h.update(b"suffuse decoder digest v2\0");
         let c = &self.config;
         digest_config(&mut h, c);
-        let mut put = |data: &[f32]| {
-            h.update((data.len() as u64).to_le_bytes());
-            for chunk in data.chunks(1024) {
-                let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
-                h.update(&bytes);
-            }
-        };
+        let mut put = |hash: [u8; 32]| h.update(hash);
         self.digest_tensors(&mut put);
         // Only what a family sets, so that the digests of the others stay.
         if c.block != BlockForm::default() {
@@ -547,8 +544,11 @@ impl Decoder {
             let sliding = b
                 .sliding
                 .map_or([0.0; 3], |s| [s.window as f32, s.period as f32, s.theta]);
-            put(&[b.activation as u8 as f32, b.embed_scale.unwrap_or(1.0)]);
-            put(&sliding);
+            put(held(&[
+                b.activation as u8 as f32,
+                b.embed_scale.unwrap_or(1.0),
+            ]));
+            put(held(&sliding));
         }
         for l in &self.layers {
             for (a, b) in l.qk_norm.iter().chain(&l.post_norms) {
@@ -557,17 +557,17 @@ impl Decoder {
             }
         }
         if let Some(head) = &self.lm_head {
-            put(&head.w.values());
-            put(&head.b);
+            put(head.w.hash());
+            put(held(&head.b));
         }
         h.finalize().into()
     }
 
     /// The tensors every family has, in the digest's canonical order: the
     /// embeddings, each layer's norms and linear layers, the final norm.
-    fn digest_tensors(&self, put: &mut dyn FnMut(&[f32])) {
-        put(&self.embed.values());
-        put(self.positions.as_deref().unwrap_or_default());
+    fn digest_tensors(&self, put: &mut dyn FnMut([u8; 32])) {
+        put(self.embed.hash());
+        put(held(self.positions.as_deref().unwrap_or_default()));
         for l in &self.layers {
             digest_norm(put, &l.attn_norm);
             for lin in [&l.query, &l.key, &l.value, &l.attn_out]
@@ -575,13 +575,18 @@ impl Decoder {
                 .chain(l.gate.as_ref())
                 .chain([&l.up, &l.down])
             {
-                put(&lin.w.values());
-                put(&lin.b);
+                put(lin.w.hash());
+                put(held(&lin.b));
             }
             digest_norm(put, &l.mlp_norm);
         }
         digest_norm(put, &self.final_norm);
     }
+}
+
+/// The [`tensor_hash`] of values in hand.
+fn held(values: &[f32]) -> [u8; 32] {
+    tensor_hash(values.len(), |f| f(values))
 }
 
 /// [`Decoder::digest`]'s hyper-parameters: the enums and flags, the sizes,
@@ -613,10 +618,10 @@ fn digest_config(h: &mut Sha256, c: &DecoderConfig) {
 }
 
 /// A norm's part of [`Decoder::digest`]: gains, shifts and ε.
-fn digest_norm(put: &mut dyn FnMut(&[f32]), n: &Norm) {
-    put(&n.gamma);
-    put(&n.beta);
-    put(&[n.eps]);
+fn digest_norm(put: &mut dyn FnMut([u8; 32]), n: &Norm) {
+    put(held(&n.gamma));
+    put(held(&n.beta));
+    put(held(&[n.eps]));
 }
 
 #[cfg(test)]
@@ -654,6 +659,26 @@ mod tests {
         let h = m.head();
         let (v, d) = (m.config.vocab_size, m.config.hidden);
         assert_eq!(h.w.values()[3 * v + 7], m.embed.values()[7 * d + 3]);
+    }
+
+    #[test]
+    fn a_weight_an_embedding_or_a_gain_changes_the_digest() {
+        let m = Decoder::builtin("tiny-llama").unwrap();
+        let mut w = m.clone();
+        w.layers[1].down.w.held_mut()[7] += 1e-3;
+        let mut e = m.clone();
+        if let Rows::Held(v) = &mut e.embed {
+            v[3] += 1e-3;
+        }
+        let mut g = m.clone();
+        g.final_norm.gamma[0] += 1e-3;
+        let digests = [&m, &w, &e, &g].map(Decoder::digest);
+        for (i, a) in digests.iter().enumerate() {
+            for b in &digests[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(m.clone().digest(), digests[0]);
     }
 
     #[test]

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 mod gemma3;
 mod llama;
@@ -446,6 +446,9 @@ pub struct Stored {
     tensor: usize,
     inputs: usize,
     outputs: usize,
+    /// Hashes of the values in file order and transposed, once computed:
+    /// the bytes never change, and clones read the same tensor.
+    hashes: Arc<[OnceLock<[u8; 32]>; 2]>,
 }
 
 /// Output rows dequantized together before they are written transposed,
@@ -472,7 +475,14 @@ impl Stored {
             tensor,
             inputs,
             outputs,
+            hashes: Arc::default(),
         })
+    }
+
+    /// The hash of the values transposed or in file order, by `compute`
+    /// the first time it is asked for.
+    pub(crate) fn hash(&self, transposed: bool, compute: impl FnOnce() -> [u8; 32]) -> [u8; 32] {
+        *self.hashes[usize::from(transposed)].get_or_init(compute)
     }
 
     /// The values, `[inputs × outputs]`: row `i` holds input `i`'s weight

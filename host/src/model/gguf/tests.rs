@@ -682,6 +682,16 @@ fn stored_matrices_read_as_the_whole_tensor_transposed() {
         let mut rows = Vec::new();
         s.for_each_row(|row| rows.extend_from_slice(row));
         assert_eq!(bits(&rows), bits(&whole), "{name}");
+        // Hashed as the same values held, the second time from memory.
+        use crate::model::{Matrix, Rows};
+        for _ in 0..2 {
+            let held = Matrix::Held(got.clone()).hash();
+            assert_eq!(Matrix::Stored(s.clone()).hash(), held, "{name}");
+            assert_eq!(
+                Rows::Stored(s.clone()).hash(),
+                Rows::Held(whole.clone()).hash()
+            );
+        }
     }
 }
 
