@@ -354,16 +354,32 @@ impl<'a> Tensors<'a> {
         Ok(())
     }
 
-    /// A table of `rows` rows `width` wide (`ne = [width, rows]`), kept in
-    /// the file where it is kept.
-    fn table(&mut self, name: &str, width: usize, rows: usize) -> Result<Rows, ModelError> {
-        match self.kept.and_then(|g| Stored::new(g, name, width, rows)) {
-            Some(stored) => {
-                self.check(name, &[width, rows])?;
-                Ok(Rows::Stored(stored))
-            }
-            None => Ok(Rows::Held(self.take(name, &[width, rows])?)),
+    /// A tensor with `ne = [inputs, outputs]` left in the file, where the
+    /// file is kept and the tensor can stay ([`Stored::new`]); `None`
+    /// where it is to be dequantized and held ([`Tensors::take`], which
+    /// also reports what is wrong with it).
+    fn stored(
+        &mut self,
+        name: &str,
+        inputs: usize,
+        outputs: usize,
+    ) -> Result<Option<Stored>, ModelError> {
+        match self
+            .kept
+            .and_then(|g| Stored::new(g, name, inputs, outputs))
+        {
+            Some(stored) => self.check(name, &[inputs, outputs]).map(|()| Some(stored)),
+            None => Ok(None),
         }
+    }
+
+    /// A table of `rows` rows `width` wide (`ne = [width, rows]`), left in
+    /// the file where it can stay.
+    fn table(&mut self, name: &str, width: usize, rows: usize) -> Result<Rows, ModelError> {
+        Ok(match self.stored(name, width, rows)? {
+            Some(stored) => Rows::Stored(stored),
+            None => Rows::Held(self.take(name, &[width, rows])?),
+        })
     }
 
     /// An RMSNorm weight: a gain, no bias.
@@ -376,18 +392,10 @@ impl<'a> Tensors<'a> {
     }
 
     /// A matrix with `ne = [inputs, outputs]` (row-major `[outputs][inputs]`)
-    /// as `[inputs × outputs]`.
-    /// Where the file is kept and its rows are whole blocks, the matrix
-    /// stays in it ([`Stored`]).
+    /// as `[inputs × outputs]`, left in the file where it can stay.
     fn linear(&mut self, name: &str, inputs: usize, outputs: usize) -> Result<Linear, ModelError> {
-        let kept = self
-            .kept
-            .and_then(|g| Stored::new(g, name, inputs, outputs));
-        let w = match kept {
-            Some(stored) => {
-                self.check(name, &[inputs, outputs])?;
-                Matrix::Stored(stored)
-            }
+        let w = match self.stored(name, inputs, outputs)? {
+            Some(stored) => Matrix::Stored(stored),
             None => Matrix::Held(crate::model::checkpoint::transpose(
                 &self.take(name, &[inputs, outputs])?,
                 outputs,
