@@ -315,7 +315,7 @@ impl Matrix {
 /// SHA-256 of `len` values handed on in runs: the count (u64, little
 /// endian), then each value's `f32` bits (little endian). A decoder's
 /// digest ([`Decoder::digest`]) hashes each tensor so.
-pub(crate) fn tensor_hash(len: usize, runs: impl FnOnce(&mut dyn FnMut(&[f32]))) -> [u8; 32] {
+pub fn tensor_hash(len: usize, runs: impl FnOnce(&mut dyn FnMut(&[f32]))) -> [u8; 32] {
     let mut h = Sha256::new();
     h.update((len as u64).to_le_bytes());
     let mut bytes = Vec::with_capacity(4096);
