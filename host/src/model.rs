@@ -283,7 +283,7 @@ impl Matrix {
     pub fn hash(&self) -> [u8; 32] {
         match self {
             Matrix::Held(w) => tensor_hash(w.len(), |f| f(w)),
-            Matrix::Stored(s) => s.hash(true, || tensor_hash(s.len(), |f| f(&s.values()))),
+            Matrix::Stored(s) => s.hash(true),
         }
     }
 
@@ -378,7 +378,7 @@ impl Rows {
     pub fn hash(&self) -> [u8; 32] {
         match self {
             Rows::Held(v) => tensor_hash(v.len(), |f| f(v)),
-            Rows::Stored(s) => s.hash(false, || tensor_hash(s.len(), |f| s.for_each_row(f))),
+            Rows::Stored(s) => s.hash(false),
         }
     }
 

@@ -479,10 +479,17 @@ impl Stored {
         })
     }
 
-    /// The hash of the values transposed or in file order, by `compute`
-    /// the first time it is asked for.
-    pub(crate) fn hash(&self, transposed: bool, compute: impl FnOnce() -> [u8; 32]) -> [u8; 32] {
-        *self.hashes[usize::from(transposed)].get_or_init(compute)
+    /// The [`crate::model::tensor_hash`] of [`Stored::values`]
+    /// (`transposed`) or of the rows in file order, computed the first
+    /// time it is asked for.
+    pub fn hash(&self, transposed: bool) -> [u8; 32] {
+        *self.hashes[usize::from(transposed)].get_or_init(|| {
+            use crate::model::tensor_hash;
+            match transposed {
+                true => tensor_hash(self.len(), |f| f(&self.values())),
+                false => tensor_hash(self.len(), |f| self.for_each_row(f)),
+            }
+        })
     }
 
     /// The values, `[inputs × outputs]`: row `i` holds input `i`'s weight
