@@ -22,6 +22,7 @@ mod linear;
 mod mlp;
 mod norm;
 mod scale;
+pub mod step;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -613,142 +614,29 @@ pub enum Kind {
         /// Output.
         out: usize,
     },
-    /// A scalar gate on every element (step).
-    Gate {
-        /// Input.
-        x: usize,
-        /// The gate.
-        gate: GateSpec,
-        /// Output.
-        out: usize,
-    },
-    /// A chain on every element (step): a reciprocal or rsqrt, or a
-    /// one-round truncation of a per-row scalar.
-    Chain {
-        /// Input.
-        x: usize,
-        /// What it computes.
-        spec: ChainSpec,
-        /// Output.
-        out: usize,
-    },
-    /// Row maxima by a comparison tree (step).
-    Max {
-        /// Input `[rows × len]`.
-        x: usize,
-        /// Width of pairwise differences.
-        k: u32,
-        /// Output `[rows × 1]`.
-        out: usize,
-        /// Rows per causal block, or 0: row `r` then takes its first
-        /// `r % causal + 1` values only (`MaxTree::causal`).
-        #[serde(skip_serializing_if = "is_zero")]
-        causal: usize,
-        /// The last levels that run in one round
-        /// (`MaxTree::one_round_tail`).
-        #[serde(skip_serializing_if = "is_standard_tail")]
-        tail: usize,
-    },
-    /// `batches` secret × secret products `[m×k]·[k×n]` with Beaver matrix
-    /// triples (step).
-    MatMul {
-        /// `[batches·m × k]`.
-        a: usize,
-        /// `[batches·k × n]`, or `[batches·n × k]` when transposed.
-        b: usize,
-        /// Whether b is given transposed.
-        transpose_b: bool,
-        /// Independent products.
-        batches: usize,
-        /// Rows of each product.
-        m: usize,
-        /// Inner dimension.
-        k: usize,
-        /// Columns of each product.
-        n: usize,
-        /// `[batches·m × n]`.
-        out: usize,
-    },
-    /// `out[r, c] = x[r, c]·v[r]`, both secret, Beaver (step).
-    MulRows {
-        /// Input.
-        x: usize,
-        /// One factor per row.
-        v: usize,
-        /// Output.
-        out: usize,
-    },
-    /// `x` opened under a fresh dealt mask, once, for every later product
-    /// that reads it (step): `out` is paired, holding `E = x − A` and the
-    /// party's share of `A` ([`TensorInfo::paired`]). Layout operations
-    /// carry the pair along, and a [`Kind::MatMul`] reading it opens
-    /// nothing for that operand: a decoder's KV cache keeps the masks its
-    /// rows were opened under across passes.
-    Open {
-        /// Input.
-        x: usize,
-        /// The paired output.
-        out: usize,
-    },
-    /// `out = add + ⌊x/2^shift⌋` (a residual after the truncation
-    /// [`GateSpec::Trunc`] at effective width `k`), or the truncation alone
-    /// where there is no addend, and `square = out²` elementwise (step):
-    /// the truncation's second round also opens `out` under a fresh mask,
-    /// so the square takes no round of its own (core's `TruncOpen`, squared
-    /// form). The planner makes it from a truncation, the residual sum
-    /// that alone reads it and that sum's square, or from a truncation and
-    /// the square of its output ([`Builder::square`]).
-    TruncSquare {
-        /// The input truncated.
-        x: usize,
-        /// The addend, if any: absent, `out` is the truncation itself.
-        #[serde(skip_serializing_if = "Option::is_none")]
-        add: Option<usize>,
-        /// Effective input width.
-        k: u32,
-        /// Bits dropped.
-        shift: u32,
-        /// The sum.
-        out: usize,
-        /// Its square.
-        square: usize,
-    },
-    /// A LayerNorm's centring and sum of squares of the rows of `x`
-    /// (step, one round): `μ = ⌊gain·Σx/2^shift⌋` (a gap truncation at
-    /// effective width `k`), `out = x − μ` and `sums = Σout²` per row
-    /// (core's `CentreSquare`: the squares' opening travels beside the
-    /// mean's). The planner makes it for every LayerNorm's centring
-    /// (`plan::norm`).
-    CentreSquare {
-        /// The rows.
-        x: usize,
-        /// The mean's factor, at `shift` fraction bits.
-        gain: u64,
-        /// Effective width of `gain·Σx`.
-        k: u32,
-        /// Bits the mean drops.
-        shift: u32,
-        /// The centred rows.
-        out: usize,
-        /// Each row's sum of squares.
-        sums: usize,
-    },
-    /// `out = x²` elementwise, Beaver squares (step).
-    Square {
-        /// Input.
-        x: usize,
-        /// Output.
-        out: usize,
-    },
-    /// `out = a ⊙ b` elementwise, both secret, Beaver (step).
-    Mul {
-        /// First factor.
-        a: usize,
-        /// Second factor, of the same shape.
-        b: usize,
-        /// Output.
-        out: usize,
-    },
+    /// A scalar gate on every element ([`step::Gate`]).
+    Gate(step::Gate),
+    /// A reciprocal, rsqrt or one-round truncation on every element
+    /// ([`step::Chain`]).
+    Chain(step::Chain),
+    /// Row maxima by a comparison tree ([`step::Max`]).
+    Max(step::Max),
+    /// Secret × secret matrix products ([`step::MatMul`]).
+    MatMul(step::MatMul),
+    /// Each row times its own secret factor ([`step::MulRows`]).
+    MulRows(step::MulRows),
+    /// A tensor opened once under a fresh mask ([`step::Open`]).
+    Open(step::Open),
+    /// A truncation, its residual sum and the sum's square
+    /// ([`step::TruncSquare`]).
+    TruncSquare(step::TruncSquare),
+    /// A LayerNorm's centring and sum of squares
+    /// ([`step::CentreSquare`]).
+    CentreSquare(step::CentreSquare),
+    /// Elementwise squares ([`step::Square`]).
+    Square(step::Square),
+    /// Elementwise products ([`step::Mul`]).
+    Mul(step::Mul),
     /// The lower triangles (`j ≤ i`) of the square `[L × L]` blocks of
     /// `x`, packed row by row into `[blocks·L(L+1)/2 × 1]` (local); with a
     /// `band`, the entries each query of a block sees under a sliding window.
@@ -845,76 +733,57 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The interactive step this is, or `None` for a local operation.
+    pub fn step(&self) -> Option<&dyn step::Interactive> {
+        match self {
+            Kind::Gate(s) => Some(s),
+            Kind::Chain(s) => Some(s),
+            Kind::Max(s) => Some(s),
+            Kind::MatMul(s) => Some(s),
+            Kind::MulRows(s) => Some(s),
+            Kind::Open(s) => Some(s),
+            Kind::TruncSquare(s) => Some(s),
+            Kind::CentreSquare(s) => Some(s),
+            Kind::Square(s) => Some(s),
+            Kind::Mul(s) => Some(s),
+            Kind::Linear { .. }
+            | Kind::Add { .. }
+            | Kind::Affine { .. }
+            | Kind::SplitHeads { .. }
+            | Kind::MergeHeads { .. }
+            | Kind::AddBias { .. }
+            | Kind::RowMinus { .. }
+            | Kind::MinusRow { .. }
+            | Kind::RowSum { .. }
+            | Kind::TakeRows { .. }
+            | Kind::Triangle { .. }
+            | Kind::Spread { .. }
+            | Kind::Rope { .. }
+            | Kind::Heads { .. }
+            | Kind::Unheads { .. }
+            | Kind::Append { .. }
+            | Kind::Repeat { .. }
+            | Kind::Rows { .. } => None,
+        }
+    }
+
     /// Whether this is an interactive step (key material, rounds).
     pub fn is_step(&self) -> bool {
-        matches!(
-            self,
-            Kind::Gate { .. }
-                | Kind::Chain { .. }
-                | Kind::Max { .. }
-                | Kind::MatMul { .. }
-                | Kind::MulRows { .. }
-                | Kind::Open { .. }
-                | Kind::Square { .. }
-                | Kind::TruncSquare { .. }
-                | Kind::CentreSquare { .. }
-                | Kind::Mul { .. }
-        )
+        self.step().is_some()
     }
 
     /// What kind of step this is in the report's rounds per kind of step:
     /// the key label, without a truncation's shift (its rounds do not
     /// depend on it). `None` for local operations.
     pub fn round_label(&self) -> Option<String> {
-        let label = match self {
-            Kind::Gate {
-                gate: GateSpec::Trunc { .. },
-                ..
-            } => "trunc",
-            Kind::Chain {
-                spec: ChainSpec::Trunc { .. },
-                ..
-            } => "trunc, one round",
-            Kind::TruncSquare { .. } => "trunc and square",
-            other => return other.key_label(),
-        };
-        Some(label.to_owned())
+        self.step().map(|s| s.round_label())
     }
 
     /// What a step's key section is for, in the report's key bytes per
     /// gate: the gate and, for a truncation, the bits it drops (its key is
     /// a comparison over them). `None` for local operations.
     pub fn key_label(&self) -> Option<String> {
-        let label = match self {
-            Kind::Gate { gate, .. } => match *gate {
-                GateSpec::Trunc { shift, .. } => format!("trunc, {shift} bits"),
-                GateSpec::Gelu {
-                    tanh, fine, linear, ..
-                } => match gelu_form(tanh, fine, linear) {
-                    GeluForm::Erf => "gelu".to_string(),
-                    GeluForm::Tanh => "gelu tanh".to_string(),
-                    GeluForm::TanhFine => "gelu tanh, fine".to_string(),
-                    GeluForm::TanhLinear => "gelu tanh, degree 1".to_string(),
-                },
-                GateSpec::Silu { linear: true, .. } => "silu, degree 1".to_string(),
-                GateSpec::Nexp { linear: true, .. } => "nexp, degree 1".to_string(),
-                other => gate_name(&other).to_string(),
-            },
-            Kind::Chain { spec, .. } => match *spec {
-                ChainSpec::Trunc { shift, .. } => format!("trunc, one round, {shift} bits"),
-                other => other.name_and_width().0.to_string(),
-            },
-            Kind::Max { .. } => "max".to_string(),
-            Kind::MatMul { .. } => "matrix product".to_string(),
-            Kind::MulRows { .. } => "row product".to_string(),
-            Kind::Mul { .. } => "product".to_string(),
-            Kind::Square { .. } => "square".to_string(),
-            Kind::TruncSquare { shift, .. } => format!("trunc and square, {shift} bits"),
-            Kind::CentreSquare { .. } => "centre and square".to_string(),
-            Kind::Open { .. } => "opening".to_string(),
-            _ => return None,
-        };
-        Some(label)
+        self.step().map(|s| s.key_label())
     }
 
     /// Whether this is a layout operation that takes opened (paired)
@@ -928,6 +797,9 @@ impl Kind {
 
     /// Tensors read.
     pub fn inputs(&self) -> Vec<usize> {
+        if let Some(s) = self.step() {
+            return s.inputs();
+        }
         match *self {
             Kind::Linear { x, .. }
             | Kind::Affine { x, .. }
@@ -935,12 +807,6 @@ impl Kind {
             | Kind::MergeHeads { x, .. }
             | Kind::RowSum { x, .. }
             | Kind::TakeRows { x, .. }
-            | Kind::Gate { x, .. }
-            | Kind::Chain { x, .. }
-            | Kind::Max { x, .. }
-            | Kind::Square { x, .. }
-            | Kind::CentreSquare { x, .. }
-            | Kind::Open { x, .. }
             | Kind::Triangle { x, .. }
             | Kind::Spread { x, .. }
             | Kind::Rope { x, .. }
@@ -948,22 +814,20 @@ impl Kind {
             | Kind::Unheads { x, .. }
             | Kind::Repeat { x, .. }
             | Kind::Rows { x, .. } => vec![x],
-            Kind::Add { a, b, .. } | Kind::MatMul { a, b, .. } | Kind::Mul { a, b, .. } => {
-                vec![a, b]
-            }
-            Kind::TruncSquare { x, add, .. } => [Some(x), add].into_iter().flatten().collect(),
+            Kind::Add { a, b, .. } => vec![a, b],
             Kind::Append { cache, new, .. } => vec![cache, new],
             Kind::AddBias { x, bias, .. } => vec![x, bias],
-            Kind::RowMinus { v, x, .. }
-            | Kind::MinusRow { x, v, .. }
-            | Kind::MulRows { x, v, .. } => {
-                vec![x, v]
-            }
+            Kind::RowMinus { v, x, .. } | Kind::MinusRow { x, v, .. } => vec![x, v],
+            // The steps, answered above.
+            _ => Vec::new(),
         }
     }
 
-    /// The tensor written.
+    /// The tensor written (a step's first output).
     pub fn output(&self) -> usize {
+        if let Some(s) = self.step() {
+            return s.outputs()[0];
+        }
         match *self {
             Kind::Linear { out, .. }
             | Kind::Add { out, .. }
@@ -975,14 +839,6 @@ impl Kind {
             | Kind::MinusRow { out, .. }
             | Kind::RowSum { out, .. }
             | Kind::TakeRows { out, .. }
-            | Kind::Gate { out, .. }
-            | Kind::Chain { out, .. }
-            | Kind::Max { out, .. }
-            | Kind::MatMul { out, .. }
-            | Kind::MulRows { out, .. }
-            | Kind::Square { out, .. }
-            | Kind::Open { out, .. }
-            | Kind::Mul { out, .. }
             | Kind::Triangle { out, .. }
             | Kind::Spread { out, .. }
             | Kind::Rope { out, .. }
@@ -990,19 +846,18 @@ impl Kind {
             | Kind::Unheads { out, .. }
             | Kind::Append { out, .. }
             | Kind::Repeat { out, .. }
-            | Kind::TruncSquare { out, .. }
-            | Kind::CentreSquare { out, .. }
             | Kind::Rows { out, .. } => out,
+            // The steps, answered above.
+            _ => 0,
         }
     }
 
     /// Tensors written: [`Kind::output`], and a [`Kind::TruncSquare`]'s
     /// square or a [`Kind::CentreSquare`]'s row sums after it.
     pub fn outputs(&self) -> Vec<usize> {
-        match *self {
-            Kind::TruncSquare { out, square, .. } => vec![out, square],
-            Kind::CentreSquare { out, sums, .. } => vec![out, sums],
-            _ => vec![self.output()],
+        match self.step() {
+            Some(s) => s.outputs(),
+            None => vec![self.output()],
         }
     }
 }
@@ -1069,9 +924,10 @@ fn shared<K: std::hash::Hash + Eq, V>(
     Ok(v)
 }
 
-/// The objects built so far in [`Builder::finish`], by spec.
+/// The core objects built so far in [`Builder::finish`], by spec: each
+/// step builds its own on first use ([`step::Interactive::build`]).
 #[derive(Default)]
-struct BuiltCache {
+pub struct BuiltCache {
     gates: HashMap<GateSpec, Arc<Gate>>,
     chains: HashMap<ChainSpec, Arc<Chain>>,
     trees: HashMap<(u32, usize, usize, usize), Arc<MaxTree>>,
@@ -1080,53 +936,10 @@ struct BuiltCache {
 impl BuiltCache {
     /// The object step `kind` runs, built on first use.
     fn get(&mut self, kind: &Kind, tensors: &[TensorInfo]) -> Result<Built, PlanError> {
-        let tensor = || tensors[kind.inputs()[0]].name.clone();
-        let fail = |spec: String| {
-            move |error| PlanError::Gate {
-                tensor: tensor(),
-                spec,
-                error,
-            }
-        };
-        Ok(match kind {
-            Kind::Gate { gate, .. } => Built::Gate(shared(&mut self.gates, *gate, || {
-                gate.build().map_err(fail(format!("{gate:?}")))
-            })?),
-            Kind::Chain { spec, .. } => Built::Chain(shared(&mut self.chains, *spec, || {
-                spec.build().map_err(fail(format!("{spec:?}")))
-            })?),
-            Kind::Max {
-                x, k, causal, tail, ..
-            } => {
-                let cols = tensors[*x].cols;
-                Built::Max(shared(&mut self.trees, (*k, cols, *causal, *tail), || {
-                    let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
-                    MaxTree::new(RING, w, cols)
-                        .map(|t| t.one_round_tail(*tail))
-                        .map(|t| match *causal {
-                            0 => t,
-                            period => t.causal(period),
-                        })
-                        .map_err(fail(format!("max over width {k}")))
-                })?)
-            }
-            Kind::TruncSquare { k, shift, .. } => {
-                let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
-                let g = TruncOpen::new(RING, w, *shift);
-                Built::TruncOpen(
-                    g.map_err(fail(format!("trunc by {shift} at width {k}")))?
-                        .squared(),
-                )
-            }
-            Kind::CentreSquare {
-                x, gain, k, shift, ..
-            } => {
-                let w = Width::new(*k).map_err(|_| PlanError::Width { k: *k })?;
-                let g = CentreSquare::new(RING, (w, *shift), *gain, tensors[*x].cols);
-                Built::CentreSquare(g.map_err(fail(format!("mean by {shift} at width {k}")))?)
-            }
-            _ => Built::Beaver,
-        })
+        match kind.step() {
+            Some(s) => s.build(self, tensors),
+            None => Ok(Built::Beaver),
+        }
     }
 }
 
@@ -1327,15 +1140,17 @@ impl Plan {
         self.ops
             .iter()
             .filter_map(|op| match &op.kind {
-                Kind::Gate { x, gate, .. } => Some((
+                Kind::Gate(step::Gate { x, gate, .. }) => Some((
                     format!("{} ({})", self.tensors[*x].name, gate_name(gate)),
                     gate.k(),
                 )),
-                Kind::Chain { x, spec, .. } => {
+                Kind::Chain(step::Chain { x, spec, .. }) => {
                     let (name, k) = spec.name_and_width();
                     Some((format!("{} ({name})", self.tensors[*x].name), k))
                 }
-                Kind::Max { x, k, .. } => Some((format!("{} (max)", self.tensors[*x].name), *k)),
+                Kind::Max(step::Max { x, k, .. }) => {
+                    Some((format!("{} (max)", self.tensors[*x].name), *k))
+                }
                 _ => None,
             })
             .collect()
@@ -1548,9 +1363,9 @@ fn check_pairs(tensors: &[TensorInfo], ops: &[Op]) -> Result<(), PlanError> {
         }
         let ok = |want: bool| op.kind.inputs().iter().all(|&t| tensors[t].paired == want);
         let fine = match op.kind {
-            Kind::Open { .. } => out && ok(false),
+            Kind::Open(_) => out && ok(false),
             _ if op.kind.carries_pairs() => ok(out),
-            Kind::MatMul { .. } => !out,
+            Kind::MatMul(_) => !out,
             _ => !out && ok(false),
         };
         if !fine {
@@ -1936,8 +1751,10 @@ impl Builder {
         &self.linears[i]
     }
 
-    /// Appends an operation under the current category (and lane).
-    pub fn push(&mut self, kind: Kind) {
+    /// Appends an operation (a [`Kind`] or a [`step`]) under the current
+    /// category (and lane).
+    pub fn push(&mut self, kind: impl Into<Kind>) {
+        let kind = kind.into();
         // Layout operations carry an opened tensor's pair along.
         if kind.carries_pairs() && kind.inputs().iter().any(|&t| self.tensors[t].paired) {
             self.tensors[kind.output()].paired = true;
@@ -1963,7 +1780,7 @@ impl Builder {
     pub fn square(&mut self, x: usize, out: usize) {
         let Some((kind, taken)) = self.fusable_square(x, out) else {
             if !self.square_through_heads(x, out) {
-                self.push(Kind::Square { x, out });
+                self.push(step::Square { x, out });
             }
             return;
         };
@@ -1983,14 +1800,14 @@ impl Builder {
     fn fusable_square(&self, x: usize, out: usize) -> Option<(Kind, Option<usize>)> {
         let last = self.ops.last()?;
         if let Some((y, k, shift, t)) = self.fusable_trunc(last, self.ops.len() - 1) {
-            let kind = Kind::TruncSquare {
+            let kind = Kind::TruncSquare(step::TruncSquare {
                 x: y,
                 add: None,
                 k,
                 shift,
                 out: t,
                 square: out,
-            };
+            });
             return (t == x).then_some((kind, None));
         }
         let [.., before, _] = self.ops.as_slice() else {
@@ -2006,14 +1823,14 @@ impl Builder {
             _ => return None,
         };
         let alone = last.lane.is_none() && !self.tensors[add].paired && !self.tensors[r].paired;
-        let kind = Kind::TruncSquare {
+        let kind = Kind::TruncSquare(step::TruncSquare {
             x: y,
             add: Some(add),
             k,
             shift,
             out: r,
             square: out,
-        };
+        });
         (r == x && alone).then_some((kind, Some(t)))
     }
 
@@ -2050,14 +1867,14 @@ impl Builder {
         let Ok(all) = self.tensor(name, ti.rows, ti.cols, 2 * ti.scale, bound) else {
             return false;
         };
-        self.ops[n - 2].kind = Kind::TruncSquare {
+        self.ops[n - 2].kind = Kind::TruncSquare(step::TruncSquare {
             x: y,
             add: None,
             k,
             shift,
             out: t,
             square: all,
-        };
+        });
         self.push(Kind::Heads {
             x: all,
             from,
@@ -2072,11 +1889,11 @@ impl Builder {
     /// pass, an input proven within the gap truncation's range
     /// (`shift < k < 64`), plain tensors.
     fn fusable_trunc(&self, op: &Op, at: usize) -> Option<(usize, u32, u32, usize)> {
-        let Kind::Gate {
+        let Kind::Gate(step::Gate {
             x: y,
             gate: GateSpec::Trunc { k, shift },
             out: t,
-        } = op.kind
+        }) = op.kind
         else {
             return None;
         };
@@ -2093,7 +1910,7 @@ impl Builder {
         let xi = self.info(x).clone();
         let out = self.tensor(name, xi.rows, xi.cols, xi.scale, xi.bound)?;
         self.tensors[out].paired = true;
-        self.push(Kind::Open { x, out });
+        self.push(step::Open { x, out });
         Ok(out)
     }
 
@@ -2401,7 +2218,7 @@ mod tests {
         let t = b
             .tensor("t", 2, 2, fixed::FRAC, Bound::uniform(2, 1.0))
             .unwrap();
-        b.push(Kind::Gate {
+        b.push(step::Gate {
             x: y,
             gate: GateSpec::Trunc { k: 30, shift: 12 },
             out: t,
@@ -2460,7 +2277,7 @@ mod tests {
         assert!(matches!(wide, Err(PlanError::RopeFold { .. })), "{wide:?}");
         assert!(b.linears[linear].fine.is_none());
         let before = b.tensors[y].limit;
-        b.push(Kind::Square { x, out: z });
+        b.push(step::Square { x, out: z });
         let not_last = b.fold_rope(y, fold(), Bound::uniform(2, 2.0), fine);
         assert!(matches!(not_last, Err(PlanError::RopeFold { .. })));
         assert_eq!(b.tensors[y].limit, before);
@@ -2481,9 +2298,9 @@ mod tests {
     fn lanes_must_be_independent_and_hold_steps() {
         let (mut b, [x, y, z]) = three();
         b.begin_lanes();
-        b.push(Kind::Square { x, out: y });
+        b.push(step::Square { x, out: y });
         b.next_lane();
-        b.push(Kind::Square { x, out: z });
+        b.push(step::Square { x, out: z });
         b.end_lanes().unwrap();
         let lanes: Vec<_> = b
             .ops
@@ -2493,17 +2310,17 @@ mod tests {
         assert_eq!(lanes, [Some((0, 0)), Some((0, 1))]);
         // The next group is counted on.
         b.begin_lanes();
-        b.push(Kind::Square { x, out: y });
+        b.push(step::Square { x, out: y });
         b.next_lane();
-        b.push(Kind::Square { x, out: z });
+        b.push(step::Square { x, out: z });
         b.end_lanes().unwrap();
         assert_eq!(b.ops[3].lane, Some(Lane { group: 1, lane: 1 }));
 
         let (mut b, [x, y, z]) = three();
         b.begin_lanes();
-        b.push(Kind::Square { x, out: y });
+        b.push(step::Square { x, out: y });
         b.next_lane();
-        b.push(Kind::Square { x: y, out: z });
+        b.push(step::Square { x: y, out: z });
         let err = b.end_lanes().unwrap_err();
         assert!(
             matches!(err, PlanError::Lanes { ref tensor } if tensor == "y"),
@@ -2513,7 +2330,7 @@ mod tests {
         // One lane with a step shares nothing: the group dissolves.
         let (mut b, [x, y, z]) = three();
         b.begin_lanes();
-        b.push(Kind::Square { x, out: y });
+        b.push(step::Square { x, out: y });
         b.next_lane();
         b.push(Kind::Add { a: x, b: x, out: z });
         b.end_lanes().unwrap();
@@ -2537,11 +2354,11 @@ mod tests {
                 assert_eq!(lanes.len(), 2);
                 assert!(
                     g.clone()
-                        .any(|j| matches!(plan.ops[j].kind, Kind::Chain { .. }))
+                        .any(|j| matches!(plan.ops[j].kind, Kind::Chain(_)))
                 );
                 assert!(
                     g.clone()
-                        .any(|j| matches!(plan.ops[j].kind, Kind::MatMul { .. }))
+                        .any(|j| matches!(plan.ops[j].kind, Kind::MatMul(_)))
                 );
             }
         }
@@ -2581,15 +2398,17 @@ mod tests {
     /// are written once.
     #[test]
     fn opened_tensors_go_only_where_pairs_are_read() {
-        let matmul = |a, b, out| Kind::MatMul {
-            a,
-            b,
-            transpose_b: true,
-            batches: 1,
-            m: 2,
-            k: 2,
-            n: 2,
-            out,
+        let matmul = |a, b, out| {
+            Kind::MatMul(step::MatMul {
+                a,
+                b,
+                transpose_b: true,
+                batches: 1,
+                m: 2,
+                k: 2,
+                n: 2,
+                out,
+            })
         };
         let (mut b, [x, y, z]) = three();
         let p = b.open(x, "x opened".into()).unwrap();
@@ -2622,7 +2441,7 @@ mod tests {
         // Opened twice, or a pair written twice: its mask would cover two
         // values.
         for kind in [
-            Kind::Open { x: p, out: z },
+            Kind::Open(step::Open { x: p, out: z }),
             Kind::Rows {
                 x: p,
                 first: 0,
@@ -2666,12 +2485,12 @@ mod tests {
                 let (mut local_products, mut products, mut opens) = (0, 0, Vec::new());
                 for op in &plan.ops[plan.pass_ops(i)] {
                     match op.kind {
-                        Kind::MatMul { a, b, .. } => {
+                        Kind::MatMul(step::MatMul { a, b, .. }) => {
                             products += 1;
                             assert!(t[b].paired, "{name}: {} opened again", t[b].name);
                             local_products += usize::from(t[a].paired);
                         }
-                        Kind::Open { x, .. } => opens.push(t[x].len()),
+                        Kind::Open(step::Open { x, .. }) => opens.push(t[x].len()),
                         _ => {}
                     }
                 }
@@ -2695,18 +2514,18 @@ mod tests {
                 let (mut scores, mut tails) = (Vec::new(), Vec::new());
                 for op in &plan.ops[plan.pass_ops(i)] {
                     match &op.kind {
-                        Kind::Max { tail, .. } => tails.push(*tail),
-                        Kind::Gate {
+                        Kind::Max(step::Max { tail, .. }) => tails.push(*tail),
+                        Kind::Gate(step::Gate {
                             out,
                             gate: GateSpec::Trunc { .. },
                             ..
-                        }
-                        | Kind::Chain {
+                        })
+                        | Kind::Chain(step::Chain {
                             out,
                             spec: ChainSpec::Trunc { .. },
                             ..
-                        } if plan.tensors[*out].name.ends_with(" scores") => {
-                            scores.push(matches!(op.kind, Kind::Chain { .. }));
+                        }) if plan.tensors[*out].name.ends_with(" scores") => {
+                            scores.push(matches!(op.kind, Kind::Chain(_)));
                         }
                         _ => {}
                     }
@@ -2799,7 +2618,7 @@ mod tests {
             for i in 0..plan.passes.len() {
                 let ops = &plan.ops[plan.pass_ops(i)];
                 let fused = |with_add: bool| {
-                    let of = |op: &&Op| matches!(op.kind, Kind::TruncSquare { add, .. } if add.is_some() == with_add);
+                    let of = |op: &&Op| matches!(&op.kind, Kind::TruncSquare(s) if s.add.is_some() == with_add);
                     ops.iter().filter(of).count()
                 };
                 let last_only = usize::from(i == 0 && alone_per_layer > 0);
@@ -2816,13 +2635,13 @@ mod tests {
             let read: std::collections::HashSet<usize> =
                 plan.ops.iter().flat_map(|op| op.kind.inputs()).collect();
             for op in &plan.ops {
-                if let Kind::TruncSquare {
+                if let Kind::TruncSquare(step::TruncSquare {
                     x,
                     add,
                     out,
                     square,
                     ..
-                } = op.kind
+                }) = op.kind
                 {
                     assert!(read.contains(&out) && read.contains(&square), "{name}");
                     let add = add.unwrap_or(out);
@@ -2856,12 +2675,12 @@ mod tests {
         assert_eq!(b.ops.len(), 1);
         assert!(matches!(
             b.ops[0].kind,
-            Kind::TruncSquare { x: xx, add, out, square, k: 30, shift: 12 }
+            Kind::TruncSquare(step::TruncSquare { x: xx, add, out, square, k: 30, shift: 12 })
                 if (xx, add, out, square) == (y, Some(x), r, sq)
         ));
         let (apart, _) = setup(true);
         assert_eq!(apart.ops.len(), 4);
-        assert!(matches!(apart.ops[3].kind, Kind::Square { .. }));
+        assert!(matches!(apart.ops[3].kind, Kind::Square(_)));
         // A later reader of the truncation taken in.
         let late = b
             .tensor("late", 2, 2, fixed::FRAC, Bound::uniform(2, 2.0))
@@ -2896,17 +2715,17 @@ mod tests {
         assert_eq!(b.ops.len(), 1);
         assert!(matches!(
             b.ops[0].kind,
-            Kind::TruncSquare { x: xx, add: None, out, square, k: 30, shift: 12 }
+            Kind::TruncSquare(step::TruncSquare { x: xx, add: None, out, square, k: 30, shift: 12 })
                 if (xx, out, square) == (y, t, sq)
         ));
         assert!(b.fused.is_empty());
         assert!(check_fused(&b.tensors, &b.ops, &b.fused).is_ok());
         let (apart, _) = setup(true, true);
         assert_eq!(apart.ops.len(), 3);
-        assert!(matches!(apart.ops[2].kind, Kind::Square { .. }));
+        assert!(matches!(apart.ops[2].kind, Kind::Square(_)));
         let (other, _) = setup(false, false);
         assert_eq!(other.ops.len(), 2);
-        assert!(matches!(other.ops[1].kind, Kind::Square { .. }));
+        assert!(matches!(other.ops[1].kind, Kind::Square(_)));
     }
 
     /// A square of some heads of a truncation pushed just before squares
@@ -2932,13 +2751,13 @@ mod tests {
         };
         let (b, [y, t, h, sq]) = setup(true);
         assert_eq!(b.ops.len(), 3);
-        let Kind::TruncSquare {
+        let Kind::TruncSquare(step::TruncSquare {
             x,
             add: None,
             out,
             square: all,
             ..
-        } = b.ops[0].kind
+        }) = b.ops[0].kind
         else {
             panic!("{:?}", b.ops[0].kind);
         };
@@ -2952,8 +2771,8 @@ mod tests {
         ));
         let (other, _) = setup(false);
         assert_eq!(other.ops.len(), 3);
-        assert!(matches!(other.ops[0].kind, Kind::Gate { .. }));
-        assert!(matches!(other.ops[2].kind, Kind::Square { .. }));
+        assert!(matches!(other.ops[0].kind, Kind::Gate(_)));
+        assert!(matches!(other.ops[2].kind, Kind::Square(_)));
     }
 
     static BEFORE: AtomicUsize = AtomicUsize::new(0);

@@ -211,26 +211,23 @@ fn resolve(plan: &Plan, op: usize) -> Option<Box<dyn Step + '_>> {
         step: plan.step_of[op].unwrap_or(u32::MAX),
     };
     Some(match (&plan.ops[op].kind, plan.built[op].as_ref()?) {
-        (Kind::Gate { x, .. }, Built::Gate(g)) => Box::new(gate::Scalar { at, g, x: *x }),
-        (Kind::Chain { x, .. }, Built::Chain(c)) => Box::new(chain::RowChain { at, c, x: *x }),
-        (Kind::Max { x, .. }, Built::Max(t)) => Box::new(max::RowMax { at, t, x: *x }),
-        (kind @ Kind::MatMul { .. }, _) => Box::new(beaver::MatMul::of(at, kind)?),
-        (kind @ (Kind::MulRows { .. } | Kind::Mul { .. }), _) => {
-            Box::new(beaver::RowProduct::of(at, kind)?)
+        (Kind::Gate(s), Built::Gate(g)) => Box::new(gate::Scalar { at, g, x: s.x }),
+        (Kind::Chain(s), Built::Chain(c)) => Box::new(chain::RowChain { at, c, x: s.x }),
+        (Kind::Max(s), Built::Max(t)) => Box::new(max::RowMax { at, t, x: s.x }),
+        (Kind::MatMul(s), _) => Box::new(beaver::MatMul::of(at, s)),
+        (Kind::MulRows(s), _) => Box::new(beaver::RowProduct::rows(at, s)),
+        (Kind::Mul(s), _) => Box::new(beaver::RowProduct::elementwise(at, s)),
+        (Kind::Square(s), _) => Box::new(beaver::Square { at, x: s.x }),
+        (Kind::Open(s), _) => Box::new(open::Open { at, x: s.x }),
+        (Kind::CentreSquare(s), Built::CentreSquare(g)) => {
+            Box::new(centre_square::Centre { at, g, x: s.x })
         }
-        (Kind::Square { x, .. }, _) => Box::new(beaver::Square { at, x: *x }),
-        (Kind::Open { x, .. }, _) => Box::new(open::Open { at, x: *x }),
-        (Kind::CentreSquare { x, .. }, Built::CentreSquare(g)) => {
-            Box::new(centre_square::Centre { at, g, x: *x })
-        }
-        (Kind::TruncSquare { x, add, .. }, Built::TruncOpen(g)) => {
-            Box::new(trunc_square::TruncSquare {
-                at,
-                g,
-                x: *x,
-                add: *add,
-            })
-        }
+        (Kind::TruncSquare(s), Built::TruncOpen(g)) => Box::new(trunc_square::TruncSquare {
+            at,
+            g,
+            x: s.x,
+            add: s.add,
+        }),
         _ => return None,
     })
 }
@@ -582,6 +579,41 @@ mod tests {
         for plan in [crate::fuzzing::plan(), decoding] {
             even_within_every_pass(&plan);
         }
+    }
+
+    /// `Kind::step` (the planner's side of a step) and `resolve` (the
+    /// protocol's) agree on every operation, and every kind of step is in
+    /// these plans: an encoder's and three decoders' with decode passes.
+    #[test]
+    fn the_planner_and_the_protocol_know_the_same_steps() {
+        let mut kinds = std::collections::HashSet::new();
+        let decoding = |name| {
+            let d = crate::model::Decoder::builtin(name).unwrap();
+            let g = crate::plan::decoder::Generation {
+                prompt: 8,
+                steps: 2,
+            };
+            crate::plan::decoder::build(&d, g).unwrap()
+        };
+        let plans = [
+            crate::fuzzing::plan(),
+            decoding("tiny-llama"),
+            decoding("tiny-gpt2"),
+            decoding("tiny-gemma"),
+        ];
+        for plan in plans {
+            for (i, op) in plan.ops.iter().enumerate() {
+                let kind = &op.kind;
+                assert_eq!(resolve(&plan, i).is_some(), kind.is_step(), "{kind:?}");
+                assert_eq!(kind.step().is_some(), kind.key_label().is_some());
+                assert_eq!(kind.is_step(), kind.round_label().is_some());
+                assert_eq!(kind.outputs()[0], kind.output());
+                if kind.is_step() {
+                    kinds.insert(std::mem::discriminant(kind));
+                }
+            }
+        }
+        assert_eq!(kinds.len(), 10, "every kind of step is planned");
     }
 
     fn even_within_every_pass(plan: &Plan) {

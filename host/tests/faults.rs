@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use cluster::{Edit, Job, Offset, On, Outcome, Setup};
 use proxy::{Act, Dir, When};
 use suffuse_host::model::Transformer;
-use suffuse_host::plan::{self, ChainSpec, Kind, Plan, Shape};
+use suffuse_host::plan::{self, ChainSpec, Kind, Plan, Shape, step};
 
 /// `--timeout` of every process: short, yet far above any step's compute.
 const TIMEOUT: u64 = 15;
@@ -147,20 +147,20 @@ fn steps() -> Steps {
     };
     let (e, d) = (build("demo", 0), build("tiny-llama", 2));
     Steps {
-        gate: first(&e, 0, |k| matches!(k, Kind::Gate { .. })),
+        gate: first(&e, 0, |k| matches!(k, Kind::Gate(_))),
         chain: first(&e, 0, |k| {
             matches!(
                 k,
-                Kind::Chain {
+                Kind::Chain(step::Chain {
                     spec: ChainSpec::Inverse(_),
                     ..
-                }
+                })
             )
         }),
-        max: first(&e, 0, |k| matches!(k, Kind::Max { .. })),
-        matmul: first(&e, 0, |k| matches!(k, Kind::MatMul { .. })),
-        mulrows: first(&e, 0, |k| matches!(k, Kind::MulRows { .. })),
-        square: first(&d, 0, |k| matches!(k, Kind::Square { .. })),
+        max: first(&e, 0, |k| matches!(k, Kind::Max(_))),
+        matmul: first(&e, 0, |k| matches!(k, Kind::MatMul(_))),
+        mulrows: first(&e, 0, |k| matches!(k, Kind::MulRows(_))),
+        square: first(&d, 0, |k| matches!(k, Kind::Square(_))),
         decode: first(&d, d.passes[1].first_op, |_| true),
     }
 }

@@ -18,6 +18,7 @@ use super::scale::{
     INVERSE_REL_ERR, NexpRange, nexp_range, nexp_scale, nexp_spline, spline_width, truncate,
     truncate_decoding, ulp,
 };
+use super::step;
 use super::{Band, Builder, Category, ChainSpec, GateSpec, InverseSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC};
 use suffuse_core::gate::max::ONE_ROUND_TAIL;
@@ -98,7 +99,7 @@ fn scores(b: &mut Builder, h: Heads, score_max: f64, l: usize) -> Result<(usize,
         2 * FRAC,
         Bound::uniform(keys, score_max),
     )?;
-    b.push(Kind::MatMul {
+    b.push(step::MatMul {
         a: h.q,
         b: h.k,
         transpose_b: true,
@@ -209,7 +210,7 @@ fn nexp_of(b: &mut Builder, z: usize, z_abs: f64, l: usize) -> Result<Exponents,
         nexp_scale(linear),
         Bound::uniform(zc, e_abs),
     )?;
-    b.push(Kind::Gate {
+    b.push(step::Gate {
         x: z,
         gate: GateSpec::Nexp {
             k: bound::width(z_abs, FRAC).max(spline_width(nexp_spline(linear))),
@@ -250,7 +251,7 @@ fn weighted_values(
         ex.scale + FRAC,
         vb.scale(sum_max, 0.0),
     )?;
-    b.push(Kind::MatMul {
+    b.push(step::MatMul {
         a: e,
         b: h.v,
         transpose_b: false,
@@ -274,7 +275,7 @@ fn weighted_values(
         FRAC + recip_frac,
         vb.scale(o_scale, inv_max * ulp(FRAC)),
     )?;
-    b.push(Kind::MulRows {
+    b.push(step::MulRows {
         x: evt,
         v: inv,
         out: o,
@@ -353,7 +354,7 @@ fn row_max(
     } else {
         ONE_ROUND_TAIL
     };
-    b.push(Kind::Max {
+    b.push(step::Max {
         x,
         k,
         out: m,
@@ -389,7 +390,7 @@ fn causal_max(
     let rows = b.info(x).rows;
     let name = format!("layer {l} row max");
     let m = b.tensor(name, rows, 1, FRAC, Bound::uniform(1, m_abs))?;
-    b.push(Kind::Max {
+    b.push(step::Max {
         x,
         k,
         out: m,
@@ -431,7 +432,7 @@ fn reciprocal_of_sums(
         frac_out,
         Bound::uniform(1, inv_max),
     )?;
-    b.push(Kind::Chain {
+    b.push(step::Chain {
         x: sum,
         spec: ChainSpec::Inverse(InverseSpec {
             rsqrt: false,
@@ -612,7 +613,7 @@ mod tests {
         let trees = plan
             .ops
             .iter()
-            .filter(|op| matches!(op.kind, Kind::Max { .. }))
+            .filter(|op| matches!(op.kind, Kind::Max(_)))
             .count();
         assert_eq!(trees, 2, "keys {keys}");
         let (r, w) = outs.split_at(rows);

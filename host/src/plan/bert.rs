@@ -37,6 +37,7 @@ use super::linear::{Folded, Weights, for_bounds, linear_product, linear_to_frac}
 use super::mlp;
 use super::norm::{affine_bound, norm_output, post_norm, post_norm_folded};
 use super::scale::{truncate, ulp};
+use super::step;
 use super::{Builder, Category, EncodedLinear, Finish, Inputs, Kind, Plan, PlanError};
 use crate::fixed::{FRAC, encode};
 use crate::model::{self, Model, Pooling};
@@ -211,7 +212,7 @@ fn pool(
             let info = b.info(h).clone();
             let bound = info.bound.scale(seq as f64, 0.0);
             let out = b.tensor("pooled sum", batch, d, FRAC, bound)?;
-            b.push(Kind::MatMul {
+            b.push(step::MatMul {
                 a: mask,
                 b: h,
                 transpose_b: false,

@@ -7,7 +7,8 @@ use super::attention::PRODUCT_MAX_K;
 use super::bound::{self, Bound, NormForm};
 use super::linear::{Folded, Normed, Weights, heads, linear_to_frac};
 use super::scale::{spline_width, truncate, ulp};
-use super::{Builder, Category, GateSpec, Kind, PlanError};
+use super::step;
+use super::{Builder, Category, GateSpec, PlanError};
 use crate::fixed::FRAC;
 use crate::model::{self, Decoder, DecoderLayer, GatedActivation};
 use suffuse_core::gate::activation::{COEFF_BITS, gelu_spline, out_scale, silu_spline};
@@ -78,7 +79,7 @@ fn activation(
         out_scale(spline, FRAC, COEFF_BITS),
         xi.bound.scale(1.0, GELU_ERR),
     )?;
-    b.push(Kind::Gate {
+    b.push(step::Gate {
         x,
         gate: spec.with_k(k),
         out,
@@ -200,6 +201,6 @@ fn gated(b: &mut Builder, s: usize, u: usize, l: usize) -> Result<usize, PlanErr
         si.scale + ui.scale,
         Bound::from_abs(abs_at(&si.bound), ui.cols),
     )?;
-    b.push(Kind::Mul { a: s, b: u, out: p });
+    b.push(step::Mul { a: s, b: u, out: p });
     Ok(p)
 }

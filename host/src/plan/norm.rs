@@ -6,6 +6,7 @@
 use super::bound::{self, Bound, NormForm};
 use super::linear::Folded;
 use super::scale::{INVERSE_REL_ERR, truncate, truncate_reading, truncate_scalar, ulp};
+use super::step;
 use super::{Builder, Category, ChainSpec, InverseSpec, Kind, PlanError, TensorInfo};
 use crate::fixed::{self, FRAC, MEAN_FRAC, RSQRT_FRAC, WEIGHT_FRAC, encode, pow2};
 use crate::model;
@@ -531,7 +532,7 @@ fn normalized(
     zb.l2[0] = zb.l2[0].min(z_l2);
     let scale = y_scale + octaves.frac_out;
     let z = b.tensor(format!("{name} normalized"), rows, d, scale, zb.clone())?;
-    b.push(Kind::MulRows {
+    b.push(step::MulRows {
         x: y,
         v: rho,
         out: z,
@@ -559,7 +560,7 @@ fn inverse_root(
         octaves.frac_out,
         Bound::uniform(1, rho_max),
     )?;
-    b.push(Kind::Chain {
+    b.push(step::Chain {
         x: v,
         spec: ChainSpec::Inverse(InverseSpec {
             rsqrt: true,
@@ -710,7 +711,7 @@ impl Centring {
             2 * self.scale,
             Bound::uniform(1, v_max),
         )?;
-        b.push(Kind::CentreSquare {
+        b.push(step::CentreSquare {
             x: r,
             gain: self.gain,
             k: self.k,
@@ -869,7 +870,7 @@ mod tests {
             let (fused, separate) = outs.split_at(outs.len() / 2);
             assert_eq!(fused, separate, "sums: {sums}");
             let kinds = |k: fn(&Kind) -> bool| plan.ops.iter().filter(|o| k(&o.kind)).count();
-            assert_eq!(kinds(|k| matches!(k, Kind::CentreSquare { .. })), 1);
+            assert_eq!(kinds(|k| matches!(k, Kind::CentreSquare(_))), 1);
         }
     }
 

@@ -4,6 +4,7 @@
 
 use super::bound;
 use super::nexp_form;
+use super::step;
 use super::{Builder, ChainSpec, GateSpec, Kind, PlanError};
 use crate::fixed::{self, FRAC, pow2};
 use suffuse_core::gate::activation::{self, COEFF_BITS, out_scale};
@@ -160,16 +161,16 @@ fn push_truncation(b: &mut Builder, x: usize, shift: u32, out: usize, one_round:
     let xi = b.info(x);
     let k = bound::width(xi.bound.max_abs(), xi.scale).max(shift + 2);
     b.push(if one_round {
-        Kind::Chain {
+        Kind::Chain(step::Chain {
             x,
             spec: ChainSpec::Trunc { k, shift },
             out,
-        }
+        })
     } else {
-        Kind::Gate {
+        Kind::Gate(step::Gate {
             x,
             gate: GateSpec::Trunc { k, shift },
             out,
-        }
+        })
     });
 }

@@ -2,7 +2,7 @@
 //! products (and elementwise ones, a row product with one column) and
 //! squares. Each party's triple is expanded from its seed; P1's section
 //! holds only its share of the product, `C₁ = A·B − C₀`. A matrix
-//! product's operand may be an opened tensor ([`Kind::Open`]): its masked
+//! product's operand may be an opened tensor ([`crate::plan::Kind::Open`]): its masked
 //! values and mask shares are at hand, so only the other operand is opened
 //! (nothing at all when both are), and the dealer takes its mask from what
 //! it kept of the opening.
@@ -17,7 +17,7 @@ use super::material::words_bytes;
 use super::{At, Cursor, DealError, Dealt, Emit, Online, ProtoError, Step};
 use crate::exec::{self, ExecError, Store};
 use crate::net::{get_words, put_words};
-use crate::plan::{Kind, Plan};
+use crate::plan::{Plan, step};
 
 /// Triple material and products of it: wiped when dropped.
 type Secret = Zeroizing<Vec<u64>>;
@@ -115,27 +115,14 @@ pub(super) struct MatMul<'a> {
 }
 
 impl<'a> MatMul<'a> {
-    pub(super) fn of(at: At<'a>, kind: &Kind) -> Option<Self> {
-        let Kind::MatMul {
-            a,
-            b,
-            transpose_b,
-            batches,
-            m,
-            k,
-            n,
-            ..
-        } = *kind
-        else {
-            return None;
-        };
-        Some(MatMul {
+    pub(super) fn of(at: At<'a>, s: &step::MatMul) -> Self {
+        MatMul {
             at,
-            a,
-            b,
-            transpose_b,
-            dims: [batches, m, k, n],
-        })
+            a: s.a,
+            b: s.b,
+            transpose_b: s.transpose_b,
+            dims: [s.batches, s.m, s.k, s.n],
+        }
     }
 
     fn shape(&self, accumulate: bool) -> suffuse_core::batch::MatShape {
@@ -266,20 +253,29 @@ pub(super) struct RowProduct<'a> {
 }
 
 impl<'a> RowProduct<'a> {
-    pub(super) fn of(at: At<'a>, kind: &Kind) -> Option<Self> {
-        let t = &at.plan.tensors;
-        let (x, v, rows, cols) = match *kind {
-            Kind::Mul { a, b, .. } => (a, b, t[a].len(), 1),
-            Kind::MulRows { x, v, .. } => (x, v, t[x].rows, t[x].cols),
-            _ => return None,
-        };
-        Some(RowProduct {
+    /// `Kind::MulRows`: each row of `x` by its factor in `v`.
+    pub(super) fn rows(at: At<'a>, s: &step::MulRows) -> Self {
+        let t = &at.plan.tensors[s.x];
+        let (rows, cols) = (t.rows, t.cols);
+        RowProduct {
             at,
-            x,
-            v,
+            x: s.x,
+            v: s.v,
             rows,
             cols,
-        })
+        }
+    }
+
+    /// `Kind::Mul`: elementwise, as rows of one column.
+    pub(super) fn elementwise(at: At<'a>, s: &step::Mul) -> Self {
+        let rows = at.plan.tensors[s.a].len();
+        RowProduct {
+            at,
+            x: s.a,
+            v: s.b,
+            rows,
+            cols: 1,
+        }
     }
 
     /// Words of a, b and c.

@@ -24,10 +24,7 @@ pub fn run(fss: &dyn BatchEval, inputs: &mut PublicInputs) -> HarnessResult<(usi
     // An encoder's plan opens no tensor ahead of its products.
     let opened = Store::new(&plan);
     for (op, o) in plan.ops.iter().enumerate() {
-        if !matches!(
-            o.kind,
-            Kind::MatMul { .. } | Kind::MulRows { .. } | Kind::Square { .. }
-        ) {
+        if !matches!(o.kind, Kind::MatMul(_) | Kind::MulRows(_) | Kind::Square(_)) {
             continue;
         }
         let mut seeds = [inputs.block().to_bytes(), inputs.block().to_bytes()];
