@@ -9,8 +9,6 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use serde::Serialize;
-
 use crate::client::{self, ClientError, Connected};
 use crate::fixed::{FRAC, decode, encode};
 use crate::model::{Decoder, ModelError};
@@ -18,6 +16,7 @@ use crate::net::{FrameKind as Frame, Security, Timeouts, put_words};
 use crate::party::PartyReport;
 use crate::plan::Plan;
 use crate::reference::{self, ClearInputs, PassInputs, ReferenceError};
+use crate::report::Figures;
 
 /// How the next token is chosen from the logits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -460,35 +459,9 @@ fn exchange(
     Ok((logits, [r0, r1], took))
 }
 
-/// The generation fields of the report.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Figures {
-    /// The prompt's token ids (before padding).
-    pub prompt_token_ids: Vec<u32>,
-    /// The generated token ids.
-    pub generated_token_ids: Vec<u32>,
-    /// The prompt bucket the keys were dealt for.
-    pub prompt_bucket: usize,
-    /// Online seconds of the prefill (client's view).
-    pub prefill_online_s: f64,
-    /// Median online seconds of a decode pass.
-    pub decode_online_s_per_token: f64,
-    /// Mean bytes a server sent its peer per decode pass (the larger of
-    /// the two).
-    pub comm_bytes_per_token_per_party: f64,
-    /// Mean rounds per decode pass.
-    pub rounds_per_token: f64,
-    /// Mean rounds per decode pass over the decoder's blocks: what
-    /// dominates over a real network.
-    pub rounds_per_layer_per_token: f64,
-    /// Mean key bytes per decode pass (the larger party's).
-    pub key_bytes_per_token_per_party: f64,
-    /// Mean rounds and bytes sent per decode pass, per kind of step.
-    pub rounds_by_gate_per_token: BTreeMap<String, crate::report::GateRounds>,
-}
-
 impl Figures {
-    /// The figures of a generation.
+    /// The figures of a generation (the type is the report's, so that
+    /// the report need not know how a generation runs).
     pub fn of(prompt: &[u32], bucket: usize, layers: usize, o: &Outcome) -> Figures {
         let mut decode: Vec<f64> = o.pass_s.iter().skip(1).copied().collect();
         decode.sort_by(f64::total_cmp);

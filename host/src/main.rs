@@ -23,7 +23,7 @@ use suffuse_host::model::{Decoder, Model, Transformer};
 use suffuse_host::net::{Listener, Role, Security, Timeouts, TlsConfig, make_certs};
 use suffuse_host::plan::{self, Shape, bert, hex};
 use suffuse_host::pool::{self, Pool};
-use suffuse_host::report::{Report, bytes, cosine};
+use suffuse_host::report::{Figures, Report, bytes, cosine};
 use suffuse_host::server::{self, ServeOptions};
 use suffuse_host::service::{self, ServiceOptions};
 use suffuse_host::session::{self, Options};
@@ -1246,7 +1246,7 @@ fn query_generate(
         real_tokens: vec![ids.len()],
         online_s: o.pass_s.iter().sum(),
         plan_hash: o.plan_hash.clone(),
-        generation: Some(generate::Figures::of(&ids, bucket, model.layers.len(), &o)),
+        generation: Some(Figures::of(&ids, bucket, model.layers.len(), &o)),
         ..Report::default()
     }
     .with_parties(&last, None);

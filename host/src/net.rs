@@ -169,6 +169,21 @@ pub enum NetError {
     Io(std::io::Error),
 }
 
+impl NetError {
+    /// What an I/O error on an established link (or its TLS handshake)
+    /// means for the protocol, `during` what.
+    pub(crate) fn on_link(e: std::io::Error, during: &'static str) -> NetError {
+        use std::io::ErrorKind::*;
+        match e.kind() {
+            // A socket timeout reads as `WouldBlock` on Unix, `TimedOut` elsewhere.
+            WouldBlock | TimedOut => NetError::Timeout { during },
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected
+            | WriteZero => NetError::Disconnected,
+            _ => NetError::Io(e),
+        }
+    }
+}
+
 /// How long a link waits before giving up.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Timeouts {

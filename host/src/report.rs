@@ -59,7 +59,7 @@ pub struct Report {
     pub cosine_to_float_each: Vec<f64>,
     /// Generation figures (decoders).
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub generation: Option<crate::generate::Figures>,
+    pub generation: Option<Figures>,
     /// The plan's hash.
     pub plan_hash: String,
     /// The backend the servers ran on (`--backend`), as P0 reports it.
@@ -96,6 +96,33 @@ pub struct GateBreakdown {
     pub elements: u64,
     /// Key bytes of P0 and of P1.
     pub key_bytes_per_party: [u64; 2],
+}
+
+/// The generation fields of the report (made by `generate`'s `Figures::of`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Figures {
+    /// The prompt's token ids (before padding).
+    pub prompt_token_ids: Vec<u32>,
+    /// The generated token ids.
+    pub generated_token_ids: Vec<u32>,
+    /// The prompt bucket the keys were dealt for.
+    pub prompt_bucket: usize,
+    /// Online seconds of the prefill (client's view).
+    pub prefill_online_s: f64,
+    /// Median online seconds of a decode pass.
+    pub decode_online_s_per_token: f64,
+    /// Mean bytes a server sent its peer per decode pass (the larger of
+    /// the two).
+    pub comm_bytes_per_token_per_party: f64,
+    /// Mean rounds per decode pass.
+    pub rounds_per_token: f64,
+    /// Mean rounds per decode pass over the decoder's blocks: what
+    /// dominates over a real network.
+    pub rounds_per_layer_per_token: f64,
+    /// Mean key bytes per decode pass (the larger party's).
+    pub key_bytes_per_token_per_party: f64,
+    /// Mean rounds and bytes sent per decode pass, per kind of step.
+    pub rounds_by_gate_per_token: BTreeMap<String, GateRounds>,
 }
 
 /// The rounds and bytes sent of one kind of step, over some passes and

@@ -21,7 +21,7 @@ use crate::net::{Listener, NetError, Security, Timeouts};
 use crate::party::PartyReport;
 use crate::plan::{self, PlanError, Shape, bert};
 use crate::reference::{self, ReferenceError};
-use crate::report::{Report, cosine};
+use crate::report::{Figures, Report, cosine};
 use crate::server::{self, ServeError, ServeOptions};
 
 /// What to run.
@@ -364,12 +364,7 @@ pub fn generate_on(
         real_tokens: vec![prompt.len()],
         online_s: outcome.pass_s.iter().sum(),
         plan_hash: outcome.plan_hash.clone(),
-        generation: Some(generate::Figures::of(
-            prompt,
-            bucket,
-            model.layers.len(),
-            &outcome,
-        )),
+        generation: Some(Figures::of(prompt, bucket, model.layers.len(), &outcome)),
         ..Report::default()
     }
     .with_parties(&last, Some(&deal));

@@ -154,19 +154,6 @@ fn is_retryable(e: &io::Error) -> bool {
     )
 }
 
-/// Maps an I/O error on an established link to what it means for the
-/// protocol.
-pub(super) fn classify(e: io::Error, during: &'static str) -> NetError {
-    use io::ErrorKind::*;
-    match e.kind() {
-        // A socket timeout reads as `WouldBlock` on Unix, `TimedOut` elsewhere.
-        WouldBlock | TimedOut => NetError::Timeout { during },
-        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | NotConnected
-        | WriteZero => NetError::Disconnected,
-        _ => NetError::Io(e),
-    }
-}
-
 /// One TCP connection carrying frames, with its traffic counters.
 ///
 /// A link stays usable after an error that consumed no bytes of a frame (a
@@ -391,7 +378,7 @@ impl Link {
         self.tally(step, writer.done as u64, 0, 0);
         result.map_err(|e| {
             self.write_ok = writer.done == 0;
-            classify(e, "sending a frame")
+            NetError::on_link(e, "sending a frame")
         })
     }
 
@@ -558,7 +545,7 @@ impl Link {
         let result = match first {
             Err(e) => {
                 self.write_ok = writer.done == 0;
-                Err(classify(e, "sending a frame"))
+                Err(NetError::on_link(e, "sending a frame"))
             }
             Ok(()) if writer.is_done() => {
                 let result = read_frame(&mut stream, &want, &mut received);
@@ -715,7 +702,7 @@ fn write_while_reading(
         s.spawn(|| match writer.write_all(&mut out) {
             Ok(()) => written.store(true, Ordering::Release),
             Err(e) => {
-                let e = classify(e, "sending a frame");
+                let e = NetError::on_link(e, "sending a frame");
                 let wake = !matches!(e, NetError::Disconnected);
                 fail(e, wake);
             }
@@ -804,8 +791,10 @@ fn read_header(stream: &mut Timed<'_>, received: &mut u64) -> Result<[u8; HEADER
                 *received += n as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if filled == 0 => return Err(classify(e, "waiting for the peer's next frame")),
-            Err(e) => return Err(classify(e, "reading a frame header")),
+            Err(e) if filled == 0 => {
+                return Err(NetError::on_link(e, "waiting for the peer's next frame"));
+            }
+            Err(e) => return Err(NetError::on_link(e, "reading a frame header")),
         }
     }
     Ok(header)
@@ -828,7 +817,7 @@ fn read_payload(
     // either way, and it reads into spare capacity without zeroing it first.
     let result = (&mut *stream).take(len as u64).read_to_end(&mut payload);
     *received += payload.len() as u64;
-    result.map_err(|e| classify(e, "reading a frame payload"))?;
+    result.map_err(|e| NetError::on_link(e, "reading a frame payload"))?;
     if payload.len() < len {
         return Err(NetError::Disconnected);
     }

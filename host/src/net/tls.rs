@@ -252,7 +252,7 @@ impl Tls {
                 let _ = conn.write_tls(&mut &sock);
                 // A timeout or a peer that closed reads as it does on an
                 // established link; anything else is TLS's own failure.
-                return Err(match super::link::classify(e, "the TLS handshake") {
+                return Err(match NetError::on_link(e, "the TLS handshake") {
                     NetError::Io(e) => bad(format!("TLS handshake failed: {e}")),
                     typed => typed,
                 });
