@@ -733,40 +733,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The interactive step this is, or `None` for a local operation.
-    pub fn step(&self) -> Option<&dyn step::Interactive> {
-        match self {
-            Kind::Gate(s) => Some(s),
-            Kind::Chain(s) => Some(s),
-            Kind::Max(s) => Some(s),
-            Kind::MatMul(s) => Some(s),
-            Kind::MulRows(s) => Some(s),
-            Kind::Open(s) => Some(s),
-            Kind::TruncSquare(s) => Some(s),
-            Kind::CentreSquare(s) => Some(s),
-            Kind::Square(s) => Some(s),
-            Kind::Mul(s) => Some(s),
-            Kind::Linear { .. }
-            | Kind::Add { .. }
-            | Kind::Affine { .. }
-            | Kind::SplitHeads { .. }
-            | Kind::MergeHeads { .. }
-            | Kind::AddBias { .. }
-            | Kind::RowMinus { .. }
-            | Kind::MinusRow { .. }
-            | Kind::RowSum { .. }
-            | Kind::TakeRows { .. }
-            | Kind::Triangle { .. }
-            | Kind::Spread { .. }
-            | Kind::Rope { .. }
-            | Kind::Heads { .. }
-            | Kind::Unheads { .. }
-            | Kind::Append { .. }
-            | Kind::Repeat { .. }
-            | Kind::Rows { .. } => None,
-        }
-    }
-
     /// Whether this is an interactive step (key material, rounds).
     pub fn is_step(&self) -> bool {
         self.step().is_some()

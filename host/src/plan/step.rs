@@ -52,9 +52,20 @@ pub trait Interactive {
     }
 }
 
-/// Each step is the [`Kind`] of its name.
+/// Each step is the [`Kind`] of its name: `Kind::step` answers with it
+/// (a local operation, any other kind, with `None`), and
+/// `Builder::push` takes it as that kind.
 macro_rules! kinds {
     ($($step:ident),*) => {
+        impl Kind {
+            /// The interactive step this is, or `None` for a local operation.
+            pub fn step(&self) -> Option<&dyn Interactive> {
+                match self {
+                    $(Kind::$step(s) => Some(s),)*
+                    _ => None,
+                }
+            }
+        }
         $(impl From<$step> for Kind {
             fn from(s: $step) -> Kind {
                 Kind::$step(s)
