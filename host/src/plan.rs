@@ -789,10 +789,10 @@ impl Kind {
         }
     }
 
-    /// The tensor written (a step's first output).
+    /// The tensor written.
     pub fn output(&self) -> usize {
         if let Some(s) = self.step() {
-            return s.outputs()[0];
+            return s.output();
         }
         match *self {
             Kind::Linear { out, .. }

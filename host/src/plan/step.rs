@@ -31,8 +31,14 @@ pub trait Interactive {
     /// Tensors read.
     fn inputs(&self) -> Vec<usize>;
 
-    /// Tensors written: the step's output first.
-    fn outputs(&self) -> Vec<usize>;
+    /// The tensor written ([`Kind::output`]).
+    fn output(&self) -> usize;
+
+    /// Tensors written: [`Interactive::output`], then any others (a
+    /// square, a row's sums).
+    fn outputs(&self) -> Vec<usize> {
+        vec![self.output()]
+    }
 
     /// What its key section is for, in the report's key bytes per gate:
     /// the gate and, for a truncation, the bits it drops.

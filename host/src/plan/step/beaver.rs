@@ -31,8 +31,8 @@ impl Interactive for MatMul {
         vec![self.a, self.b]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {
@@ -56,8 +56,8 @@ impl Interactive for MulRows {
         vec![self.x, self.v]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {
@@ -81,8 +81,8 @@ impl Interactive for Mul {
         vec![self.a, self.b]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {
@@ -104,8 +104,8 @@ impl Interactive for Square {
         vec![self.x]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {

@@ -32,6 +32,10 @@ impl Interactive for CentreSquare {
         vec![self.x]
     }
 
+    fn output(&self) -> usize {
+        self.out
+    }
+
     fn outputs(&self) -> Vec<usize> {
         vec![self.out, self.sums]
     }

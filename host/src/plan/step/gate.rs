@@ -22,8 +22,8 @@ impl Interactive for Gate {
         vec![self.x]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {

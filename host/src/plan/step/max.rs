@@ -31,8 +31,8 @@ impl Interactive for Max {
         vec![self.x]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {

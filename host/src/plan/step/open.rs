@@ -24,8 +24,8 @@ impl Interactive for Open {
         vec![self.x]
     }
 
-    fn outputs(&self) -> Vec<usize> {
-        vec![self.out]
+    fn output(&self) -> usize {
+        self.out
     }
 
     fn key_label(&self) -> String {

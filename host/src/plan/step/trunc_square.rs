@@ -38,6 +38,10 @@ impl Interactive for TruncSquare {
         [Some(self.x), self.add].into_iter().flatten().collect()
     }
 
+    fn output(&self) -> usize {
+        self.out
+    }
+
     fn outputs(&self) -> Vec<usize> {
         vec![self.out, self.square]
     }
